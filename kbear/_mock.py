@@ -1,0 +1,364 @@
+"""Private backends for :class:`kbear.testing.EmbeddedCluster`.
+
+Two ways to run librdkafka's in-process mock Kafka cluster (librdkafka
+``src/rdkafka_mock.h``; an experimental API with no ABI stability guarantee):
+
+* :class:`NativeMockCluster` calls the mock-cluster C API through :mod:`ctypes`
+  in the librdkafka shared library bundled with the confluent-kafka wheel
+  (``site-packages/confluent_kafka.libs/librdkafka-*.so*``). It gives exact
+  partition counts, ``group.initial.rebalance.delay.ms`` and brokers up/down.
+* :class:`PropertyMockCluster` is the fallback when the library or one of the
+  required symbols is missing: a ``Producer`` with ``test.mock.num.brokers``
+  owns the cluster. Topics can only be auto-created (4 partitions), the group
+  join delay is librdkafka's built-in 3000 ms, and there is no fault injection.
+
+All ctypes access lives in this module. The library and every symbol are
+checked once, at import; :data:`NATIVE_API` is ``None`` (and
+:data:`NATIVE_UNAVAILABLE_REASON` says why) when the C API cannot be used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import re
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+__all__ = [
+    "MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS",
+    "MOCK_DEFAULT_PARTITIONS",
+    "NATIVE_API",
+    "NATIVE_UNAVAILABLE_REASON",
+    "MockBackend",
+    "NativeApi",
+    "NativeMockCluster",
+    "PropertyMockCluster",
+    "check_broker_id",
+    "check_topic_args",
+]
+
+#: Partitions of a topic auto-created by the mock cluster (librdkafka
+#: ``rdkafka_mock.c``: ``defaults.partition_cnt``).
+MOCK_DEFAULT_PARTITIONS: Final = 4
+#: The mock cluster's default ``group.initial.rebalance.delay.ms``.
+MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS: Final = 3000
+
+_RD_KAFKA_PRODUCER: Final = 0  # rd_kafka_type_t
+_RD_KAFKA_CONF_OK: Final = 0  # rd_kafka_conf_res_t
+_ERRSTR_SIZE: Final = 512
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+_P = ctypes.c_void_p  # every opaque librdkafka pointer
+_S = ctypes.c_char_p
+_I = ctypes.c_int
+_I32 = ctypes.c_int32
+
+# name -> (restype, argtypes), as declared in rdkafka.h / rdkafka_mock.h.
+_REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
+    "rd_kafka_version_str": (_S, []),
+    "rd_kafka_conf_new": (_P, []),
+    "rd_kafka_conf_set": (_I, [_P, _S, _S, _S, ctypes.c_size_t]),
+    "rd_kafka_conf_destroy": (None, [_P]),
+    "rd_kafka_new": (_P, [_I, _P, _S, ctypes.c_size_t]),
+    "rd_kafka_destroy": (None, [_P]),
+    "rd_kafka_mock_cluster_new": (_P, [_P, _I]),
+    "rd_kafka_mock_cluster_destroy": (None, [_P]),
+    "rd_kafka_mock_cluster_bootstraps": (_S, [_P]),
+    "rd_kafka_mock_topic_create": (_I, [_P, _S, _I, _I]),
+    "rd_kafka_mock_broker_set_down": (_I, [_P, _I32]),
+    "rd_kafka_mock_broker_set_up": (_I, [_P, _I32]),
+}
+# Exported by librdkafka >= 2.0 (void, takes int32_t delay_ms). Note the name:
+# there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
+_OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
+    "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_P, _I32]),
+}
+
+
+class NativeApi:
+    """The loaded librdkafka library with ``restype``/``argtypes`` set on every function."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str) -> None:
+        self.lib = lib
+        self.path = path
+        self.version: str = lib.rd_kafka_version_str().decode()
+        self.has_rebalance_delay = hasattr(lib, "rd_kafka_mock_group_initial_rebalance_delay_ms")
+
+
+def _library_candidates() -> list[Path]:
+    spec = importlib.util.find_spec("confluent_kafka")
+    if spec is None or spec.origin is None:
+        return []
+    pkg = Path(spec.origin).parent
+    site = pkg.parent
+    found: list[Path] = []
+    for directory, pattern in (
+        (site / "confluent_kafka.libs", "librdkafka-*.so*"),  # manylinux (auditwheel)
+        (pkg / ".dylibs", "librdkafka*.dylib"),  # macOS (delocate)
+    ):
+        if directory.is_dir():
+            found.extend(sorted(directory.glob(pattern)))
+    return found
+
+
+def _load_native() -> tuple[NativeApi | None, str | None]:
+    candidates = _library_candidates()
+    if not candidates:
+        return None, "no librdkafka shared library found next to the confluent_kafka package"
+    problems: list[str] = []
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        missing = [name for name in _REQUIRED if not hasattr(lib, name)]
+        if missing:
+            problems.append(f"{path}: missing symbols {', '.join(missing)}")
+            continue
+        for name, (restype, argtypes) in (_REQUIRED | _OPTIONAL).items():
+            if hasattr(lib, name):
+                func = getattr(lib, name)
+                func.restype = restype
+                func.argtypes = argtypes
+        return NativeApi(lib, str(path)), None
+    return None, "; ".join(problems)
+
+
+#: The librdkafka mock-cluster C API, or ``None`` when it cannot be used.
+NATIVE_API: NativeApi | None
+#: Why :data:`NATIVE_API` is ``None`` (``None`` when it is available).
+NATIVE_UNAVAILABLE_REASON: str | None
+NATIVE_API, NATIVE_UNAVAILABLE_REASON = _load_native()
+
+
+def _why_not_native() -> str:
+    if NATIVE_API is not None:
+        return "not used"
+    return NATIVE_UNAVAILABLE_REASON or "disabled"
+
+
+def check_topic_args(name: str, num_partitions: int, replication_factor: int, brokers: int) -> None:
+    """Validate ``create_topic`` arguments the way a real broker would; raise ``ValueError``."""
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
+        raise ValueError(
+            f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
+        )
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    if not 1 <= replication_factor <= brokers:
+        raise ValueError(
+            f"replication_factor must be between 1 and the number of brokers ({brokers}), "
+            f"got {replication_factor}"
+        )
+
+
+def check_broker_id(broker_id: int, brokers: int) -> None:
+    """Raise ``ValueError`` unless ``broker_id`` is ``-1`` (all) or in ``1..brokers``."""
+    if broker_id != -1 and not 1 <= broker_id <= brokers:
+        raise ValueError(f"broker_id must be -1 (all brokers) or 1..{brokers}, got {broker_id}")
+
+
+def _raise_for(err: int) -> None:
+    if err:
+        raise KafkaException(KafkaError(err))
+
+
+class MockBackend(Protocol):
+    """What :class:`kbear.testing.EmbeddedCluster` needs from a backend."""
+
+    native: bool
+    num_brokers: int
+    group_initial_rebalance_delay_ms: int
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None: ...
+    def set_broker_down(self, broker_id: int) -> None: ...
+    def set_broker_up(self, broker_id: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _NativeHandles:
+    """Owns ``rd_kafka_t`` + ``rd_kafka_mock_cluster_t``; destroys them once, in order.
+
+    Held by a :func:`weakref.finalize`, so the cluster is also destroyed when its
+    owner is garbage-collected or at interpreter exit (atexit), while the library
+    is still loaded.
+    """
+
+    def __init__(self, api: NativeApi, rk: int, mcluster: int) -> None:
+        self.api = api
+        self.lock = threading.Lock()
+        self.rk: int | None = rk
+        self.mcluster: int | None = mcluster
+
+    def destroy(self) -> None:
+        with self.lock:
+            mcluster, rk = self.mcluster, self.rk
+            self.mcluster = self.rk = None
+            # rdkafka_mock.h: destroy the mock cluster before its rd_kafka_t.
+            if mcluster is not None:
+                self.api.lib.rd_kafka_mock_cluster_destroy(mcluster)
+            if rk is not None:
+                self.api.lib.rd_kafka_destroy(rk)
+
+
+def _new_owner(api: NativeApi) -> int:
+    lib = api.lib
+    errstr = ctypes.create_string_buffer(_ERRSTR_SIZE)
+    conf = lib.rd_kafka_conf_new()
+    if not conf:
+        raise RuntimeError("rd_kafka_conf_new() returned NULL")
+    # log_level 4 hides the NOTICE "No `bootstrap.servers` configured" (expected
+    # here: this handle only owns the cluster and never connects).
+    for key, value in (("client.id", "kbear-embedded-cluster"), ("log_level", "4")):
+        if lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, _ERRSTR_SIZE):
+            lib.rd_kafka_conf_destroy(conf)
+            raise RuntimeError(f"rd_kafka_conf_set({key}): {errstr.value.decode(errors='replace')}")
+    rk = lib.rd_kafka_new(_RD_KAFKA_PRODUCER, conf, errstr, _ERRSTR_SIZE)
+    if not rk:  # on failure the conf is still ours
+        lib.rd_kafka_conf_destroy(conf)
+        raise RuntimeError(f"rd_kafka_new(): {errstr.value.decode(errors='replace')}")
+    return int(rk)
+
+
+class NativeMockCluster:
+    """A mock cluster created with ``rd_kafka_mock_cluster_new()`` through ctypes."""
+
+    native = True
+
+    def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
+        api = NATIVE_API
+        if api is None:
+            raise RuntimeError(f"librdkafka mock C API unavailable: {_why_not_native()}")
+        self.num_brokers = num_brokers
+        lib = api.lib
+        rk = _new_owner(api)
+        mcluster = lib.rd_kafka_mock_cluster_new(rk, num_brokers)
+        if not mcluster:
+            lib.rd_kafka_destroy(rk)
+            raise RuntimeError(f"rd_kafka_mock_cluster_new(rk, {num_brokers}) returned NULL")
+        self._h = _NativeHandles(api, rk, int(mcluster))
+        self._finalizer = weakref.finalize(self, self._h.destroy)
+        self._bootstrap: str = lib.rd_kafka_mock_cluster_bootstraps(mcluster).decode()
+        if api.has_rebalance_delay:
+            lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mcluster, group_initial_rebalance_delay_ms)
+            self.group_initial_rebalance_delay_ms = group_initial_rebalance_delay_ms
+        else:
+            self.group_initial_rebalance_delay_ms = MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _call(self, fn: Callable[[ctypes.CDLL, int], int]) -> None:
+        h = self._h
+        with h.lock:  # close() cannot free the cluster during the call
+            if h.mcluster is None:
+                raise RuntimeError("EmbeddedCluster is closed")
+            _raise_for(fn(h.api.lib, h.mcluster))
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None:
+        check_topic_args(name, num_partitions, replication_factor, self.num_brokers)
+        self._call(
+            lambda lib, mc: int(
+                lib.rd_kafka_mock_topic_create(mc, name.encode(), num_partitions, replication_factor)
+            )
+        )
+
+    def set_broker_down(self, broker_id: int) -> None:
+        check_broker_id(broker_id, self.num_brokers)
+        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_down(mc, broker_id)))
+
+    def set_broker_up(self, broker_id: int) -> None:
+        check_broker_id(broker_id, self.num_brokers)
+        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_up(mc, broker_id)))
+
+    def close(self) -> None:
+        self._finalizer()  # runs at most once
+
+
+class PropertyMockCluster:
+    """Fallback: a ``Producer`` with ``test.mock.num.brokers`` owns the cluster."""
+
+    native = False
+    group_initial_rebalance_delay_ms = MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
+
+    def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
+        del group_initial_rebalance_delay_ms  # cannot be set without the C API
+        self.num_brokers = num_brokers
+        self._lock = threading.Lock()
+        self._owner: Producer | None = Producer(
+            {
+                "test.mock.num.brokers": num_brokers,
+                "bootstrap.servers": "unused:1",  # replaced by the mock's listeners
+                "client.id": "kbear-embedded-cluster",
+                "log_level": 4,  # hide the NOTICE "Mock cluster enabled: ..."
+            }
+        )
+        brokers = self._owner.list_topics(timeout=5).brokers
+        # The mock brokers listen on 127.0.0.1 only.
+        self._bootstrap = ",".join(f"127.0.0.1:{brokers[i].port}" for i in sorted(brokers))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+    @property
+    def closed(self) -> bool:
+        return self._owner is None
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None:
+        check_topic_args(name, num_partitions, replication_factor, self.num_brokers)
+        if num_partitions != MOCK_DEFAULT_PARTITIONS:
+            raise NotImplementedError(
+                f"num_partitions={num_partitions}: without librdkafka's mock C API "
+                f"({_why_not_native()}) topics can only be auto-created with "
+                f"{MOCK_DEFAULT_PARTITIONS} partitions"
+            )
+        with self._lock:
+            if self._owner is None:
+                raise RuntimeError("EmbeddedCluster is closed")
+            if name in self._owner.list_topics(timeout=5).topics:
+                raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS))
+            # A producer's metadata request for a missing topic auto-creates it.
+            topic = self._owner.list_topics(topic=name, timeout=5).topics.get(name)
+            if topic is not None and topic.error is not None:
+                raise KafkaException(topic.error)
+            if topic is None or len(topic.partitions) != MOCK_DEFAULT_PARTITIONS:
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+
+    def _no_fault_injection(self, what: str) -> None:
+        raise NotImplementedError(
+            f"{what} needs librdkafka's mock C API (rd_kafka_mock_broker_set_down/up), "
+            f"which is unavailable: {_why_not_native()}"
+        )
+
+    def set_broker_down(self, broker_id: int) -> None:
+        self._no_fault_injection("set_broker_down")
+
+    def set_broker_up(self, broker_id: int) -> None:
+        self._no_fault_injection("set_broker_up")
+
+    def close(self) -> None:
+        with self._lock:
+            owner, self._owner = self._owner, None
+        if owner is not None:
+            # rd_kafka_destroy() of the owner also destroys the mock cluster.
+            # Producer.close() is recent; older confluent-kafka frees on last reference.
+            close = getattr(owner, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,610 @@
+"""The configuration model: the four YAML files of a kbear configuration directory.
+
+A configuration directory holds (``../shared/spec/crrl.md``, "Where the data lives"):
+
+``clusters.yaml`` (required)::
+
+    clusters:
+      - id: prod
+        meta:
+          bootstrap.servers: kafka-prod-1:9092,kafka-prod-2:9092
+          security.protocol: SASL_SSL
+          sasl.mechanism: PLAIN
+          sasl.username: app
+          sasl.password: ${PROD_KAFKA_PASSWORD}
+
+``topics.yaml`` (optional)::
+
+    topics:
+      - id: orders
+        meta:
+          bu: hotel
+
+``consumer-groups.yaml`` (optional)::
+
+    consumer-groups:
+      - id:
+          groupName: billing
+          topicId: orders
+        meta:
+          jobType: batch
+
+``route-rules.yaml`` (required)::
+
+    route-rules:
+      - id: r1
+        priority: 0
+        meta:
+          rule.isGlobal: true
+        rule: use cluster prod
+
+Each file has one top-level key holding a list. Meta keys are flat dotted
+strings; scalar meta values become strings (YAML ``true`` becomes ``"true"``,
+``3`` becomes ``"3"``). In ``clusters.yaml``, ``bootstrap.servers`` is required
+and every other meta key is a librdkafka client property applied to every
+client of that cluster; ``${NAME}`` in a cluster meta value is replaced by the
+environment variable ``NAME`` (``$${`` writes a literal ``${``).
+
+:func:`load_config` validates everything and raises one :class:`ConfigError`
+listing every problem, each naming the file, the entry and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from kbear import crrl
+from kbear._secrets import redact
+
+__all__ = [
+    "CLUSTERS_FILE",
+    "CONFIG_FILES",
+    "CONSUMER_GROUPS_FILE",
+    "ROUTE_RULES_FILE",
+    "TOPICS_FILE",
+    "ClusterConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "ConsumerGroupConfig",
+    "KBearConfig",
+    "RouteRule",
+    "RuleKind",
+    "TopicConfig",
+    "config_digest",
+    "load_config",
+]
+
+CLUSTERS_FILE = "clusters.yaml"
+TOPICS_FILE = "topics.yaml"
+CONSUMER_GROUPS_FILE = "consumer-groups.yaml"
+ROUTE_RULES_FILE = "route-rules.yaml"
+#: The files of a configuration directory, in load order.
+CONFIG_FILES = (CLUSTERS_FILE, TOPICS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE)
+_REQUIRED = frozenset({CLUSTERS_FILE, ROUTE_RULES_FILE})
+_TOP_KEYS = {
+    CLUSTERS_FILE: "clusters",
+    TOPICS_FILE: "topics",
+    CONSUMER_GROUPS_FILE: "consumer-groups",
+    ROUTE_RULES_FILE: "route-rules",
+}
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One problem found in a configuration directory.
+
+    Attributes:
+        file: the file name (``route-rules.yaml``) or the directory.
+        entry: the entry at fault (``rule 'r7'``, ``cluster 'prod'``, ``entry 3``) or None.
+        message: what is wrong, e.g. ``key 'rule': expected 'and' ... at column 31``.
+    """
+
+    file: str
+    entry: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.entry}" if self.entry else self.file
+        return f"{where}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """A configuration directory that cannot be used.
+
+    Raised by :func:`load_config` (and so by ``Router.from_path`` and
+    ``Router.reload``) with every problem found, not just the first.
+
+    Attributes:
+        problems: list of :class:`ConfigProblem`, in file order.
+    """
+
+    def __init__(self, problems: Iterable[ConfigProblem], directory: str | None = None) -> None:
+        self.problems = list(problems)
+        self.directory = directory
+        head = f"invalid kbear configuration{f' in {directory}' if directory else ''}"
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+# --------------------------------------------------------------------------- models
+
+
+def _scalar_to_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _meta(value: Any) -> Any:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {(_scalar_to_str(k)): _scalar_to_str(v) for k, v in value.items()}
+    return value
+
+
+def _priority(value: Any) -> Any:
+    # pydantic's lax int accepts True and "3"; a priority must be a YAML integer.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+_Id = Annotated[str, BeforeValidator(_scalar_to_str), Field(min_length=1)]
+_Meta = Annotated[dict[str, str], BeforeValidator(_meta)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ClusterConfig(_Model):
+    """A cluster of ``clusters.yaml``.
+
+    Attributes:
+        id: the cluster id that rules name in ``use cluster <id>``.
+        meta: every meta key, ``${NAME}`` already read from the environment;
+            ``bootstrap.servers`` is always present. Secret values are hidden
+            from ``repr``.
+    """
+
+    id: _Id
+    meta: _Meta
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The cluster's ``bootstrap.servers`` (librdkafka property), comma-separated host:port."""
+        return self.meta["bootstrap.servers"]
+
+    @property
+    def client_properties(self) -> dict[str, str]:
+        """librdkafka properties for every client of this cluster, ``bootstrap.servers`` included."""
+        return dict(self.meta)
+
+    def __repr_args__(self) -> Any:
+        yield "id", self.id
+        yield "meta", redact(self.meta)
+
+
+class TopicConfig(_Model):
+    """A topic of ``topics.yaml``: ``id`` is the topic name, ``meta`` feeds ``topic.<key>`` factors."""
+
+    id: _Id
+    meta: _Meta = {}
+
+
+class ConsumerGroupId(_Model):
+    """The identity of a CRRL consumer group: a Kafka group narrowed to one topic."""
+
+    group_name: _Id = Field(alias="groupName")
+    topic_id: _Id = Field(alias="topicId")
+
+
+class ConsumerGroupConfig(_Model):
+    """A consumer group of ``consumer-groups.yaml``; ``meta`` feeds ``consumerGroup.<key>`` factors."""
+
+    id: ConsumerGroupId
+    meta: _Meta = {}
+
+    @property
+    def group_name(self) -> str:
+        """The Kafka consumer group (``group.id``)."""
+        return self.id.group_name
+
+    @property
+    def topic_id(self) -> str:
+        """The topic this entry narrows the group to."""
+        return self.id.topic_id
+
+
+class RuleKind(Enum):
+    """The kind of a route rule, decided by its meta (CRRL spec, "Kinds of rule").
+
+    The value is the rank among rules of equal priority: lower comes first.
+    """
+
+    CONSUMER_GROUP = 0
+    TOPIC = 1
+    GLOBAL = 2
+
+
+class _RawRule(_Model):
+    id: _Id
+    priority: Annotated[int, BeforeValidator(_priority), Field(ge=0)] = 0
+    meta: _Meta = {}
+    rule: Annotated[str, BeforeValidator(_scalar_to_str)]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRule:
+    """A validated rule of ``route-rules.yaml``.
+
+    Attributes:
+        id: the rule id.
+        priority: non-negative integer; larger comes earlier in the chain.
+        meta: the rule's meta, which decides its kind.
+        statement: the parsed CRRL statement.
+        kind: global, topic or consumer group.
+        position: 0-based order of appearance in ``route-rules.yaml``; the last
+            tie-breaker of the chain.
+    """
+
+    id: str
+    priority: int
+    meta: Mapping[str, str]
+    statement: crrl.Statement
+    kind: RuleKind
+    position: int
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic a topic or consumer-group rule applies to, else None."""
+        if self.kind is RuleKind.TOPIC:
+            return self.meta["topic.id"]
+        if self.kind is RuleKind.CONSUMER_GROUP:
+            return self.meta["consumerGroup.topicId"]
+        return None
+
+    @property
+    def group_name(self) -> str | None:
+        """The consumer group of a consumer-group rule, else None."""
+        if self.kind is RuleKind.CONSUMER_GROUP:
+            return self.meta["consumerGroup.groupName"]
+        return None
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        """Chain order: priority descending, then consumer group > topic > global,
+        then order of appearance in ``route-rules.yaml``."""
+        return (-self.priority, self.kind.value, self.position)
+
+
+@dataclass(frozen=True)
+class KBearConfig:
+    """A loaded, validated configuration directory.
+
+    Attributes:
+        directory: the directory it was read from (None when built in memory).
+        clusters: cluster id -> :class:`ClusterConfig`, in file order.
+        topics: topic id -> :class:`TopicConfig`.
+        consumer_groups: (groupName, topicId) -> :class:`ConsumerGroupConfig`.
+        rules: every :class:`RouteRule`, in file order.
+        digest: SHA-256 (hex) of the files' bytes, see :func:`config_digest`.
+    """
+
+    directory: Path | None
+    clusters: Mapping[str, ClusterConfig]
+    topics: Mapping[str, TopicConfig]
+    consumer_groups: Mapping[tuple[str, str], ConsumerGroupConfig]
+    rules: tuple[RouteRule, ...]
+    digest: str
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, refusing duplicate mapping keys (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable key; SafeLoader reports it below
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def config_digest(directory: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) over the names and bytes of the configuration files present.
+
+    Used by the watcher to tell a real change from a touched file.
+    """
+    h = hashlib.sha256()
+    base = Path(directory)
+    for name in CONFIG_FILES:
+        try:
+            data = (base / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        _digest_update(h, name, data)
+    return h.hexdigest()
+
+
+def _digest_update(h: Any, name: str, data: bytes) -> None:
+    h.update(name.encode())
+    h.update(len(data).to_bytes(8, "big"))
+    h.update(data)
+
+
+class _Loader:
+    def __init__(self, directory: Path, environ: Mapping[str, str]) -> None:
+        self.directory = directory
+        self.environ = environ
+        self.problems: list[ConfigProblem] = []
+        self.hash = hashlib.sha256()
+
+    def problem(self, file: str, entry: str | None, message: str) -> None:
+        self.problems.append(ConfigProblem(file, entry, message))
+
+    def read_entries(self, name: str) -> list[tuple[str, Any]]:
+        """The list under the file's top-level key, each with a label, or []."""
+        path = self.directory / name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            if name in _REQUIRED:
+                self.problem(name, None, f"missing (required in {self.directory})")
+            return []
+        except OSError as exc:
+            self.problem(name, None, f"cannot read: {exc.strerror or exc}")
+            return []
+        _digest_update(self.hash, name, data)
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            self.problem(name, None, f"not UTF-8 text (byte {exc.start})")
+            return []
+        try:
+            doc = yaml.load(text, Loader=_UniqueKeyLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            what = " ".join(p for p in (exc.context, exc.problem) if p)
+            self.problem(name, None, f"YAML syntax error at {where}{what}")
+            return []
+        except yaml.YAMLError as exc:
+            self.problem(name, None, f"YAML error: {exc}")
+            return []
+        top = _TOP_KEYS[name]
+        if doc is None:
+            if name in _REQUIRED:
+                self.problem(name, None, f"empty; expected a top-level key '{top}' holding a list")
+            return []
+        if not isinstance(doc, dict) or top not in doc:
+            self.problem(name, None, f"expected a top-level key '{top}' holding a list")
+            return []
+        extra = sorted(str(k) for k in doc if k != top)
+        if extra:
+            self.problem(name, None, f"unexpected top-level key(s) {extra}; only '{top}' is read")
+        items = doc[top]
+        if items is None:
+            return []
+        if not isinstance(items, list):
+            self.problem(name, None, f"'{top}' must be a list, got {type(items).__name__}")
+            return []
+        out = []
+        for index, item in enumerate(items):
+            label = f"entry {index + 1}"
+            if isinstance(item, dict) and isinstance(item.get("id"), str | int):
+                label = f"{label} (id {item['id']!r})"
+            if not isinstance(item, dict):
+                self.problem(name, label, f"must be a mapping, got {type(item).__name__}")
+                continue
+            out.append((label, item))
+        return out
+
+    def validate(self, file: str, label: str, model: type[_Model], item: Any) -> Any:
+        try:
+            return model.model_validate(item)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                self.problem(file, label, f"key '{loc}': {msg}" if loc else msg)
+            return None
+
+    def interpolate(self, label: str, key: str, value: str) -> str:
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:
+                return "${"
+            if name not in self.environ:
+                self.problem(CLUSTERS_FILE, label, f"key '{key}': environment variable {name} is not set")
+                return ""
+            return self.environ[name]
+
+        return _ENV_REF.sub(sub, value)
+
+    def clusters(self) -> dict[str, ClusterConfig]:
+        out: dict[str, ClusterConfig] = {}
+        for label, item in self.read_entries(CLUSTERS_FILE):
+            cluster = self.validate(CLUSTERS_FILE, label, ClusterConfig, item)
+            if cluster is None:
+                continue
+            entry = f"cluster '{cluster.id}'"
+            if not cluster.meta.get("bootstrap.servers", "").strip():
+                self.problem(CLUSTERS_FILE, entry, "meta 'bootstrap.servers' is required")
+                continue
+            meta = {k: self.interpolate(entry, k, v) for k, v in cluster.meta.items()}
+            if cluster.id in out:
+                self.problem(CLUSTERS_FILE, entry, "duplicate cluster id")
+                continue
+            out[cluster.id] = ClusterConfig(id=cluster.id, meta=meta)
+        return out
+
+    def topics(self) -> dict[str, TopicConfig]:
+        out: dict[str, TopicConfig] = {}
+        for label, item in self.read_entries(TOPICS_FILE):
+            topic = self.validate(TOPICS_FILE, label, TopicConfig, item)
+            if topic is None:
+                continue
+            if topic.id in out:
+                self.problem(TOPICS_FILE, f"topic '{topic.id}'", "duplicate topic id")
+                continue
+            out[topic.id] = topic
+        return out
+
+    def consumer_groups(self) -> dict[tuple[str, str], ConsumerGroupConfig]:
+        out: dict[tuple[str, str], ConsumerGroupConfig] = {}
+        for index, (_, item) in enumerate(self.read_entries(CONSUMER_GROUPS_FILE)):
+            group = self.validate(CONSUMER_GROUPS_FILE, f"entry {index + 1}", ConsumerGroupConfig, item)
+            if group is None:
+                continue
+            key = (group.group_name, group.topic_id)
+            if key in out:
+                self.problem(
+                    CONSUMER_GROUPS_FILE,
+                    f"consumer group '{key[0]}' on topic '{key[1]}'",
+                    "duplicate (groupName, topicId)",
+                )
+                continue
+            out[key] = group
+        return out
+
+    def rules(self, clusters: Mapping[str, ClusterConfig]) -> tuple[RouteRule, ...]:
+        out: list[RouteRule] = []
+        seen: set[str] = set()
+        for position, (label, item) in enumerate(self.read_entries(ROUTE_RULES_FILE)):
+            raw = self.validate(ROUTE_RULES_FILE, label, _RawRule, item)
+            if raw is None:
+                continue
+            entry = f"rule '{raw.id}'"
+            ok = True
+            if raw.id in seen:
+                self.problem(ROUTE_RULES_FILE, entry, "duplicate rule id")
+                ok = False
+            seen.add(raw.id)
+            kind = self.rule_kind(entry, raw.meta)
+            try:
+                statement = crrl.parse(raw.rule)
+            except crrl.CrrlSyntaxError as exc:
+                self.problem(ROUTE_RULES_FILE, entry, f"key 'rule': {exc} in {raw.rule!r}")
+                continue
+            if clusters and statement.cluster not in clusters:
+                known = ", ".join(sorted(clusters))
+                self.problem(
+                    ROUTE_RULES_FILE,
+                    entry,
+                    f"uses cluster '{statement.cluster}', which is not in {CLUSTERS_FILE} (known: {known})",
+                )
+                ok = False
+            if kind is not None and ok:
+                out.append(RouteRule(raw.id, raw.priority, raw.meta, statement, kind, position))
+        return tuple(out)
+
+    def rule_kind(self, entry: str, meta: Mapping[str, str]) -> RuleKind | None:
+        kinds = []
+        is_global = meta.get("rule.isGlobal")
+        if is_global is not None and is_global not in ("true", "false"):
+            self.problem(
+                ROUTE_RULES_FILE,
+                entry,
+                f"meta 'rule.isGlobal' must be true or false, got {is_global!r}",
+            )
+            return None
+        if is_global == "true":
+            kinds.append(RuleKind.GLOBAL)
+        if "topic.id" in meta:
+            kinds.append(RuleKind.TOPIC)
+        group_keys = [k for k in ("consumerGroup.groupName", "consumerGroup.topicId") if k in meta]
+        if len(group_keys) == 2:
+            kinds.append(RuleKind.CONSUMER_GROUP)
+        elif group_keys:
+            missing = {"consumerGroup.groupName", "consumerGroup.topicId"} - set(group_keys)
+            self.problem(
+                ROUTE_RULES_FILE,
+                entry,
+                f"a consumer-group rule needs both consumerGroup.groupName and "
+                f"consumerGroup.topicId in meta; missing {missing.pop()}",
+            )
+            return None
+        if not kinds:
+            self.problem(
+                ROUTE_RULES_FILE,
+                entry,
+                "rule of no kind: meta needs 'rule.isGlobal: true', 'topic.id', or both "
+                "'consumerGroup.groupName' and 'consumerGroup.topicId'",
+            )
+            return None
+        if len(kinds) > 1:
+            names = " and ".join(k.name.lower().replace("_", "-") for k in kinds)
+            self.problem(ROUTE_RULES_FILE, entry, f"rule of more than one kind ({names})")
+            return None
+        return kinds[0]
+
+
+def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> KBearConfig:
+    """Read and validate a kbear configuration directory.
+
+    Args:
+        path: the directory holding ``clusters.yaml``, ``route-rules.yaml`` and
+            optionally ``topics.yaml`` and ``consumer-groups.yaml``.
+        environ: where ``${NAME}`` references are read; ``os.environ`` by default.
+
+    Returns:
+        The validated :class:`KBearConfig`.
+
+    Raises:
+        ConfigError: with every problem found: a missing directory or required
+            file, YAML syntax (with line and column), duplicate YAML keys, a
+            wrong shape or type, duplicate ids, a rule of no kind or of several
+            kinds, CRRL syntax (with column), a rule naming an unknown cluster,
+            a negative or non-integer priority, an unset ``${NAME}``.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ConfigError(
+            [ConfigProblem(str(directory), None, "not a directory (kbear configuration expected)")]
+        )
+    loader = _Loader(directory, os.environ if environ is None else environ)
+    clusters = loader.clusters()
+    topics = loader.topics()
+    groups = loader.consumer_groups()
+    rules = loader.rules(clusters)
+    if loader.problems:
+        raise ConfigError(loader.problems, str(directory))
+    return KBearConfig(
+        directory=directory,
+        clusters=clusters,
+        topics=topics,
+        consumer_groups=groups,
+        rules=rules,
+        digest=loader.hash.hexdigest(),
+    )

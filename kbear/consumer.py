@@ -1,0 +1,729 @@
+"""RoutedConsumer: a drop-in ``confluent_kafka.Consumer`` whose topics are routed by CRRL."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from kbear._clients import Deadline, cluster_config, open_router, split_config
+from kbear.config import KBearConfig
+from kbear.router import Client, NoRouteError, Route, Router
+
+__all__ = ["RoutedConsumer"]
+
+log = logging.getLogger("kbear.consumer")
+
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+RouteChangeCallback = Callable[[Route, Route | None], None]
+
+# How long one blocking poll of one cluster's client may take while several are
+# polled in turn (seconds): the worst added latency of a multi-cluster poll.
+_POLL_SLICE_S = 0.01
+# How often a draining topic's progress is checked (seconds).
+_DRAIN_CHECK_S = 0.1
+
+
+def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
+    """A copy of ``tp`` under another topic name (TopicPartition is immutable)."""
+    extra: dict[str, Any] = {}
+    if tp.metadata is not None:
+        extra["metadata"] = tp.metadata
+    if tp.leader_epoch is not None:
+        extra["leader_epoch"] = tp.leader_epoch
+    return TopicPartition(topic, tp.partition, tp.offset, **extra)
+
+
+class _ClusterConsumer:
+    """The confluent-kafka Consumer of one cluster and what it is subscribed to."""
+
+    __slots__ = ("cluster_id", "consumer", "logical", "physical", "properties", "topics")
+
+    def __init__(self, cluster_id: str, properties: Mapping[str, str], consumer: Consumer) -> None:
+        self.cluster_id = cluster_id
+        self.properties = dict(properties)
+        self.consumer = consumer
+        self.topics: list[str] = []  # physical topics subscribed, in subscription order
+        self.logical: dict[str, str] = {}  # physical -> logical, remapped topics only
+        self.physical: dict[str, str] = {}  # logical -> physical, remapped topics only
+
+
+@dataclass
+class _Drain:
+    """A topic moving from ``old`` to ``new``, still read on the old cluster."""
+
+    old: Route
+    new: Route | None
+    started: float
+    last_activity: float
+    high: dict[int, int] = field(default_factory=dict)  # partition -> end offset seen on old
+
+
+class RoutedConsumer:
+    """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
+
+    Args:
+        config: a confluent-kafka (librdkafka) consumer configuration with
+            ``group.id`` and without ``bootstrap.servers`` (the route supplies
+            it), plus optional kbear keys, removed before the configuration
+            reaches confluent-kafka:
+
+            - ``kbear.config``: configuration directory (used when ``router`` is None);
+            - ``kbear.client.id``, ``kbear.client.meta.<key>``: the :class:`~kbear.Client`;
+            - ``kbear.reload.interval.ms``: watch interval in ms (default 10000, 0 disables);
+            - ``kbear.switch.mode``: ``drain`` (default) or ``immediate``, see below;
+            - ``kbear.switch.drain.idle.ms``: drain ends once the old cluster has
+              been idle this long at its end offsets (default 2000 ms);
+            - ``kbear.switch.drain.timeout.ms``: drain ends after this long in any
+              case (default 30000 ms).
+        router: a :class:`~kbear.Router` to share; the consumer does not close it.
+        client: who consumes (``client.*`` factors); or use ``kbear.client.*`` keys.
+        **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).
+
+    Raises:
+        ValueError: ``bootstrap.servers`` is set, ``group.id`` is missing, a
+            kbear key is unknown or bad, or neither ``router`` nor
+            ``kbear.config`` is given.
+        ConfigError: the configuration directory is invalid.
+
+    Routes are consumer lookups (group, topic, client) made at :meth:`subscribe`.
+    There is one confluent-kafka Consumer per cluster, all in the same
+    ``group.id``, with the cluster's properties merged over ``config``. Messages
+    are confluent-kafka ``Message`` objects; for a remapped topic
+    (``use cluster c, topic t2``) ``msg.topic()`` is the name the application
+    subscribed to, and so are the topics of every ``TopicPartition`` taken or
+    returned. Rebalance callbacks receive this RoutedConsumer.
+
+    A route change (configuration reload) is applied in the caller's thread at
+    the next call. In ``drain`` mode the topic keeps being read on the old
+    cluster until this consumer has reached the end offsets observed after the
+    change and the old cluster stayed idle ``kbear.switch.drain.idle.ms``; then
+    the consumed offsets are committed there, the topic is dropped there and
+    subscribed on the new cluster. ``immediate`` commits and switches at once:
+    messages produced to the old cluster and not yet read are left behind.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        router: Router | None = None,
+        client: Client | None = None,
+        **kwargs: Any,
+    ) -> None:
+        native, self._settings = split_config(config, kwargs, client, "RoutedConsumer")
+        group = native.get("group.id")
+        if not group:
+            raise ValueError(
+                "RoutedConsumer: 'group.id' is required: consumer routes are looked up per "
+                "consumer group (CRRL consumerGroup.groupName)"
+            )
+        self._group = str(group)
+        self._native = native
+        self._router, self._owns_router = open_router(router, self._settings, "RoutedConsumer")
+        self._client = self._settings.client
+        self._clusters: dict[str, _ClusterConsumer] = {}
+        self._active: list[_ClusterConsumer] = []  # clusters with a subscription, polled
+        self._routes: dict[str, Route] = {}  # logical topic -> route in use
+        self._subscription: list[str] = []
+        self._callbacks: dict[str, RebalanceCallback] = {}
+        self._draining: dict[str, _Drain] = {}
+        self._next_drain_check = 0.0
+        self._stale_commits: set[str] = set()
+        self._route_listeners: list[RouteChangeCallback] = []
+        self._rr = 0
+        self._pending = False
+        self._closed = False
+        self._router.subscribe(self._on_config_change)
+
+    # ------------------------------------------------------------------ routing
+
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for."""
+        return self._client
+
+    def routes(self) -> dict[str, Route]:
+        """Logical topic -> route in use for the current subscription."""
+        return dict(self._routes)
+
+    def on_route_change(self, callback: RouteChangeCallback) -> None:
+        """Call ``callback(old_route, new_route)`` in the caller's thread when a
+        subscribed topic has switched clusters (``new_route`` None: no route any more)."""
+        self._route_listeners.append(callback)
+
+    def _cluster(self, route: Route) -> _ClusterConsumer:
+        current = self._clusters.get(route.cluster_id)
+        if current is not None and current.properties == dict(route.properties):
+            return current
+        if current is not None:
+            self._close_cluster(current)
+        conf = cluster_config(self._native, route.properties)
+        entry = _ClusterConsumer(route.cluster_id, route.properties, Consumer(conf))
+        self._clusters[route.cluster_id] = entry
+        return entry
+
+    def _close_cluster(self, entry: _ClusterConsumer) -> None:
+        self._commit_consumed(entry)
+        entry.consumer.close()
+        if entry in self._active:
+            self._active.remove(entry)
+
+    def _route(self, topic: str) -> Route:
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._router.route_consumer(topic, self._group, self._client)
+        return route
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        # Runs in the reloading thread: only flag; the caller's thread applies.
+        self._pending = True
+
+    # ------------------------------------------------------------------ subscription
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Subscribe to ``topics``, each on the cluster of its consumer route.
+
+        Args:
+            topics: topic names (logical). Regular-expression subscriptions
+                (``^...``) are not supported by this version of kbear.
+            on_assign, on_revoke, on_lost: ``callback(consumer, partitions)``, as
+                confluent-kafka; ``consumer`` is this RoutedConsumer and the
+                partitions carry logical topic names.
+
+        Raises:
+            NoRouteError: some topics have no route (all of them are named).
+            ValueError: a regular-expression subscription.
+            KafkaException: confluent-kafka refused the subscription.
+        """
+        self._check_open()
+        topics = list(topics)
+        patterns = [t for t in topics if t.startswith("^")]
+        if patterns:
+            raise ValueError(
+                f"RoutedConsumer.subscribe: regular-expression subscriptions {patterns} are not "
+                "supported by this version of kbear; name the topics"
+            )
+        routes: dict[str, Route] = {}
+        failures: list[str] = []
+        for topic in topics:
+            try:
+                routes[topic] = self._router.route_consumer(topic, self._group, self._client)
+            except NoRouteError:
+                failures.append(topic)
+        if failures:
+            names = ", ".join(f"'{t}'" for t in failures)
+            err = NoRouteError(self._client, failures[0], self._group)
+            if len(failures) > 1:
+                err.args = (
+                    f"no route for topics {names}, consumer group '{self._group}', client {self._client!r}",
+                )
+            raise err
+        self._callbacks = {
+            name: cb
+            for name, cb in (
+                ("on_assign", on_assign),
+                ("on_revoke", on_revoke),
+                ("on_lost", on_lost),
+            )
+            if cb is not None
+        }
+        self._pending = False
+        self._draining.clear()
+        self._stale_commits.clear()
+        self._subscription = topics
+        self._routes = routes
+        for entry in self._clusters.values():
+            entry.topics = []
+            entry.logical.clear()
+            entry.physical.clear()
+        for topic, route in routes.items():
+            self._attach(topic, route)
+        self._resubscribe(self._clusters.values())
+
+    def _attach(self, topic: str, route: Route) -> _ClusterConsumer:
+        entry = self._cluster(route)
+        if route.topic not in entry.topics:
+            entry.topics.append(route.topic)
+        if route.remapped:
+            entry.logical[route.topic] = topic
+            entry.physical[topic] = route.topic
+        return entry
+
+    def _detach(self, topic: str, route: Route) -> _ClusterConsumer | None:
+        entry = self._clusters.get(route.cluster_id)
+        if entry is None:
+            return None
+        if route.topic in entry.topics:
+            entry.topics.remove(route.topic)
+        entry.logical.pop(route.topic, None)
+        entry.physical.pop(topic, None)
+        return entry
+
+    def _resubscribe(self, entries: Iterable[_ClusterConsumer]) -> None:
+        for entry in list(entries):
+            if entry.topics:
+                entry.consumer.subscribe(list(entry.topics), **self._wrapped_callbacks(entry))
+                if entry not in self._active:
+                    self._active.append(entry)
+            elif entry in self._active:
+                entry.consumer.unsubscribe()
+                self._active.remove(entry)
+
+    def _wrapped_callbacks(self, entry: _ClusterConsumer) -> dict[str, Callable[..., None]]:
+        out: dict[str, Callable[..., None]] = {}
+        for name, user_cb in self._callbacks.items():
+            out[name] = self._wrap_rebalance(entry, user_cb)
+        return out
+
+    def _wrap_rebalance(
+        self, entry: _ClusterConsumer, user_cb: RebalanceCallback
+    ) -> Callable[[Any, list[TopicPartition]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            user_cb(self, self._to_logical(entry, partitions))
+
+        return callback
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
+        self._check_open()
+        for entry in self._active:
+            entry.consumer.unsubscribe()
+            entry.topics = []
+            entry.logical.clear()
+            entry.physical.clear()
+        self._active = []
+        self._subscription = []
+        self._routes = {}
+        self._draining.clear()
+        self._stale_commits.clear()
+
+    # ------------------------------------------------------------------ route changes
+
+    def _apply_changes(self) -> None:
+        self._pending = False
+        now = time.monotonic()
+        for topic in self._subscription:
+            old = self._routes.get(topic)
+            if old is None:
+                continue
+            try:
+                new: Route | None = self._router.route_consumer(topic, self._group, self._client)
+            except NoRouteError as exc:
+                log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
+                new = None
+            if new is not None and (
+                new.cluster_id == old.cluster_id
+                and new.topic == old.topic
+                and dict(new.properties) == dict(old.properties)
+            ):
+                self._draining.pop(topic, None)
+                continue
+            drain = self._draining.get(topic)
+            if drain is not None:
+                drain.new = new
+            elif self._settings.switch_mode == "immediate":
+                self._switch(topic, old, new)
+            else:
+                log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
+                self._draining[topic] = _Drain(old, new, now, now)
+        self._next_drain_check = 0.0
+
+    def _check_drains(self) -> None:
+        now = time.monotonic()
+        if now < self._next_drain_check:
+            return
+        self._next_drain_check = now + _DRAIN_CHECK_S
+        for topic, drain in list(self._draining.items()):
+            if self._drained(drain, now):
+                del self._draining[topic]
+                self._switch(topic, drain.old, drain.new)
+
+    def _drained(self, drain: _Drain, now: float) -> bool:
+        if now - drain.started >= self._settings.drain_timeout_ms / 1000.0:
+            log.warning(
+                "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
+                "switching with what was read",
+                drain.old.requested_topic,
+                drain.old.cluster_id,
+            )
+            return True
+        idle = now - drain.last_activity >= self._settings.drain_idle_ms / 1000.0
+        if not idle:
+            return False
+        entry = self._clusters.get(drain.old.cluster_id)
+        if entry is None:
+            return True
+        parts = [tp for tp in entry.consumer.assignment() if tp.topic == drain.old.topic]
+        if not parts:
+            return True
+        for tp in parts:
+            if tp.partition not in drain.high:
+                _low, high = entry.consumer.get_watermark_offsets(tp, timeout=5.0)
+                drain.high[tp.partition] = high
+        return all(pos.offset >= drain.high[pos.partition] for pos in entry.consumer.position(parts))
+
+    def _switch(self, topic: str, old: Route, new: Route | None) -> None:
+        old_entry = self._detach(topic, old)
+        if old_entry is not None:
+            self._commit_consumed(old_entry)
+            self._resubscribe([old_entry])
+        if new is None:
+            self._subscription.remove(topic)
+            del self._routes[topic]
+        else:
+            self._routes[topic] = new
+            self._resubscribe([self._attach(topic, new)])
+            self._stale_commits.add(topic)
+        log.info("kbear: topic %r switched from %r to %r", topic, old, new)
+        for callback in self._route_listeners:
+            callback(old, new)
+
+    def _commit_consumed(self, entry: _ClusterConsumer) -> None:
+        """Commit the stored offsets (what was consumed) of one cluster's client."""
+        try:
+            entry.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                log.error("kbear: commit on cluster %r failed at route switch: %s", entry.cluster_id, exc)
+
+    # ------------------------------------------------------------------ messages
+
+    def _before_call(self) -> None:
+        if self._pending:
+            self._apply_changes()
+        if self._draining:
+            self._check_drains()
+
+    def _out(self, entry: _ClusterConsumer, msg: Any) -> Any:
+        logical = entry.logical
+        if logical:
+            name = logical.get(msg.topic())
+            if name is not None:
+                msg.set_topic(name)
+        if self._draining or self._stale_commits:
+            topic = msg.topic()
+            drain = self._draining.get(topic)
+            if drain is not None and drain.old.cluster_id == entry.cluster_id:
+                drain.last_activity = time.monotonic()
+            elif topic in self._stale_commits and msg.error() is None:
+                self._stale_commits.discard(topic)
+        return msg
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """Consume one message, serving callbacks, from the clusters in turn.
+
+        Args:
+            timeout: maximum time to block in seconds (None or -1: infinite).
+
+        Returns:
+            A ``Message`` (check ``msg.error()`` as with confluent-kafka) or None on timeout.
+
+        Raises:
+            RuntimeError: the consumer is closed.
+            KafkaException: errors of confluent-kafka.
+        """
+        if self._pending or self._draining:
+            self._before_call()
+        active = self._active
+        if len(active) == 1 and not self._draining:
+            entry = active[0]
+            msg = entry.consumer.poll(-1 if timeout is None else timeout)
+            if msg is not None and (entry.logical or self._stale_commits):
+                self._out(entry, msg)
+            return msg
+        if not active:
+            self._check_open()
+            self._sleep(timeout)
+            return None
+        n = len(active)
+        start = self._rr = (self._rr + 1) % n
+        deadline = Deadline(timeout)
+        step = 0.0
+        while True:
+            for i in range(n):
+                entry = active[(start + i) % n]
+                msg = entry.consumer.poll(step)
+                if msg is not None:
+                    self._out(entry, msg)
+                    return msg
+            left = deadline.remaining()
+            if left is not None and left <= 0:
+                return None
+            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
+            if self._pending or self._draining:
+                self._before_call()
+                active = self._active
+                n = len(active)
+                if not n:
+                    return None
+
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
+        """Consume up to ``num_messages`` messages, from the clusters in turn.
+
+        Args:
+            num_messages: maximum number of messages to return (1 to 1000000).
+            timeout: maximum time to block in seconds (None or -1: infinite).
+
+        Returns:
+            A list of ``Message`` (possibly empty on timeout).
+
+        Raises:
+            ValueError: ``num_messages`` out of range (as confluent-kafka).
+            RuntimeError: the consumer is closed.
+        """
+        if self._pending or self._draining:
+            self._before_call()
+        active = self._active
+        tmo = -1 if timeout is None else timeout
+        if len(active) == 1 and not self._draining:
+            entry = active[0]
+            msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
+            if entry.logical or self._stale_commits:
+                return [self._out(entry, m) for m in msgs]
+            return msgs
+        if not 1 <= num_messages <= 1_000_000:
+            raise ValueError("num_messages must be between 1 and 1000000 (1M)")
+        if not active:
+            self._check_open()
+            self._sleep(timeout)
+            return []
+        n = len(active)
+        start = self._rr = (self._rr + 1) % n
+        deadline = Deadline(tmo)
+        step = 0.0
+        out: list[Message] = []
+        while True:
+            for i in range(n):
+                entry = active[(start + i) % n]
+                got = entry.consumer.consume(num_messages - len(out), step)
+                out.extend(self._out(entry, m) for m in got)
+                if len(out) >= num_messages:
+                    return out
+            left = deadline.remaining()
+            if out or (left is not None and left <= 0):
+                return out
+            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
+            if self._pending or self._draining:
+                self._before_call()
+                active = self._active
+                n = len(active)
+                if not n:
+                    return out
+
+    @staticmethod
+    def _sleep(timeout: float | None) -> None:
+        # Nothing subscribed: confluent-kafka would block for the timeout too.
+        if timeout is not None and timeout > 0:
+            time.sleep(min(timeout, 1.0))
+
+    # ------------------------------------------------------------------ offsets
+
+    @staticmethod
+    def _to_logical(entry: _ClusterConsumer, parts: list[TopicPartition]) -> list[TopicPartition]:
+        """``parts`` with remapped physical topic names replaced by logical ones.
+
+        TopicPartition is immutable: remapped entries are new objects (their
+        ``error`` is not carried over; confluent-kafka offers no way to set it).
+        """
+        logical = entry.logical
+        if not logical:
+            return parts
+        return [tp if (name := logical.get(tp.topic)) is None else _renamed(tp, name) for tp in parts]
+
+    def _split(
+        self, partitions: Iterable[TopicPartition]
+    ) -> list[tuple[_ClusterConsumer, list[int], list[TopicPartition]]]:
+        """Group partitions (logical names) by cluster, as physical TopicPartitions,
+        with their indexes in the input."""
+        groups: dict[str, tuple[_ClusterConsumer, list[int], list[TopicPartition]]] = {}
+        for index, tp in enumerate(partitions):
+            route = self._route(tp.topic)
+            entry = self._cluster(route)
+            if route.remapped:
+                entry.logical.setdefault(route.topic, tp.topic)
+                tp = _renamed(tp, route.topic)
+            group = groups.setdefault(route.cluster_id, (entry, [], []))
+            group[1].append(index)
+            group[2].append(tp)
+        return list(groups.values())
+
+    def _per_cluster(
+        self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]
+    ) -> list[TopicPartition]:
+        result: list[TopicPartition | None] = [None] * len(partitions)
+        for entry, indexes, parts in self._split(partitions):
+            answered = call(entry.consumer, parts)
+            for index, tp in zip(indexes, self._to_logical(entry, list(answered)), strict=True):
+                result[index] = tp
+        return [tp for tp in result if tp is not None]
+
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Commit offsets, each on its topic's cluster (as ``Consumer.commit``).
+
+        Args:
+            message: commit this message's offset + 1.
+            offsets: commit these TopicPartitions (logical topic names).
+            asynchronous: return at once (True) or wait for the commits.
+
+        Returns:
+            None when asynchronous, else the committed TopicPartitions (logical names).
+
+        Raises:
+            KafkaException: the commit failed, e.g. ``_NO_OFFSET`` when nothing
+                was consumed on any cluster.
+
+        A message received from a topic's old cluster before a route switch is
+        already committed there by the switch; committing it afterwards is a
+        no-op until the new cluster has delivered a message of that topic.
+        """
+        self._check_open()
+        if message is not None and offsets is not None:
+            raise ValueError("commit: pass message or offsets, not both")
+        if message is not None:
+            topic = str(message.topic())
+            if topic in self._stale_commits:
+                return None if asynchronous else []
+            offsets = [
+                TopicPartition(
+                    topic,
+                    int(message.partition() or 0),
+                    int(message.offset() or 0) + 1,
+                    None,
+                    message.leader_epoch(),
+                )
+            ]
+        if offsets is not None:
+            committed = self._per_cluster(
+                offsets, lambda c, parts: c.commit(offsets=parts, asynchronous=asynchronous) or []
+            )
+            return None if asynchronous else committed
+        return self._commit_all(asynchronous)
+
+    def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        out: list[TopicPartition] = []
+        no_offset: KafkaException | None = None
+        committed_any = False
+        for entry in self._active:
+            consumer: Any = entry.consumer
+            try:
+                answered = consumer.commit(asynchronous=asynchronous)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._NO_OFFSET:
+                    no_offset = no_offset or exc
+                    continue
+                raise
+            committed_any = True
+            if answered:
+                out.extend(self._to_logical(entry, answered))
+        if not committed_any and no_offset is not None:
+            raise no_offset
+        return None if asynchronous else out
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        """Committed offsets of ``partitions`` (logical names), each asked of its cluster.
+
+        Args:
+            partitions: the partitions to look up.
+            timeout: maximum time in seconds per cluster (-1: infinite).
+
+        Raises:
+            NoRouteError: a topic has no route.
+            KafkaException: a cluster did not answer.
+        """
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.committed(parts, timeout=timeout))
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Current positions (next offset to fetch) of ``partitions`` (logical names)."""
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.position(parts))
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions assigned on every cluster, with logical topic names."""
+        self._check_open()
+        out: list[TopicPartition] = []
+        for entry in self._clusters.values():
+            out.extend(self._to_logical(entry, entry.consumer.assignment()))
+        return out
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int] | None:
+        """Low and high watermark of ``partition`` on its topic's cluster (as confluent-kafka)."""
+        self._check_open()
+        ((entry, _, parts),) = self._split([partition])
+        kwargs: dict[str, Any] = {"cached": cached}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        result: tuple[int, int] | None = entry.consumer.get_watermark_offsets(parts[0], **kwargs)
+        return result
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """Metadata of ``topic``'s cluster, or of the first subscribed cluster when None.
+
+        Raises:
+            NoRouteError: ``topic`` has no route.
+            KafkaException: the cluster did not answer within ``timeout`` seconds.
+        """
+        self._check_open()
+        if topic is None:
+            if not self._clusters:
+                raise ValueError("list_topics: no cluster in use yet; subscribe or name a topic")
+            return next(iter(self._clusters.values())).consumer.list_topics(None, timeout)
+        route = self._route(topic)
+        md = self._cluster(route).consumer.list_topics(route.topic, timeout)
+        if route.remapped and route.topic in md.topics:
+            tmd = md.topics.pop(route.topic)
+            tmd.topic = topic
+            md.topics[topic] = tmd
+        return md
+
+    def close(self) -> None:
+        """Close every cluster's client (committing, as confluent-kafka, when
+        ``enable.auto.commit`` is on), then stop watching the configuration."""
+        if self._closed:
+            return
+        self._closed = True
+        self._router.unsubscribe(self._on_config_change)
+        errors = []
+        for entry in self._clusters.values():
+            try:
+                entry.consumer.close()
+            except KafkaException as exc:
+                errors.append(exc)
+        self._active = []
+        if self._owns_router:
+            self._router.close()
+        if errors:
+            raise errors[0]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+
+    def __enter__(self) -> RoutedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

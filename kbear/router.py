@@ -1,0 +1,423 @@
+"""The router: who is asking, for which topic (and group), gets which cluster.
+
+The chain (``../shared/spec/crrl.md``, "Priority and the chain" and "Lookup"):
+
+- a producer lookup (client, topic) uses the topic rules of that topic and the
+  global rules;
+- a consumer lookup (client, group, topic) uses the consumer-group rules of
+  (group, topic), the topic rules of that topic and the global rules;
+- rules are ordered by priority descending, then consumer group > topic >
+  global, then by order of appearance in ``route-rules.yaml`` (kbear's choice
+  where the reference leaves the order undefined);
+- the first rule whose statement matches yields the route; none is
+  :class:`NoRouteError`.
+
+Lookups never scan the whole configuration: rules are indexed by topic and by
+(group, topic), and answers are cached per configuration snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from heapq import merge
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from kbear._secrets import redact
+from kbear.config import KBearConfig, RouteRule, RuleKind, load_config
+
+if TYPE_CHECKING:
+    from kbear.reload import ConfigWatcher
+
+__all__ = ["Client", "Explanation", "NoRouteError", "Route", "Router", "RuleVerdict"]
+
+log = logging.getLogger("kbear.router")
+
+_CACHE_LIMIT = 100_000
+
+
+class Client:
+    """The application asking for a route.
+
+    Args:
+        id: the client's id (CRRL factor ``client.id``), e.g. an application
+            id; None when the client has none (then ``client.id`` is absent and
+            never matches).
+        meta: string -> string (``client.<key>`` factors), e.g.
+            ``{"env": "uat", "idc": "sh"}``.
+
+    Clients are immutable and hashable: equal id and meta are the same client.
+    """
+
+    __slots__ = ("_hash", "id", "meta")
+
+    id: str | None
+    meta: Mapping[str, str]
+    _hash: int
+
+    def __init__(self, id: str | None = None, meta: Mapping[str, str] | None = None) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "meta", MappingProxyType(dict(meta or {})))
+        object.__setattr__(self, "_hash", hash((id, frozenset(self.meta.items()))))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Client is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Client) and self.id == other.id and dict(self.meta) == dict(other.meta)
+
+    def __repr__(self) -> str:
+        return f"Client(id={self.id!r}, meta={dict(self.meta)!r})"
+
+    def factors(self) -> dict[str, str]:
+        """The ``client.*`` factors of this client."""
+        out = {f"client.{k}": v for k, v in self.meta.items()}
+        if self.id is not None:
+            out["client.id"] = self.id
+        return out
+
+
+_ANONYMOUS = Client()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a lookup sends the client.
+
+    Attributes:
+        cluster_id: the cluster id (from ``clusters.yaml``).
+        topic: the physical topic on that cluster: the remapped name of
+            ``use cluster c, topic t`` or, without a remap, the topic asked for.
+        requested_topic: the topic the application asked for (logical name).
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        rule_id: the id of the rule that yielded the route.
+        properties: the cluster's librdkafka client properties (including
+            ``bootstrap.servers``); secrets are hidden from ``repr``.
+    """
+
+    cluster_id: str
+    topic: str
+    requested_topic: str
+    bootstrap_servers: str
+    rule_id: str
+    properties: Mapping[str, str] = field(repr=False, compare=False)
+
+    @property
+    def remapped(self) -> bool:
+        """Whether the physical topic differs from the one asked for."""
+        return self.topic != self.requested_topic
+
+    def __repr__(self) -> str:
+        return (
+            f"Route(cluster_id={self.cluster_id!r}, topic={self.topic!r}, "
+            f"requested_topic={self.requested_topic!r}, "
+            f"bootstrap_servers={self.bootstrap_servers!r}, rule_id={self.rule_id!r}, "
+            f"properties={redact(self.properties)!r})"
+        )
+
+
+class NoRouteError(LookupError):
+    """No rule of the chain routes the request (CRRL spec, "Lookup").
+
+    Attributes:
+        client: the :class:`Client` asking.
+        topic: the topic asked for.
+        group: the consumer group, or None for a producer lookup.
+    """
+
+    def __init__(self, client: Client, topic: str, group: str | None) -> None:
+        self.client = client
+        self.topic = topic
+        self.group = group
+        who = f"client id={client.id!r} meta={dict(client.meta)!r}"
+        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
+        super().__init__(f"no route rule matches {what} for {who}")
+
+
+@dataclass(frozen=True)
+class RuleVerdict:
+    """One rule of an explained chain.
+
+    Attributes:
+        rule: the rule.
+        matched: whether its statement matched (only the first match wins).
+        failed: the conditions that did not hold, as ``key=value (actual: ...)``.
+    """
+
+    rule: RouteRule
+    matched: bool
+    failed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The chain of a lookup with each rule's verdict.
+
+    Attributes:
+        factors: the route factors the rules were evaluated against.
+        verdicts: the chain in order; evaluation stops at the first match, so
+            rules after the winner are listed with ``matched=False`` and no
+            failed conditions only when they were not evaluated (see
+            ``evaluated``).
+        evaluated: how many verdicts were actually evaluated.
+        route: the winning route, or None when nothing matches.
+    """
+
+    factors: Mapping[str, str]
+    verdicts: tuple[RuleVerdict, ...]
+    evaluated: int
+    route: Route | None
+
+
+class _Snapshot:
+    """One configuration with its rule index and lookup cache (replaced whole on reload)."""
+
+    def __init__(self, config: KBearConfig) -> None:
+        self.config = config
+        self.globals: list[RouteRule] = []
+        self.by_topic: dict[str, list[RouteRule]] = {}
+        self.by_group: dict[tuple[str, str], list[RouteRule]] = {}
+        for rule in config.rules:
+            if rule.kind is RuleKind.GLOBAL:
+                self.globals.append(rule)
+            elif rule.kind is RuleKind.TOPIC:
+                self.by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
+            else:
+                key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
+                self.by_group.setdefault(key, []).append(rule)
+        for rules in (self.globals, *self.by_topic.values(), *self.by_group.values()):
+            rules.sort(key=lambda r: r.sort_key)
+        self.cache: dict[tuple[str, str | None, Client], Route | None] = {}
+
+    def chain(self, topic: str, group: str | None) -> Iterator[RouteRule]:
+        parts = [self.by_topic.get(topic, ()), self.globals]
+        if group is not None:
+            parts.insert(0, self.by_group.get((group, topic), ()))
+        return merge(*parts, key=lambda r: r.sort_key)
+
+    def factors(self, topic: str, group: str | None, client: Client) -> dict[str, str]:
+        out = client.factors()
+        topic_conf = self.config.topics.get(topic)
+        if topic_conf is not None:
+            out.update((f"topic.{k}", v) for k, v in topic_conf.meta.items())
+        out["topic.id"] = topic
+        if group is not None:
+            group_conf = self.config.consumer_groups.get((group, topic))
+            if group_conf is not None:
+                out.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
+            out["consumerGroup.groupName"] = group
+            out["consumerGroup.topicId"] = topic
+        return out
+
+    def route_for(self, rule: RouteRule, topic: str) -> Route:
+        cluster = self.config.clusters[rule.statement.cluster]
+        return Route(
+            cluster_id=cluster.id,
+            topic=rule.statement.topic if rule.statement.topic is not None else topic,
+            requested_topic=topic,
+            bootstrap_servers=cluster.bootstrap_servers,
+            rule_id=rule.id,
+            properties=MappingProxyType(cluster.client_properties),
+        )
+
+    def lookup(self, topic: str, group: str | None, client: Client) -> Route | None:
+        key = (topic, group, client)
+        try:
+            return self.cache[key]
+        except KeyError:
+            pass
+        factors = self.factors(topic, group, client)
+        route = None
+        for rule in self.chain(topic, group):
+            if rule.statement.matches(factors):
+                route = self.route_for(rule, topic)
+                break
+        if len(self.cache) >= _CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[key] = route
+        return route
+
+    def explain(self, topic: str, group: str | None, client: Client) -> Explanation:
+        factors = self.factors(topic, group, client)
+        verdicts = []
+        route = None
+        evaluated = 0
+        for rule in self.chain(topic, group):
+            if route is not None:
+                verdicts.append(RuleVerdict(rule, False, ()))
+                continue
+            evaluated += 1
+            failed = tuple(
+                f"{c.key}={c.value} (actual: {factors.get(c.key, '<absent>')})"
+                for c in rule.statement.conditions
+                if factors.get(c.key) != c.value
+            )
+            matched = not failed
+            verdicts.append(RuleVerdict(rule, matched, failed))
+            if matched:
+                route = self.route_for(rule, topic)
+        return Explanation(MappingProxyType(factors), tuple(verdicts), evaluated, route)
+
+
+RouteChangeListener = Callable[[KBearConfig, KBearConfig], None]
+
+
+class Router:
+    """Answers route lookups from a :class:`~kbear.config.KBearConfig`.
+
+    Args:
+        config: a loaded configuration (see :func:`kbear.load_config`).
+
+    Thread-safe: lookups read an immutable snapshot; :meth:`reload` swaps it.
+    """
+
+    def __init__(self, config: KBearConfig) -> None:
+        self._snapshot = _Snapshot(config)
+        self._listeners: list[RouteChangeListener] = []
+        self._lock = threading.Lock()
+        self._watcher: ConfigWatcher | None = None
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Router:
+        """A router over the configuration directory ``path``.
+
+        Raises:
+            ConfigError: the directory's configuration is invalid (every problem listed).
+        """
+        return cls(load_config(path))
+
+    @property
+    def config(self) -> KBearConfig:
+        """The configuration in force."""
+        return self._snapshot.config
+
+    def route_producer(self, topic: str, client: Client | None = None) -> Route:
+        """The route of a producer lookup: topic rules of ``topic``, then global rules.
+
+        Args:
+            topic: the topic the application produces to (logical name).
+            client: who asks; an anonymous client (no id, no meta) when None.
+
+        Returns:
+            The :class:`Route` of the first matching rule of the chain.
+
+        Raises:
+            NoRouteError: no rule matches.
+        """
+        client = client or _ANONYMOUS
+        route = self._snapshot.lookup(topic, None, client)
+        if route is None:
+            raise NoRouteError(client, topic, None)
+        return route
+
+    def route_consumer(self, topic: str, group: str, client: Client | None = None) -> Route:
+        """The route of a consumer lookup: consumer-group rules of (group, topic),
+        topic rules of ``topic``, then global rules.
+
+        Args:
+            topic: the topic the application consumes (logical name).
+            group: the consumer group (``group.id``).
+            client: who asks; an anonymous client when None.
+
+        Raises:
+            NoRouteError: no rule matches.
+        """
+        client = client or _ANONYMOUS
+        route = self._snapshot.lookup(topic, group, client)
+        if route is None:
+            raise NoRouteError(client, topic, group)
+        return route
+
+    def explain_producer(self, topic: str, client: Client | None = None) -> Explanation:
+        """The producer chain of ``topic`` with each rule's verdict (never raises NoRouteError)."""
+        return self._snapshot.explain(topic, None, client or _ANONYMOUS)
+
+    def explain_consumer(self, topic: str, group: str, client: Client | None = None) -> Explanation:
+        """The consumer chain of (``group``, ``topic``) with each rule's verdict."""
+        return self._snapshot.explain(topic, group, client or _ANONYMOUS)
+
+    # ------------------------------------------------------------------ reload
+
+    def subscribe(self, listener: RouteChangeListener) -> None:
+        """Call ``listener(old_config, new_config)`` after each applied reload.
+
+        Listeners run in the thread that reloads (the watcher's, or the caller
+        of :meth:`reload`); they must be quick and must not raise (exceptions
+        are logged and ignored).
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+    def unsubscribe(self, listener: RouteChangeListener) -> None:
+        """Stop calling ``listener``; unknown listeners are ignored."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def reload(self) -> bool:
+        """Re-read the configuration directory and apply it if it changed.
+
+        Returns:
+            True when a new configuration was applied, False when the files are
+            unchanged (same content digest).
+
+        Raises:
+            ConfigError: the new configuration is invalid; the old one stays in force.
+            RuntimeError: the router was built from an in-memory configuration.
+        """
+        directory = self.config.directory
+        if directory is None:
+            raise RuntimeError("this Router has no configuration directory to reload")
+        new = load_config(directory)
+        return self.apply(new)
+
+    def apply(self, new: KBearConfig) -> bool:
+        """Put ``new`` in force and notify listeners; False if its digest equals the current one."""
+        with self._lock:
+            old = self._snapshot.config
+            if new.digest == old.digest and new.directory == old.directory:
+                return False
+            self._snapshot = _Snapshot(new)
+            listeners = list(self._listeners)
+        log.info("kbear configuration reloaded from %s", new.directory)
+        for listener in listeners:
+            try:
+                listener(old, new)
+            except Exception:
+                log.exception("kbear route change listener %r failed", listener)
+        return True
+
+    def watch(self, interval_s: float = 10.0) -> ConfigWatcher:
+        """Start (once) a background watcher that reloads on change.
+
+        Args:
+            interval_s: seconds between checks of the files' content digest.
+
+        Returns:
+            The running :class:`~kbear.reload.ConfigWatcher`; calling again returns it.
+        """
+        from kbear.reload import ConfigWatcher
+
+        with self._lock:
+            if self._watcher is None or not self._watcher.running:
+                directory = self.config.directory
+                if directory is None:
+                    raise RuntimeError("this Router has no configuration directory to watch")
+                self._watcher = ConfigWatcher(self, Path(directory), interval_s)
+                self._watcher.start()
+            return self._watcher
+
+    def close(self) -> None:
+        """Stop the watcher, if any."""
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()

@@ -1,0 +1,212 @@
+"""Test helpers: an in-process Kafka cluster for tests and the demo.
+
+:class:`EmbeddedCluster` runs librdkafka's mock cluster (librdkafka
+``src/rdkafka_mock.h``) inside the current process. Its brokers listen on real
+TCP ports on 127.0.0.1, so any Kafka client in this or another process can use
+:attr:`EmbeddedCluster.bootstrap_servers`; several clusters can run in one
+process, each independent of the others.
+
+Example::
+
+    from confluent_kafka import Consumer, Producer
+    from kbear.testing import EmbeddedCluster
+
+    with EmbeddedCluster() as cluster:
+        cluster.create_topic("orders", num_partitions=3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        producer.produce("orders", key=b"k", value=b"v")
+        producer.flush(5)
+
+What the mock cluster does not do: the AdminClient (only ``list_topics``
+works; create/delete/describe time out), Java clients, persistence,
+``read_committed`` filtering of aborted messages. It keeps only about the last
+5 MB of each partition. Topics a producer asks for without creating them are
+auto-created with 4 partitions.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from kbear import _mock
+
+__all__ = ["EmbeddedCluster"]
+
+
+class EmbeddedCluster:
+    """An in-process Kafka cluster (librdkafka mock cluster) for tests and the demo.
+
+    When librdkafka's mock-cluster C API is available (the ``librdkafka`` shared
+    library bundled in the confluent-kafka wheel exports it), the cluster is made
+    with ``rd_kafka_mock_cluster_new()`` through :mod:`ctypes` and :attr:`native`
+    is ``True``: partition counts are exact, the consumer-group join delay is
+    ``group_initial_rebalance_delay_ms`` and brokers can be taken down and up.
+    Otherwise it falls back to the ``test.mock.num.brokers`` client property
+    (:attr:`native` is ``False``): topics can only be created with 4 partitions,
+    the group join delay is librdkafka's default 3000 ms and
+    :meth:`set_broker_down` / :meth:`set_broker_up` raise ``NotImplementedError``.
+
+    The cluster lives until :meth:`close` (also called by ``with``, when the
+    object is garbage-collected and at interpreter exit). Close the clients
+    that use it first: a consumer group member with offsets to commit blocks
+    in ``Consumer.close()`` for ``session.timeout.ms`` (45 s by default) when
+    its cluster is already gone. Other clients only log connection errors.
+
+    Args:
+        num_brokers: number of brokers (``int`` >= 1). Broker ids are
+            ``1..num_brokers``.
+        group_initial_rebalance_delay_ms: the brokers'
+            ``group.initial.rebalance.delay.ms`` in milliseconds (``int`` >= 0):
+            how long the group coordinator waits for more members before the
+            first rebalance of a classic consumer group. The default 0 makes
+            the first message of a subscribed consumer arrive in about 0.1 s
+            instead of about 3.1 s. Ignored by the fallback (always 3000 ms;
+            see :attr:`group_initial_rebalance_delay_ms`).
+
+    Raises:
+        ValueError: ``num_brokers`` < 1 or ``group_initial_rebalance_delay_ms`` < 0.
+        RuntimeError: librdkafka could not create the client or the cluster.
+    """
+
+    def __init__(self, num_brokers: int = 1, *, group_initial_rebalance_delay_ms: int = 0) -> None:
+        if num_brokers < 1:
+            raise ValueError(f"num_brokers must be >= 1, got {num_brokers}")
+        if group_initial_rebalance_delay_ms < 0:
+            raise ValueError(
+                f"group_initial_rebalance_delay_ms must be >= 0, got {group_initial_rebalance_delay_ms}"
+            )
+        backend: _mock.MockBackend
+        if _mock.NATIVE_API is not None:
+            backend = _mock.NativeMockCluster(num_brokers, group_initial_rebalance_delay_ms)
+        else:
+            backend = _mock.PropertyMockCluster(num_brokers, group_initial_rebalance_delay_ms)
+        self._backend = backend
+
+    @property
+    def native(self) -> bool:
+        """``True`` when the cluster uses librdkafka's mock C API through ctypes.
+
+        ``False`` for the ``test.mock.num.brokers`` fallback (no exact partition
+        counts, fixed 3000 ms group join delay, no broker up/down).
+        """
+        return self._backend.native
+
+    @property
+    def num_brokers(self) -> int:
+        """Number of brokers (``int``); their ids are ``1..num_brokers``."""
+        return self._backend.num_brokers
+
+    @property
+    def group_initial_rebalance_delay_ms(self) -> int:
+        """The ``group.initial.rebalance.delay.ms`` in effect, in milliseconds (``int``).
+
+        The value passed to the constructor, or 3000 (librdkafka's mock default)
+        when it could not be applied (fallback, or no
+        ``rd_kafka_mock_group_initial_rebalance_delay_ms`` in the library).
+        """
+        return self._backend.group_initial_rebalance_delay_ms
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The brokers' addresses for ``bootstrap.servers`` (``str``).
+
+        ``"127.0.0.1:port,127.0.0.1:port,..."``, one entry per broker, in
+        broker-id order; the ports are free ports chosen by the OS. The string
+        stays readable after :meth:`close`, but nothing listens there any more.
+        """
+        return self._backend.bootstrap_servers
+
+    @property
+    def closed(self) -> bool:
+        """``True`` once :meth:`close` has run."""
+        return self._backend.closed
+
+    def create_topic(self, name: str, num_partitions: int = 4, replication_factor: int = 1) -> None:
+        """Create topic ``name`` with exactly ``num_partitions`` partitions.
+
+        Uses ``rd_kafka_mock_topic_create()`` (librdkafka ``rdkafka_mock.h``);
+        the mock brokers do not implement the CreateTopics admin request. The
+        topic is visible to clients' metadata requests as soon as this returns.
+
+        Args:
+            name: topic name (``str``), 1-249 characters from ``[A-Za-z0-9._-]``.
+            num_partitions: number of partitions (``int`` >= 1). The fallback
+                (``native`` is ``False``) only supports 4, librdkafka's
+                auto-create default.
+            replication_factor: replicas per partition (``int``,
+                ``1..num_brokers``). The fallback ignores it and uses
+                ``min(3, num_brokers)``.
+
+        Raises:
+            ValueError: invalid name, ``num_partitions`` < 1, or
+                ``replication_factor`` outside ``1..num_brokers``.
+            confluent_kafka.KafkaException: the cluster refused; e.g. its
+                ``args[0].code()`` is ``KafkaError.TOPIC_ALREADY_EXISTS`` when
+                the topic exists (also when it was auto-created by a client).
+            NotImplementedError: fallback only, ``num_partitions`` is not 4.
+            RuntimeError: the cluster is closed.
+        """
+        self._backend.create_topic(name, num_partitions, replication_factor)
+
+    def set_broker_down(self, broker_id: int) -> None:
+        """Disconnect broker ``broker_id`` and refuse new connections to it.
+
+        Uses ``rd_kafka_mock_broker_set_down()`` (librdkafka ``rdkafka_mock.h``).
+        This does NOT move partition leadership: requests for partitions led
+        by that broker fail until :meth:`set_broker_up`.
+
+        Args:
+            broker_id: ``int``, ``1..num_brokers``, or ``-1`` for all brokers.
+
+        Raises:
+            ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``.
+            NotImplementedError: the C API is unavailable (``native`` is ``False``).
+            confluent_kafka.KafkaException: librdkafka returned an error.
+            RuntimeError: the cluster is closed.
+        """
+        self._backend.set_broker_down(broker_id)
+
+    def set_broker_up(self, broker_id: int) -> None:
+        """Make broker ``broker_id`` accept connections again.
+
+        Uses ``rd_kafka_mock_broker_set_up()`` (librdkafka ``rdkafka_mock.h``).
+        Clients reconnect on their own (after ``reconnect.backoff.ms``).
+
+        Args:
+            broker_id: ``int``, ``1..num_brokers``, or ``-1`` for all brokers.
+
+        Raises:
+            ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``.
+            NotImplementedError: the C API is unavailable (``native`` is ``False``).
+            confluent_kafka.KafkaException: librdkafka returned an error.
+            RuntimeError: the cluster is closed.
+        """
+        self._backend.set_broker_up(broker_id)
+
+    def close(self) -> None:
+        """Stop the brokers and free the cluster. Idempotent and thread-safe.
+
+        Destroys the mock cluster (``rd_kafka_mock_cluster_destroy()``) and then
+        the ``rd_kafka_t`` that owns it (``rd_kafka_destroy()``), in the order
+        ``rdkafka_mock.h`` requires. Calling it again does nothing; other
+        methods raise ``RuntimeError`` afterwards.
+        """
+        self._backend.close()
+
+    def __enter__(self) -> EmbeddedCluster:
+        """Return ``self``; the cluster is already running."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Call :meth:`close`."""
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.bootstrap_servers
+        kind = "native" if self.native else "fallback"
+        return f"<EmbeddedCluster {kind} brokers={self.num_brokers} {state}>"
