@@ -161,7 +161,7 @@ def _meta(value: Any) -> Any:
 
 def _priority(value: Any) -> Any:
     # pydantic's lax int accepts True and "3"; a priority must be a YAML integer.
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
     return value
 
@@ -369,6 +369,11 @@ class _Loader:
         self.environ = environ
         self.problems: list[ConfigProblem] = []
         self.hash = hashlib.sha256()
+        # Every cluster id written in clusters.yaml (valid entries or not), and
+        # whether that file could be read as a list at all: rules are checked
+        # against these ids, so an empty cluster list refuses every rule.
+        self.cluster_ids: set[str] = set()
+        self.clusters_listed = False
 
     def problem(self, file: str, entry: str | None, message: str) -> None:
         self.problems.append(ConfigProblem(file, entry, message))
@@ -454,17 +459,34 @@ class _Loader:
 
     def clusters(self) -> dict[str, ClusterConfig]:
         out: dict[str, ClusterConfig] = {}
-        for label, item in self.read_entries(CLUSTERS_FILE):
+        seen: set[str] = set()
+        before = len(self.problems)
+        entries = self.read_entries(CLUSTERS_FILE)
+        self.clusters_listed = len(self.problems) == before
+        for _, item in entries:
+            raw_id = _scalar_to_str(item.get("id"))
+            if isinstance(raw_id, str):
+                self.cluster_ids.add(raw_id)
+        for label, item in entries:
             cluster = self.validate(CLUSTERS_FILE, label, ClusterConfig, item)
             if cluster is None:
                 continue
             entry = f"cluster '{cluster.id}'"
+            if cluster.id in seen:
+                self.problem(CLUSTERS_FILE, entry, "duplicate cluster id")
+                continue
+            seen.add(cluster.id)
             if not cluster.meta.get("bootstrap.servers", "").strip():
                 self.problem(CLUSTERS_FILE, entry, "meta 'bootstrap.servers' is required")
                 continue
+            before = len(self.problems)
             meta = {k: self.interpolate(entry, k, v) for k, v in cluster.meta.items()}
-            if cluster.id in out:
-                self.problem(CLUSTERS_FILE, entry, "duplicate cluster id")
+            if len(self.problems) > before:
+                continue
+            if not meta["bootstrap.servers"].strip():
+                self.problem(
+                    CLUSTERS_FILE, entry, "meta 'bootstrap.servers' is empty once read from the environment"
+                )
                 continue
             out[cluster.id] = ClusterConfig(id=cluster.id, meta=meta)
         return out
@@ -517,8 +539,8 @@ class _Loader:
             except crrl.CrrlSyntaxError as exc:
                 self.problem(ROUTE_RULES_FILE, entry, f"key 'rule': {exc} in {raw.rule!r}")
                 continue
-            if clusters and statement.cluster not in clusters:
-                known = ", ".join(sorted(clusters))
+            if self.clusters_listed and statement.cluster not in self.cluster_ids:
+                known = ", ".join(sorted(self.cluster_ids)) or "none"
                 self.problem(
                     ROUTE_RULES_FILE,
                     entry,

@@ -1,0 +1,395 @@
+"""The ``kbear`` command line: ask the router, check a configuration, run the demo.
+
+Subcommands::
+
+    kbear route    --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
+    kbear explain  --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
+    kbear validate --config DIR
+    kbear demo     [--messages N] [--keep-config DIR]
+    kbear --version
+
+``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
+producer lookup otherwise. ``--client-meta`` takes one or more ``KEY=VALUE``
+pairs and may be repeated; a key given twice with different values, or a pair
+without ``=``, is a usage error.
+
+Exit codes:
+
+- 0: success (a route was found, the configuration is valid, the demo passed);
+- 2: a configuration error (every problem is printed on stderr), or a usage
+  error (argparse);
+- 3: no rule of the chain routes the request (``route``, ``explain``);
+- 130: interrupted.
+
+Only ``bootstrap.servers`` of a cluster is ever printed: the other cluster
+properties (``sasl.password`` and the like) never appear in the output.
+
+The ``kbear`` console script calls :func:`main`, whose return value is the
+process exit code (the generated wrapper does ``sys.exit(main())``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import kbear
+from kbear.config import ConfigError, KBearConfig
+from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
+
+__all__ = ["EXIT_CONFIG_ERROR", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
+
+EXIT_OK = 0
+#: A configuration error. argparse uses the same code for usage errors.
+EXIT_CONFIG_ERROR = 2
+EXIT_NO_ROUTE = 3
+EXIT_INTERRUPTED = 130
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """argparse type of ``--client-meta``: ``KEY=VALUE`` with a non-empty key."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r} (no '=')")
+    if not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r} (empty key)")
+    return key, value
+
+
+class _MetaAction(argparse.Action):
+    """Collects ``--client-meta`` pairs into one dict; a key given twice with
+    different values is a usage error."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list)  # nargs="+" with type=_key_value: a list of pairs
+        meta: dict[str, str] = dict(getattr(namespace, self.dest) or {})
+        for key, value in values:
+            if meta.get(key, value) != value:
+                parser.error(
+                    f"argument {option_string}: key {key!r} given twice ({meta[key]!r} and {value!r})"
+                )
+            meta[key] = value
+        setattr(namespace, self.dest, meta)
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        required=True,
+        metavar="DIR",
+        help="configuration directory (clusters.yaml, route-rules.yaml, topics.yaml, consumer-groups.yaml)",
+    )
+
+
+def _add_lookup(parser: argparse.ArgumentParser) -> None:
+    _add_config(parser)
+    parser.add_argument("--topic", required=True, type=_non_empty, help="the topic asked for")
+    parser.add_argument(
+        "--group",
+        type=_non_empty,
+        help="consumer group: makes this a consumer lookup (a producer lookup without it)",
+    )
+    parser.add_argument("--client-id", metavar="ID", help="the client's id (factor client.id)")
+    parser.add_argument(
+        "--client-meta",
+        metavar="KEY=VALUE",
+        type=_key_value,
+        nargs="+",
+        action=_MetaAction,
+        default={},
+        help="client meta (factors client.KEY); one or more pairs, option may be repeated",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``kbear`` argument parser, with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="kbear",
+        description="Route Kafka clients across clusters with CRRL rules.",
+        epilog="exit codes: 0 ok, 2 configuration or usage error, 3 no route",
+    )
+    parser.add_argument("--version", action="version", version=f"kbear {kbear.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    route = sub.add_parser(
+        "route",
+        help="print the route of a lookup",
+        description="Look up the route of a producer (no --group) or consumer (--group) request.",
+    )
+    _add_lookup(route)
+    route.set_defaults(handler=_cmd_route)
+
+    explain = sub.add_parser(
+        "explain",
+        help="print the chain of a lookup with each rule's verdict",
+        description="Print the chain of a lookup, one line per rule in chain order, and the winner.",
+    )
+    _add_lookup(explain)
+    explain.set_defaults(handler=_cmd_explain)
+
+    validate = sub.add_parser(
+        "validate",
+        help="check a configuration directory",
+        description="Load a configuration directory and print every problem (exit 2 if any).",
+    )
+    _add_config(validate)
+    validate.set_defaults(handler=_cmd_validate)
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the demo on two embedded Kafka clusters",
+        description="Produce and consume through two in-process Kafka clusters, move a topic, count.",
+    )
+    demo.add_argument(
+        "--messages", type=_positive_int, default=1000, metavar="N", help="messages per topic and client"
+    )
+    demo.add_argument(
+        "--keep-config", metavar="DIR", help="write the demo configuration to DIR and keep it afterwards"
+    )
+    demo.set_defaults(handler=_cmd_demo)
+    return parser
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``kbear`` command line.
+
+    Args:
+        argv: the arguments after the program name; ``sys.argv[1:]`` when None.
+
+    Returns:
+        The exit code (see the module docstring). Usage errors, ``--help`` and
+        ``--version`` return argparse's code instead of raising ``SystemExit``,
+        so ``main`` always returns.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: usage error (2), --help / --version (0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    try:
+        code: int = args.handler(args)
+    except KeyboardInterrupt:
+        print("kbear: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _load(directory: str) -> Router | None:
+    """The router of ``directory``, or None after printing every problem on stderr."""
+    try:
+        return Router.from_path(directory)
+    except ConfigError as exc:
+        _print_config_error(exc, directory)
+        return None
+
+
+def _print_config_error(exc: ConfigError, directory: str, out: TextIO | None = None) -> None:
+    out = out or sys.stderr
+    count = len(exc.problems)
+    print(f"kbear: invalid configuration in {directory}: {count} problem(s)", file=out)
+    for problem in exc.problems:
+        print(f"  {problem}", file=out)
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.client_id, args.client_meta)
+
+
+def _lookup_name(topic: str, group: str | None, client: Client) -> str:
+    who = f"client id={client.id!r} meta={dict(client.meta)!r}"
+    if group is None:
+        return f"producer lookup: topic {topic!r}, {who}"
+    return f"consumer lookup: topic {topic!r}, group {group!r}, {who}"
+
+
+def _route_json(route: Route) -> dict[str, str]:
+    return {
+        "cluster": route.cluster_id,
+        "topic": route.topic,
+        "bootstrap_servers": route.bootstrap_servers,
+        "rule": route.rule_id,
+    }
+
+
+def _route_line(route: Route) -> str:
+    topic = route.topic
+    if route.remapped:
+        topic = f"{route.topic} (remapped from {route.requested_topic})"
+    return (
+        f"cluster={route.cluster_id} topic={topic} "
+        f"bootstrap.servers={route.bootstrap_servers} rule={route.rule_id}"
+    )
+
+
+def _cmd_route(args: argparse.Namespace) -> int:
+    client = _client(args)
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    try:
+        if args.group is None:
+            route = router.route_producer(args.topic, client)
+        else:
+            route = router.route_consumer(args.topic, args.group, client)
+    except NoRouteError as exc:
+        print(f"kbear: no route: {_no_route_message(exc)}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    if args.json:
+        print(json.dumps(_route_json(route)))
+    else:
+        print(_route_line(route))
+    return EXIT_OK
+
+
+def _no_route_message(exc: NoRouteError) -> str:
+    kind = "producer lookup, no consumer group" if exc.group is None else "consumer lookup"
+    return f"{exc} ({kind})"
+
+
+def _kind_name(verdict: RuleVerdict) -> str:
+    return verdict.rule.kind.name.lower().replace("_", "-")
+
+
+def _verdict_state(index: int, verdict: RuleVerdict, explanation: Explanation) -> str:
+    if index >= explanation.evaluated:
+        return "not evaluated"
+    return "match" if verdict.matched else "no match"
+
+
+def _verdict_text(index: int, verdict: RuleVerdict, explanation: Explanation) -> str:
+    state = _verdict_state(index, verdict, explanation)
+    if state == "no match" and verdict.failed:
+        return f"no match: {'; '.join(verdict.failed)}"
+    if state == "match" and explanation.route is not None and explanation.route.rule_id == verdict.rule.id:
+        return "match (winner)"
+    return state
+
+
+def _explain_json(explanation: Explanation, topic: str, group: str | None, client: Client) -> dict[str, Any]:
+    return {
+        "lookup": "producer" if group is None else "consumer",
+        "topic": topic,
+        "group": group,
+        "client": {"id": client.id, "meta": dict(client.meta)},
+        "factors": dict(explanation.factors),
+        "chain": [
+            {
+                "rule": v.rule.id,
+                "kind": _kind_name(v),
+                "priority": v.rule.priority,
+                "statement": str(v.rule.statement),
+                "verdict": _verdict_state(i, v, explanation),
+                "failed": list(v.failed),
+            }
+            for i, v in enumerate(explanation.verdicts)
+        ],
+        "winner": None if explanation.route is None else _route_json(explanation.route),
+    }
+
+
+def _explain_lines(explanation: Explanation, topic: str, group: str | None, client: Client) -> list[str]:
+    verdicts = explanation.verdicts
+    lines = [f"{_lookup_name(topic, group, client)}"]
+    if not verdicts:
+        lines.append("chain: empty (no rule applies to this lookup)")
+    else:
+        lines.append(f"chain: {len(verdicts)} rule(s), first match wins")
+        width_n = len(str(len(verdicts)))
+        width_id = max(len(v.rule.id) for v in verdicts)
+        width_kind = max(len(_kind_name(v)) for v in verdicts)
+        width_prio = max(len(f"priority {v.rule.priority}") for v in verdicts)
+        for i, v in enumerate(verdicts):
+            lines.append(
+                f"  {i + 1:>{width_n}}. {v.rule.id:<{width_id}}  {_kind_name(v):<{width_kind}}  "
+                f"{f'priority {v.rule.priority}':<{width_prio}}  {v.rule.statement}  "
+                f"-> {_verdict_text(i, v, explanation)}"
+            )
+    route = explanation.route
+    if route is None:
+        lines.append("winner: none: no rule of the chain matches")
+    else:
+        lines.append(f"winner: {route.rule_id}: {_route_line(route)}")
+    return lines
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    client = _client(args)
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    if args.group is None:
+        explanation = router.explain_producer(args.topic, client)
+    else:
+        explanation = router.explain_consumer(args.topic, args.group, client)
+    if args.json:
+        print(json.dumps(_explain_json(explanation, args.topic, args.group, client)))
+    else:
+        print("\n".join(_explain_lines(explanation, args.topic, args.group, client)))
+    if explanation.route is None:
+        exc = NoRouteError(client, args.topic, args.group)
+        print(f"kbear: no route: {_no_route_message(exc)}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    return EXIT_OK
+
+
+def _summary(config: KBearConfig) -> str:
+    return (
+        f"OK: {len(config.clusters)} clusters, {len(config.topics)} topics, "
+        f"{len(config.consumer_groups)} consumer groups, {len(config.rules)} rules"
+    )
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    print(_summary(router.config))
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
+
+    return run_demo(messages=args.messages, config_dir=args.keep_config)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,258 @@
+"""Shared fixtures: two in-process Kafka clusters, kbear configuration directories,
+and helpers to read back what reached each cluster with plain confluent-kafka clients."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from kbear import Router
+from kbear.testing import EmbeddedCluster
+
+#: Consumer settings that keep group joins fast on the mock cluster: with the
+#: next-generation protocol a join takes ~0.1 s and a resubscribe is immediate
+#: (the classic protocol waits ~session.timeout.ms on a resubscribe).
+FAST_GROUP = {"group.protocol": "consumer", "auto.offset.reset": "earliest"}
+
+#: Rule shorthand for :func:`write_config`: ``("r1", {"topic.id": "t"}, "use cluster A")``.
+Rule = Mapping[str, Any]
+
+
+@pytest.fixture
+def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
+    """Clusters ``A`` and ``B``, closed after every client of the test (see ``closing``)."""
+    a = EmbeddedCluster()
+    b = EmbeddedCluster()
+    try:
+        yield a, b
+    finally:
+        b.close()
+        a.close()
+
+
+@pytest.fixture
+def closing(two_clusters: tuple[EmbeddedCluster, EmbeddedCluster]) -> Iterator[Callable[[Any], Any]]:
+    """Register a client (anything with ``close()``) to close at teardown.
+
+    Depends on ``two_clusters`` so that the clients are closed before the
+    clusters: a consumer whose cluster is gone blocks in ``close()`` for
+    ``session.timeout.ms``. Closing twice is harmless for kbear clients; plain
+    confluent-kafka consumers raise on a second close, which is ignored here.
+    """
+    clients: list[Any] = []
+
+    def register(client: Any) -> Any:
+        clients.append(client)
+        return client
+
+    yield register
+    for client in reversed(clients):
+        try:
+            client.close()
+        except RuntimeError:
+            pass
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique("orders")`` -> a topic / group name no other test uses."""
+    base = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:60].strip("-")
+
+    def make(name: str) -> str:
+        return f"{name}.{base}.{next(_counter)}"
+
+    return make
+
+
+def rule(rule_id: str, statement: str, *, priority: int = 0, **meta: str) -> dict[str, Any]:
+    """A route-rules.yaml entry; ``meta`` keys use ``_`` for ``.`` (``topic_id`` -> ``topic.id``).
+
+    ``rule("r1", "use cluster A", isGlobal=True)`` is a global rule (meta
+    ``rule.isGlobal: true``); ``group=G, topic=T`` make a consumer-group rule.
+    """
+    out_meta: dict[str, Any] = {}
+    for key, value in meta.items():
+        if key == "isGlobal":
+            out_meta["rule.isGlobal"] = value
+        elif key == "topic":
+            out_meta["topic.id"] = value
+        elif key == "group":
+            out_meta["consumerGroup.groupName"] = value
+        elif key == "group_topic":
+            out_meta["consumerGroup.topicId"] = value
+        else:
+            raise TypeError(f"unknown rule meta {key}")
+    return {"id": rule_id, "priority": priority, "meta": out_meta, "rule": statement}
+
+
+def _atomic_write(path: Path, data: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump(data, f, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_config(
+    directory: Path, clusters: Mapping[str, EmbeddedCluster | str], rules: Sequence[Rule]
+) -> Path:
+    """Write ``clusters.yaml`` and ``route-rules.yaml`` into ``directory``; return it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = [
+        {"id": cid, "meta": {"bootstrap.servers": c if isinstance(c, str) else c.bootstrap_servers}}
+        for cid, c in clusters.items()
+    ]
+    _atomic_write(directory / "clusters.yaml", {"clusters": entries})
+    rewrite_rules(directory, rules)
+    return directory
+
+
+def rewrite_rules(directory: Path, rules: Sequence[Rule]) -> None:
+    """Replace ``route-rules.yaml`` atomically (temporary file + ``os.replace``)."""
+    _atomic_write(directory / "route-rules.yaml", {"route-rules": [dict(r) for r in rules]})
+
+
+@pytest.fixture
+def make_config(
+    tmp_path: Path, two_clusters: tuple[EmbeddedCluster, EmbeddedCluster]
+) -> Callable[[Sequence[Rule]], Path]:
+    """``make_config(rules)`` writes a configuration for clusters A and B; returns its directory."""
+    a, b = two_clusters
+    made = itertools.count()
+
+    def make(rules: Sequence[Rule]) -> Path:
+        return write_config(tmp_path / f"conf{next(made)}", {"A": a, "B": b}, rules)
+
+    return make
+
+
+@pytest.fixture
+def make_router(
+    make_config: Callable[[Sequence[Rule]], Path],
+) -> Iterator[Callable[[Sequence[Rule]], Router]]:
+    """``make_router(rules)`` -> a Router over a fresh configuration (closed at teardown)."""
+    routers: list[Router] = []
+
+    def make(rules: Sequence[Rule]) -> Router:
+        router = Router.from_path(make_config(rules))
+        routers.append(router)
+        return router
+
+    yield make
+    for router in routers:
+        router.close()
+
+
+# --------------------------------------------------------------------------- plain clients
+
+
+def plain_producer(cluster: EmbeddedCluster) -> Producer:
+    return Producer({"bootstrap.servers": cluster.bootstrap_servers})
+
+
+def partitions_of(cluster: EmbeddedCluster, topic: str) -> list[int]:
+    """Partition ids of ``topic`` on ``cluster`` (empty when it does not exist)."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "allow.auto.create.topics": False})
+    md = p.list_topics(topic, timeout=5).topics.get(topic)
+    if md is None or md.error is not None:
+        return []
+    return sorted(md.partitions)
+
+
+def end_offsets(cluster: EmbeddedCluster, topic: str) -> dict[int, int]:
+    """Partition -> high watermark of ``topic`` on ``cluster``."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "kbear-tests-watermarks"})
+    try:
+        return {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+            for p in partitions_of(cluster, topic)
+        }
+    finally:
+        c.close()
+
+
+def message_count(cluster: EmbeddedCluster, topic: str) -> int:
+    """How many messages ``topic`` holds on ``cluster`` (sum of high watermarks)."""
+    return sum(end_offsets(cluster, topic).values())
+
+
+def read_all(cluster: EmbeddedCluster, topic: str, timeout: float = 10.0) -> list[Any]:
+    """Every message of ``topic`` on ``cluster``, read with a plain Consumer by
+    assignment (no group join), up to the high watermarks."""
+    ends = end_offsets(cluster, topic)
+    wanted = sum(ends.values())
+    out: list[Any] = []
+    if not wanted:
+        return out
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "kbear-tests-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends if ends[p]])
+        deadline = time.monotonic() + timeout
+        while len(out) < wanted and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.2):
+                if msg.error() is None:
+                    out.append(msg)
+    finally:
+        c.close()
+    return out
+
+
+def committed_offsets(cluster: EmbeddedCluster, group: str, topic: str) -> dict[int, int]:
+    """Partition -> committed offset of ``group`` on ``topic`` as a plain Consumer sees it."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
+    try:
+        parts = [TopicPartition(topic, p) for p in partitions_of(cluster, topic)]
+        return {tp.partition: tp.offset for tp in c.committed(parts, timeout=5)}
+    finally:
+        c.close()
+
+
+def consume_until(
+    consumer: Any, count: int, *, timeout: float = 15.0, batch: int | None = None
+) -> list[Any]:
+    """Poll (or ``consume(batch)``) ``consumer`` until ``count`` messages or ``timeout``.
+
+    Error events are skipped (not counted); returns the messages received, in order.
+    """
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count and time.monotonic() < deadline:
+        if batch is None:
+            msg = consumer.poll(0.1)
+            got = [] if msg is None else [msg]
+        else:
+            got = consumer.consume(num_messages=batch, timeout=0.1)
+        out.extend(m for m in got if m.error() is None)
+    return out
+
+
+def drain_more(consumer: Any, seconds: float = 0.5) -> list[Any]:
+    """Messages that still arrive within ``seconds`` (should be none after a full read)."""
+    return consume_until(consumer, 10**9, timeout=seconds)
+
+
+def keyed(n: int, prefix: str = "k", start: int = 0) -> list[tuple[bytes, bytes]]:
+    """``n`` (key, value) pairs with distinct keys, so they spread over partitions."""
+    return [(f"{prefix}{i}".encode(), f"v{i}".encode()) for i in range(start, start + n)]
