@@ -173,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Produce and consume through two in-process Kafka clusters, move a topic, count.",
     )
     demo.add_argument(
-        "--messages", type=_positive_int, default=1000, metavar="N", help="messages per topic and client"
+        "--messages",
+        type=_positive_int,
+        default=1000,
+        metavar="N",
+        help="messages per client environment and topic (default: 1000)",
     )
     demo.add_argument(
         "--keep-config", metavar="DIR", help="write the demo configuration to DIR and keep it afterwards"

@@ -40,7 +40,8 @@ A configuration directory holds (``../shared/spec/crrl.md``, "Where the data liv
 
 Each file has one top-level key holding a list. Meta keys are flat dotted
 strings; scalar meta values become strings (YAML ``true`` becomes ``"true"``,
-``3`` becomes ``"3"``). In ``clusters.yaml``, ``bootstrap.servers`` is required
+``3`` becomes ``"3"``; a number or a date keeps the text written, so ``1.10``
+becomes ``"1.10"``, not ``"1.1"``). In ``clusters.yaml``, ``bootstrap.servers`` is required
 and every other meta key is a librdkafka client property applied to every
 client of that cluster; ``${NAME}`` in a cluster meta value is replaced by the
 environment variable ``NAME`` (``$${`` writes a literal ``${``).
@@ -139,15 +140,34 @@ class ConfigError(ValueError):
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{lines}")
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[list[ConfigProblem], str | None]]:
+        # Rebuilt from its problems (pickle, copy), not from the formatted message.
+        return type(self), (self.problems, self.directory)
+
 
 # --------------------------------------------------------------------------- models
 
 
+class _YamlInt(int):
+    """A YAML integer that remembers how it was written (``010``, ``1_000``)."""
+
+    source: str
+
+
+class _YamlFloat(float):
+    """A YAML float that remembers how it was written (``1.10`` is not ``1.1``)."""
+
+    source: str
+
+
 def _scalar_to_str(value: Any) -> Any:
+    # A number becomes the text written in the file, so that a meta value
+    # ``version: 1.10`` matches the CRRL condition ``topic.version=1.10``.
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return str(value)
+        source = getattr(value, "source", None)
+        return source if isinstance(source, str) else str(value)
     return value
 
 
@@ -163,7 +183,7 @@ def _priority(value: Any) -> Any:
     # pydantic's lax int accepts True and "3"; a priority must be a YAML integer.
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"must be a non-negative integer, got {value!r}")
-    return value
+    return int(value)
 
 
 _Id = Annotated[str, BeforeValidator(_scalar_to_str), Field(min_length=1)]
@@ -320,7 +340,8 @@ class KBearConfig:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader, refusing duplicate mapping keys (PyYAML keeps the last silently)."""
+    """PyYAML's SafeLoader, refusing duplicate mapping keys (PyYAML keeps the last silently),
+    keeping the written text of numbers and leaving timestamps as strings."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -340,6 +361,26 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = _YamlInt(super().construct_yaml_int(node))
+        value.source = str(node.value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = _YamlFloat(super().construct_yaml_float(node))
+        value.source = str(node.value)
+        return value
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
+# Meta values are strings: a date such as ``since: 2024-01-01`` stays the text
+# written, rather than becoming a datetime that no CRRL condition can equal.
+_UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
 
 def config_digest(directory: str | os.PathLike[str]) -> str:
     """SHA-256 (hex) over the names and bytes of the configuration files present.
@@ -352,6 +393,11 @@ def config_digest(directory: str | os.PathLike[str]) -> str:
         try:
             data = (base / name).read_bytes()
         except FileNotFoundError:
+            continue
+        except OSError as exc:
+            # Unreadable (permissions, a directory): still a state of its own, so
+            # the watcher tries to load it once and reports why, instead of failing.
+            h.update(f"{name}\0unreadable\0{type(exc).__name__}".encode())
             continue
         _digest_update(h, name, data)
     return h.hexdigest()
@@ -607,8 +653,10 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
         ConfigError: with every problem found: a missing directory or required
             file, YAML syntax (with line and column), duplicate YAML keys, a
             wrong shape or type, duplicate ids, a rule of no kind or of several
-            kinds, CRRL syntax (with column), a rule naming an unknown cluster,
-            a negative or non-integer priority, an unset ``${NAME}``.
+            kinds, CRRL syntax (with column), a rule naming a cluster absent
+            from ``clusters.yaml`` (an empty cluster list included), a negative
+            or non-integer priority, an unset ``${NAME}``, a ``bootstrap.servers``
+            missing or empty once ``${NAME}`` is read.
     """
     directory = Path(path)
     if not directory.is_dir():

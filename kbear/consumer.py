@@ -41,7 +41,7 @@ def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
 class _ClusterConsumer:
     """The confluent-kafka Consumer of one cluster and what it is subscribed to."""
 
-    __slots__ = ("cluster_id", "consumer", "logical", "physical", "properties", "topics")
+    __slots__ = ("cluster_id", "consumer", "former", "logical", "physical", "properties", "topics")
 
     def __init__(self, cluster_id: str, properties: Mapping[str, str], consumer: Consumer) -> None:
         self.cluster_id = cluster_id
@@ -50,6 +50,16 @@ class _ClusterConsumer:
         self.topics: list[str] = []  # physical topics subscribed, in subscription order
         self.logical: dict[str, str] = {}  # physical -> logical, remapped topics only
         self.physical: dict[str, str] = {}  # logical -> physical, remapped topics only
+        # physical -> logical of remapped topics no longer subscribed here: their
+        # revocation (on_revoke, assignment()) and leftover messages keep the logical name
+        self.former: dict[str, str] = {}
+
+    def forget_topics(self) -> None:
+        """Drop every subscribed topic, remembering the remapped names in ``former``."""
+        self.topics = []
+        self.former.update(self.logical)
+        self.logical.clear()
+        self.physical.clear()
 
 
 @dataclass
@@ -60,7 +70,8 @@ class _Drain:
     new: Route | None
     started: float
     last_activity: float
-    high: dict[int, int] = field(default_factory=dict)  # partition -> end offset seen on old
+    # partition -> (low, high) watermarks seen on old
+    marks: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class RoutedConsumer:
@@ -123,11 +134,17 @@ class RoutedConsumer:
                 "consumer group (CRRL consumerGroup.groupName)"
             )
         self._group = str(group)
+        # Where a partition without a committed offset starts (librdkafka default: the end).
+        reset = str(native.get("auto.offset.reset", "latest")).lower()
+        self._reset_to_end = reset in ("latest", "largest", "end")
         self._native = native
         self._router, self._owns_router = open_router(router, self._settings, "RoutedConsumer")
         self._client = self._settings.client
         self._clusters: dict[str, _ClusterConsumer] = {}
         self._active: list[_ClusterConsumer] = []  # clusters with a subscription, polled
+        # Clusters just unsubscribed: still polled (timeout 0) until their revocation has
+        # been served, so on_revoke runs and assignment() empties, as with confluent-kafka.
+        self._leaving: list[_ClusterConsumer] = []
         self._routes: dict[str, Route] = {}  # logical topic -> route in use
         self._subscription: list[str] = []
         self._callbacks: dict[str, RebalanceCallback] = {}
@@ -177,6 +194,8 @@ class RoutedConsumer:
         entry.consumer.close()
         if entry in self._active:
             self._active.remove(entry)
+        if entry in self._leaving:
+            self._leaving.remove(entry)
 
     def _route(self, topic: str) -> Route:
         route = self._routes.get(topic)
@@ -249,9 +268,7 @@ class RoutedConsumer:
         self._subscription = topics
         self._routes = routes
         for entry in self._clusters.values():
-            entry.topics = []
-            entry.logical.clear()
-            entry.physical.clear()
+            entry.forget_topics()
         for topic, route in routes.items():
             self._attach(topic, route)
         self._resubscribe(self._clusters.values())
@@ -260,6 +277,7 @@ class RoutedConsumer:
         entry = self._cluster(route)
         if route.topic not in entry.topics:
             entry.topics.append(route.topic)
+        entry.former.pop(route.topic, None)
         if route.remapped:
             entry.logical[route.topic] = topic
             entry.physical[topic] = route.topic
@@ -271,7 +289,9 @@ class RoutedConsumer:
             return None
         if route.topic in entry.topics:
             entry.topics.remove(route.topic)
-        entry.logical.pop(route.topic, None)
+        name = entry.logical.pop(route.topic, None)
+        if name is not None:
+            entry.former[route.topic] = name
         entry.physical.pop(topic, None)
         return entry
 
@@ -281,9 +301,12 @@ class RoutedConsumer:
                 entry.consumer.subscribe(list(entry.topics), **self._wrapped_callbacks(entry))
                 if entry not in self._active:
                     self._active.append(entry)
+                if entry in self._leaving:
+                    self._leaving.remove(entry)
             elif entry in self._active:
                 entry.consumer.unsubscribe()
                 self._active.remove(entry)
+                self._leaving.append(entry)
 
     def _wrapped_callbacks(self, entry: _ClusterConsumer) -> dict[str, Callable[..., None]]:
         out: dict[str, Callable[..., None]] = {}
@@ -304,9 +327,9 @@ class RoutedConsumer:
         self._check_open()
         for entry in self._active:
             entry.consumer.unsubscribe()
-            entry.topics = []
-            entry.logical.clear()
-            entry.physical.clear()
+            entry.forget_topics()
+            if entry not in self._leaving:
+                self._leaving.append(entry)
         self._active = []
         self._subscription = []
         self._routes = {}
@@ -318,7 +341,7 @@ class RoutedConsumer:
     def _apply_changes(self) -> None:
         self._pending = False
         now = time.monotonic()
-        for topic in self._subscription:
+        for topic in list(self._subscription):  # _switch may remove topics
             old = self._routes.get(topic)
             if old is None:
                 continue
@@ -373,10 +396,31 @@ class RoutedConsumer:
         if not parts:
             return True
         for tp in parts:
-            if tp.partition not in drain.high:
-                _low, high = entry.consumer.get_watermark_offsets(tp, timeout=5.0)
-                drain.high[tp.partition] = high
-        return all(pos.offset >= drain.high[pos.partition] for pos in entry.consumer.position(parts))
+            if tp.partition not in drain.marks:
+                drain.marks[tp.partition] = entry.consumer.get_watermark_offsets(tp, timeout=5.0)
+        positions = entry.consumer.position(parts)
+        # A partition this consumer has not returned a message from has no position
+        # (OFFSET_INVALID): it is drained when there is nothing to read from where the
+        # consumer starts (its committed offset, else the auto.offset.reset end).
+        unread = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
+        committed = (
+            {tp.partition: tp.offset for tp in entry.consumer.committed(unread, timeout=5.0)}
+            if unread
+            else {}
+        )
+        for pos in positions:
+            low, high = drain.marks[pos.partition]
+            if pos.offset >= 0:
+                start = pos.offset
+            elif committed.get(pos.partition, -1) >= 0:
+                start = committed[pos.partition]
+            elif self._reset_to_end:
+                start = high
+            else:
+                start = low
+            if start < high:
+                return False
+        return True
 
     def _switch(self, topic: str, old: Route, new: Route | None) -> None:
         old_entry = self._detach(topic, old)
@@ -411,9 +455,11 @@ class RoutedConsumer:
             self._check_drains()
 
     def _out(self, entry: _ClusterConsumer, msg: Any) -> Any:
-        logical = entry.logical
-        if logical:
-            name = logical.get(msg.topic())
+        if entry.logical or entry.former:
+            physical = msg.topic()
+            name = entry.logical.get(physical)
+            if name is None and entry.former:
+                name = entry.former.get(physical)
             if name is not None:
                 msg.set_topic(name)
         if self._draining or self._stale_commits:
@@ -422,7 +468,11 @@ class RoutedConsumer:
             if drain is not None and drain.old.cluster_id == entry.cluster_id:
                 drain.last_activity = time.monotonic()
             elif topic in self._stale_commits and msg.error() is None:
-                self._stale_commits.discard(topic)
+                route = self._routes.get(topic)
+                # only a message from the new cluster ends the stale period (not a
+                # leftover of the old cluster's client, still polled while it leaves)
+                if route is not None and route.cluster_id == entry.cluster_id:
+                    self._stale_commits.discard(topic)
         return msg
 
     def poll(self, timeout: float | None = None) -> Message | None:
@@ -440,17 +490,20 @@ class RoutedConsumer:
         """
         if self._pending or self._draining:
             self._before_call()
+        if self._leaving:
+            leftover = self._serve_leaving()
+            if leftover is not None:
+                return leftover
         active = self._active
-        if len(active) == 1 and not self._draining:
+        if len(active) == 1 and not self._draining and not self._leaving:
             entry = active[0]
             msg = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and (entry.logical or self._stale_commits):
+            if msg is not None and (entry.logical or entry.former or self._stale_commits):
                 self._out(entry, msg)
             return msg
         if not active:
             self._check_open()
-            self._sleep(timeout)
-            return None
+            return self._idle(timeout)
         n = len(active)
         start = self._rr = (self._rr + 1) % n
         deadline = Deadline(timeout)
@@ -489,20 +542,24 @@ class RoutedConsumer:
         """
         if self._pending or self._draining:
             self._before_call()
+        if self._leaving and 1 <= num_messages <= 1_000_000:
+            leftover = self._serve_leaving()
+            if leftover is not None:
+                return [leftover]
         active = self._active
         tmo = -1 if timeout is None else timeout
-        if len(active) == 1 and not self._draining:
+        if len(active) == 1 and not self._draining and not self._leaving:
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.logical or self._stale_commits:
+            if entry.logical or entry.former or self._stale_commits:
                 return [self._out(entry, m) for m in msgs]
             return msgs
         if not 1 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 1 and 1000000 (1M)")
         if not active:
             self._check_open()
-            self._sleep(timeout)
-            return []
+            leftover = self._idle(timeout)
+            return [] if leftover is None else [leftover]
         n = len(active)
         start = self._rr = (self._rr + 1) % n
         deadline = Deadline(tmo)
@@ -526,11 +583,31 @@ class RoutedConsumer:
                 if not n:
                     return out
 
-    @staticmethod
-    def _sleep(timeout: float | None) -> None:
-        # Nothing subscribed: confluent-kafka would block for the timeout too.
-        if timeout is not None and timeout > 0:
-            time.sleep(min(timeout, 1.0))
+    def _serve_leaving(self) -> Message | None:
+        """Poll (timeout 0) the clients of clusters just unsubscribed, so their
+        revocation is served; forget those whose assignment is empty. Returns a
+        message still queued on one of them, if any (confluent-kafka would return it too)."""
+        for entry in list(self._leaving):
+            msg = entry.consumer.poll(0)
+            if msg is not None:
+                return self._out(entry, msg)  # type: ignore[no-any-return]
+            if not entry.consumer.assignment():
+                self._leaving.remove(entry)
+        return None
+
+    def _idle(self, timeout: float | None) -> Message | None:
+        """Nothing subscribed: wait as confluent-kafka would (at most 1 s here; not at all
+        for an infinite timeout), serving the clusters still leaving meanwhile."""
+        deadline = Deadline(min(timeout, 1.0) if timeout is not None and timeout > 0 else 0)
+        while self._leaving and not deadline.expired():
+            msg = self._serve_leaving()
+            if msg is not None:
+                return msg
+            time.sleep(min(_POLL_SLICE_S, deadline.remaining() or 0.0))
+        left = deadline.remaining()
+        if left:
+            time.sleep(left)
+        return None
 
     # ------------------------------------------------------------------ offsets
 
@@ -541,7 +618,7 @@ class RoutedConsumer:
         TopicPartition is immutable: remapped entries are new objects (their
         ``error`` is not carried over; confluent-kafka offers no way to set it).
         """
-        logical = entry.logical
+        logical = {**entry.former, **entry.logical} if entry.former else entry.logical
         if not logical:
             return parts
         return [tp if (name := logical.get(tp.topic)) is None else _renamed(tp, name) for tp in parts]
@@ -569,6 +646,8 @@ class RoutedConsumer:
         result: list[TopicPartition | None] = [None] * len(partitions)
         for entry, indexes, parts in self._split(partitions):
             answered = call(entry.consumer, parts)
+            if not answered:  # an asynchronous commit answers nothing
+                continue
             for index, tp in zip(indexes, self._to_logical(entry, list(answered)), strict=True):
                 result[index] = tp
         return [tp for tp in result if tp is not None]
@@ -604,14 +683,11 @@ class RoutedConsumer:
             topic = str(message.topic())
             if topic in self._stale_commits:
                 return None if asynchronous else []
+            # TopicPartition takes neither metadata=None nor leader_epoch=None.
+            epoch = message.leader_epoch()
+            extra: dict[str, Any] = {} if epoch is None else {"leader_epoch": epoch}
             offsets = [
-                TopicPartition(
-                    topic,
-                    int(message.partition() or 0),
-                    int(message.offset() or 0) + 1,
-                    None,
-                    message.leader_epoch(),
-                )
+                TopicPartition(topic, int(message.partition() or 0), int(message.offset() or 0) + 1, **extra)
             ]
         if offsets is not None:
             committed = self._per_cluster(
@@ -713,6 +789,7 @@ class RoutedConsumer:
             except KafkaException as exc:
                 errors.append(exc)
         self._active = []
+        self._leaving = []
         if self._owns_router:
             self._router.close()
         if errors:

@@ -56,6 +56,10 @@ class CrrlSyntaxError(ValueError):
         self.found = found
         super().__init__(f"expected {expected} at column {column}, found {found}")
 
+    def __reduce__(self) -> tuple[type[CrrlSyntaxError], tuple[str, int, str, str]]:
+        # Rebuilt from its fields (pickle, copy), not from the formatted message.
+        return type(self), (self.text, self.column, self.expected, self.found)
+
 
 class _Kind(Enum):
     WORD = "word"

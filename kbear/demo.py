@@ -99,9 +99,7 @@ def _produce_round(
             report = _on_delivery(tally, key)
             for i in range(per_topic):
                 msg_id = f"{env}/{topic}/{round_no}/{i}"
-                producer.produce(
-                    topic, value=msg_id.encode(), key=f"k{i % 16}", on_delivery=report
-                )
+                producer.produce(topic, value=msg_id.encode(), key=f"k{i % 16}", on_delivery=report)
                 tally.produced[key] += 1
                 tally.sent_ids.add(msg_id)
         producer.poll(0)
@@ -119,9 +117,9 @@ def _drain_consumers(consumers: dict[str, RoutedConsumer], tally: _Tally, budget
             for msg in msgs:
                 if msg.error() is not None:
                     continue
-                topic = msg.topic()
+                topic = str(msg.topic())
                 tally.consumed[(env, topic, routes[topic].cluster_id)] += 1
-                tally.seen_ids[msg.value().decode()] += 1
+                tally.seen_ids[bytes(msg.value() or b"").decode()] += 1
                 got += 1
     return got
 
@@ -234,8 +232,11 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
         )
         print(file=out)
         ok = _print_table(tally, out)
-        print(f"\n{'OK: nothing lost, nothing duplicated' if ok else 'FAILED'} "
-              f"({time.monotonic() - started:.1f} s)", file=out)
+        print(
+            f"\n{'OK: nothing lost, nothing duplicated' if ok else 'FAILED'} "
+            f"({time.monotonic() - started:.1f} s)",
+            file=out,
+        )
         return 0 if ok else 1
     finally:
         for consumer in consumers.values():

@@ -68,7 +68,12 @@ class ConfigWatcher:
     def check(self) -> bool:
         """Check once now; True when a new configuration was applied."""
         digest = config_digest(self._directory)
-        if digest == self._router.config.digest or digest == self._refused_digest:
+        if digest == self._router.config.digest:
+            # Back to the configuration in force: a later repeat of a refused
+            # change is refused (and logged) again.
+            self._refused_digest = None
+            return False
+        if digest == self._refused_digest:
             return False
         try:
             new = load_config(self._directory)

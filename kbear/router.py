@@ -77,9 +77,17 @@ class Client:
     def __repr__(self) -> str:
         return f"Client(id={self.id!r}, meta={dict(self.meta)!r})"
 
+    def __reduce__(self) -> tuple[type[Client], tuple[str | None, dict[str, str]]]:
+        # pickle and copy (e.g. a Client shipped to Spark executors).
+        return type(self), (self.id, dict(self.meta))
+
     def factors(self) -> dict[str, str]:
-        """The ``client.*`` factors of this client."""
-        out = {f"client.{k}": v for k, v in self.meta.items()}
+        """The ``client.*`` factors of this client.
+
+        ``client.id`` is the client's id only: a meta key ``id`` never stands in
+        for it (an id-less client has no ``client.id`` factor, as the spec says).
+        """
+        out = {f"client.{k}": v for k, v in self.meta.items() if k != "id"}
         if self.id is not None:
             out["client.id"] = self.id
         return out
@@ -123,6 +131,28 @@ class Route:
             f"properties={redact(self.properties)!r})"
         )
 
+    def __reduce__(self) -> tuple[Callable[..., Route], tuple[object, ...]]:
+        # pickle and copy: the read-only properties view is rebuilt on the other side.
+        return _route, (
+            self.cluster_id,
+            self.topic,
+            self.requested_topic,
+            self.bootstrap_servers,
+            self.rule_id,
+            dict(self.properties),
+        )
+
+
+def _route(
+    cluster_id: str,
+    topic: str,
+    requested_topic: str,
+    bootstrap_servers: str,
+    rule_id: str,
+    properties: dict[str, str],
+) -> Route:
+    return Route(cluster_id, topic, requested_topic, bootstrap_servers, rule_id, MappingProxyType(properties))
+
 
 class NoRouteError(LookupError):
     """No rule of the chain routes the request (CRRL spec, "Lookup").
@@ -140,6 +170,10 @@ class NoRouteError(LookupError):
         who = f"client id={client.id!r} meta={dict(client.meta)!r}"
         what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
         super().__init__(f"no route rule matches {what} for {who}")
+
+    def __reduce__(self) -> tuple[type[NoRouteError], tuple[Client, str, str | None]]:
+        # Rebuilt from its fields (pickle, copy), not from the formatted message.
+        return type(self), (self.client, self.topic, self.group)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,389 @@
+"""Live route changes: rewriting route-rules.yaml moves a topic between clusters
+while a RoutedProducer and a RoutedConsumer keep running."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    FAST_GROUP,
+    committed_offsets,
+    consume_until,
+    drain_more,
+    end_offsets,
+    message_count,
+    plain_producer,
+    rewrite_rules,
+    rule,
+)
+
+from kbear import ConfigError, Route, RoutedConsumer, RoutedProducer, Router
+from kbear.testing import EmbeddedCluster
+
+NO_WATCH = {"kbear.reload.interval.ms": 0}
+
+Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
+
+
+def on(cluster: str, topic: str, physical: str | None = None) -> list[dict[str, Any]]:
+    """Rules: everything on cluster A, except ``topic`` on ``cluster`` (remapped to ``physical``)."""
+    statement = f"use cluster {cluster}" + (f", topic {physical}" if physical else "")
+    return [
+        rule("move", statement, topic=topic),
+        rule("global", "use cluster A", isGlobal=True),
+    ]
+
+
+@pytest.fixture
+def topic(two_clusters: Clusters, unique: Callable[[str], str]) -> str:
+    """A topic with 3 partitions on both clusters."""
+    name = unique("moving")
+    for cluster in two_clusters:
+        cluster.create_topic(name, 3)
+    return name
+
+
+@pytest.fixture
+def conf_dir(make_config: Callable[..., Path], topic: str) -> Path:
+    return make_config(on("A", topic))
+
+
+@pytest.fixture
+def router(conf_dir: Path) -> Any:
+    router = Router.from_path(conf_dir)
+    yield router
+    router.close()
+
+
+def move(conf_dir: Path, router: Router, rules: list[dict[str, Any]]) -> None:
+    rewrite_rules(conf_dir, rules)
+    assert router.reload() is True
+
+
+KEYS = [f"key{i}".encode() for i in range(12)]
+
+
+def produce_round(producer: RoutedProducer, topic: str, label: str, per_key: int) -> list[bytes]:
+    """``per_key`` messages for each of KEYS, values ``label-key-i``; returns the values."""
+    values = []
+    for i in range(per_key):
+        for key in KEYS:
+            value = f"{label}-{key.decode()}-{i}".encode()
+            producer.produce(topic, value, key)
+            values.append(value)
+    return values
+
+
+# --------------------------------------------------------------------------- producer
+
+
+def test_producer_moves_topic_without_loss(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    a, b = two_clusters
+    reports: list[tuple[Any, str, bytes]] = []
+    changes: list[tuple[Route, Route | None]] = []
+    # a long linger keeps the first messages in flight when the route changes
+    producer = closing(
+        RoutedProducer(
+            {
+                **NO_WATCH,
+                "linger.ms": 2000,
+                "on_delivery": lambda e, m: reports.append((e, m.topic(), m.value())),
+            },
+            router=router,
+        )
+    )
+    producer.on_route_change(lambda old, new: changes.append((old, new)))
+    before = produce_round(producer, topic, "A", 4)
+    assert len(producer) == len(before)
+    move(conf_dir, router, on("B", topic))
+    assert changes == []  # applied at the next call, in the caller's thread
+    after = produce_round(producer, topic, "B", 3)
+    assert producer.flush(10) == 0
+
+    assert message_count(a, topic) == len(before)
+    assert message_count(b, topic) == len(after)
+    assert [(old.cluster_id, new.cluster_id if new else None) for old, new in changes] == [("A", "B")]
+    assert producer.route(topic).cluster_id == "B"
+    # every message reported delivered once, and the old cluster's first: the
+    # producer drained A before sending the topic to B
+    assert all(err is None and t == topic for err, t, _ in reports)
+    values = [v for _, _, v in reports]
+    assert Counter(values) == Counter(before + after)
+    assert all(v.startswith(b"A-") for v in values[: len(before)])
+
+
+def test_producer_moves_topic_to_a_remapped_topic(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    a, b = two_clusters
+    physical = topic + ".v2"
+    b.create_topic(physical, 2)
+    reports: list[str] = []
+    producer = closing(
+        RoutedProducer({**NO_WATCH, "on_delivery": lambda e, m: reports.append(m.topic())}, router=router)
+    )
+    before = produce_round(producer, topic, "A", 1)
+    assert producer.flush(10) == 0
+    move(conf_dir, router, on("B", topic, physical))
+    after = produce_round(producer, topic, "B", 2)
+    assert producer.flush(10) == 0
+    assert message_count(a, topic) == len(before)
+    assert message_count(b, physical) == len(after)
+    assert message_count(b, topic) == 0
+    assert reports == [topic] * (len(before) + len(after))
+
+
+def test_invalid_reload_keeps_the_old_routes(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    a, b = two_clusters
+    producer = closing(RoutedProducer(NO_WATCH, router=router, topics=[topic]))
+    rewrite_rules(conf_dir, [rule("bad", "use cluster C", topic=topic)])  # no cluster C
+    with pytest.raises(ConfigError, match="cluster 'C'"):
+        router.reload()
+    rewrite_rules(conf_dir, [rule("broken", "use cluster B when", topic=topic)])  # CRRL syntax
+    with pytest.raises(ConfigError):
+        router.reload()
+    sent = produce_round(producer, topic, "A", 1)
+    assert producer.flush(10) == 0
+    assert producer.route(topic).cluster_id == "A"
+    assert message_count(a, topic) == len(sent)
+    assert message_count(b, topic) == 0
+
+
+def test_watcher_picks_up_the_change(
+    two_clusters: Clusters, conf_dir: Path, topic: str, closing: Callable[[Any], Any]
+) -> None:
+    _a, b = two_clusters
+    producer = closing(
+        RoutedProducer({"kbear.config": str(conf_dir), "kbear.reload.interval.ms": 50}, topics=[topic])
+    )
+    assert producer.route(topic).cluster_id == "A"
+    rewrite_rules(conf_dir, on("B", topic))
+    deadline = time.monotonic() + 10
+    while producer.route(topic).cluster_id != "B" and time.monotonic() < deadline:
+        producer.poll(0.05)
+    assert producer.route(topic).cluster_id == "B"
+    sent = produce_round(producer, topic, "B", 1)
+    assert producer.flush(10) == 0
+    assert message_count(b, topic) == len(sent)
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+def make_consumer(router: Router, closing: Callable[[Any], Any], group: str, **extra: Any) -> RoutedConsumer:
+    conf = {"group.id": group, **FAST_GROUP, **NO_WATCH, "kbear.switch.drain.idle.ms": 200, **extra}
+    return closing(RoutedConsumer(conf, router=router))
+
+
+def wait_assigned(consumer: RoutedConsumer, count: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(consumer.assignment()) < count and time.monotonic() < deadline:
+        assert consumer.poll(0.05) is None
+    assert len(consumer.assignment()) == count
+
+
+def by_key(messages: list[Any]) -> dict[bytes, list[bytes]]:
+    out: dict[bytes, list[bytes]] = {}
+    for m in messages:
+        out.setdefault(m.key(), []).append(m.value())
+    return out
+
+
+def test_consumer_follows_the_move_in_drain_mode(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    a, b = two_clusters
+    group = topic + ".group"
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, group)
+    changes: list[tuple[str, str | None]] = []
+    consumer.on_route_change(lambda old, new: changes.append((old.cluster_id, new and new.cluster_id)))
+    consumer.subscribe([topic])
+    wait_assigned(consumer, 3)
+
+    before = produce_round(producer, topic, "A", 5)
+    assert producer.flush(10) == 0
+    move(conf_dir, router, on("B", topic))
+    after = produce_round(producer, topic, "B", 3)
+    assert producer.flush(10) == 0
+    assert message_count(a, topic) == len(before)
+    assert message_count(b, topic) == len(after)
+
+    first = consumer.poll(0)  # applies the change: the drain starts
+    assert consumer.routes()[topic].cluster_id == "A"  # still reading the old cluster
+    messages = [] if first is None else [first]
+    messages += consume_until(consumer, len(before) + len(after) - len(messages), timeout=20)
+    assert Counter(m.value() for m in messages) == Counter(before + after)  # exactly once
+    assert drain_more(consumer, 0.3) == []
+    # per key: everything from A, in order, then everything from B, in order
+    for key, values in by_key(messages).items():
+        label = key.decode()
+        expected = [f"A-{label}-{i}".encode() for i in range(5)] + [
+            f"B-{label}-{i}".encode() for i in range(3)
+        ]
+        assert values == expected
+    assert changes == [("A", "B")]
+    assert consumer.routes()[topic].cluster_id == "B"
+    # what was read on A is committed there, at A's end offsets
+    ends = end_offsets(a, topic)
+    committed = committed_offsets(a, group, topic)
+    assert {p: o for p, o in committed.items() if ends[p]} == {p: e for p, e in ends.items() if e}
+    # only B's partitions remain assigned (A's were revoked)
+    assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
+
+
+def test_drain_does_not_wait_for_partitions_with_nothing_to_read(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    """Before the move only one partition of A got messages; the other two have
+    no position. The drain must end once the consumer is idle at the ends, not
+    after kbear.switch.drain.timeout.ms (set here far beyond the test's wait)."""
+    a, _b = two_clusters
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.drain.timeout.ms": 120_000})
+    consumer.subscribe([topic])
+    wait_assigned(consumer, 3)
+    for i in range(5):
+        producer.produce(topic, f"A{i}".encode(), b"one-key")
+    assert producer.flush(10) == 0
+    assert len(consume_until(consumer, 5)) == 5
+    assert sorted(end_offsets(a, topic).values()) == [0, 0, 5]
+
+    move(conf_dir, router, on("B", topic))
+    after = produce_round(producer, topic, "B", 1)
+    assert producer.flush(10) == 0
+    messages = consume_until(consumer, len(after), timeout=10)
+    assert sorted(m.value() for m in messages) == sorted(after)
+    assert consumer.routes()[topic].cluster_id == "B"
+
+
+def test_consumer_switches_at_once_in_immediate_mode(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    a, _b = two_clusters
+    group = topic + ".group"
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, group, **{"kbear.switch.mode": "immediate"})
+    consumer.subscribe([topic])
+    wait_assigned(consumer, 3)
+    before = produce_round(producer, topic, "A", 2)
+    assert producer.flush(10) == 0
+    assert len(consume_until(consumer, len(before))) == len(before)
+
+    move(conf_dir, router, on("B", topic))
+    consumer.poll(0)
+    assert consumer.routes()[topic].cluster_id == "B"  # no drain
+    # what was read on A was committed at the switch
+    ends = end_offsets(a, topic)
+    committed = committed_offsets(a, group, topic)
+    assert {p: o for p, o in committed.items() if ends[p]} == {p: e for p, e in ends.items() if e}
+
+    # messages written to A after the switch are left behind; B's are read
+    late = plain_producer(a)
+    late.produce(topic, b"left-behind", b"key0")
+    assert late.flush(10) == 0
+    after = produce_round(producer, topic, "B", 2)
+    assert producer.flush(10) == 0
+    messages = consume_until(consumer, len(after))
+    assert sorted(m.value() for m in messages) == sorted(after)
+    assert drain_more(consumer, 0.3) == []
+
+
+def test_consumer_moves_one_topic_and_keeps_reading_the_other(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    """Two topics on A; one moves to B (remapped), the other stays on A."""
+    a, b = two_clusters
+    staying = unique("staying")
+    a.create_topic(staying, 2)
+    physical = topic + ".on-b"
+    b.create_topic(physical, 2)
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group")
+    revoked: list[str] = []
+    consumer.subscribe([topic, staying], on_revoke=lambda c, parts: revoked.extend(tp.topic for tp in parts))
+    wait_assigned(consumer, 5)
+
+    sent = produce_round(producer, topic, "A", 1) + produce_round(producer, staying, "S", 1)
+    assert producer.flush(10) == 0
+    move(conf_dir, router, on("B", topic, physical))
+    sent += produce_round(producer, topic, "B", 1) + produce_round(producer, staying, "T", 1)
+    assert producer.flush(10) == 0
+    assert message_count(b, physical) == len(KEYS)
+
+    messages = consume_until(consumer, len(sent), timeout=20)
+    assert Counter(m.value() for m in messages) == Counter(sent)
+    assert {m.topic() for m in messages} == {topic, staying}  # logical names only
+    assert drain_more(consumer, 0.3) == []
+    assert consumer.routes()[staying].cluster_id == "A"
+    assert consumer.routes()[topic].cluster_id == "B"
+    assert set(revoked) <= {topic}  # the moved topic's A partitions, under its logical name
+    assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+    assert assigned == sorted([(topic, 0), (topic, 1), (staying, 0), (staying, 1)])
+
+
+def test_topics_that_lose_their_route_are_all_dropped(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    a, _b = two_clusters
+    other = unique("other")
+    a.create_topic(other, 2)
+    rewrite_rules(
+        conf_dir, [rule("t1", "use cluster A", topic=topic), rule("t2", "use cluster A", topic=other)]
+    )
+    assert router.reload() is True
+    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": "immediate"})
+    changes: list[tuple[str, Route | None]] = []
+    consumer.on_route_change(lambda old, new: changes.append((old.requested_topic, new)))
+    consumer.subscribe([topic, other])
+    wait_assigned(consumer, 5)
+
+    move(conf_dir, router, [rule("unrelated", "use cluster B", topic=unique("unrelated"))])
+    consumer.poll(0)
+    assert consumer.routes() == {}
+    assert sorted(changes) == sorted([(topic, None), (other, None)])
+    assert drain_more(consumer, 0.3) == []
+    assert consumer.assignment() == []
