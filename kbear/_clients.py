@@ -27,7 +27,10 @@ _KNOWN = {
     "kbear.switch.drain.timeout.ms": 30_000,
     "kbear.switch.drain.idle.ms": 2_000,
     "kbear.switch.mode": "drain",
+    "kbear.switch.start": "committed",
+    "kbear.switch.timestamp.margin.ms": 0,
 }
+_SWITCH_STARTS = ("committed", "timestamp", "earliest", "latest")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class KBearSettings:
     drain_timeout_ms: int
     drain_idle_ms: int
     switch_mode: str
+    switch_start: str
+    timestamp_margin_ms: int
 
 
 def _int_setting(conf: Mapping[str, Any], key: str) -> int:
@@ -90,6 +95,11 @@ def split_config(
     mode = str(kbear_conf.get("kbear.switch.mode", "drain"))
     if mode not in ("drain", "immediate"):
         raise ValueError(f"{kind}: kbear.switch.mode must be 'drain' or 'immediate', got {mode!r}")
+    start = str(kbear_conf.get("kbear.switch.start", "committed"))
+    if start not in _SWITCH_STARTS:
+        raise ValueError(
+            f"{kind}: kbear.switch.start must be one of {', '.join(_SWITCH_STARTS)}, got {start!r}"
+        )
     settings = KBearSettings(
         config_dir=None if kbear_conf.get("kbear.config") is None else str(kbear_conf["kbear.config"]),
         client=client,
@@ -97,6 +107,8 @@ def split_config(
         drain_timeout_ms=_int_setting(kbear_conf, "kbear.switch.drain.timeout.ms"),
         drain_idle_ms=_int_setting(kbear_conf, "kbear.switch.drain.idle.ms"),
         switch_mode=mode,
+        switch_start=start,
+        timestamp_margin_ms=_int_setting(kbear_conf, "kbear.switch.timestamp.margin.ms"),
     )
     return native, settings
 

@@ -16,6 +16,11 @@ def is_secret(key: str) -> bool:
     return any(part in lowered for part in _SECRET_PARTS)
 
 
+def looks_secret(text: str) -> bool:
+    """Whether a piece of text (a line of ``clusters.yaml``) mentions a secret key."""
+    return is_secret(text)
+
+
 def redact(properties: Mapping[str, object]) -> dict[str, object]:
     """A copy of ``properties`` with every secret value replaced by ``***``."""
     return {k: (REDACTED if is_secret(k) else v) for k, v in properties.items()}

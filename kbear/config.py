@@ -65,7 +65,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from kbear import crrl
-from kbear._secrets import redact
+from kbear._secrets import REDACTED, looks_secret, redact
 
 __all__ = [
     "CLUSTERS_FILE",
@@ -179,10 +179,24 @@ def _meta(value: Any) -> Any:
     return value
 
 
+def _brief(value: Any) -> str:
+    """A short, safe rendering of a bad value for an error message: never the
+    repr of a whole (possibly huge, alias-multiplied) structure."""
+    if isinstance(value, bool | int | float) and not isinstance(value, _YamlInt | _YamlFloat):
+        text = repr(value)
+    elif isinstance(value, _YamlInt | _YamlFloat):
+        text = value.source
+    elif isinstance(value, str):
+        text = repr(value)
+    else:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _priority(value: Any) -> Any:
     # pydantic's lax int accepts True and "3"; a priority must be a YAML integer.
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"must be a non-negative integer, got {value!r}")
+        raise ValueError(f"must be a non-negative integer, got {_brief(value)}")
     return int(value)
 
 
@@ -339,6 +353,12 @@ class KBearConfig:
 # --------------------------------------------------------------------------- loading
 
 
+def _entry_id(item: Mapping[str, Any]) -> str | None:
+    """The entry's ``id`` as the loader will read it, when it is a non-empty scalar."""
+    value = _scalar_to_str(item.get("id"))
+    return value if isinstance(value, str) and value else None
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's SafeLoader, refusing duplicate mapping keys (PyYAML keeps the last silently),
     keeping the written text of numbers and leaving timestamps as strings."""
@@ -361,6 +381,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A value PyYAML cannot build (an integer of more than 4300 digits, an
+        # explicit ``!!timestamp`` that is no date) raises a bare ValueError:
+        # give it the node's line and column like any other YAML error.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value: {_brief_error(exc)}", node.start_mark
+            ) from None
+
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         value = _YamlInt(super().construct_yaml_int(node))
         value.source = str(node.value)
@@ -380,6 +411,32 @@ _UniqueKeyLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+
+
+def _brief_error(exc: ValueError) -> str:
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "an integer of more than 4300 digits"
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _yaml_problem(text: str, exc: yaml.MarkedYAMLError) -> str:
+    """The message of a YAML syntax error: line, column and PyYAML's reason, with a
+    hint for tabs, and without any quoted fragment of a line that holds a secret
+    (PyYAML quotes tags and aliases: ``sasl.password: !abc`` would print ``'!abc'``)."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    what = " ".join(p for p in (exc.context, exc.problem) if p)
+    lines = text.splitlines()
+    marked = {m.line for m in (exc.problem_mark, exc.context_mark) if m is not None}
+    if any(0 <= n < len(lines) and looks_secret(lines[n]) for n in marked):
+        what = _QUOTED.sub(f"'{REDACTED}'", what) + " (value of a secret key hidden)"
+    elif "'\\t'" in what:
+        what += " (YAML does not allow tabs for indentation: indent with spaces)"
+    return f"YAML syntax error at {where}{what}"
 
 
 def config_digest(directory: str | os.PathLike[str]) -> str:
@@ -445,13 +502,13 @@ class _Loader:
         try:
             doc = yaml.load(text, Loader=_UniqueKeyLoader)
         except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            what = " ".join(p for p in (exc.context, exc.problem) if p)
-            self.problem(name, None, f"YAML syntax error at {where}{what}")
+            self.problem(name, None, _yaml_problem(text, exc))
             return []
-        except yaml.YAMLError as exc:
+        except yaml.YAMLError as exc:  # ReaderError: a control character; names its position only
             self.problem(name, None, f"YAML error: {exc}")
+            return []
+        except RecursionError:
+            self.problem(name, None, "YAML nested too deeply to read")
             return []
         top = _TOP_KEYS[name]
         if doc is None:
@@ -473,23 +530,26 @@ class _Loader:
         out = []
         for index, item in enumerate(items):
             label = f"entry {index + 1}"
-            if isinstance(item, dict) and isinstance(item.get("id"), str | int):
-                label = f"{label} (id {item['id']!r})"
             if not isinstance(item, dict):
                 self.problem(name, label, f"must be a mapping, got {type(item).__name__}")
                 continue
             out.append((label, item))
         return out
 
-    def validate(self, file: str, label: str, model: type[_Model], item: Any) -> Any:
+    def validate(self, file: str, label: str, model: type[_Model], item: Any) -> tuple[Any, set[str]]:
+        """The model, or None after reporting every field error; and the names of
+        the top-level fields that failed (so the caller can still check the others)."""
         try:
-            return model.model_validate(item)
+            return model.model_validate(item), set()
         except ValidationError as exc:
+            failed: set[str] = set()
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"])
+                if err["loc"]:
+                    failed.add(str(err["loc"][0]))
                 msg = err["msg"].removeprefix("Value error, ")
                 self.problem(file, label, f"key '{loc}': {msg}" if loc else msg)
-            return None
+            return None, failed
 
     def interpolate(self, label: str, key: str, value: str) -> str:
         def sub(match: re.Match[str]) -> str:
@@ -510,24 +570,27 @@ class _Loader:
         entries = self.read_entries(CLUSTERS_FILE)
         self.clusters_listed = len(self.problems) == before
         for _, item in entries:
-            raw_id = _scalar_to_str(item.get("id"))
-            if isinstance(raw_id, str):
+            raw_id = _entry_id(item)
+            if raw_id is not None:
                 self.cluster_ids.add(raw_id)
         for label, item in entries:
-            cluster = self.validate(CLUSTERS_FILE, label, ClusterConfig, item)
-            if cluster is None:
+            cluster_id = _entry_id(item)
+            entry = f"cluster '{cluster_id}'" if cluster_id is not None else label
+            before = len(self.problems)
+            cluster, failed = self.validate(CLUSTERS_FILE, entry, ClusterConfig, item)
+            if cluster_id is not None:
+                if cluster_id in seen:
+                    self.problem(CLUSTERS_FILE, entry, "duplicate cluster id")
+                    continue
+                seen.add(cluster_id)
+            if "meta" in failed:
                 continue
-            entry = f"cluster '{cluster.id}'"
-            if cluster.id in seen:
-                self.problem(CLUSTERS_FILE, entry, "duplicate cluster id")
-                continue
-            seen.add(cluster.id)
-            if not cluster.meta.get("bootstrap.servers", "").strip():
+            meta: dict[str, str] = _meta(item.get("meta"))
+            if not meta.get("bootstrap.servers", "").strip():
                 self.problem(CLUSTERS_FILE, entry, "meta 'bootstrap.servers' is required")
                 continue
-            before = len(self.problems)
-            meta = {k: self.interpolate(entry, k, v) for k, v in cluster.meta.items()}
-            if len(self.problems) > before:
+            meta = {k: self.interpolate(entry, k, v) for k, v in meta.items()}
+            if len(self.problems) > before or cluster is None:
                 continue
             if not meta["bootstrap.servers"].strip():
                 self.problem(
@@ -540,11 +603,13 @@ class _Loader:
     def topics(self) -> dict[str, TopicConfig]:
         out: dict[str, TopicConfig] = {}
         for label, item in self.read_entries(TOPICS_FILE):
-            topic = self.validate(TOPICS_FILE, label, TopicConfig, item)
+            topic_id = _entry_id(item)
+            entry = f"topic '{topic_id}'" if topic_id is not None else label
+            topic, _ = self.validate(TOPICS_FILE, entry, TopicConfig, item)
             if topic is None:
                 continue
             if topic.id in out:
-                self.problem(TOPICS_FILE, f"topic '{topic.id}'", "duplicate topic id")
+                self.problem(TOPICS_FILE, entry, "duplicate topic id")
                 continue
             out[topic.id] = topic
         return out
@@ -552,7 +617,7 @@ class _Loader:
     def consumer_groups(self) -> dict[tuple[str, str], ConsumerGroupConfig]:
         out: dict[tuple[str, str], ConsumerGroupConfig] = {}
         for index, (_, item) in enumerate(self.read_entries(CONSUMER_GROUPS_FILE)):
-            group = self.validate(CONSUMER_GROUPS_FILE, f"entry {index + 1}", ConsumerGroupConfig, item)
+            group, _ = self.validate(CONSUMER_GROUPS_FILE, f"entry {index + 1}", ConsumerGroupConfig, item)
             if group is None:
                 continue
             key = (group.group_name, group.topic_id)
@@ -566,24 +631,30 @@ class _Loader:
             out[key] = group
         return out
 
-    def rules(self, clusters: Mapping[str, ClusterConfig]) -> tuple[RouteRule, ...]:
+    def rules(self) -> tuple[RouteRule, ...]:
+        # Every problem of a rule is reported at once: a field that fails its
+        # type check (``priority: -1``) does not hide the CRRL syntax, the
+        # unknown cluster or the kind of the same rule.
         out: list[RouteRule] = []
         seen: set[str] = set()
         for position, (label, item) in enumerate(self.read_entries(ROUTE_RULES_FILE)):
-            raw = self.validate(ROUTE_RULES_FILE, label, _RawRule, item)
-            if raw is None:
+            rule_id = _entry_id(item)
+            entry = f"rule '{rule_id}'" if rule_id is not None else label
+            raw, failed = self.validate(ROUTE_RULES_FILE, entry, _RawRule, item)
+            ok = raw is not None
+            if rule_id is not None:
+                if rule_id in seen:
+                    self.problem(ROUTE_RULES_FILE, entry, "duplicate rule id")
+                    ok = False
+                seen.add(rule_id)
+            kind = None if "meta" in failed else self.rule_kind(entry, _meta(item.get("meta")))
+            if "rule" in failed:
                 continue
-            entry = f"rule '{raw.id}'"
-            ok = True
-            if raw.id in seen:
-                self.problem(ROUTE_RULES_FILE, entry, "duplicate rule id")
-                ok = False
-            seen.add(raw.id)
-            kind = self.rule_kind(entry, raw.meta)
+            text = _scalar_to_str(item["rule"])
             try:
-                statement = crrl.parse(raw.rule)
+                statement = crrl.parse(text)
             except crrl.CrrlSyntaxError as exc:
-                self.problem(ROUTE_RULES_FILE, entry, f"key 'rule': {exc} in {raw.rule!r}")
+                self.problem(ROUTE_RULES_FILE, entry, f"key 'rule': {exc} in {text!r}")
                 continue
             if self.clusters_listed and statement.cluster not in self.cluster_ids:
                 known = ", ".join(sorted(self.cluster_ids)) or "none"
@@ -593,7 +664,7 @@ class _Loader:
                     f"uses cluster '{statement.cluster}', which is not in {CLUSTERS_FILE} (known: {known})",
                 )
                 ok = False
-            if kind is not None and ok:
+            if raw is not None and kind is not None and ok:
                 out.append(RouteRule(raw.id, raw.priority, raw.meta, statement, kind, position))
         return tuple(out)
 
@@ -667,7 +738,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     clusters = loader.clusters()
     topics = loader.topics()
     groups = loader.consumer_groups()
-    rules = loader.rules(clusters)
+    rules = loader.rules()
     if loader.problems:
         raise ConfigError(loader.problems, str(directory))
     return KBearConfig(

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from kbear._clients import Deadline, cluster_config, open_router, split_config
-from kbear.config import KBearConfig
+from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
 __all__ = ["RoutedConsumer"]
@@ -36,6 +45,16 @@ def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
     if tp.leader_epoch is not None:
         extra["leader_epoch"] = tp.leader_epoch
     return TopicPartition(topic, tp.partition, tp.offset, **extra)
+
+
+def _next_offset(message: Any) -> TopicPartition:
+    """The TopicPartition after ``message`` (its offset + 1), keeping its leader epoch."""
+    # TopicPartition takes neither metadata=None nor leader_epoch=None.
+    epoch = message.leader_epoch()
+    extra: dict[str, Any] = {} if epoch is None else {"leader_epoch": epoch}
+    return TopicPartition(
+        str(message.topic()), int(message.partition() or 0), int(message.offset() or 0) + 1, **extra
+    )
 
 
 class _ClusterConsumer:
@@ -152,6 +171,22 @@ class RoutedConsumer:
         self._next_drain_check = 0.0
         self._stale_commits: set[str] = set()
         self._route_listeners: list[RouteChangeCallback] = []
+        # regular-expression subscriptions: patterns, names given as names, next refresh
+        self._patterns: list[re.Pattern[str]] = []
+        self._names: list[str] = []
+        self._refresh_s = int(native.get("topic.metadata.refresh.interval.ms", 300_000)) / 1000.0
+        self._next_refresh = 0.0
+        # the cluster whose rebalance callback is running, and whether it assigned
+        self._rebalancing: _ClusterConsumer | None = None
+        self._assigned_in_callback = False
+        self._incremental = str(
+            native.get("group.protocol", "classic")
+        ) == "consumer" or "cooperative" in str(native.get("partition.assignment.strategy", ""))
+        # kbear.switch.start: (cluster id, physical topic) -> start offset rule for the
+        # first assignment after a move; last consumed timestamps for "timestamp"
+        self._start_at: dict[tuple[str, str], int] = {}
+        self._track_timestamps = self._settings.switch_start == "timestamp"
+        self._last_timestamps: dict[tuple[str, str, int], int] = {}
         self._rr = 0
         self._pending = False
         self._closed = False
@@ -219,40 +254,35 @@ class RoutedConsumer:
         """Subscribe to ``topics``, each on the cluster of its consumer route.
 
         Args:
-            topics: topic names (logical). Regular-expression subscriptions
-                (``^...``) are not supported by this version of kbear.
+            topics: topic names (logical), or regular expressions starting with
+                ``^`` (as librdkafka), matched against the topics of every cluster
+                of the configuration and the topic ids of topics.yaml and the
+                rules; each match is routed (unroutable matches and matches whose
+                routed topic does not exist are left out). Matches are refreshed
+                every ``topic.metadata.refresh.interval.ms`` (default 300000 ms)
+                and after each reload.
             on_assign, on_revoke, on_lost: ``callback(consumer, partitions)``, as
                 confluent-kafka; ``consumer`` is this RoutedConsumer and the
                 partitions carry logical topic names.
 
         Raises:
             NoRouteError: some topics have no route (all of them are named).
-            ValueError: a regular-expression subscription.
-            KafkaException: confluent-kafka refused the subscription.
+            KafkaException: an invalid regular expression (``_INVALID_ARG``), or
+                confluent-kafka refused the subscription.
         """
         self._check_open()
         topics = list(topics)
-        patterns = [t for t in topics if t.startswith("^")]
-        if patterns:
-            raise ValueError(
-                f"RoutedConsumer.subscribe: regular-expression subscriptions {patterns} are not "
-                "supported by this version of kbear; name the topics"
-            )
-        routes: dict[str, Route] = {}
-        failures: list[str] = []
-        for topic in topics:
-            try:
-                routes[topic] = self._router.route_consumer(topic, self._group, self._client)
-            except NoRouteError:
-                failures.append(topic)
-        if failures:
-            names = ", ".join(f"'{t}'" for t in failures)
-            err = NoRouteError(self._client, failures[0], self._group)
-            if len(failures) > 1:
-                err.args = (
-                    f"no route for topics {names}, consumer group '{self._group}', client {self._client!r}",
-                )
-            raise err
+        patterns = []
+        for t in topics:
+            if t.startswith("^"):
+                try:
+                    patterns.append(re.compile(t))
+                except re.error as exc:
+                    raise KafkaException(
+                        KafkaError(KafkaError._INVALID_ARG, f"invalid topic pattern {t!r}: {exc}")
+                    ) from None
+        self._patterns = patterns
+        self._names = [t for t in topics if not t.startswith("^")]
         self._callbacks = {
             name: cb
             for name, cb in (
@@ -265,13 +295,72 @@ class RoutedConsumer:
         self._pending = False
         self._draining.clear()
         self._stale_commits.clear()
-        self._subscription = topics
+        self._start_at.clear()
+        self._set_subscription(self._names + self._match_patterns(), strict=True)
+
+    def _set_subscription(self, topics: list[str], *, strict: bool) -> None:
+        """Route ``topics`` and subscribe each cluster's client to its share.
+
+        With ``strict``, every unroutable topic is named in one NoRouteError and
+        nothing changes; otherwise unroutable topics are left out (pattern matches).
+        """
+        routes: dict[str, Route] = {}
+        failures: list[str] = []
+        for topic in topics:
+            try:
+                routes[topic] = self._router.route_consumer(topic, self._group, self._client)
+            except NoRouteError:
+                failures.append(topic)
+        if failures and strict:
+            names = ", ".join(f"'{t}'" for t in failures)
+            err = NoRouteError(self._client, failures[0], self._group)
+            if len(failures) > 1:
+                err.args = (
+                    f"no route for topics {names}, consumer group '{self._group}', client {self._client!r}",
+                )
+            raise err
+        self._subscription = [t for t in topics if t in routes]
         self._routes = routes
         for entry in self._clusters.values():
             entry.forget_topics()
         for topic, route in routes.items():
             self._attach(topic, route)
         self._resubscribe(self._clusters.values())
+
+    def _match_patterns(self) -> list[str]:
+        """Topics matching the regular-expression subscriptions, on the clusters the
+        configuration can route to, whose route leads to a topic that exists there."""
+        if not self._patterns:
+            return []
+        self._next_refresh = time.monotonic() + self._refresh_s
+        config = self._router.config
+        logical_names = set(config.topics)
+        for rule in config.rules:
+            if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == self._group):
+                logical_names.add(rule.topic_id)
+        existing: dict[str, set[str]] = {}
+        for cluster_id, cluster in config.clusters.items():
+            probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
+            md = self._cluster(probe).consumer.list_topics(None, 10.0)
+            existing[cluster_id] = {t for t in md.topics if not t.startswith("__")}
+            logical_names.update(existing[cluster_id])
+        matched = []
+        for name in sorted(logical_names):
+            if name in self._names or not any(p.search(name) for p in self._patterns):
+                continue
+            try:
+                route = self._router.route_consumer(name, self._group, self._client)
+            except NoRouteError:
+                continue
+            if route.topic in existing.get(route.cluster_id, ()):
+                matched.append(name)
+        return matched
+
+    def _refresh_patterns(self) -> None:
+        topics = self._names + self._match_patterns()
+        if set(topics) != set(self._subscription):
+            log.info("kbear: pattern subscription now matches %s", topics)
+            self._set_subscription(topics, strict=False)
 
     def _attach(self, topic: str, route: Route) -> _ClusterConsumer:
         entry = self._cluster(route)
@@ -310,17 +399,87 @@ class RoutedConsumer:
 
     def _wrapped_callbacks(self, entry: _ClusterConsumer) -> dict[str, Callable[..., None]]:
         out: dict[str, Callable[..., None]] = {}
-        for name, user_cb in self._callbacks.items():
-            out[name] = self._wrap_rebalance(entry, user_cb)
+        for name in ("on_assign", "on_revoke", "on_lost"):
+            user_cb = self._callbacks.get(name)
+            if name == "on_assign" and (user_cb is not None or self._settings.switch_start != "committed"):
+                out[name] = self._wrap_assign(entry, user_cb)
+            elif user_cb is not None:
+                out[name] = self._wrap_rebalance(entry, user_cb)
         return out
 
     def _wrap_rebalance(
         self, entry: _ClusterConsumer, user_cb: RebalanceCallback
     ) -> Callable[[Any, list[TopicPartition]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            user_cb(self, self._to_logical(entry, partitions))
+            outer, self._rebalancing = self._rebalancing, entry
+            try:
+                user_cb(self, self._to_logical(entry, partitions))
+            finally:
+                self._rebalancing = outer
 
         return callback
+
+    def _wrap_assign(
+        self, entry: _ClusterConsumer, user_cb: RebalanceCallback | None
+    ) -> Callable[[Any, list[TopicPartition]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            outer, self._rebalancing = self._rebalancing, entry
+            self._assigned_in_callback = False
+            try:
+                started = self._start_offsets(entry, partitions)
+                if user_cb is not None:
+                    user_cb(self, self._to_logical(entry, started))
+                if started is not partitions and not self._assigned_in_callback:
+                    if self._incremental:
+                        entry.consumer.incremental_assign(started)
+                    else:
+                        entry.consumer.assign(started)
+            finally:
+                self._rebalancing = outer
+
+        return callback
+
+    def _start_offsets(
+        self, entry: _ClusterConsumer, partitions: list[TopicPartition]
+    ) -> list[TopicPartition]:
+        """``partitions`` with the start offsets of ``kbear.switch.start`` applied to the
+        partitions of topics just moved to this cluster (their first assignment only)."""
+        if not self._start_at:
+            return partitions
+        rules: dict[str, int] = {}
+        for topic in {tp.topic for tp in partitions}:
+            rule = self._start_at.pop((entry.cluster_id, topic), None)
+            if rule is not None:
+                rules[topic] = rule
+        if not rules:
+            return partitions
+        out = [
+            tp if tp.topic not in rules else TopicPartition(tp.topic, tp.partition, rules[tp.topic])
+            for tp in partitions
+        ]
+        by_time = [tp for tp in out if tp.topic in rules and tp.offset >= 0]
+        if by_time:
+            found = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in entry.consumer.offsets_for_times(by_time, timeout=10.0)
+            }
+            out = [
+                tp
+                if (tp.topic, tp.partition) not in found
+                else TopicPartition(
+                    tp.topic,
+                    tp.partition,
+                    o if (o := found[(tp.topic, tp.partition)]) >= 0 else OFFSET_END,
+                )
+                for tp in out
+            ]
+        log.info(
+            "kbear: kbear.switch.start=%s on cluster %r: %s",
+            self._settings.switch_start,
+            entry.cluster_id,
+            out,
+        )
+        return out
 
     def unsubscribe(self) -> None:
         """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
@@ -432,11 +591,40 @@ class RoutedConsumer:
             del self._routes[topic]
         else:
             self._routes[topic] = new
+            self._plan_start(topic, old, new)
             self._resubscribe([self._attach(topic, new)])
             self._stale_commits.add(topic)
         log.info("kbear: topic %r switched from %r to %r", topic, old, new)
         for callback in self._route_listeners:
             callback(old, new)
+
+    def _plan_start(self, topic: str, old: Route, new: Route) -> None:
+        """Where the moved topic starts on the new cluster (``kbear.switch.start``)."""
+        start = self._settings.switch_start
+        key = (new.cluster_id, new.topic)
+        if start == "earliest":
+            self._start_at[key] = OFFSET_BEGINNING
+        elif start == "latest":
+            self._start_at[key] = OFFSET_END
+        elif start == "timestamp":
+            seen = [
+                ts
+                for (cluster_id, name, _), ts in self._last_timestamps.items()
+                if cluster_id == old.cluster_id and name == topic
+            ]
+            self._last_timestamps = {
+                k: v
+                for k, v in self._last_timestamps.items()
+                if not (k[0] == old.cluster_id and k[1] == topic)
+            }
+            if seen:
+                self._start_at[key] = max(0, min(seen) - self._settings.timestamp_margin_ms)
+            else:
+                log.info(
+                    "kbear: nothing consumed of %r on %r: starting from committed offsets",
+                    topic,
+                    old.cluster_id,
+                )
 
     def _commit_consumed(self, entry: _ClusterConsumer) -> None:
         """Commit the stored offsets (what was consumed) of one cluster's client."""
@@ -451,8 +639,11 @@ class RoutedConsumer:
     def _before_call(self) -> None:
         if self._pending:
             self._apply_changes()
+            self._next_refresh = 0.0
         if self._draining:
             self._check_drains()
+        elif self._patterns and time.monotonic() >= self._next_refresh:
+            self._refresh_patterns()
 
     def _out(self, entry: _ClusterConsumer, msg: Any) -> Any:
         if entry.logical or entry.former:
@@ -462,6 +653,8 @@ class RoutedConsumer:
                 name = entry.former.get(physical)
             if name is not None:
                 msg.set_topic(name)
+        if self._track_timestamps and msg.error() is None:
+            self._last_timestamps[(entry.cluster_id, msg.topic(), msg.partition())] = msg.timestamp()[1]
         if self._draining or self._stale_commits:
             topic = msg.topic()
             drain = self._draining.get(topic)
@@ -488,7 +681,7 @@ class RoutedConsumer:
             RuntimeError: the consumer is closed.
             KafkaException: errors of confluent-kafka.
         """
-        if self._pending or self._draining:
+        if self._pending or self._draining or self._patterns:
             self._before_call()
         if self._leaving:
             leftover = self._serve_leaving()
@@ -498,7 +691,9 @@ class RoutedConsumer:
         if len(active) == 1 and not self._draining and not self._leaving:
             entry = active[0]
             msg = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and (entry.logical or entry.former or self._stale_commits):
+            if msg is not None and (
+                entry.logical or entry.former or self._stale_commits or self._track_timestamps
+            ):
                 self._out(entry, msg)
             return msg
         if not active:
@@ -519,7 +714,7 @@ class RoutedConsumer:
             if left is not None and left <= 0:
                 return None
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            if self._pending or self._draining:
+            if self._pending or self._draining or self._patterns:
                 self._before_call()
                 active = self._active
                 n = len(active)
@@ -540,7 +735,7 @@ class RoutedConsumer:
             ValueError: ``num_messages`` out of range (as confluent-kafka).
             RuntimeError: the consumer is closed.
         """
-        if self._pending or self._draining:
+        if self._pending or self._draining or self._patterns:
             self._before_call()
         if self._leaving and 1 <= num_messages <= 1_000_000:
             leftover = self._serve_leaving()
@@ -551,7 +746,7 @@ class RoutedConsumer:
         if len(active) == 1 and not self._draining and not self._leaving:
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.logical or entry.former or self._stale_commits:
+            if entry.logical or entry.former or self._stale_commits or self._track_timestamps:
                 return [self._out(entry, m) for m in msgs]
             return msgs
         if not 1 <= num_messages <= 1_000_000:
@@ -576,7 +771,7 @@ class RoutedConsumer:
             if out or (left is not None and left <= 0):
                 return out
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            if self._pending or self._draining:
+            if self._pending or self._draining or self._patterns:
                 self._before_call()
                 active = self._active
                 n = len(active)
@@ -683,12 +878,7 @@ class RoutedConsumer:
             topic = str(message.topic())
             if topic in self._stale_commits:
                 return None if asynchronous else []
-            # TopicPartition takes neither metadata=None nor leader_epoch=None.
-            epoch = message.leader_epoch()
-            extra: dict[str, Any] = {} if epoch is None else {"leader_epoch": epoch}
-            offsets = [
-                TopicPartition(topic, int(message.partition() or 0), int(message.offset() or 0) + 1, **extra)
-            ]
+            offsets = [_next_offset(message)]
         if offsets is not None:
             committed = self._per_cluster(
                 offsets, lambda c, parts: c.commit(offsets=parts, asynchronous=asynchronous) or []
@@ -774,6 +964,165 @@ class RoutedConsumer:
             tmd.topic = topic
             md.topics[topic] = tmd
         return md
+
+    # ------------------------------------------------------------------ assignment, offsets
+
+    def _note_assign(self, entries: Iterable[_ClusterConsumer]) -> None:
+        for entry in entries:
+            if entry is self._rebalancing:
+                self._assigned_in_callback = True
+            if entry not in self._active:
+                self._active.append(entry)
+            if entry in self._leaving:
+                self._leaving.remove(entry)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Set the assignment (as ``Consumer.assign``), each partition on its topic's cluster.
+
+        Inside a rebalance callback it assigns on the cluster being rebalanced
+        only; outside, it replaces the assignment of every cluster (clusters with
+        no partition in ``partitions`` and no subscription are unassigned).
+
+        Args:
+            partitions: TopicPartitions with logical topic names; ``offset`` as
+                confluent-kafka (``OFFSET_BEGINNING``, ``OFFSET_END``,
+                ``OFFSET_STORED``, or an offset).
+
+        Raises:
+            NoRouteError: a topic has no route.
+            KafkaException: confluent-kafka refused the assignment.
+        """
+        self._check_open()
+        split = self._split(partitions)
+        for entry, _, parts in split:
+            entry.consumer.assign(parts)
+        self._note_assign(entry for entry, _, _ in split)
+        if self._rebalancing is None:
+            named = {entry.cluster_id for entry, _, _ in split}
+            for entry in list(self._clusters.values()):
+                if entry.cluster_id not in named and not entry.topics:
+                    entry.consumer.unassign()
+                    if entry in self._active:
+                        self._active.remove(entry)
+
+    def unassign(self) -> None:
+        """Remove the assignment (inside a rebalance callback: of the cluster being
+        rebalanced; outside: of every cluster)."""
+        self._check_open()
+        if self._rebalancing is not None:
+            self._rebalancing.consumer.unassign()
+            self._assigned_in_callback = True
+            return
+        for entry in list(self._clusters.values()):
+            entry.consumer.unassign()
+            if entry in self._active and not entry.topics:
+                self._active.remove(entry)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Add ``partitions`` (logical names) to the assignment of their clusters."""
+        self._check_open()
+        split = self._split(partitions)
+        for entry, _, parts in split:
+            entry.consumer.incremental_assign(parts)
+        self._note_assign(entry for entry, _, _ in split)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        """Remove ``partitions`` (logical names) from the assignment of their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.incremental_unassign(parts)
+            if entry is self._rebalancing:
+                self._assigned_in_callback = True
+
+    def store_offsets(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
+        """Store offsets for the next (auto-)commit, as ``Consumer.store_offsets``
+        (``message``: its offset + 1; ``offsets``: logical topic names)."""
+        self._check_open()
+        if (message is None) == (offsets is None):
+            raise ValueError("store_offsets: pass message or offsets")
+        if message is not None:
+            topic = str(message.topic())
+            if topic in self._stale_commits:
+                return
+            offsets = [_next_offset(message)]
+        assert offsets is not None
+        for entry, _, parts in self._split(offsets):
+            entry.consumer.store_offsets(offsets=parts)
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
+        self._check_open()
+        ((entry, _, parts),) = self._split([partition])
+        entry.consumer.seek(parts[0])
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        """Pause fetching ``partitions`` (logical names) on their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.pause(parts)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        """Resume fetching ``partitions`` (logical names) on their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.resume(parts)
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        """For each partition (``offset`` holding a timestamp in ms since the epoch), the
+        earliest offset whose timestamp is at or after it, asked of its topic's cluster.
+
+        Args:
+            partitions: TopicPartitions with logical names.
+            timeout: maximum time in seconds per cluster (-1: infinite).
+        """
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.offsets_for_times(parts, timeout=timeout))
+
+    def memberid(self) -> str | None:
+        """The group member id on the (first) cluster this consumer is subscribed to,
+        or None before it joined. See :meth:`memberids` for every cluster."""
+        self._check_open()
+        for entry in self._active:
+            member: str | None = entry.consumer.memberid()
+            return member
+        return None
+
+    def memberids(self) -> dict[str, str | None]:
+        """Cluster id -> group member id on that cluster (kbear addition)."""
+        self._check_open()
+        return {e.cluster_id: e.consumer.memberid() for e in self._active}
+
+    def consumer_group_metadata(self) -> Any:
+        """The group metadata for ``RoutedProducer.send_offsets_to_transaction``.
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster (group metadata exists per cluster) or from none yet.
+        """
+        self._check_open()
+        clusters = self._active or list(self._clusters.values())
+        if len(clusters) != 1:
+            names = ", ".join(e.cluster_id for e in clusters) or "none"
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"consumer_group_metadata: this RoutedConsumer reads from clusters {names}; "
+                    "group metadata exists for one cluster only",
+                )
+            )
+        return clusters[0].consumer.consumer_group_metadata()
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
+        created later (as ``Consumer.set_sasl_credentials``)."""
+        self._native["sasl.username"] = username
+        self._native["sasl.password"] = password
+        for entry in self._clusters.values():
+            entry.consumer.set_sasl_credentials(username, password)
 
     def close(self) -> None:
         """Close every cluster's client (committing, as confluent-kafka, when

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kbear._clients import Deadline, cluster_config, open_router, split_config
 from kbear.config import KBearConfig
@@ -100,8 +100,6 @@ class RoutedProducer:
     ) -> None:
         native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
         self._on_delivery = native.pop("on_delivery", None)
-        if self._on_delivery is None:
-            self._on_delivery = native.pop("delivery.report.cb", None)
         self._native = native
         self._router, self._owns_router = open_router(router, self._settings, "RoutedProducer")
         self._client = self._settings.client
@@ -112,6 +110,13 @@ class RoutedProducer:
         self._send: dict[str, tuple[Callable[..., None], str]] = {}
         self._routes: dict[str, Route] = {}
         self._pending = False
+        # _slow: take the slow path in produce() (a reload to apply or a transaction open)
+        self._slow = False
+        self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
+        self._txn_init_called = False
+        self._txn_init_timeout: float | None = None
+        self._txn_open = False
+        self._txn_cluster: str | None = None  # the cluster the open transaction runs on
         self._closed = False
         self._route_listeners: list[RouteChangeCallback] = []
         self._router.subscribe(self._on_config_change)
@@ -119,6 +124,8 @@ class RoutedProducer:
             if topics is not None:
                 self._route_all(list(topics))
         except BaseException:
+            for entry in self._all():
+                entry.producer.close()
             self._router.unsubscribe(self._on_config_change)
             if self._owns_router:
                 self._router.close()
@@ -232,12 +239,14 @@ class RoutedProducer:
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag; the caller's thread applies.
         self._pending = True
+        self._slow = True
 
     def _apply_changes(self) -> None:
         with self._lock:
             if not self._pending:
                 return
             self._pending = False
+            self._slow = self._txn_open
             for topic, old in list(self._routes.items()):
                 try:
                     new: Route | None = self._router.route_producer(topic, self._client)
@@ -298,14 +307,196 @@ class RoutedProducer:
             BufferError: the cluster's client queue is full (``queue.buffering.max.messages``).
             KafkaException: other errors of confluent-kafka.
         """
-        if self._pending:
-            self._apply_changes()
+        if self._slow:
+            self._before_produce(topic)
         try:
             send, physical = self._send[topic]
         except KeyError:
             self._add_route(topic)
             send, physical = self._send[topic]
         send(physical, *args, **kwargs)
+
+    def _before_produce(self, topic: str) -> None:
+        if self._pending:
+            self._apply_changes()
+        if self._txn_open:
+            self._join_transaction(self.route(topic))
+
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> int:
+        """Produce a batch of messages to ``topic`` on the cluster of its route.
+
+        Same arguments as ``confluent_kafka.Producer.produce_batch``:
+        ``produce_batch(topic, messages, [partition], [on_delivery])``; failed
+        messages get an ``_error`` key in their dict, as with confluent-kafka.
+
+        Returns:
+            The number of messages queued.
+
+        Raises:
+            NoRouteError: the topic has no route.
+            BufferError, KafkaException, TypeError: as confluent-kafka.
+        """
+        if self._slow:
+            self._before_produce(topic)
+        route = self.route(topic)
+        producer = self._clusters[route.cluster_id].producer
+        if not route.remapped:
+            return int(producer.produce_batch(route.topic, messages, *args, **kwargs))
+        # Remapped: delivery reports must carry the logical name; wrap the callbacks
+        # on copies, then copy each copy's _error back to the application's dict.
+        copies = [
+            {**m, "callback": _logical_callback(m["callback"], topic)} if m.get("callback") else dict(m)
+            for m in messages
+        ]
+        for name in ("on_delivery", "callback"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = _logical_callback(kwargs[name], topic)
+        if len(args) > 1 and args[1] is not None:
+            args = (args[0], _logical_callback(args[1], topic), *args[2:])
+        queued = int(producer.produce_batch(route.topic, copies, *args, **kwargs))
+        for original, copy in zip(messages, copies, strict=True):
+            if "_error" in copy:
+                original["_error"] = copy["_error"]
+        return queued
+
+    # ------------------------------------------------------------------ transactions
+
+    def _join_transaction(self, route: Route) -> None:
+        """Begin the open transaction on ``route``'s cluster, or check it runs there."""
+        if self._txn_cluster is None:
+            entry = self._cluster(route)
+            if route.cluster_id not in self._txn_initialized:
+                entry.producer.init_transactions(*self._timeout_args(self._txn_init_timeout))
+                self._txn_initialized.add(route.cluster_id)
+            entry.producer.begin_transaction()
+            self._txn_cluster = route.cluster_id
+        elif self._txn_cluster != route.cluster_id:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._CONFLICT,
+                    f"topic '{route.requested_topic}' routes to cluster '{route.cluster_id}' but the "
+                    f"open transaction runs on cluster '{self._txn_cluster}': a transaction spans "
+                    "one cluster",
+                )
+            )
+
+    @staticmethod
+    def _timeout_args(timeout: float | None) -> tuple[float, ...]:
+        return () if timeout is None else (timeout,)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Initialize transactions (``transactional.id`` required), as confluent-kafka.
+
+        Runs on the clients of the clusters already in use (``topics=`` at
+        construction); a cluster first used inside a transaction is initialized
+        then, with the same ``timeout`` (seconds).
+
+        Raises:
+            KafkaException: ``_NOT_CONFIGURED`` without ``transactional.id``, or
+                the errors of confluent-kafka's ``init_transactions``.
+        """
+        if "transactional.id" not in self._native:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._NOT_CONFIGURED,
+                    "The Transactional API requires transactional.id to be configured",
+                )
+            )
+        for cluster_id, entry in self._clusters.items():
+            if cluster_id not in self._txn_initialized:
+                entry.producer.init_transactions(*self._timeout_args(timeout))
+                self._txn_initialized.add(cluster_id)
+        self._txn_init_called = True
+        self._txn_init_timeout = timeout
+
+    def begin_transaction(self) -> None:
+        """Begin a transaction. It runs on the cluster of the first topic produced in it;
+        producing to a topic of another cluster in it raises ``KafkaException``
+        (``_CONFLICT``) naming both clusters.
+
+        Raises:
+            KafkaException: ``_STATE`` before ``init_transactions`` or while a
+                transaction is open.
+        """
+        if not self._txn_init_called:
+            raise KafkaException(KafkaError(KafkaError._STATE, "init_transactions() must be called first"))
+        if self._txn_open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is already open"))
+        if self._pending:
+            self._apply_changes()
+        self._txn_open = True
+        self._txn_cluster = None
+        self._slow = True
+
+    def send_offsets_to_transaction(
+        self, positions: list[Any], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        """Add consumer offsets to the open transaction, as confluent-kafka.
+
+        Args:
+            positions: TopicPartitions (logical names) with the next offsets to consume.
+            group_metadata: ``RoutedConsumer.consumer_group_metadata()`` of a consumer
+                reading from the transaction's cluster.
+            timeout: seconds (None: infinite).
+
+        Raises:
+            KafkaException: ``_STATE`` without an open transaction, or when nothing
+                was produced in it yet and this producer uses several clusters;
+                ``_CONFLICT`` when a topic of ``positions`` routes to another cluster.
+        """
+        if not self._txn_open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
+        if self._txn_cluster is None:
+            if len(self._clusters) != 1:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._STATE,
+                        "produce to the transaction first: its cluster is the cluster of the first "
+                        "topic produced in it",
+                    )
+                )
+            self._join_transaction(next(iter(self._routes.values())))
+        physical = []
+        for tp in positions:
+            route = self._routes.get(tp.topic)
+            if route is not None and route.cluster_id != self._txn_cluster:
+                self._join_transaction(route)  # raises _CONFLICT naming both clusters
+            name = route.topic if route is not None else tp.topic
+            physical.append(tp if name == tp.topic else TopicPartition(name, tp.partition, tp.offset))
+        producer = self._clusters[str(self._txn_cluster)].producer
+        producer.send_offsets_to_transaction(physical, group_metadata, *self._timeout_args(timeout))
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Commit the open transaction on its cluster (flushing first, as confluent-kafka).
+
+        Raises:
+            KafkaException: ``_STATE`` without an open transaction; the errors of
+                confluent-kafka's ``commit_transaction`` (the transaction stays open
+                so it can be retried or aborted, as there).
+        """
+        self._end_transaction("commit_transaction", timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction on its cluster (purging its messages, as confluent-kafka)."""
+        self._end_transaction("abort_transaction", timeout)
+
+    def _end_transaction(self, method: str, timeout: float | None) -> None:
+        if not self._txn_open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
+        if self._txn_cluster is not None:
+            producer = self._clusters[self._txn_cluster].producer
+            getattr(producer, method)(*self._timeout_args(timeout))
+        self._txn_open = False
+        self._txn_cluster = None
+        self._slow = self._pending
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
+        created later (as ``Producer.set_sasl_credentials``)."""
+        self._native["sasl.username"] = username
+        self._native["sasl.password"] = password
+        for entry in self._all():
+            entry.producer.set_sasl_credentials(username, password)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks of every cluster's client.
