@@ -1,0 +1,549 @@
+"""kbear benchmarks: routed clients next to plain confluent-kafka, in one process run.
+
+    .venv/bin/python bench/run.py            # every benchmark, writes bench/RESULTS.md and bench/results.json
+    .venv/bin/python bench/run.py --quick    # fewer rounds and messages (a smoke run)
+
+Each throughput figure is a ratio routed/raw (higher is better; 1.0 = as fast as
+plain confluent-kafka) measured side by side: rounds alternate raw and routed,
+and the median of the rounds is reported, with the per-call overhead in ns.
+Clusters are librdkafka mock clusters in this process (kbear.testing), so the
+figures measure client-side cost, not a network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from kbear import Client, RoutedConsumer, RoutedProducer, Router, load_config
+from kbear.testing import EmbeddedCluster
+
+HERE = Path(__file__).resolve().parent
+VALUE = b"x" * 100
+PRODUCER_CONF = {"linger.ms": 5, "queue.buffering.max.messages": 2_000_000, "log_level": 3}
+
+
+def write_config(directory: Path, clusters: dict[str, str], rules: list[dict[str, Any]]) -> Path:
+    import yaml
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "clusters.yaml").write_text(
+        yaml.safe_dump(
+            {"clusters": [{"id": c, "meta": {"bootstrap.servers": b}} for c, b in clusters.items()]}
+        )
+    )
+    tmp = directory / "route-rules.yaml.tmp"
+    tmp.write_text(yaml.safe_dump({"route-rules": rules}, sort_keys=False))
+    os.replace(tmp, directory / "route-rules.yaml")
+    return directory
+
+
+def global_rule(cluster: str) -> dict[str, Any]:
+    return {"id": f"all-{cluster}", "meta": {"rule.isGlobal": True}, "rule": f"use cluster {cluster}"}
+
+
+def topic_rule(topic: str, cluster: str) -> dict[str, Any]:
+    return {"id": f"t-{topic}-{cluster}", "meta": {"topic.id": topic}, "rule": f"use cluster {cluster}"}
+
+
+def median_ratio(
+    raw: Callable[[], float], routed: Callable[[], float], rounds: int
+) -> tuple[float, float, float]:
+    """Alternate raw and routed rounds (each returns seconds); median times and ratio raw/routed."""
+    raw_t, routed_t = [], []
+    for i in range(rounds):
+        order = (raw, routed) if i % 2 == 0 else (routed, raw)
+        for fn in order:
+            (raw_t if fn is raw else routed_t).append(fn())
+    r, k = statistics.median(raw_t), statistics.median(routed_t)
+    return r, k, r / k
+
+
+def bench_produce(
+    n: int,
+    rounds: int,
+    router_dir: Path,
+    clusters: dict[str, EmbeddedCluster],
+    topics: list[str],
+    spread: dict[str, str],
+) -> dict[str, Any]:
+    """Produce n messages over ``topics``; raw = one plain Producer per cluster driven by hand."""
+    raw_producers = {
+        c: Producer({**PRODUCER_CONF, "bootstrap.servers": cl.bootstrap_servers})
+        for c, cl in clusters.items()
+    }
+    by_topic = {t: raw_producers[spread[t]] for t in topics}
+    routed = RoutedProducer(
+        {**PRODUCER_CONF, "kbear.config": str(router_dir), "kbear.reload.interval.ms": 0}, topics=topics
+    )
+    seq = [topics[i % len(topics)] for i in range(n)]
+
+    def run_raw() -> float:
+        t0 = time.perf_counter()
+        if len(raw_producers) == 1:
+            produce = next(iter(raw_producers.values())).produce
+            for t in seq:
+                produce(t, VALUE)
+        else:
+            for t in seq:
+                by_topic[t].produce(t, VALUE)
+        for p in raw_producers.values():
+            p.flush()
+        return time.perf_counter() - t0
+
+    def run_routed() -> float:
+        t0 = time.perf_counter()
+        produce = routed.produce
+        for t in seq:
+            produce(t, VALUE)
+        routed.flush()
+        return time.perf_counter() - t0
+
+    raw_s, routed_s, ratio = median_ratio(run_raw, run_routed, rounds)
+    routed.close()
+    return {
+        "messages": n,
+        "raw_s": raw_s,
+        "routed_s": routed_s,
+        "ratio": ratio,
+        "overhead_ns_per_call": (routed_s - raw_s) / n * 1e9,
+        "raw_ns_per_call": raw_s / n * 1e9,
+    }
+
+
+def fill(cluster: EmbeddedCluster, topic: str, partitions: int, per_partition: int) -> None:
+    p = Producer({**PRODUCER_CONF, "bootstrap.servers": cluster.bootstrap_servers})
+    for part in range(partitions):
+        for _ in range(per_partition):
+            p.produce(topic, VALUE, partition=part)
+        p.poll(0)
+    p.flush()
+
+
+def bench_consume(
+    rounds: int,
+    router_dir: Path,
+    clusters: dict[str, EmbeddedCluster],
+    topics: dict[str, str],
+    partitions: int,
+    total: int,
+    mode: str,
+) -> dict[str, Any]:
+    """Read ``total`` messages from ``topics`` (topic -> cluster) assigned from the beginning."""
+
+    def parts(topic: str) -> list[TopicPartition]:
+        return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+
+    conf = {
+        "group.id": "bench",
+        "enable.auto.commit": False,
+        "log_level": 3,
+        "fetch.message.max.bytes": 1_048_576,
+        "queued.min.messages": 200_000,
+    }
+
+    def drain(next_batch: Callable[[], int]) -> float:
+        # Wait for the first message, then let the fetchers fill the local queues
+        # (queued.min.messages) so the timed part measures the client, not the fetch.
+        got = 0
+        deadline = time.perf_counter() + 60
+        while got == 0 and time.perf_counter() < deadline:
+            got += next_batch()
+        time.sleep(1.5)
+        t0 = time.perf_counter()
+        while got < total and time.perf_counter() < deadline:
+            got += next_batch()
+        if got < total:
+            raise RuntimeError(f"consumed {got} of {total}")
+        return time.perf_counter() - t0
+
+    def batch_fn(clients: list[Any]) -> Callable[[], int]:
+        if mode == "consume":
+            if len(clients) == 1:
+                c = clients[0]
+                return lambda: len(c.consume(1000, 1.0))
+            state = {"i": 0}
+
+            def multi() -> int:
+                state["i"] += 1
+                return len(clients[state["i"] % len(clients)].consume(1000, 0.1))
+
+            return multi
+        if len(clients) == 1:
+            c = clients[0]
+            return lambda: 0 if c.poll(1.0) is None else 1
+        state2 = {"i": 0}
+
+        def multi_poll() -> int:
+            state2["i"] += 1
+            return 0 if clients[state2["i"] % len(clients)].poll(0.1) is None else 1
+
+        return multi_poll
+
+    def run_raw() -> float:
+        raws = []
+        for cluster_id in sorted(set(topics.values())):
+            c = Consumer({**conf, "bootstrap.servers": clusters[cluster_id].bootstrap_servers})
+            c.assign([tp for t, cid in topics.items() if cid == cluster_id for tp in parts(t)])
+            raws.append(c)
+        try:
+            return drain(batch_fn(raws))
+        finally:
+            for c in raws:
+                c.close()
+
+    def run_routed() -> float:
+        c = RoutedConsumer({**conf, "kbear.config": str(router_dir), "kbear.reload.interval.ms": 0})
+        c.assign([tp for t in topics for tp in parts(t)])
+        try:
+            if mode == "consume":
+                return drain(lambda: len(c.consume(1000, 1.0)))
+            return drain(lambda: 0 if c.poll(1.0) is None else 1)
+        finally:
+            c.close()
+
+    raw_s, routed_s, ratio = median_ratio(run_raw, run_routed, rounds)
+    return {
+        "messages": total,
+        "raw_s": raw_s,
+        "routed_s": routed_s,
+        "ratio": ratio,
+        "overhead_ns_per_message": (routed_s - raw_s) / total * 1e9,
+    }
+
+
+def generate_rules(
+    n_rules: int, n_topics: int, clusters: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    topics = [f"topic.{i:06d}" for i in range(n_topics)]
+    rules: list[dict[str, Any]] = [global_rule(clusters[0])]
+    for i in range(n_rules - 1):
+        t = topics[i % n_topics]
+        rules.append(
+            {
+                "id": f"r{i}",
+                "priority": i % 3,
+                "meta": {"topic.id": t},
+                "rule": f"use cluster {clusters[i % len(clusters)]} when client.env=env{i % 7}",
+            }
+        )
+    return rules, topics
+
+
+def bench_lookup(tmp: Path, n_rules: int, n_topics: int, lookups: int) -> dict[str, Any]:
+    clusters = {"c1": "127.0.0.1:1", "c2": "127.0.0.1:2"}
+    rules, topics = generate_rules(n_rules, n_topics, list(clusters))
+    d = write_config(tmp / f"lookup-{n_rules}", clusters, rules)
+    import yaml
+
+    (d / "topics.yaml").write_text(
+        yaml.safe_dump({"topics": [{"id": t, "meta": {"bu": f"bu{i % 10}"}} for i, t in enumerate(topics)]})
+    )
+    t0 = time.perf_counter()
+    config = load_config(d)
+    load_s = time.perf_counter() - t0
+    router = Router(config)
+    clients = [Client("app", {"env": f"env{i % 7}", "n": str(i)}) for i in range(lookups)]
+    t0 = time.perf_counter()
+    for i, client in enumerate(clients):  # every client distinct: every lookup misses the cache
+        router.route_producer(topics[(i * 7919) % n_topics], client)
+    uncached_s = (time.perf_counter() - t0) / lookups
+    client = Client("app", {"env": "env1"})
+    router.route_producer(topics[1], client)
+    t0 = time.perf_counter()
+    for _ in range(lookups):
+        router.route_producer(topics[1], client)
+    cached_s = (time.perf_counter() - t0) / lookups
+    return {
+        "rules": n_rules,
+        "topics": n_topics,
+        "load_s": load_s,
+        "uncached_us": uncached_s * 1e6,
+        "cached_us": cached_s * 1e6,
+    }
+
+
+def bench_switch(tmp: Path, interval_ms: int) -> dict[str, Any]:
+    """File change -> first message of the moved topic on the new cluster."""
+    a, b = EmbeddedCluster(), EmbeddedCluster()
+    try:
+        for c in (a, b):
+            c.create_topic("moving", 1)
+        d = write_config(
+            tmp / "switch", {"A": a.bootstrap_servers, "B": b.bootstrap_servers}, [global_rule("A")]
+        )
+        producer = RoutedProducer(
+            {"linger.ms": 0, "kbear.config": str(d), "kbear.reload.interval.ms": interval_ms},
+            topics=["moving"],
+        )
+        watcher = Consumer({"bootstrap.servers": b.bootstrap_servers, "group.id": "w", "log_level": 3})
+        watcher.assign([TopicPartition("moving", 0, OFFSET_BEGINNING)])
+        time.sleep(0.2)
+        write_config(d, {"A": a.bootstrap_servers, "B": b.bootstrap_servers}, [global_rule("B")])
+        changed = time.perf_counter()
+        seen = None
+        while seen is None and time.perf_counter() - changed < 30:
+            producer.produce("moving", VALUE)
+            producer.poll(0)
+            msg = watcher.poll(0.001)
+            if msg is not None and msg.error() is None:
+                seen = time.perf_counter() - changed
+        producer.close()
+        watcher.close()
+        return {"reload_interval_ms": interval_ms, "switch_s": seen}
+    finally:
+        a.close()
+        b.close()
+
+
+_RSS_CHILD = """
+import resource, sys, gc
+from kbear.testing import EmbeddedCluster
+import confluent_kafka, kbear
+c = EmbeddedCluster(); c.create_topic("t", 4)
+import os, pathlib, tempfile
+d = pathlib.Path(tempfile.mkdtemp())
+(d / "clusters.yaml").write_text(f"clusters:\\n  - id: A\\n    meta: {{bootstrap.servers: '{c.bootstrap_servers}'}}\\n")
+(d / "route-rules.yaml").write_text("route-rules:\\n  - id: g\\n    meta: {rule.isGlobal: true}\\n    rule: use cluster A\\n")
+def rss():
+    return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+gc.collect(); before = rss()
+if sys.argv[1] == 'raw':
+    p = confluent_kafka.Producer({'bootstrap.servers': c.bootstrap_servers})
+    k = confluent_kafka.Consumer({'bootstrap.servers': c.bootstrap_servers, 'group.id': 'g'})
+else:
+    p = kbear.RoutedProducer({'kbear.config': str(d), 'kbear.reload.interval.ms': 0}, topics=['t'])
+    k = kbear.RoutedConsumer({'kbear.config': str(d), 'group.id': 'g', 'kbear.reload.interval.ms': 0})
+k.subscribe(['t'])
+for i in range(20000):
+    p.produce('t', b'x' * 100, key=str(i))
+p.flush()
+got = 0
+import time
+end = time.time() + 20
+while got < 20000 and time.time() < end:
+    got += len(k.consume(1000, 0.5))
+gc.collect()
+print(rss() - before, rss())
+k.close()
+"""
+
+
+def bench_memory(runs: int) -> dict[str, Any]:
+    out: dict[str, list[int]] = {"raw": [], "routed": []}
+    for i in range(runs):
+        for kind in ("raw", "routed") if i % 2 == 0 else ("routed", "raw"):
+            res = subprocess.run(
+                [sys.executable, "-c", _RSS_CHILD, kind],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
+            out[kind].append(int(res.stdout.split()[1]))
+    raw, routed = statistics.median(out["raw"]), statistics.median(out["routed"])
+    return {"raw_rss_bytes": raw, "routed_rss_bytes": routed, "ratio": routed / raw}
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "confluent_kafka": importlib.metadata.version("confluent-kafka"),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and messages")
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        help="run only these benchmarks (produce1, produce2, consume1, consume2, lookup, switch, memory)",
+    )
+    args = ap.parse_args()
+    rounds = 3 if args.quick else 7
+    n = 50_000 if args.quick else 200_000
+    want = set(args.only or ["produce1", "produce2", "consume1", "consume2", "lookup", "switch", "memory"])
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
+    tmp = Path(tempfile.mkdtemp(prefix="kbear-bench-"))
+    a, b = EmbeddedCluster(), EmbeddedCluster()
+    clusters = {"A": a, "B": b}
+    try:
+        parts_n = 8 if args.quick else 16
+        for c in (a, b):
+            for t in ("p1", "p2", "p3", "c1", "c2"):
+                c.create_topic(t, parts_n)
+        boot = {k: v.bootstrap_servers for k, v in clusters.items()}
+        one = write_config(tmp / "one", boot, [global_rule("A")])
+        two = write_config(
+            tmp / "two", boot, [global_rule("A"), topic_rule("p3", "B"), topic_rule("c2", "B")]
+        )
+        if "produce1" in want:
+            results["produce_one_cluster"] = bench_produce(n, rounds, one, {"A": a}, ["p1"], {"p1": "A"})
+            print("produce, one cluster:", results["produce_one_cluster"], flush=True)
+        if "produce2" in want:
+            results["produce_two_clusters"] = bench_produce(
+                n, rounds, two, clusters, ["p1", "p2", "p3"], {"p1": "A", "p2": "A", "p3": "B"}
+            )
+            print("produce, 3 topics on 2 clusters:", results["produce_two_clusters"], flush=True)
+        per_part = 5_000 if args.quick else 20_000  # 20k x 100 B a partition: under the mock's ~5 MB
+        if {"consume1", "consume2"} & want:
+            fill(a, "c1", parts_n, per_part)
+            fill(b, "c2", parts_n, per_part)
+        for mode in ("consume", "poll"):
+            if "consume1" in want:
+                key = f"{mode}_one_cluster"
+                results[key] = bench_consume(
+                    rounds, one, clusters, {"c1": "A"}, parts_n, parts_n * per_part, mode
+                )
+                print(key, results[key], flush=True)
+            if "consume2" in want:
+                key = f"{mode}_two_clusters"
+                results[key] = bench_consume(
+                    rounds, two, clusters, {"c1": "A", "c2": "B"}, parts_n, 2 * parts_n * per_part, mode
+                )
+                print(key, results[key], flush=True)
+        if "lookup" in want:
+            lookups = 2_000 if args.quick else 20_000
+            results["lookup"] = [
+                bench_lookup(tmp, r, 100_000 if not args.quick else 10_000, lookups)
+                for r in ((1_000, 10_000) if not args.quick else (100, 1_000))
+            ]
+            print("lookup:", results["lookup"], flush=True)
+        if "switch" in want:
+            results["switch"] = bench_switch(tmp, 1000)
+            print("switch:", results["switch"], flush=True)
+        if "memory" in want:
+            results["memory"] = bench_memory(1 if args.quick else 3)
+            print("memory:", results["memory"], flush=True)
+    finally:
+        a.close()
+        b.close()
+    results["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    name = "results-quick" if args.quick else "results"
+    (HERE / f"{name}.json").write_text(json.dumps(results, indent=2))
+    md = HERE / ("RESULTS-quick.md" if args.quick else "RESULTS.md")
+    md.write_text(render_markdown(results))
+    print(f"wrote {HERE / name}.json and {md}")
+    return 0
+
+
+def _row(name: str, target: str, figure: str, ok: bool | None) -> str:
+    verdict = "" if ok is None else ("met" if ok else "**missed**")
+    return f"| {name} | {target} | {figure} | {verdict} |"
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    """The results as a Markdown table, with the issue's targets."""
+    rows = ["| benchmark | target | measured | |", "|---|---|---|---|"]
+
+    def ratio(key: str, name: str, target: float, extra: str = "") -> None:
+        if key in r:
+            v = r[key]
+            ns = v.get("overhead_ns_per_call", v.get("overhead_ns_per_message"))
+            rows.append(
+                _row(
+                    name,
+                    f">= {target:.2f} x raw{extra}",
+                    f"{v['ratio']:.3f} x raw ({ns:+.0f} ns per message)",
+                    v["ratio"] >= target,
+                )
+            )
+
+    ratio("produce_one_cluster", "produce, one cluster", 0.97)
+    if "produce_two_clusters" in r:
+        v = r["produce_two_clusters"]
+        rows.append(
+            _row(
+                "produce, 3 topics on 2 clusters",
+                ">= 0.90 x raw, <= 150 ns per call",
+                f"{v['ratio']:.3f} x raw ({v['overhead_ns_per_call']:+.0f} ns per call)",
+                v["ratio"] >= 0.90 and v["overhead_ns_per_call"] <= 150,
+            )
+        )
+    ratio("consume_one_cluster", "consume(1000), one cluster", 0.97)
+    ratio("poll_one_cluster", "poll(), one cluster", 0.95)
+    ratio("consume_two_clusters", "consume(1000), two clusters", 0.90)
+    ratio("poll_two_clusters", "poll(), two clusters", 0.90)
+    for v in r.get("lookup", []):
+        rows.append(
+            _row(
+                f"lookup, {v['rules']:,} rules / {v['topics']:,} topics, cached",
+                "<= 1 us",
+                f"{v['cached_us']:.2f} us",
+                v["cached_us"] <= 1,
+            )
+        )
+        rows.append(
+            _row(
+                f"lookup, {v['rules']:,} rules / {v['topics']:,} topics, uncached",
+                "<= 50 us",
+                f"{v['uncached_us']:.1f} us",
+                v["uncached_us"] <= 50,
+            )
+        )
+        rows.append(
+            _row(
+                f"load + validate, {v['rules']:,} rules / {v['topics']:,} topics",
+                "<= 2 s",
+                f"{v['load_s']:.2f} s",
+                v["load_s"] <= 2,
+            )
+        )
+    if "switch" in r:
+        v = r["switch"]
+        limit = v["reload_interval_ms"] / 1000 + 1
+        rows.append(
+            _row(
+                "route switch: file change -> first message on new cluster",
+                f"<= reload interval + 1 s ({limit:.1f} s)",
+                f"{v['switch_s']:.2f} s" if v["switch_s"] is not None else "never",
+                v["switch_s"] is not None and v["switch_s"] <= limit,
+            )
+        )
+    if "memory" in r:
+        v = r["memory"]
+        rows.append(
+            _row(
+                "resident memory, producer + consumer, one cluster",
+                "within 5 % of raw",
+                f"{v['ratio']:.3f} x raw ({v['routed_rss_bytes'] / 2**20:.1f} MiB vs "
+                f"{v['raw_rss_bytes'] / 2**20:.1f} MiB)",
+                abs(v["ratio"] - 1) <= 0.05,
+            )
+        )
+    m = r["machine"]
+    head = [
+        "# kbear benchmark results",
+        "",
+        "Written by `.venv/bin/python bench/run.py` (see bench/run.py's docstring for the method).",
+        "",
+        f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, confluent-kafka "
+        f"{m['confluent_kafka']}, librdkafka {m['librdkafka']}; {m['date']}."
+        + (" Quick run (fewer rounds and messages)." if r.get("quick") else ""),
+        "",
+    ]
+    return "\n".join([*head, *rows, ""])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
