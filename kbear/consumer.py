@@ -57,6 +57,13 @@ def _next_offset(message: Any) -> TopicPartition:
     )
 
 
+def _same_route(a: Route | None, b: Route | None) -> bool:
+    """Whether two routes lead to the same topic on the same cluster, same client settings."""
+    if a is None or b is None:
+        return a is b
+    return a.cluster_id == b.cluster_id and a.topic == b.topic and dict(a.properties) == dict(b.properties)
+
+
 class _ClusterConsumer:
     """The confluent-kafka Consumer of one cluster and what it is subscribed to."""
 
@@ -91,6 +98,10 @@ class _Drain:
     last_activity: float
     # partition -> (low, high) watermarks seen on old
     marks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # every partition of the topic on old (the group's progress is checked on all)
+    partitions: list[int] | None = None
+    # routes the topic took while this drain ran: each is read (drained) in turn
+    then: list[Route | None] = field(default_factory=list)
 
 
 class RoutedConsumer:
@@ -509,16 +520,16 @@ class RoutedConsumer:
             except NoRouteError as exc:
                 log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
                 new = None
-            if new is not None and (
-                new.cluster_id == old.cluster_id
-                and new.topic == old.topic
-                and dict(new.properties) == dict(old.properties)
-            ):
-                self._draining.pop(topic, None)
-                continue
             drain = self._draining.get(topic)
+            if drain is None and _same_route(old, new):
+                continue
             if drain is not None:
-                drain.new = new
+                # Moved again before the drain ended: messages may have been produced
+                # to drain.new meanwhile, so the topic still goes there first, and is
+                # drained there before it follows the newer route.
+                last = drain.then[-1] if drain.then else drain.new
+                if not _same_route(last, new):
+                    drain.then.append(new)
             elif self._settings.switch_mode == "immediate":
                 self._switch(topic, old, new)
             else:
@@ -535,6 +546,13 @@ class RoutedConsumer:
             if self._drained(drain, now):
                 del self._draining[topic]
                 self._switch(topic, drain.old, drain.new)
+                if drain.then and drain.new is not None:
+                    log.info(
+                        "kbear: draining topic %r on cluster %r before the next move",
+                        topic,
+                        drain.new.cluster_id,
+                    )
+                    self._draining[topic] = _Drain(drain.new, drain.then[0], now, now, then=drain.then[1:])
 
     def _drained(self, drain: _Drain, now: float) -> bool:
         if now - drain.started >= self._settings.drain_timeout_ms / 1000.0:
@@ -553,7 +571,7 @@ class RoutedConsumer:
             return True
         parts = [tp for tp in entry.consumer.assignment() if tp.topic == drain.old.topic]
         if not parts:
-            return True
+            return self._group_drained(entry, drain)
         for tp in parts:
             if tp.partition not in drain.marks:
                 drain.marks[tp.partition] = entry.consumer.get_watermark_offsets(tp, timeout=5.0)
@@ -577,6 +595,28 @@ class RoutedConsumer:
                 start = high
             else:
                 start = low
+            if start < high:
+                return False
+        return self._group_drained(entry, drain)
+
+    def _group_drained(self, entry: _ClusterConsumer, drain: _Drain) -> bool:
+        """Whether the group has consumed the topic on the old cluster to its end
+        offsets: this member commits what it consumed, then every partition of the
+        topic (other members' too) must be committed at its end. So no member reads
+        the topic on the new cluster before the old cluster's messages were all
+        returned to some member (per-key order across the group)."""
+        topic = drain.old.topic
+        if drain.partitions is None:
+            md = entry.consumer.list_topics(topic, 5.0).topics.get(topic)
+            drain.partitions = sorted(md.partitions) if md is not None and md.error is None else []
+        parts = [TopicPartition(topic, p) for p in drain.partitions]
+        for tp in parts:
+            if tp.partition not in drain.marks:
+                drain.marks[tp.partition] = entry.consumer.get_watermark_offsets(tp, timeout=5.0)
+        self._commit_consumed(entry)
+        for tp in entry.consumer.committed(parts, timeout=5.0):
+            low, high = drain.marks[tp.partition]
+            start = tp.offset if tp.offset >= 0 else (high if self._reset_to_end else low)
             if start < high:
                 return False
         return True
@@ -823,6 +863,8 @@ class RoutedConsumer:
     ) -> list[tuple[_ClusterConsumer, list[int], list[TopicPartition]]]:
         """Group partitions (logical names) by cluster, as physical TopicPartitions,
         with their indexes in the input."""
+        if self._rebalancing is not None:
+            return [self._split_rebalancing(self._rebalancing, partitions)]
         groups: dict[str, tuple[_ClusterConsumer, list[int], list[TopicPartition]]] = {}
         for index, tp in enumerate(partitions):
             route = self._route(tp.topic)
@@ -834,6 +876,26 @@ class RoutedConsumer:
             group[1].append(index)
             group[2].append(tp)
         return list(groups.values())
+
+    @staticmethod
+    def _split_rebalancing(
+        entry: _ClusterConsumer, partitions: Iterable[TopicPartition]
+    ) -> tuple[_ClusterConsumer, list[int], list[TopicPartition]]:
+        """Inside a rebalance callback every partition is the rebalanced cluster's:
+        after a move, the old cluster's revocation names a topic whose route now
+        leads elsewhere, and its positions, commits and unassignment belong to
+        the old cluster."""
+        physical = dict(entry.physical)
+        if entry.former:
+            for phys, logical in entry.former.items():
+                physical.setdefault(logical, phys)
+        indexes: list[int] = []
+        parts: list[TopicPartition] = []
+        for index, tp in enumerate(partitions):
+            name = physical.get(tp.topic)
+            indexes.append(index)
+            parts.append(tp if name is None else _renamed(tp, name))
+        return entry, indexes, parts
 
     def _per_cluster(
         self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]

@@ -24,6 +24,16 @@ RouteChangeCallback = Callable[[Route, Route | None], None]
 _ON_DELIVERY_POS = 3
 
 
+def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
+    """A copy of ``tp`` under another topic name (TopicPartition is immutable)."""
+    extra: dict[str, Any] = {}
+    if tp.metadata is not None:
+        extra["metadata"] = tp.metadata
+    if tp.leader_epoch is not None:
+        extra["leader_epoch"] = tp.leader_epoch
+    return TopicPartition(topic, tp.partition, tp.offset, **extra)
+
+
 def _logical_callback(cb: Callable[[Any, Any], None], logical: str) -> Callable[[Any, Any], None]:
     def deliver(err: Any, msg: Any) -> None:
         msg.set_topic(logical)
@@ -188,6 +198,8 @@ class RoutedProducer:
             conf["on_delivery"] = self._config_callback(self._on_delivery, logical)
         entry = _ClusterProducer(route.cluster_id, route.properties, Producer(conf), logical)
         self._clusters[route.cluster_id] = entry
+        # a new client of the cluster has not run init_transactions() yet
+        self._txn_initialized.discard(route.cluster_id)
         return entry
 
     @staticmethod
@@ -380,6 +392,17 @@ class RoutedProducer:
                 )
             )
 
+    def _require_transactional_id(self) -> None:
+        """As confluent-kafka: every transactional call without ``transactional.id``
+        raises ``_NOT_CONFIGURED``."""
+        if "transactional.id" not in self._native:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._NOT_CONFIGURED,
+                    "The Transactional API requires transactional.id to be configured",
+                )
+            )
+
     @staticmethod
     def _timeout_args(timeout: float | None) -> tuple[float, ...]:
         return () if timeout is None else (timeout,)
@@ -395,13 +418,7 @@ class RoutedProducer:
             KafkaException: ``_NOT_CONFIGURED`` without ``transactional.id``, or
                 the errors of confluent-kafka's ``init_transactions``.
         """
-        if "transactional.id" not in self._native:
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._NOT_CONFIGURED,
-                    "The Transactional API requires transactional.id to be configured",
-                )
-            )
+        self._require_transactional_id()
         for cluster_id, entry in self._clusters.items():
             if cluster_id not in self._txn_initialized:
                 entry.producer.init_transactions(*self._timeout_args(timeout))
@@ -418,6 +435,7 @@ class RoutedProducer:
             KafkaException: ``_STATE`` before ``init_transactions`` or while a
                 transaction is open.
         """
+        self._require_transactional_id()
         if not self._txn_init_called:
             raise KafkaException(KafkaError(KafkaError._STATE, "init_transactions() must be called first"))
         if self._txn_open:
@@ -444,6 +462,7 @@ class RoutedProducer:
                 was produced in it yet and this producer uses several clusters;
                 ``_CONFLICT`` when a topic of ``positions`` routes to another cluster.
         """
+        self._require_transactional_id()
         if not self._txn_open:
             raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
         if self._txn_cluster is None:
@@ -458,11 +477,10 @@ class RoutedProducer:
             self._join_transaction(next(iter(self._routes.values())))
         physical = []
         for tp in positions:
-            route = self._routes.get(tp.topic)
-            if route is not None and route.cluster_id != self._txn_cluster:
+            route = self.route(tp.topic)
+            if route.cluster_id != self._txn_cluster:
                 self._join_transaction(route)  # raises _CONFLICT naming both clusters
-            name = route.topic if route is not None else tp.topic
-            physical.append(tp if name == tp.topic else TopicPartition(name, tp.partition, tp.offset))
+            physical.append(tp if route.topic == tp.topic else _renamed(tp, route.topic))
         producer = self._clusters[str(self._txn_cluster)].producer
         producer.send_offsets_to_transaction(physical, group_metadata, *self._timeout_args(timeout))
 
@@ -481,6 +499,7 @@ class RoutedProducer:
         self._end_transaction("abort_transaction", timeout)
 
     def _end_transaction(self, method: str, timeout: float | None) -> None:
+        self._require_transactional_id()
         if not self._txn_open:
             raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
         if self._txn_cluster is not None:
@@ -588,17 +607,20 @@ class RoutedProducer:
     def __bool__(self) -> bool:
         return True
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None) -> bool:
         """Flush every cluster's client, then stop watching the configuration.
 
         Args:
             timeout: maximum time in seconds to wait for delivery (None: infinite).
 
+        Returns:
+            True, as ``confluent_kafka.Producer.close`` (also when already closed).
+
         Messages still undelivered after ``timeout`` are purged and their
         delivery callbacks report them failed; nothing is silently dropped.
         """
         if self._closed:
-            return
+            return True
         self._closed = True
         self._router.unsubscribe(self._on_config_change)
         self.flush(timeout)
@@ -609,6 +631,7 @@ class RoutedProducer:
             entry.producer.close()
         if self._owns_router:
             self._router.close()
+        return True
 
     def __enter__(self) -> RoutedProducer:
         return self

@@ -1,0 +1,585 @@
+"""The ``kbear`` Python streaming data source: Kafka read with confluent-kafka (needs pyspark >= 4.0).
+
+Registered with :func:`kbear.spark.register`; used as
+``spark.readStream.format("kbear").option(...).load()``. It honours the option
+names and the schema of Spark's Kafka connector (``spark-sql-kafka-0-10``),
+so a job can switch between the two; see :class:`KBearDataSource`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from kbear._secrets import redact
+from kbear.config import ConfigError
+from kbear.router import Client, NoRouteError, Route, Router
+from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
+
+__all__ = ["SOURCE_NAME", "KBearDataSource", "KBearStreamReader"]
+
+log = logging.getLogger("kbear.spark")
+
+#: The name the source is registered under (``format("kbear")``).
+SOURCE_NAME = "kbear"
+
+_BASE_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int"
+)
+_HEADERS = "headers array<struct<key: string, value: binary>>"
+_EARLIEST, _LATEST = -2, -1
+_OFFSET_VERSION = 1
+_META_TIMEOUT_S = 10.0
+# Consumer settings of every reader: positions come from the offsets, never from a group.
+_READER_CONF = {
+    "group.id": "kbear-spark-reader",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "auto.offset.reset": "earliest",
+}
+# kbear keys of the source; kafka.* are librdkafka properties (prefix removed).
+_KBEAR_KEYS = frozenset(
+    {
+        "kbear.config",
+        "kbear.group",
+        "kbear.client.id",
+        "kbear.cluster",
+        "kbear.switch.startingoffsets",
+    }
+)
+
+# offsets: {"v": 1,
+#           "positions": {cluster: {physical topic: {partition: next offset}}},
+#           "routes": {logical topic: {"cluster": c, "topic": physical}},
+#           "draining": {logical topic: {"cluster": c, "topic": physical, "until": {partition: offset}}}}
+Offsets = dict[str, Any]
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    return default if value is None else str(value).strip().lower() == "true"
+
+
+class _Settings:
+    """The source options, parsed (driver and executors)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        opts = {str(k): str(v) for k, v in options.items()}
+        lowered = {k.lower(): v for k, v in opts.items()}
+        check_options(opts, FORBIDDEN_READ_OPTIONS_KBEAR)
+        topics = [t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip()]
+        if not topics:
+            raise SparkOptionsError(["the kbear source needs 'subscribe' (comma-separated topics)"])
+        self.topics = list(dict.fromkeys(topics))
+        self.config_dir = lowered.get("kbear.config")
+        self.bootstrap = lowered.get("kafka.bootstrap.servers")
+        if (self.config_dir is None) == (self.bootstrap is None):
+            raise SparkOptionsError(
+                ["set exactly one of 'kbear.config' (routed) and 'kafka.bootstrap.servers' (one cluster)"]
+            )
+        self.group = lowered.get("kbear.group")
+        meta = {
+            k[len("kbear.client.meta.") :]: v
+            for k, v in opts.items()
+            if k.lower().startswith("kbear.client.meta.")
+        }
+        self.client = Client(lowered.get("kbear.client.id"), meta)
+        unknown = [
+            k
+            for k in opts
+            if k.lower().startswith("kbear.")
+            and k.lower() not in _KBEAR_KEYS
+            and not k.lower().startswith("kbear.client.meta.")
+        ]
+        if unknown:
+            raise SparkOptionsError([f"unknown kbear source option(s) {sorted(unknown)}"])
+        self.cluster = lowered.get("kbear.cluster", "kafka")
+        # librdkafka properties for every cluster (kafka.<property>), the bootstrap excepted
+        self.extra = {
+            k[len("kafka.") :]: v
+            for k, v in opts.items()
+            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"
+        }
+        self.starting = lowered.get("startingoffsets", "latest").strip()
+        self.switch_start = lowered.get("kbear.switch.startingoffsets", "earliest").strip().lower()
+        if self.switch_start not in ("earliest", "latest"):
+            raise SparkOptionsError(["kbear.switch.startingOffsets must be 'earliest' or 'latest'"])
+        max_rows = lowered.get("maxoffsetspertrigger")
+        try:
+            self.max_offsets = None if max_rows is None else int(max_rows)
+        except ValueError:
+            raise SparkOptionsError([f"maxOffsetsPerTrigger must be an integer, got {max_rows!r}"]) from None
+        if self.max_offsets is not None and self.max_offsets < 1:
+            raise SparkOptionsError(["maxOffsetsPerTrigger must be >= 1"])
+        self.include_headers = _bool(lowered.get("includeheaders"), False)
+        self.poll_timeout_s = int(lowered.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0
+
+
+# The kbear source takes kafka.bootstrap.servers and subscribe itself.
+FORBIDDEN_READ_OPTIONS_KBEAR = {
+    k: v for k, v in FORBIDDEN_READ_OPTIONS.items() if k not in ("kafka.bootstrap.servers", "subscribe")
+}
+
+
+def source_schema(include_headers: bool) -> str:
+    """The DDL schema of the source: the Kafka connector's columns, then ``cluster``."""
+    return f"{_BASE_SCHEMA}{', ' + _HEADERS if include_headers else ''}, cluster string"
+
+
+class KBearDataSource(DataSource):
+    """Spark Python data source ``kbear``: Kafka through confluent-kafka, optionally routed.
+
+    Options (case-insensitive; names of Spark's Kafka connector where one exists):
+
+    - ``subscribe`` (required): comma-separated topics (logical names when routed).
+    - ``kbear.config``: a kbear configuration directory, readable by the driver:
+      routed mode. Each topic is looked up (consumer lookup with ``kbear.group``,
+      else producer lookup) with the client of ``kbear.client.id`` /
+      ``kbear.client.meta.<k>``, and looked up again before every micro-batch.
+    - ``kafka.bootstrap.servers``: one cluster, not routed (exactly one of the
+      two); ``kbear.cluster`` names it in offsets and the ``cluster`` column
+      (default ``kafka``).
+    - ``kafka.<property>``: a librdkafka property for every cluster's reader
+      (the cluster's own ``clusters.yaml`` properties win).
+    - ``startingOffsets``: ``latest`` (default), ``earliest`` or JSON
+      ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest; absent
+      partitions start at earliest). Only for a new query.
+    - ``maxOffsetsPerTrigger``: most offsets per micro-batch over all
+      partitions (Spark >= 4.2; earlier versions read all available).
+    - ``includeHeaders``: ``true`` adds the ``headers`` column.
+    - ``kbear.switch.startingOffsets``: where a topic starts on a cluster it
+      moves to and was never read there: ``earliest`` (default, nothing lost)
+      or ``latest``.
+    - ``kafkaConsumer.pollTimeoutMs``: longest wait for a task's records, ms
+      (default 120000).
+
+    Refused, with Spark's advice: ``kafka.auto.offset.reset``,
+    ``kafka.enable.auto.commit``, ``kafka.key.deserializer``,
+    ``kafka.value.deserializer``, ``kafka.interceptor.classes``,
+    ``subscribePattern``, ``assign``.
+
+    Schema: ``key`` binary, ``value`` binary, ``topic`` string (logical name),
+    ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
+    ``timestampType`` int (0 create time, 1 log-append time, -1 none),
+    ``headers`` (with ``includeHeaders``), and kbear's ``cluster`` string.
+
+    Offsets (checkpointed JSON) are keyed by cluster, physical topic and
+    partition, and record each topic's route: a route change between
+    micro-batches first finishes the old cluster's backlog up to the end
+    offsets seen when the change was noticed, then reads the new cluster
+    (from offsets recorded earlier on it, else ``kbear.switch.startingOffsets``).
+    Messages produced to the old cluster after the change was noticed are not read.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """``"kbear"``."""
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        """The schema as DDL (see the class docstring)."""
+        lowered = {str(k).lower(): str(v) for k, v in self.options.items()}
+        return source_schema(_bool(lowered.get("includeheaders"), False))
+
+    def streamReader(self, schema: StructType) -> KBearStreamReader:
+        """A :class:`KBearStreamReader` for the options.
+
+        Raises:
+            SparkOptionsError: bad or forbidden options.
+            ConfigError: ``kbear.config`` is not a valid configuration.
+        """
+        return KBearStreamReader(_Settings(self.options))
+
+
+class _Part(InputPartition):
+    """One Kafka partition's offset range [start, end) on one cluster."""
+
+    def __init__(
+        self,
+        cluster: str,
+        properties: dict[str, str],
+        topic: str,
+        logical: str,
+        partition: int,
+        start: int,
+        end: int,
+        include_headers: bool,
+        timeout_s: float,
+    ) -> None:
+        super().__init__((cluster, topic, partition, start, end))
+        self.cluster = cluster
+        self.properties = properties
+        self.topic = topic
+        self.logical = logical
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.include_headers = include_headers
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return (
+            f"_Part(cluster={self.cluster!r}, topic={self.topic!r}, partition={self.partition}, "
+            f"start={self.start}, end={self.end}, properties={redact(self.properties)!r})"
+        )
+
+
+class KBearStreamReader(DataSourceStreamReader):
+    """Plans and reads micro-batches of the ``kbear`` source (see :class:`KBearDataSource`).
+
+    Driver side (``initialOffset``, ``latestOffset``, ``partitions``) keeps one
+    metadata Consumer per cluster; executors (``read``) open one Consumer per
+    task, assigned at the range's start offset (no consumer group joins).
+    """
+
+    def __init__(self, settings: _Settings) -> None:
+        self._s = settings
+        self._router = Router.from_path(settings.config_dir) if settings.config_dir else None
+        self._meta: dict[str, tuple[dict[str, str], Consumer]] = {}
+        self._last: Offsets | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader to run read() on executors: the router (locks) and the
+        # driver's metadata consumers stay behind; read() needs neither.
+        return {"_s": self._s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._s = state["_s"]
+        # executors may not see the configuration directory: loaded on first driver-side use
+        self._router = None
+        self._meta = {}
+        self._last = None
+
+    # ------------------------------------------------------------------ routing
+
+    def _routes(self, previous: Mapping[str, Route] | None = None) -> dict[str, Route]:
+        """Logical topic -> route now (routed) or the fixed cluster (direct)."""
+        s = self._s
+        if self._router is None and s.config_dir is not None:
+            self._router = Router.from_path(s.config_dir)
+        if self._router is None:
+            props = {"bootstrap.servers": str(s.bootstrap)}
+            return {t: Route(s.cluster, t, t, str(s.bootstrap), "-", props) for t in s.topics}
+        try:
+            self._router.reload()
+        except ConfigError as exc:
+            log.warning("kbear source: configuration reload refused, keeping the last good one: %s", exc)
+        out = {}
+        for t in s.topics:
+            try:
+                if s.group is not None:
+                    out[t] = self._router.route_consumer(t, s.group, s.client)
+                else:
+                    out[t] = self._router.route_producer(t, s.client)
+            except NoRouteError:
+                if previous is None or t not in previous:
+                    raise
+                log.warning("kbear source: topic %s has no route any more; keeps %s", t, previous[t])
+                out[t] = previous[t]
+        return out
+
+    def _properties(self, cluster: str) -> dict[str, str]:
+        if self._router is None and self._s.config_dir is not None:
+            self._router = Router.from_path(self._s.config_dir)
+        if self._router is None:
+            props = {"bootstrap.servers": str(self._s.bootstrap)}
+        else:
+            props = dict(self._router.config.clusters[cluster].client_properties)
+        merged = dict(self._s.extra)
+        merged.update(props)
+        return merged
+
+    def _consumer(self, cluster: str) -> Consumer:
+        props = self._properties(cluster)
+        current = self._meta.get(cluster)
+        if current is not None and current[0] == props:
+            return current[1]
+        if current is not None:
+            current[1].close()
+        consumer = Consumer({**props, **_READER_CONF})
+        self._meta[cluster] = (props, consumer)
+        return consumer
+
+    def _marks(self, cluster: str, topic: str) -> dict[int, tuple[int, int]]:
+        """Partition -> (low, high) watermarks; empty when the topic does not exist."""
+        consumer = self._consumer(cluster)
+        md = consumer.list_topics(topic, timeout=_META_TIMEOUT_S).topics.get(topic)
+        if md is None or md.error is not None:
+            return {}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_META_TIMEOUT_S, cached=False)
+            for p in sorted(md.partitions)
+        }
+
+    # ------------------------------------------------------------------ offsets
+
+    def _start_positions(self, cluster: str, topic: str, how: str | dict[str, int]) -> dict[str, int]:
+        marks = self._marks(cluster, topic)
+        out = {}
+        for p, (low, high) in marks.items():
+            wanted: int
+            if isinstance(how, dict):
+                wanted = int(how.get(str(p), _EARLIEST))
+            else:
+                wanted = _EARLIEST if how == "earliest" else _LATEST
+            out[str(p)] = low if wanted == _EARLIEST else high if wanted == _LATEST else max(wanted, low)
+        return out
+
+    def initialOffset(self) -> Offsets:
+        """The start of a new query: each topic's route and ``startingOffsets`` positions.
+
+        Raises:
+            NoRouteError: a topic has no route.
+            SparkOptionsError: ``startingOffsets`` is not earliest, latest or JSON.
+        """
+        starting: str | dict[str, dict[str, int]] = self._s.starting.lower()
+        if starting not in ("earliest", "latest"):
+            try:
+                parsed = json.loads(self._s.starting)
+            except ValueError:
+                raise SparkOptionsError(
+                    [f"startingOffsets must be 'earliest', 'latest' or JSON, got {self._s.starting!r}"]
+                ) from None
+            if not isinstance(parsed, dict):
+                raise SparkOptionsError(
+                    ["startingOffsets JSON must be an object {topic: {partition: offset}}"]
+                )
+            starting = parsed
+        offsets: Offsets = {"v": _OFFSET_VERSION, "positions": {}, "routes": {}, "draining": {}}
+        for logical, route in self._routes().items():
+            how = starting if isinstance(starting, str) else starting.get(logical, {})
+            offsets["routes"][logical] = {"cluster": route.cluster_id, "topic": route.topic}
+            offsets["positions"].setdefault(route.cluster_id, {})[route.topic] = self._start_positions(
+                route.cluster_id, route.topic, how
+            )
+        self._last = offsets
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when the option is set, else ``ReadAllAvailable``."""
+        if self._s.max_offsets is not None:
+            return ReadMaxRows(self._s.max_offsets)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets | None = None, limit: ReadLimit | None = None) -> Offsets:
+        """The end of the next micro-batch, from ``start`` (the previous end).
+
+        Looks the routes up again (reloading the configuration directory); a
+        changed route starts a drain of the old cluster up to its current end
+        offsets; the new route is read once the drain is complete. Partitions
+        seen for the first time get a start position and are read from the
+        next micro-batch on. ``limit`` (``ReadMaxRows``) caps the offsets
+        advanced over all partitions.
+
+        Spark < 4.2 calls it without arguments: the previous end is then the
+        one this reader last returned.
+        """
+        if start is None:
+            start = self._last if self._last is not None else self.initialOffset()
+        new: Offsets = copy.deepcopy(start)
+        positions: dict[str, dict[str, dict[str, int]]] = new["positions"]
+        previous = {t: Route(r["cluster"], r["topic"], t, "", "", {}) for t, r in new["routes"].items()}
+        routes = self._routes(previous)
+        for logical, route in routes.items():
+            self._apply_route(new, logical, route)
+        wanted: dict[tuple[str, str, str], int] = {}
+        for logical in routes:
+            drain = new["draining"].get(logical)
+            if drain is not None:
+                pos = positions.get(drain["cluster"], {}).get(drain["topic"], {})
+                if all(pos.get(p, 0) >= until for p, until in drain["until"].items()):
+                    log.info("kbear source: %s drained on %s", logical, drain["cluster"])
+                    del new["draining"][logical]
+                    drain = None
+            if drain is not None:
+                for p, until in drain["until"].items():
+                    wanted[(drain["cluster"], drain["topic"], p)] = until
+                continue
+            r = new["routes"][logical]
+            known = positions.setdefault(r["cluster"], {}).setdefault(r["topic"], {})
+            for p, (low, high) in self._marks(r["cluster"], r["topic"]).items():
+                key = str(p)
+                if key not in known:
+                    # first seen: start here (earliest, as Spark's connector does) and read it next batch
+                    known[key] = low
+                else:
+                    wanted[(r["cluster"], r["topic"], key)] = high
+        self._advance(positions, wanted, limit)
+        self._last = new
+        return new
+
+    def _apply_route(self, new: Offsets, logical: str, route: Route) -> None:
+        target = {"cluster": route.cluster_id, "topic": route.topic}
+        current = new["routes"].get(logical)
+        if current == target:
+            return
+        draining = new["draining"].get(logical)
+        if current is not None and draining is None:
+            until = {
+                str(p): high for p, (_low, high) in self._marks(current["cluster"], current["topic"]).items()
+            }
+            new["draining"][logical] = {**current, "until": until}
+            log.info(
+                "kbear source: %s moves %s/%s -> %s/%s; draining the old cluster to %s",
+                logical,
+                current["cluster"],
+                current["topic"],
+                route.cluster_id,
+                route.topic,
+                until,
+            )
+        elif draining is not None and {"cluster": draining["cluster"], "topic": draining["topic"]} == target:
+            del new["draining"][logical]  # moved back before the drain ended: keep reading there
+        new["routes"][logical] = target
+        known = new["positions"].setdefault(route.cluster_id, {})
+        if route.topic not in known:
+            known[route.topic] = self._start_positions(route.cluster_id, route.topic, self._s.switch_start)
+
+    @staticmethod
+    def _advance(
+        positions: dict[str, dict[str, dict[str, int]]],
+        wanted: Mapping[tuple[str, str, str], int],
+        limit: ReadLimit | None,
+    ) -> None:
+        gaps = {k: max(0, v - positions[k[0]][k[1]].get(k[2], 0)) for k, v in wanted.items()}
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        total = sum(gaps.values())
+        if budget is not None and total > budget:
+            share = {k: gap * budget // total for k, gap in gaps.items()}
+            left = budget - sum(share.values())
+            for k in sorted(gaps):
+                extra = min(left, gaps[k] - share[k])
+                share[k] += extra
+                left -= extra
+            gaps = share
+        for (cluster, topic, p), gap in gaps.items():
+            if gap:
+                positions[cluster][topic][p] = positions[cluster][topic].get(p, 0) + gap
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        """One task per (cluster, topic, partition) whose position moved from ``start`` to ``end``.
+
+        A partition absent from ``start`` is not read in this batch (its start
+        position is recorded in ``end``).
+        """
+        logical_of: dict[tuple[str, str], str] = {}
+        for offsets in (start, end):
+            for t, r in offsets["routes"].items():
+                logical_of.setdefault((r["cluster"], r["topic"]), t)
+            for t, d in offsets["draining"].items():
+                logical_of.setdefault((d["cluster"], d["topic"]), t)
+        parts: list[InputPartition] = []
+        for cluster, topics in end["positions"].items():
+            for topic, ends in topics.items():
+                starts = start["positions"].get(cluster, {}).get(topic, {})
+                for p, stop in ends.items():
+                    begin = starts.get(p)
+                    if begin is None or stop <= begin:
+                        continue
+                    parts.append(
+                        _Part(
+                            cluster,
+                            self._properties(cluster),
+                            topic,
+                            logical_of.get((cluster, topic), topic),
+                            int(p),
+                            begin,
+                            stop,
+                            self._s.include_headers,
+                            self._s.poll_timeout_s,
+                        )
+                    )
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """The records of one range, in offset order (runs on an executor).
+
+        Raises:
+            TimeoutError: the range's records did not all arrive within
+                ``kafkaConsumer.pollTimeoutMs``.
+            KafkaException: a fatal consumer error.
+        """
+        assert isinstance(partition, _Part)
+        return read_range(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: positions live in Spark's checkpoint, not in Kafka."""
+
+    def stop(self) -> None:
+        """Close the metadata consumers and the router's watcher."""
+        for _props, consumer in self._meta.values():
+            consumer.close()
+        self._meta.clear()
+        if self._router is not None:
+            self._router.close()
+
+
+def _timestamp(ts: tuple[int, int]) -> tuple[datetime | None, int]:
+    kind, ms = ts
+    if kind == 0:  # TIMESTAMP_NOT_AVAILABLE
+        return None, -1
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC), kind - 1
+
+
+def read_range(part: _Part) -> Iterator[tuple[Any, ...]]:
+    """Rows of ``part``: offsets [start, end) of one partition, read with an assigned Consumer."""
+    consumer = Consumer({**part.properties, **_READER_CONF})
+    try:
+        tp = TopicPartition(part.topic, part.partition, part.start)
+        consumer.assign([tp])
+        deadline = time.monotonic() + part.timeout_s
+        next_offset = part.start
+        while next_offset < part.end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"kbear source: {part.cluster}/{part.topic}[{part.partition}] offsets "
+                    f"{next_offset}..{part.end} not read within {part.timeout_s} s"
+                )
+            batch = consumer.consume(min(10_000, part.end - next_offset), 0.5)
+            if not batch:
+                # the range's tail may be gone (retention, compaction, control records)
+                position = consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
+                if position >= part.end:
+                    break
+                continue
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.fatal():
+                        raise KafkaException(err)
+                    log.warning("kbear source: %s: %s", part.cluster, err)
+                    continue
+                offset = msg.offset()
+                if offset is None:
+                    continue
+                if offset >= part.end:
+                    next_offset = part.end
+                    break
+                next_offset = offset + 1
+                ts, ts_type = _timestamp(msg.timestamp())
+                row: tuple[Any, ...] = (
+                    msg.key(),
+                    msg.value(),
+                    part.logical,
+                    part.partition,
+                    offset,
+                    ts,
+                    ts_type,
+                )
+                if part.include_headers:
+                    headers: Any = msg.headers() or []
+                    row += ([(k, v) for k, v in headers],)
+                yield (*row, part.cluster)
+    finally:
+        consumer.close()

@@ -1,0 +1,188 @@
+"""The kbear streaming source's planning and reading, driven directly (no SparkSession):
+offsets keyed by cluster/topic/partition, startingOffsets, maxOffsetsPerTrigger, and
+a route change that drains the old cluster before the new one is read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from conftest import Rule, keyed, plain_producer, rewrite_rules, rule
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from kbear.spark import SparkOptionsError
+from kbear.spark._source import KBearDataSource, KBearStreamReader, _Settings
+from kbear.testing import EmbeddedCluster
+
+
+def produce(cluster: EmbeddedCluster, topic: str, pairs: Sequence[tuple[bytes, bytes]], **kw: Any) -> None:
+    p = plain_producer(cluster)
+    for k, v in pairs:
+        p.produce(topic, key=k, value=v, **kw)
+    assert p.flush(10) == 0
+
+
+def reader(options: dict[str, str]) -> KBearStreamReader:
+    return KBearStreamReader(_Settings(options))
+
+
+def read_batch(r: KBearStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for part in r.partitions(start, end):
+        rows.extend(r.read(part))
+    return rows
+
+
+@pytest.fixture
+def topics(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster], unique: Callable[[str], str]
+) -> tuple[str, str]:
+    a, b = two_clusters
+    t1, t2 = unique("orders"), unique("audit")
+    for c in (a, b):
+        c.create_topic(t1, 3)
+        c.create_topic(t2, 2)
+    return t1, t2
+
+
+def test_direct_mode_reads_every_partition_once(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster], topics: tuple[str, str]
+) -> None:
+    a, _ = two_clusters
+    t1, _ = topics
+    produce(a, t1, keyed(30), headers=[("h", b"1")])
+    r = reader(
+        {
+            "kafka.bootstrap.servers": a.bootstrap_servers,
+            "subscribe": t1,
+            "startingOffsets": "earliest",
+            "includeHeaders": "true",
+            "kbear.cluster": "A",
+        }
+    )
+    try:
+        start = r.initialOffset()
+        assert set(start["positions"]["A"][t1]) == {"0", "1", "2"}
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows = read_batch(r, start, end)
+        assert sorted(row[0] for row in rows) == sorted(k for k, _ in keyed(30))
+        _key, _value, topic, partition, offset, ts, ts_type, headers, cluster = rows[0]
+        assert (topic, cluster, ts_type, headers) == (t1, "A", 0, [("h", b"1")])
+        assert ts is not None and isinstance(offset, int) and isinstance(partition, int)
+        again = r.latestOffset(end, ReadAllAvailable())
+        assert again == end and r.partitions(end, again) == []
+        json.dumps(end)  # offsets are JSON
+    finally:
+        r.stop()
+
+
+def test_starting_offsets_latest_json_and_limit(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster], topics: tuple[str, str]
+) -> None:
+    a, _ = two_clusters
+    t1, _ = topics
+    produce(a, t1, keyed(20))
+    base = {"kafka.bootstrap.servers": a.bootstrap_servers, "subscribe": t1, "kbear.cluster": "A"}
+    latest = reader(base)
+    specific = reader({**base, "startingOffsets": json.dumps({t1: {"0": -1, "1": -1, "2": -1}})})
+    limited = reader({**base, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "7"})
+    try:
+        for r in (latest, specific):
+            start = r.initialOffset()
+            assert read_batch(r, start, r.latestOffset(start, ReadAllAvailable())) == []
+        assert limited.getDefaultReadLimit() == ReadMaxRows(7)
+        start = limited.initialOffset()
+        seen: list[bytes] = []
+        for _ in range(10):
+            end = limited.latestOffset(start, ReadMaxRows(7))
+            batch = read_batch(limited, start, end)
+            assert len(batch) <= 7
+            seen.extend(row[0] for row in batch)
+            start = end
+        assert sorted(seen) == sorted(k for k, _ in keyed(20))
+    finally:
+        for r in (latest, specific, limited):
+            r.stop()
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(SparkOptionsError, match="startingOffsets"):
+        _Settings({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "kafka.auto.offset.reset": "x"})
+    with pytest.raises(SparkOptionsError, match="exactly one"):
+        _Settings({"subscribe": "t"})
+    with pytest.raises(SparkOptionsError, match="subscribe"):
+        _Settings({"kafka.bootstrap.servers": "b:1"})
+    with pytest.raises(SparkOptionsError, match="unknown kbear"):
+        _Settings({"kafka.bootstrap.servers": "b:1", "subscribe": "t", "kbear.nope": "1"})
+    assert "headers" in KBearDataSource({"includeHeaders": "true"}).schema()
+    assert KBearDataSource({}).schema().endswith("cluster string")
+
+
+def test_route_change_drains_old_cluster_before_reading_new(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+    topics: tuple[str, str],
+    make_config: Callable[[Sequence[Rule]], Path],
+) -> None:
+    a, b = two_clusters
+    t1, t2 = topics
+    before = [rule("t1", "use cluster A", topic=t1), rule("t2", "use cluster B", topic=t2)]
+    conf = make_config(before)
+    produce(a, t1, keyed(40, "a"))
+    produce(b, t2, keyed(10, "t2-"))
+    produce(b, t1, keyed(5, "old-b"))  # already on B before the move: read after A's backlog
+    r = reader({"kbear.config": str(conf), "subscribe": f"{t1},{t2}", "startingOffsets": "earliest"})
+    try:
+        start = r.initialOffset()
+        assert start["routes"] == {t1: {"cluster": "A", "topic": t1}, t2: {"cluster": "B", "topic": t2}}
+        end = r.latestOffset(start, ReadAllAvailable())
+        first = read_batch(r, start, end)
+        assert len(first) == 50
+        assert {(row[2], row[-1]) for row in first} == {(t1, "A"), (t2, "B")}
+        start = end
+
+        produce(a, t1, keyed(25, "a", start=40))  # backlog on A, not yet read
+        rewrite_rules(conf, [rule("t1", f"use cluster B, topic {t1}", topic=t1), before[1]])
+        produce(b, t1, keyed(15, "b"))  # written to B after the move
+        # limit the drain batch: the new cluster waits until A is done
+        end = r.latestOffset(start, ReadMaxRows(10))
+        assert end["routes"][t1] == {"cluster": "B", "topic": t1}
+        assert t1 in end["draining"]
+        drained = read_batch(r, start, end)
+        assert {row[-1] for row in drained} == {"A"} and len(drained) == 10
+        rows = list(drained)
+        start = end
+        for _ in range(10):
+            end = r.latestOffset(start, ReadMaxRows(10))
+            batch = read_batch(r, start, end)
+            rows.extend(batch)
+            start = end
+            if not batch:
+                break
+        clusters = [row[-1] for row in rows if row[2] == t1]
+        assert clusters == ["A"] * 25 + ["B"] * 20, "A's backlog first, then B"
+        keys = sorted(row[0] for row in rows if row[2] == t1)
+        assert keys == sorted(
+            [k for k, _ in keyed(25, "a", start=40)]
+            + [k for k, _ in keyed(5, "old-b")]
+            + [k for k, _ in keyed(15, "b")]
+        )
+        assert start["draining"] == {}
+
+        # moving back to A resumes A's recorded offsets: nothing read twice
+        produce(a, t1, keyed(3, "back"))
+        rewrite_rules(conf, before)
+        end = r.latestOffset(start, ReadAllAvailable())  # starts the drain of B (nothing left)
+        rows = read_batch(r, start, end)
+        start = end
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows += read_batch(r, start, end)
+        assert sorted(row[0] for row in rows) == sorted(k for k, _ in keyed(3, "back"))
+    finally:
+        r.stop()
