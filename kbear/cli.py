@@ -5,6 +5,7 @@ Subcommands::
     kbear route    --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
     kbear explain  --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
     kbear validate --config DIR
+    kbear lint     --config DIR
     kbear demo     [--messages N] [--keep-config DIR]
     kbear --version
 
@@ -15,11 +16,16 @@ without ``=``, is a usage error.
 
 Exit codes:
 
-- 0: success (a route was found, the configuration is valid, the demo passed);
+- 0: success (a route was found, the configuration is valid, ``lint`` found
+  nothing, the demo passed);
+- 1: ``lint`` printed warnings (the configuration is valid);
 - 2: a configuration error (every problem is printed on stderr), or a usage
   error (argparse);
 - 3: no rule of the chain routes the request (``route``, ``explain``);
 - 130: interrupted.
+
+``lint`` prints one line per warning on stdout (``FILE: SUBJECT: MESSAGE [CODE]``,
+see :mod:`kbear.lint`) and a count on stderr.
 
 Only ``bootstrap.servers`` of a cluster is ever printed: the other cluster
 properties (``sasl.password`` and the like) never appear in the output.
@@ -40,9 +46,11 @@ import kbear
 from kbear.config import ConfigError, KBearConfig
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
 
-__all__ = ["EXIT_CONFIG_ERROR", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
+__all__ = ["EXIT_CONFIG_ERROR", "EXIT_LINT_WARNINGS", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
 
 EXIT_OK = 0
+#: ``lint``: the configuration is valid but has warnings.
+EXIT_LINT_WARNINGS = 1
 #: A configuration error. argparse uses the same code for usage errors.
 EXIT_CONFIG_ERROR = 2
 EXIT_NO_ROUTE = 3
@@ -138,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kbear",
         description="Route Kafka clients across clusters with CRRL rules.",
-        epilog="exit codes: 0 ok, 2 configuration or usage error, 3 no route",
+        epilog="exit codes: 0 ok, 1 lint warnings, 2 configuration or usage error, 3 no route",
     )
     parser.add_argument("--version", action="version", version=f"kbear {kbear.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -166,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config(validate)
     validate.set_defaults(handler=_cmd_validate)
+
+    lint = sub.add_parser(
+        "lint",
+        help="warn about rules that never win, order-dependent rules, unreachable topics, unused clusters",
+        description=(
+            "Load a configuration directory and print one line per warning "
+            "(exit 0 none, 1 warnings, 2 configuration error)."
+        ),
+    )
+    _add_config(lint)
+    lint.set_defaults(handler=_cmd_lint)
 
     demo = sub.add_parser(
         "demo",
@@ -387,6 +406,22 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_CONFIG_ERROR
     print(_summary(router.config))
     return EXIT_OK
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from kbear.lint import lint
+
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    warnings = lint(router.config)
+    if not warnings:
+        print(f"OK: no warnings ({_summary(router.config).removeprefix('OK: ')})")
+        return EXIT_OK
+    for warning in warnings:
+        print(warning)
+    print(f"kbear: {len(warnings)} warning(s) in {args.config}", file=sys.stderr)
+    return EXIT_LINT_WARNINGS
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

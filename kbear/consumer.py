@@ -250,8 +250,38 @@ class RoutedConsumer:
         return route
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        # Runs in the reloading thread: only flag; the caller's thread applies.
+        # Runs in the reloading thread: only flag (and unpin, so the next call takes
+        # the slow path); the caller's thread applies.
         self._pending = True
+        self.__dict__.pop("poll", None)
+        self.__dict__.pop("consume", None)
+
+    def _refresh_pin(self) -> None:
+        """With one cluster and nothing for kbear to do per message (no remap, no
+        drain, no pattern, no pending reload...), poll() and consume() are that
+        cluster's client's own bound methods (instance attributes); else kbear's."""
+        d = self.__dict__
+        entry = self._active[0] if len(self._active) == 1 else None
+        if (
+            entry is None
+            or self._closed
+            or self._pending
+            or self._draining
+            or self._leaving
+            or self._patterns
+            or self._stale_commits
+            or self._track_timestamps
+            or entry.logical
+            or entry.former
+        ):
+            d.pop("poll", None)
+            d.pop("consume", None)
+            return
+        d["poll"] = entry.consumer.poll
+        d["consume"] = entry.consumer.consume
+        if self._pending:  # a reload landed meanwhile (watcher thread)
+            d.pop("poll", None)
+            d.pop("consume", None)
 
     # ------------------------------------------------------------------ subscription
 
@@ -407,6 +437,7 @@ class RoutedConsumer:
                 entry.consumer.unsubscribe()
                 self._active.remove(entry)
                 self._leaving.append(entry)
+        self._refresh_pin()
 
     def _wrapped_callbacks(self, entry: _ClusterConsumer) -> dict[str, Callable[..., None]]:
         out: dict[str, Callable[..., None]] = {}
@@ -505,6 +536,7 @@ class RoutedConsumer:
         self._routes = {}
         self._draining.clear()
         self._stale_commits.clear()
+        self._refresh_pin()
 
     # ------------------------------------------------------------------ route changes
 
@@ -536,6 +568,7 @@ class RoutedConsumer:
                 log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
                 self._draining[topic] = _Drain(old, new, now, now)
         self._next_drain_check = 0.0
+        self._refresh_pin()
 
     def _check_drains(self) -> None:
         now = time.monotonic()
@@ -634,6 +667,7 @@ class RoutedConsumer:
             self._plan_start(topic, old, new)
             self._resubscribe([self._attach(topic, new)])
             self._stale_commits.add(topic)
+        self._refresh_pin()
         log.info("kbear: topic %r switched from %r to %r", topic, old, new)
         for callback in self._route_listeners:
             callback(old, new)
@@ -706,6 +740,7 @@ class RoutedConsumer:
                 # leftover of the old cluster's client, still polled while it leaves)
                 if route is not None and route.cluster_id == entry.cluster_id:
                     self._stale_commits.discard(topic)
+                    self._refresh_pin()
         return msg
 
     def poll(self, timeout: float | None = None) -> Message | None:
@@ -828,6 +863,7 @@ class RoutedConsumer:
                 return self._out(entry, msg)  # type: ignore[no-any-return]
             if not entry.consumer.assignment():
                 self._leaving.remove(entry)
+                self._refresh_pin()
         return None
 
     def _idle(self, timeout: float | None) -> Message | None:
@@ -1037,6 +1073,7 @@ class RoutedConsumer:
                 self._active.append(entry)
             if entry in self._leaving:
                 self._leaving.remove(entry)
+        self._refresh_pin()
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """Set the assignment (as ``Consumer.assign``), each partition on its topic's cluster.
@@ -1066,6 +1103,7 @@ class RoutedConsumer:
                     entry.consumer.unassign()
                     if entry in self._active:
                         self._active.remove(entry)
+            self._refresh_pin()
 
     def unassign(self) -> None:
         """Remove the assignment (inside a rebalance callback: of the cluster being
@@ -1079,6 +1117,7 @@ class RoutedConsumer:
             entry.consumer.unassign()
             if entry in self._active and not entry.topics:
                 self._active.remove(entry)
+        self._refresh_pin()
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters."""
@@ -1192,6 +1231,7 @@ class RoutedConsumer:
         if self._closed:
             return
         self._closed = True
+        self._refresh_pin()
         self._router.unsubscribe(self._on_config_change)
         errors = []
         for entry in self._clusters.values():

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kbear._clients import Deadline, cluster_config, open_router, split_config
-from kbear.config import KBearConfig
+from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
 __all__ = ["RoutedProducer"]
@@ -40,6 +41,35 @@ def _logical_callback(cb: Callable[[Any, Any], None], logical: str) -> Callable[
         cb(err, msg)
 
     return deliver
+
+
+def _single_cluster(config: KBearConfig, client: Client) -> str | None:
+    """The cluster every producer lookup of ``client`` yields, for any topic, without
+    a remap; None when the configuration does not prove there is one.
+
+    Proof: every topic or global rule that can match this client (its ``client.*``
+    conditions hold; other conditions are unknown) names the same cluster without
+    ``, topic``, and some global rule surely matches (all its conditions are
+    ``client.*`` conditions that hold), so no lookup ends in NoRouteError.
+    """
+    factors = client.factors()
+    cluster: str | None = None
+    sure = False
+    for rule in config.rules:
+        if rule.kind is RuleKind.CONSUMER_GROUP:
+            continue
+        conds = rule.statement.conditions
+        if any(c.key.startswith("client.") and factors.get(c.key) != c.value for c in conds):
+            continue  # never matches this client
+        if rule.statement.topic is not None:
+            return None
+        if cluster is None:
+            cluster = rule.statement.cluster
+        elif cluster != rule.statement.cluster:
+            return None
+        if rule.kind is RuleKind.GLOBAL and all(c.key.startswith("client.") for c in conds):
+            sure = True
+    return cluster if sure else None
 
 
 class _ClusterProducer:
@@ -116,8 +146,8 @@ class RoutedProducer:
         self._lock = threading.RLock()
         self._clusters: dict[str, _ClusterProducer] = {}
         self._retired: list[_ClusterProducer] = []
-        # logical topic -> (produce function, physical topic); the hot path
-        self._send: dict[str, tuple[Callable[..., None], str]] = {}
+        # logical topic -> produce function with the physical topic bound; the hot path
+        self._send: dict[str, Callable[..., None]] = {}
         self._routes: dict[str, Route] = {}
         self._pending = False
         # _slow: take the slow path in produce() (a reload to apply or a transaction open)
@@ -128,11 +158,15 @@ class RoutedProducer:
         self._txn_open = False
         self._txn_cluster: str | None = None  # the cluster the open transaction runs on
         self._closed = False
+        # When every route of this client is one cluster without remap, produce() is
+        # that cluster's own bound method (an instance attribute), rebound on reload.
+        self._pinned: str | None = None
         self._route_listeners: list[RouteChangeCallback] = []
         self._router.subscribe(self._on_config_change)
         try:
             if topics is not None:
                 self._route_all(list(topics))
+            self._pin()
         except BaseException:
             for entry in self._all():
                 entry.producer.close()
@@ -168,8 +202,10 @@ class RoutedProducer:
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
         topic's route changes after a reload (``new_route`` is None when the
-        topic no longer has a route)."""
+        topic no longer has a route). While a hook is registered, produce() always takes
+        kbear's routing path (never the pinned fast path)."""
         self._route_listeners.append(callback)
+        self._pin()
 
     def _route_all(self, topics: list[str]) -> None:
         failures = []
@@ -229,7 +265,7 @@ class RoutedProducer:
         else:
             send = produce
         self._routes[topic] = route
-        self._send[topic] = (send, route.topic)
+        self._send[topic] = partial(send, route.topic)
 
     @staticmethod
     def _remapped_send(produce: Callable[..., None], logical: str) -> Callable[..., None]:
@@ -249,9 +285,29 @@ class RoutedProducer:
         return send
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        # Runs in the reloading thread: only flag; the caller's thread applies.
+        # Runs in the reloading thread: only flag (and unpin, so the next produce()
+        # takes the slow path); the caller's thread applies.
         self._pending = True
         self._slow = True
+        self.__dict__.pop("produce", None)
+
+    def _pin(self) -> None:
+        """Bind produce() to the one cluster's client when the configuration proves
+        every route of this client goes there unremapped; else unbind it."""
+        cluster_id = None
+        # Hooks need to know every topic produced: the pinned path does not record them.
+        if not (self._pending or self._txn_open or self._closed or self._route_listeners):
+            cluster_id = _single_cluster(self._router.config, self._client)
+        if cluster_id is None:
+            self.__dict__.pop("produce", None)
+            self._pinned = None
+            return
+        cluster = self._router.config.clusters[cluster_id]
+        probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
+        self._pinned = cluster_id
+        self.__dict__["produce"] = self._cluster(probe).producer.produce
+        if self._pending:  # a reload landed meanwhile (watcher thread): back to the slow path
+            self.__dict__.pop("produce", None)
 
     def _apply_changes(self) -> None:
         with self._lock:
@@ -259,6 +315,13 @@ class RoutedProducer:
                 return
             self._pending = False
             self._slow = self._txn_open
+            pinned, self._pinned = self._pinned, None
+            if pinned is not None and _single_cluster(self._router.config, self._client) != pinned:
+                # Topics produced through the pinned path are not in self._routes:
+                # drain the whole cluster before any topic goes elsewhere.
+                entry = self._clusters.get(pinned)
+                if entry is not None:
+                    self._drain(Route(pinned, "", "", "", "", entry.properties))
             for topic, old in list(self._routes.items()):
                 try:
                     new: Route | None = self._router.route_producer(topic, self._client)
@@ -280,6 +343,7 @@ class RoutedProducer:
                 log.info("kbear: topic %r moved from %r to %r", topic, old, new)
                 for callback in self._route_listeners:
                     callback(old, new)
+            self._pin()
             self._retire_unused()
 
     def _drain(self, old: Route) -> None:
@@ -297,7 +361,7 @@ class RoutedProducer:
                 )
 
     def _retire_unused(self) -> None:
-        used = {r.cluster_id for r in self._routes.values()}
+        used = {r.cluster_id for r in self._routes.values()} | {self._pinned}
         for cluster_id in [c for c in self._clusters if c not in used]:
             self._retired.append(self._clusters.pop(cluster_id))
         self._retired = [e for e in self._retired if len(e.producer) > 0]
@@ -322,11 +386,11 @@ class RoutedProducer:
         if self._slow:
             self._before_produce(topic)
         try:
-            send, physical = self._send[topic]
+            send = self._send[topic]
         except KeyError:
             self._add_route(topic)
-            send, physical = self._send[topic]
-        send(physical, *args, **kwargs)
+            send = self._send[topic]
+        send(*args, **kwargs)
 
     def _before_produce(self, topic: str) -> None:
         if self._pending:
@@ -445,6 +509,7 @@ class RoutedProducer:
         self._txn_open = True
         self._txn_cluster = None
         self._slow = True
+        self._pin()
 
     def send_offsets_to_transaction(
         self, positions: list[Any], group_metadata: Any, timeout: float | None = None
@@ -508,6 +573,7 @@ class RoutedProducer:
         self._txn_open = False
         self._txn_cluster = None
         self._slow = self._pending
+        self._pin()
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
@@ -622,6 +688,7 @@ class RoutedProducer:
         if self._closed:
             return True
         self._closed = True
+        self._pin()
         self._router.unsubscribe(self._on_config_change)
         self.flush(timeout)
         for entry in self._all():

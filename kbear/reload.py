@@ -6,10 +6,21 @@ is still seen. A configuration that fails validation is refused: the errors are
 logged at ERROR level on the ``kbear.reload`` logger and the last good
 configuration stays in force.
 
-Write configuration files atomically (write a temporary file in the same
-directory, then ``os.replace`` it over the old one): a file caught half-written
-is refused like any invalid configuration and picked up at the next check once
-complete.
+A change is applied only once the files have held still: the watcher loads a
+new digest when it saw the same digest at the previous check, and applies what
+it loaded only if that is still the digest it saw. After a check that sees a new
+digest, the next check comes after a short settle time (``SETTLE_S``, 0.2 s, or
+the interval if shorter) rather than a whole interval, so a change takes effect
+within one interval plus the settle time. A file being written in place, even
+one whose first half happens to be a valid configuration (a cut between two
+rules), is not applied half-written as long as the writer does not pause for
+the settle time.
+
+Write configuration files atomically all the same (write a temporary file in
+the same directory, then ``os.replace`` it over the old one): that is the only
+way to guarantee that no reader ever sees a partial file. A file caught
+half-written and invalid is refused (logged) like any invalid configuration
+and picked up once complete.
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["ConfigWatcher"]
 
 log = logging.getLogger("kbear.reload")
+
+#: Seconds between the check that sees a new digest and the check that confirms it.
+SETTLE_S = 0.2
 
 
 class ConfigWatcher:
@@ -49,6 +63,8 @@ class ConfigWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-config-watcher", daemon=True)
         self._refused_digest: str | None = None
+        # A new digest seen once: loaded at the next check if it is still the same.
+        self._pending_digest: str | None = None
 
     @property
     def running(self) -> bool:
@@ -66,14 +82,23 @@ class ConfigWatcher:
             self._thread.join(timeout_s)
 
     def check(self) -> bool:
-        """Check once now; True when a new configuration was applied."""
+        """Check once now; True when a new configuration was applied.
+
+        A new content digest is only noted the first time it is seen; it is
+        loaded (and applied, or refused) when a later check sees it again.
+        """
         digest = config_digest(self._directory)
         if digest == self._router.config.digest:
             # Back to the configuration in force: a later repeat of a refused
             # change is refused (and logged) again.
             self._refused_digest = None
+            self._pending_digest = None
             return False
         if digest == self._refused_digest:
+            return False
+        if digest != self._pending_digest:
+            self._pending_digest = digest
+            log.debug("kbear configuration change seen in %s; applied once it holds still", self._directory)
             return False
         try:
             new = load_config(self._directory)
@@ -81,11 +106,17 @@ class ConfigWatcher:
             self._refused_digest = digest
             log.error("kbear configuration change refused, the previous one stays: %s", exc)
             return False
+        if new.digest != digest:
+            # The files changed while they were read: wait for them to hold still.
+            self._pending_digest = new.digest
+            return False
         self._refused_digest = None
+        self._pending_digest = None
         return self._router.apply(new)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        settle_s = min(SETTLE_S, self._interval_s)
+        while not self._stop.wait(settle_s if self._pending_digest else self._interval_s):
             try:
                 self.check()
             except Exception:

@@ -309,3 +309,65 @@ def test_close_stops_the_watcher(router: Router, conf_dir: Path) -> None:
 def test_watch_interval_must_be_positive(router: Router) -> None:
     with pytest.raises(ValueError, match="interval"):
         router.watch(0)
+
+
+# --------------------------------------------------------------------------- half-written files
+
+TWO_RULES = """\
+route-rules:
+  - id: r-orders
+    meta: {topic.id: orders}
+    rule: use cluster uat
+  - id: r-payments
+    meta: {topic.id: payments}
+    rule: use cluster uat
+"""
+
+
+def test_watcher_never_applies_a_file_caught_half_written(router: Router, conf_dir: Path) -> None:
+    """A file written in place (not renamed) is read at every cut; the watcher
+    only applies the whole file, even when a cut is itself a valid configuration."""
+    from kbear.reload import ConfigWatcher
+
+    recorder = Recorder()
+    router.subscribe(recorder)
+    watcher = ConfigWatcher(router, conf_dir, 60.0)  # not started: checks are driven here
+    path = conf_dir / "route-rules.yaml"
+    data = TWO_RULES.encode()
+    # Every cut of the new file is caught by one check while the writer goes on.
+    for cut in range(1, len(data)):
+        path.write_bytes(data[:cut])
+        assert watcher.check() is False
+        assert recorder.calls == []
+        assert router.route_producer("orders").cluster_id == "fws"
+    path.write_bytes(data)
+    assert watcher.check() is False  # seen once: not yet
+    assert watcher.check() is True  # held still: applied whole
+    assert [[r.id for r in new.rules] for _, new in recorder.calls] == [["r-orders", "r-payments"]]
+
+
+def test_a_valid_prefix_left_in_place_is_applied_after_it_holds_still(router: Router, conf_dir: Path) -> None:
+    # The limit of the check: a writer that stops for a whole interval at a cut
+    # that is a valid configuration gets that configuration. Hence atomic rename.
+    from kbear.reload import ConfigWatcher
+
+    watcher = ConfigWatcher(router, conf_dir, 60.0)
+    prefix = TWO_RULES[: TWO_RULES.index("  - id: r-payments")]
+    (conf_dir / "route-rules.yaml").write_text(prefix)
+    assert watcher.check() is False
+    assert watcher.check() is True
+    assert [r.id for r in router.config.rules] == ["r-orders"]
+
+
+def test_watcher_refuses_a_truncated_file_once_and_keeps_routing(
+    router: Router, conf_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kbear.reload import ConfigWatcher
+
+    caplog.set_level(logging.ERROR, logger="kbear.reload")
+    watcher = ConfigWatcher(router, conf_dir, 60.0)
+    (conf_dir / "route-rules.yaml").write_text(TWO_RULES[:-12])  # "...use clust"
+    assert [watcher.check() for _ in range(4)] == [False] * 4
+    assert len(refusals(caplog)) == 1
+    assert "rule 'r-payments'" in refusals(caplog)[0]
+    assert router.route_producer("orders").cluster_id == "fws"

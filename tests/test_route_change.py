@@ -22,7 +22,7 @@ from conftest import (
     rule,
 )
 
-from kbear import ConfigError, Route, RoutedConsumer, RoutedProducer, Router
+from kbear import ConfigError, NoRouteError, Route, RoutedConsumer, RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 
 NO_WATCH = {"kbear.reload.interval.ms": 0}
@@ -80,6 +80,48 @@ def produce_round(producer: RoutedProducer, topic: str, label: str, per_key: int
 
 
 # --------------------------------------------------------------------------- producer
+
+
+def test_single_cluster_producer_follows_a_move_without_loss(
+    two_clusters: Clusters, conf_dir: Path, router: Router, topic: str, closing: Callable[[Any], Any]
+) -> None:
+    """Every route on A: produce() takes the one-cluster fast path; a reload that moves
+    the topic to B still drains A first and sends later messages to B."""
+    a, b = two_clusters
+    reports: list[bytes] = []
+    producer = closing(
+        RoutedProducer(
+            {**NO_WATCH, "linger.ms": 2000, "on_delivery": lambda e, m: reports.append(m.value())},
+            router=router,
+        )
+    )
+    before = produce_round(producer, topic, "A", 4)
+    move(conf_dir, router, on("B", topic))
+    after = produce_round(producer, topic, "B", 3)
+    assert producer.flush(10) == 0
+    assert message_count(a, topic) == len(before)
+    assert message_count(b, topic) == len(after)
+    assert Counter(reports) == Counter(before + after)
+    assert all(v.startswith(b"A-") for v in reports[: len(before)])
+    # and back: the topic returns to A (the configuration proves one cluster again)
+    move(conf_dir, router, on("A", topic))
+    again = produce_round(producer, topic, "A2", 1)
+    assert producer.flush(10) == 0
+    assert message_count(a, topic) == len(before) + len(again)
+
+
+def test_unroutable_topic_still_fails_when_every_rule_names_one_cluster(
+    make_config: Callable[..., Path], topic: str, closing: Callable[[Any], Any]
+) -> None:
+    """Only a topic rule (no global rule): another topic has no route and must not be
+    sent to A by the one-cluster fast path."""
+    router = Router.from_path(make_config([rule("only", "use cluster A", topic=topic)]))
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    producer.produce(topic, b"v", b"k")
+    with pytest.raises(NoRouteError):
+        producer.produce(topic + "-other", b"v", b"k")
+    assert producer.flush(10) == 0
+    router.close()
 
 
 def test_producer_moves_topic_without_loss(

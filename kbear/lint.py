@@ -1,0 +1,380 @@
+"""``kbear lint``: warnings about a configuration that loads but probably does not do what
+its author meant.
+
+A valid configuration (:func:`kbear.load_config` accepts it) can still hold rules that
+never take effect, rules whose effect depends on their order in the file, topics or
+consumer groups that some clients cannot reach, or clusters nothing routes to. Every
+warning is *provable*: it holds for every client the applications could present, so a
+warning is never a guess. What cannot be decided from the configuration alone (the
+client's id and meta are only known at lookup time) never produces a warning.
+
+Checks (``code`` of :class:`LintWarning`):
+
+``never-matches``
+    A rule whose conditions are false in every lookup it takes part in: a factor that
+    does not exist (``when env=prod`` instead of ``client.env=prod``), a topic rule
+    testing another ``topic.id`` or a ``topic.<key>`` value that topics.yaml does not
+    give its topic, a key tested twice with two values.
+``shadowed``
+    A rule that can never win: in every chain it takes part in, a rule that comes before
+    it always matches (no condition, or only conditions that hold for that chain, such
+    as ``topic.id=<its topic>``). A higher-priority global rule without ``when`` shadows
+    every rule after it.
+``order-dependent``
+    Two rules of the same priority, kind and scope (the same topic, the same
+    (group, topic), or both global) that route to different places and that one lookup
+    can match both: which one wins depends only on their order in route-rules.yaml.
+    A rule that always matches after conditional ones (a default written last) is
+    the usual idiom and is not reported; written first, it shadows them.
+``no-route``
+    A topic of topics.yaml for which some producer has no route, or a consumer group of
+    consumer-groups.yaml for which some consumer has no route: no rule of the chain
+    always matches, so a client without id and meta gets :class:`kbear.NoRouteError`.
+``unused-cluster``
+    A cluster of clusters.yaml that no rule names.
+
+Example::
+
+    >>> from kbear import load_config
+    >>> from kbear.lint import lint
+    >>> for warning in lint(load_config("conf")):  # doctest: +SKIP
+    ...     print(warning)
+    route-rules.yaml: rule 'r2': can never win: rule 'r1' comes before it and always matches [shadowed]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kbear.config import (
+    CLUSTERS_FILE,
+    CONSUMER_GROUPS_FILE,
+    ROUTE_RULES_FILE,
+    TOPICS_FILE,
+    KBearConfig,
+    RouteRule,
+    RuleKind,
+)
+from kbear.crrl import Statement
+
+__all__ = ["LintWarning", "lint"]
+
+
+@dataclass(frozen=True, slots=True)
+class LintWarning:
+    """One warning of :func:`lint`.
+
+    Attributes:
+        code: ``never-matches``, ``shadowed``, ``order-dependent``, ``no-route`` or
+            ``unused-cluster``.
+        file: the file the subject is written in (``route-rules.yaml``, ...).
+        subject: what the warning is about: ``rule 'r2'``, ``rules 'r3' and 'r4'``,
+            ``topic 'orders'``, ``consumer group 'billing' on topic 'orders'``,
+            ``cluster 'dr'``.
+        message: why, naming the other rules involved.
+    """
+
+    code: str
+    file: str
+    subject: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.subject}: {self.message} [{self.code}]"
+
+
+# --------------------------------------------------------------------------- chains
+
+
+@dataclass
+class _Context:
+    """One kind of lookup: which rules form its chain and what its factors are.
+
+    ``known`` factors have one value for every lookup of this context; ``free`` factors
+    can take any value except the listed ones (those have contexts of their own);
+    ``client.*`` factors can take any value or be absent; every other factor is absent.
+    """
+
+    name: str
+    chain: list[RouteRule]
+    known: dict[str, str]
+    free: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+def _holds(key: str, value: str, ctx: _Context) -> bool | None:
+    """Whether ``key=value`` holds in every lookup of ``ctx`` (True), in none (False),
+    or depends on the lookup (None)."""
+    if key in ctx.known:
+        return ctx.known[key] == value
+    if key in ctx.free:
+        return False if value in ctx.free[key] else None
+    if key.startswith("client.") and key != "client.":
+        return None
+    return False
+
+
+def _verdict(statement: Statement, ctx: _Context) -> bool | None:
+    values: dict[str, str] = {}
+    unknown = False
+    for cond in statement.conditions:
+        if values.setdefault(cond.key, cond.value) != cond.value:
+            return False  # the same factor cannot equal two values
+        held = _holds(cond.key, cond.value, ctx)
+        if held is False:
+            return False
+        unknown = unknown or held is None
+    return None if unknown else True
+
+
+def _compatible(a: Statement, b: Statement) -> bool:
+    """Whether nothing stops one lookup from satisfying both ``a`` and ``b`` (given
+    that each is satisfiable on its own)."""
+    values = {c.key: c.value for c in a.conditions}
+    return all(values.get(c.key, c.value) == c.value for c in b.conditions)
+
+
+def _topic_factors(config: KBearConfig, topic: str) -> dict[str, str]:
+    out = {"topic.id": topic}
+    conf = config.topics.get(topic)
+    if conf is not None:
+        out.update((f"topic.{k}", v) for k, v in conf.meta.items())
+    return out
+
+
+def _contexts(config: KBearConfig) -> list[_Context]:
+    """Every kind of lookup the configuration distinguishes.
+
+    For each topic it names (topics.yaml, topic rules, consumer groups): producer
+    lookups, consumer lookups by a group it does not name, and consumer lookups by
+    each (group, topic) it names. Plus producer and consumer lookups of any other
+    topic, where only global rules apply.
+    """
+    globals_: list[RouteRule] = []
+    by_topic: dict[str, list[RouteRule]] = {}
+    by_group: dict[tuple[str, str], list[RouteRule]] = {}
+    for rule in config.rules:
+        if rule.kind is RuleKind.GLOBAL:
+            globals_.append(rule)
+        elif rule.kind is RuleKind.TOPIC:
+            by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
+        else:
+            group_key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
+            by_group.setdefault(group_key, []).append(rule)
+    pairs = set(by_group) | set(config.consumer_groups)
+    topics = set(config.topics) | set(by_topic) | {t for _, t in pairs}
+    groups_of: dict[str, set[str]] = {}
+    for g, t in pairs:
+        groups_of.setdefault(t, set()).add(g)
+
+    def chain(*parts: Iterable[RouteRule]) -> list[RouteRule]:
+        return sorted((r for part in parts for r in part), key=lambda r: r.sort_key)
+
+    no_topic = frozenset(topics)
+    out = [
+        _Context(
+            "producer lookups of a topic the configuration does not name",
+            chain(globals_),
+            {},
+            {"topic.id": no_topic},
+        ),
+        _Context(
+            "consumer lookups of a topic the configuration does not name",
+            chain(globals_),
+            {},
+            {"topic.id": no_topic, "consumerGroup.topicId": no_topic, "consumerGroup.groupName": frozenset()},
+        ),
+    ]
+    for topic in sorted(topics):
+        factors = _topic_factors(config, topic)
+        topic_rules = by_topic.get(topic, [])
+        named = frozenset(groups_of.get(topic, ()))
+        out.append(_Context(f"producer lookups of topic '{topic}'", chain(topic_rules, globals_), factors))
+        out.append(
+            _Context(
+                f"consumer lookups of topic '{topic}' by a group the configuration does not name",
+                chain(topic_rules, globals_),
+                {**factors, "consumerGroup.topicId": topic},
+                {"consumerGroup.groupName": named},
+            )
+        )
+        for group in sorted(named):
+            known = {**factors, "consumerGroup.groupName": group, "consumerGroup.topicId": topic}
+            group_conf = config.consumer_groups.get((group, topic))
+            if group_conf is not None:
+                known.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
+                known.update({"consumerGroup.groupName": group, "consumerGroup.topicId": topic})
+            out.append(
+                _Context(
+                    f"consumer lookups of topic '{topic}' by group '{group}'",
+                    chain(by_group.get((group, topic), []), topic_rules, globals_),
+                    known,
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass
+class _Seen:
+    """What one rule met across the contexts it takes part in."""
+
+    verdicts: list[bool | None] = field(default_factory=list)
+    shadowers: list[RouteRule | None] = field(default_factory=list)
+
+
+def _target(rule: RouteRule) -> tuple[str, str | None]:
+    return (rule.statement.cluster, rule.statement.topic)
+
+
+def _describe_target(rule: RouteRule) -> str:
+    cluster, topic = _target(rule)
+    return f"cluster '{cluster}'" + (f", topic '{topic}'" if topic is not None else "")
+
+
+def _kind_name(rule: RouteRule) -> str:
+    return rule.kind.name.lower().replace("_", "-")
+
+
+def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarning]:
+    seen: dict[str, _Seen] = {rule.id: _Seen() for rule in config.rules}
+    order_pairs: dict[tuple[str, str], tuple[RouteRule, RouteRule]] = {}
+    for ctx in contexts:
+        first_true: RouteRule | None = None
+        # (priority, kind) -> rules of that tier that may still win in this context
+        tiers: dict[tuple[int, int], list[RouteRule]] = {}
+        for rule in ctx.chain:
+            verdict = _verdict(rule.statement, ctx)
+            record = seen[rule.id]
+            record.verdicts.append(verdict)
+            record.shadowers.append(first_true)
+            if verdict is False:
+                continue
+            # Earlier rules of the same tier that may still win here: swapping one of
+            # them with this rule would change some lookup's route.
+            tier = tiers.setdefault((rule.priority, rule.kind.value), [])
+            # A catch-all after conditional rules is the ordinary "specific first,
+            # default last" idiom, not a warning (the reverse order is: shadowed).
+            for earlier in () if verdict is True else tier:
+                pair = (earlier.id, rule.id)
+                if (
+                    pair not in order_pairs
+                    and _target(earlier) != _target(rule)
+                    and _compatible(earlier.statement, rule.statement)
+                ):
+                    order_pairs[pair] = (earlier, rule)
+                    break
+            if first_true is None:
+                tier.append(rule)
+                if verdict is True:
+                    first_true = rule
+
+    warnings: list[LintWarning] = []
+    flagged: set[str] = set()
+    for rule in config.rules:
+        record = seen[rule.id]
+        subject = f"rule '{rule.id}'"
+        if all(v is False for v in record.verdicts):
+            flagged.add(rule.id)
+            warnings.append(
+                LintWarning(
+                    "never-matches",
+                    ROUTE_RULES_FILE,
+                    subject,
+                    f"never matches: its conditions ({' and '.join(map(str, rule.statement.conditions))}) "
+                    "are false in every lookup it takes part in",
+                )
+            )
+        elif all(s is not None for s in record.shadowers):
+            flagged.add(rule.id)
+            shadowers = list(dict.fromkeys(s.id for s in record.shadowers if s is not None))
+            names = " and ".join(f"'{s}'" for s in shadowers)
+            which = f"rule {names} comes" if len(shadowers) == 1 else f"rules {names} come"
+            warnings.append(
+                LintWarning(
+                    "shadowed",
+                    ROUTE_RULES_FILE,
+                    subject,
+                    f"can never win: {which} before it and always match"
+                    f"{'es' if len(shadowers) == 1 else ''} in every chain it takes part in",
+                )
+            )
+    for earlier, later in order_pairs.values():
+        if earlier.id in flagged or later.id in flagged:
+            continue
+        if earlier.kind is RuleKind.GLOBAL:
+            scope = "global"
+        elif earlier.kind is RuleKind.TOPIC:
+            scope = f"topic '{earlier.topic_id}'"
+        else:
+            scope = f"consumer group '{earlier.group_name}' on topic '{earlier.topic_id}'"
+        warnings.append(
+            LintWarning(
+                "order-dependent",
+                ROUTE_RULES_FILE,
+                f"rules '{earlier.id}' and '{later.id}'",
+                f"same priority {earlier.priority} and scope ({scope}), one lookup can match both, and "
+                f"they pick {_describe_target(earlier)} and {_describe_target(later)}: "
+                f"only their order in {ROUTE_RULES_FILE} decides ('{earlier.id}' wins)",
+            )
+        )
+    return warnings
+
+
+def _always_routes(ctx: _Context) -> bool:
+    """Whether every client gets a route: a rule of the chain holds whatever the client."""
+    return any(_verdict(rule.statement, ctx) is True for rule in ctx.chain)
+
+
+def _reach_checks(config: KBearConfig, contexts: Mapping[str, _Context]) -> list[LintWarning]:
+    warnings = []
+    for topic in config.topics:
+        ctx = contexts[f"producer lookups of topic '{topic}'"]
+        if not _always_routes(ctx):
+            rules = len(ctx.chain)
+            warnings.append(
+                LintWarning(
+                    "no-route",
+                    TOPICS_FILE,
+                    f"topic '{topic}'",
+                    f"some producers have no route: none of the {rules} rule(s) of its chain "
+                    "always matches (a client without id and meta gets NoRouteError)",
+                )
+            )
+    for group, topic in config.consumer_groups:
+        ctx = contexts[f"consumer lookups of topic '{topic}' by group '{group}'"]
+        if not _always_routes(ctx):
+            rules = len(ctx.chain)
+            warnings.append(
+                LintWarning(
+                    "no-route",
+                    CONSUMER_GROUPS_FILE,
+                    f"consumer group '{group}' on topic '{topic}'",
+                    f"some consumers have no route: none of the {rules} rule(s) of its chain "
+                    "always matches (a client without id and meta gets NoRouteError)",
+                )
+            )
+    used = {rule.statement.cluster for rule in config.rules}
+    for cluster in config.clusters:
+        if cluster not in used:
+            warnings.append(
+                LintWarning("unused-cluster", CLUSTERS_FILE, f"cluster '{cluster}'", "no rule routes to it")
+            )
+    return warnings
+
+
+def lint(config: KBearConfig) -> list[LintWarning]:
+    """Every warning about ``config`` (see the module docstring for the checks).
+
+    Args:
+        config: a loaded configuration (:func:`kbear.load_config`).
+
+    Returns:
+        The warnings: rule checks in route-rules.yaml order, then order-dependent
+        pairs, topics, consumer groups and clusters; empty when there is nothing to say.
+    """
+    contexts = _contexts(config)
+    by_name = {ctx.name: ctx for ctx in contexts}
+    return _rule_checks(config, contexts) + _reach_checks(config, by_name)
