@@ -257,13 +257,15 @@ class RoutedConsumer:
         self.__dict__.pop("consume", None)
 
     def _refresh_pin(self) -> None:
-        """With one cluster and nothing for kbear to do per message (no remap, no
-        drain, no pattern, no pending reload...), poll() and consume() are that
-        cluster's client's own bound methods (instance attributes); else kbear's."""
+        """Bind poll() and consume() (instance attributes over the class methods) to the
+        cheapest correct code for the current state: with one cluster and nothing for
+        kbear to do per message (no remap, drain, pattern, pending reload...), that
+        cluster's client's own bound methods; with several such clusters, closures that
+        take turns over them; otherwise the class methods."""
         d = self.__dict__
-        entry = self._active[0] if len(self._active) == 1 else None
+        active = self._active
         if (
-            entry is None
+            not active
             or self._closed
             or self._pending
             or self._draining
@@ -271,17 +273,48 @@ class RoutedConsumer:
             or self._patterns
             or self._stale_commits
             or self._track_timestamps
-            or entry.logical
-            or entry.former
+            or any(entry.logical or entry.former for entry in active)
         ):
             d.pop("poll", None)
             d.pop("consume", None)
             return
-        d["poll"] = entry.consumer.poll
-        d["consume"] = entry.consumer.consume
+        if len(active) == 1:
+            d["poll"] = active[0].consumer.poll
+            d["consume"] = active[0].consumer.consume
+        else:
+            d["poll"], d["consume"] = self._turn_taking([entry.consumer for entry in active])
         if self._pending:  # a reload landed meanwhile (watcher thread)
             d.pop("poll", None)
             d.pop("consume", None)
+
+    def _turn_taking(self, consumers: list[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """poll() and consume() over several clusters' clients with nothing to translate:
+        each call first asks the next client in turn without waiting, and only when it
+        has nothing falls back to the class method (every client, then the wait)."""
+        polls = [c.poll for c in consumers]
+        consumes = [c.consume for c in consumers]
+        n = len(consumers)
+        turn = [0]
+        slow_poll, slow_consume = RoutedConsumer.poll, RoutedConsumer.consume
+
+        def poll(timeout: float | None = None) -> Any:
+            i = turn[0] = (turn[0] + 1) % n
+            msg = polls[i](0)
+            if msg is not None:
+                return msg
+            return slow_poll(self, timeout)
+
+        def consume(num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
+            i = turn[0] = (turn[0] + 1) % n
+            if 1 <= num_messages <= 1_000_000:
+                msgs: list[Any] = consumes[i](num_messages, 0)
+                if msgs:
+                    return msgs
+            return slow_consume(self, num_messages, timeout)
+
+        poll.__doc__ = RoutedConsumer.poll.__doc__
+        consume.__doc__ = RoutedConsumer.consume.__doc__
+        return poll, consume
 
     # ------------------------------------------------------------------ subscription
 
@@ -776,6 +809,23 @@ class RoutedConsumer:
             return self._idle(timeout)
         n = len(active)
         start = self._rr = (self._rr + 1) % n
+        # First pass without waiting, and without a deadline's cost: the common case
+        # under load. _out only where there is something to translate or track.
+        for i in range(n):
+            entry = active[(start + i) % n]
+            msg = entry.consumer.poll(0)
+            if msg is not None:
+                if (
+                    entry.logical
+                    or entry.former
+                    or self._draining
+                    or self._stale_commits
+                    or self._track_timestamps
+                ):
+                    self._out(entry, msg)
+                return msg
+        if timeout == 0:
+            return None
         deadline = Deadline(timeout)
         step = 0.0
         while True:

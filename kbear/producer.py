@@ -292,15 +292,20 @@ class RoutedProducer:
         self.__dict__.pop("produce", None)
 
     def _pin(self) -> None:
-        """Bind produce() to the one cluster's client when the configuration proves
-        every route of this client goes there unremapped; else unbind it."""
-        cluster_id = None
-        # Hooks need to know every topic produced: the pinned path does not record them.
-        if not (self._pending or self._txn_open or self._closed or self._route_listeners):
-            cluster_id = _single_cluster(self._router.config, self._client)
-        if cluster_id is None:
+        """Bind produce() (an instance attribute over the class method) to the one
+        cluster's client when the configuration proves every route of this client goes
+        there unremapped, else to a closure over the route table; unbind it while a
+        reload is pending or a transaction is open (the class method's slow path)."""
+        self._pinned = None
+        if self._pending or self._txn_open or self._closed:
             self.__dict__.pop("produce", None)
-            self._pinned = None
+            return
+        # Hooks need to know every topic produced: the pinned path does not record them.
+        cluster_id = None if self._route_listeners else _single_cluster(self._router.config, self._client)
+        if cluster_id is None:
+            self.__dict__["produce"] = self._routing_produce()
+            if self._pending:  # a reload landed meanwhile (watcher thread): back to the slow path
+                self.__dict__.pop("produce", None)
             return
         cluster = self._router.config.clusters[cluster_id]
         probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
@@ -308,6 +313,23 @@ class RoutedProducer:
         self.__dict__["produce"] = self._cluster(probe).producer.produce
         if self._pending:  # a reload landed meanwhile (watcher thread): back to the slow path
             self.__dict__.pop("produce", None)
+
+    def _routing_produce(self) -> Callable[..., None]:
+        """produce() over the route table with nothing else to check: the closure the
+        instance uses while no reload is pending and no transaction is open."""
+        send_table = self._send
+        route_and_produce = RoutedProducer.produce
+
+        def produce(topic: str, *args: Any, **kwargs: Any) -> None:
+            try:
+                send = send_table[topic]
+            except KeyError:  # first use of the topic: route it (or raise NoRouteError)
+                route_and_produce(self, topic, *args, **kwargs)
+                return
+            send(*args, **kwargs)
+
+        produce.__doc__ = RoutedProducer.produce.__doc__
+        return produce
 
     def _apply_changes(self) -> None:
         with self._lock:
