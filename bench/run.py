@@ -164,7 +164,7 @@ def bench_consume(
         deadline = time.perf_counter() + 60
         while got == 0 and time.perf_counter() < deadline:
             got += next_batch()
-        time.sleep(1.5)
+        time.sleep(2.5)
         t0 = time.perf_counter()
         while got < total and time.perf_counter() < deadline:
             got += next_batch()
@@ -389,7 +389,7 @@ def main() -> int:
         help="run only these benchmarks (produce1, produce2, consume1, consume2, lookup, switch, memory)",
     )
     args = ap.parse_args()
-    rounds = 3 if args.quick else 7
+    rounds = 3 if args.quick else 9
     n = 50_000 if args.quick else 200_000
     want = set(args.only or ["produce1", "produce2", "consume1", "consume2", "lookup", "switch", "memory"])
     results: dict[str, Any] = {"machine": machine(), "quick": args.quick}

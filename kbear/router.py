@@ -21,9 +21,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from heapq import merge
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -211,6 +212,9 @@ class Explanation:
     route: Route | None
 
 
+_sort_key = attrgetter("sort_key")
+
+
 class _Snapshot:
     """One configuration with its rule index and lookup cache (replaced whole on reload)."""
 
@@ -230,18 +234,23 @@ class _Snapshot:
         for rules in (self.globals, *self.by_topic.values(), *self.by_group.values()):
             rules.sort(key=lambda r: r.sort_key)
         self.cache: dict[tuple[str, str | None, Client], Route | None] = {}
+        # per cluster: its properties, shared read-only by every Route to it
+        self.properties = {c.id: MappingProxyType(c.client_properties) for c in config.clusters.values()}
 
-    def chain(self, topic: str, group: str | None) -> Iterator[RouteRule]:
-        parts = [self.by_topic.get(topic, ()), self.globals]
+    def chain(self, topic: str, group: str | None) -> Iterable[RouteRule]:
+        specific = self.by_topic.get(topic)
         if group is not None:
-            parts.insert(0, self.by_group.get((group, topic), ()))
-        return merge(*parts, key=lambda r: r.sort_key)
+            by_group = self.by_group.get((group, topic))
+            if by_group:
+                specific = sorted([*by_group, *(specific or ())], key=_sort_key)
+        if not specific:
+            return self.globals  # the common case: no rule names this topic
+        return merge(specific, self.globals, key=_sort_key)
 
     def factors(self, topic: str, group: str | None, client: Client) -> dict[str, str]:
         out = client.factors()
-        topic_conf = self.config.topics.get(topic)
-        if topic_conf is not None:
-            out.update((f"topic.{k}", v) for k, v in topic_conf.meta.items())
+        for k, v in self.config.topic_meta(topic).items():
+            out[f"topic.{k}"] = v
         out["topic.id"] = topic
         if group is not None:
             group_conf = self.config.consumer_groups.get((group, topic))
@@ -259,7 +268,7 @@ class _Snapshot:
             requested_topic=topic,
             bootstrap_servers=cluster.bootstrap_servers,
             rule_id=rule.id,
-            properties=MappingProxyType(cluster.client_properties),
+            properties=self.properties[cluster.id],
         )
 
     def lookup(self, topic: str, group: str | None, client: Client) -> Route | None:
