@@ -75,7 +75,7 @@ def _single_cluster(config: KBearConfig, client: Client) -> str | None:
 class _ClusterProducer:
     """The confluent-kafka Producer of one cluster, with the properties it was built from."""
 
-    __slots__ = ("cluster_id", "logical", "producer", "properties")
+    __slots__ = ("cluster_id", "logical", "producer", "properties", "retired_at")
 
     def __init__(
         self,
@@ -89,6 +89,8 @@ class _ClusterProducer:
         self.producer = producer
         # physical topic -> logical topic, for remapped topics (delivery reports)
         self.logical = logical
+        # the reload generation that retired this client (RoutedProducer._retired)
+        self.retired_at = 0
 
 
 class RoutedProducer:
@@ -145,7 +147,10 @@ class RoutedProducer:
         self._client = self._settings.client
         self._lock = threading.RLock()
         self._clusters: dict[str, _ClusterProducer] = {}
+        # Clients replaced (their cluster's properties changed, or the cluster left
+        # clusters.yaml): still polled and flushed until empty and one reload old.
         self._retired: list[_ClusterProducer] = []
+        self._generation = 0  # reloads applied
         # logical topic -> produce function with the physical topic bound; the hot path
         self._send: dict[str, Callable[..., None]] = {}
         self._routes: dict[str, Route] = {}
@@ -195,9 +200,12 @@ class RoutedProducer:
         """
         if self._pending:
             self._apply_changes()
-        if topic not in self._routes:
-            self._add_route(topic)
-        return self._routes[topic]
+        route = self._routes.get(topic)
+        if route is None:
+            with self._lock:
+                self._add_route(topic)
+                route = self._routes[topic]
+        return route
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
@@ -227,6 +235,7 @@ class RoutedProducer:
         if current is not None and current.properties == dict(route.properties):
             return current
         if current is not None:  # the cluster's properties changed: retire the old client
+            current.retired_at = self._generation
             self._retired.append(current)
         logical: dict[str, str] = {}
         conf = cluster_config(self._native, route.properties)
@@ -251,10 +260,21 @@ class RoutedProducer:
 
         return deliver
 
-    def _add_route(self, topic: str) -> None:
+    def _add_route(self, topic: str) -> Callable[..., None]:
+        """Route ``topic`` (first use, or after a reload unbound it) and return its send
+        function. Under the lock, after applying any pending reload: a thread that
+        waited here while another applied a change must neither install a route
+        that skips a drain nor find the topic unbound again."""
         with self._lock:
-            route = self._router.route_producer(topic, self._client)
-            self._install(topic, route)
+            if self._closed:  # as confluent-kafka; and no new client after close()
+                raise RuntimeError("Producer has been closed")
+            if self._pending:
+                self._apply_changes()
+            send = self._send.get(topic)
+            if send is None:
+                self._install(topic, self._router.route_producer(topic, self._client))
+                send = self._send[topic]
+            return send
 
     def _install(self, topic: str, route: Route) -> None:
         entry = self._cluster(route)
@@ -337,6 +357,7 @@ class RoutedProducer:
                 return
             self._pending = False
             self._slow = self._txn_open
+            self._generation += 1
             pinned, self._pinned = self._pinned, None
             if pinned is not None and _single_cluster(self._router.config, self._client) != pinned:
                 # Topics produced through the pinned path are not in self._routes:
@@ -357,9 +378,12 @@ class RoutedProducer:
                 ):
                     self._routes[topic] = new
                     continue
+                # Unbind the topic before draining: other threads producing to it now
+                # miss it in the table, take the slow path and wait on the lock for the
+                # new route, instead of adding to the old cluster after its flush.
+                self._send.pop(topic, None)
                 self._drain(old)
                 del self._routes[topic]
-                del self._send[topic]
                 if new is not None:
                     self._install(topic, new)
                 log.info("kbear: topic %r moved from %r to %r", topic, old, new)
@@ -383,10 +407,21 @@ class RoutedProducer:
                 )
 
     def _retire_unused(self) -> None:
-        used = {r.cluster_id for r in self._routes.values()} | {self._pinned}
-        for cluster_id in [c for c in self._clusters if c not in used]:
-            self._retired.append(self._clusters.pop(cluster_id))
-        self._retired = [e for e in self._retired if len(e.producer) > 0]
+        """Drop clients no longer needed, never at the reload that stopped using them.
+
+        A thread that read a send function (or the pinned ``produce``) just before a
+        switch may still produce through it after the drain: that client must stay
+        polled and flushed, or the message would never get its delivery report. So
+        the client of a cluster that is merely unused stays (and is reused when a
+        topic comes back); a client replaced, or of a cluster gone from
+        ``clusters.yaml``, is dropped once empty at a later reload.
+        """
+        known = self._router.config.clusters
+        for cluster_id in [c for c in self._clusters if c not in known]:
+            entry = self._clusters.pop(cluster_id)
+            entry.retired_at = self._generation
+            self._retired.append(entry)
+        self._retired = [e for e in self._retired if len(e.producer) > 0 or e.retired_at >= self._generation]
 
     def _all(self) -> list[_ClusterProducer]:
         return [*self._clusters.values(), *self._retired]
@@ -410,8 +445,7 @@ class RoutedProducer:
         try:
             send = self._send[topic]
         except KeyError:
-            self._add_route(topic)
-            send = self._send[topic]
+            send = self._add_route(topic)
         send(*args, **kwargs)
 
     def _before_produce(self, topic: str) -> None:
@@ -706,21 +740,27 @@ class RoutedProducer:
 
         Messages still undelivered after ``timeout`` are purged and their
         delivery callbacks report them failed; nothing is silently dropped.
+
+        Called from another thread while a route change is being applied (the old
+        cluster being flushed), it first waits for that flush (at most
+        ``kbear.switch.drain.timeout.ms``): a client is never closed under a
+        thread still using it.
         """
-        if self._closed:
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+            self._pin()
+            self._router.unsubscribe(self._on_config_change)
+            self.flush(timeout)
+            for entry in self._all():
+                if len(entry.producer):
+                    entry.producer.purge()
+                    entry.producer.flush(0)
+                entry.producer.close()
+            if self._owns_router:
+                self._router.close()
             return True
-        self._closed = True
-        self._pin()
-        self._router.unsubscribe(self._on_config_change)
-        self.flush(timeout)
-        for entry in self._all():
-            if len(entry.producer):
-                entry.producer.purge()
-                entry.producer.flush(0)
-            entry.producer.close()
-        if self._owns_router:
-            self._router.close()
-        return True
 
     def __enter__(self) -> RoutedProducer:
         return self
