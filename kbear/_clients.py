@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 from kbear.router import Client, Router
 
 KBEAR_PREFIX = "kbear."
@@ -139,6 +141,17 @@ def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> 
     merged = dict(native)
     merged.update(properties)
     return merged
+
+
+def renamed(tp: TopicPartition, topic: str) -> TopicPartition:
+    """A copy of ``tp`` under another topic name (TopicPartition is immutable and
+    takes neither ``metadata=None`` nor ``leader_epoch=None``)."""
+    extra: dict[str, Any] = {}
+    if tp.metadata is not None:
+        extra["metadata"] = tp.metadata
+    if tp.leader_epoch is not None:
+        extra["leader_epoch"] = tp.leader_epoch
+    return TopicPartition(topic, tp.partition, tp.offset, **extra)
 
 
 class Deadline:

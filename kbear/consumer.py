@@ -19,7 +19,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kbear._clients import Deadline, cluster_config, open_router, split_config
+from kbear._clients import Deadline, cluster_config, open_router, renamed, split_config
 from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -35,16 +35,6 @@ RouteChangeCallback = Callable[[Route, Route | None], None]
 _POLL_SLICE_S = 0.01
 # How often a draining topic's progress is checked (seconds).
 _DRAIN_CHECK_S = 0.1
-
-
-def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
-    """A copy of ``tp`` under another topic name (TopicPartition is immutable)."""
-    extra: dict[str, Any] = {}
-    if tp.metadata is not None:
-        extra["metadata"] = tp.metadata
-    if tp.leader_epoch is not None:
-        extra["leader_epoch"] = tp.leader_epoch
-    return TopicPartition(topic, tp.partition, tp.offset, **extra)
 
 
 def _next_offset(message: Any) -> TopicPartition:
@@ -942,7 +932,7 @@ class RoutedConsumer:
         logical = {**entry.former, **entry.logical} if entry.former else entry.logical
         if not logical:
             return parts
-        return [tp if (name := logical.get(tp.topic)) is None else _renamed(tp, name) for tp in parts]
+        return [tp if (name := logical.get(tp.topic)) is None else renamed(tp, name) for tp in parts]
 
     def _split(
         self, partitions: Iterable[TopicPartition]
@@ -957,7 +947,7 @@ class RoutedConsumer:
             entry = self._cluster(route)
             if route.remapped:
                 entry.logical.setdefault(route.topic, tp.topic)
-                tp = _renamed(tp, route.topic)
+                tp = renamed(tp, route.topic)
             group = groups.setdefault(route.cluster_id, (entry, [], []))
             group[1].append(index)
             group[2].append(tp)
@@ -980,7 +970,7 @@ class RoutedConsumer:
         for index, tp in enumerate(partitions):
             name = physical.get(tp.topic)
             indexes.append(index)
-            parts.append(tp if name is None else _renamed(tp, name))
+            parts.append(tp if name is None else renamed(tp, name))
         return entry, indexes, parts
 
     def _per_cluster(

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kbear._clients import Deadline, cluster_config, open_router, split_config
+from kbear._clients import Deadline, cluster_config, open_router, renamed, split_config
 from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -23,16 +23,6 @@ RouteChangeCallback = Callable[[Route, Route | None], None]
 # Index of on_delivery among produce()'s positional arguments after the topic:
 # produce(topic, value, key, partition, on_delivery, timestamp, headers).
 _ON_DELIVERY_POS = 3
-
-
-def _renamed(tp: TopicPartition, topic: str) -> TopicPartition:
-    """A copy of ``tp`` under another topic name (TopicPartition is immutable)."""
-    extra: dict[str, Any] = {}
-    if tp.metadata is not None:
-        extra["metadata"] = tp.metadata
-    if tp.leader_epoch is not None:
-        extra["leader_epoch"] = tp.leader_epoch
-    return TopicPartition(topic, tp.partition, tp.offset, **extra)
 
 
 def _logical_callback(cb: Callable[[Any, Any], None], logical: str) -> Callable[[Any, Any], None]:
@@ -601,7 +591,7 @@ class RoutedProducer:
             route = self.route(tp.topic)
             if route.cluster_id != self._txn_cluster:
                 self._join_transaction(route)  # raises _CONFLICT naming both clusters
-            physical.append(tp if route.topic == tp.topic else _renamed(tp, route.topic))
+            physical.append(tp if route.topic == tp.topic else renamed(tp, route.topic))
         producer = self._clusters[str(self._txn_cluster)].producer
         producer.send_offsets_to_transaction(physical, group_metadata, *self._timeout_args(timeout))
 
