@@ -3,15 +3,16 @@
 Public names only; everything is defined in its own module.
 """
 
-from kbear.config import ConfigError, KBearConfig, load_config
+from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
-from kbear.router import Client, Explanation, NoRouteError, Route, Router
+from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
 
 __all__ = [
     "Client",
     "ConfigError",
+    "ConfigProblem",
     "CrrlSyntaxError",
     "Explanation",
     "KBearConfig",
@@ -20,6 +21,7 @@ __all__ = [
     "RoutedConsumer",
     "RoutedProducer",
     "Router",
+    "RuleVerdict",
     "__version__",
     "load_config",
 ]

@@ -19,7 +19,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kbear._clients import Deadline, cluster_config, open_router, renamed, split_config
+from kbear._clients import (
+    Deadline,
+    cluster_config,
+    notify_route_change,
+    open_router,
+    renamed,
+    split_config,
+)
 from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -111,6 +118,11 @@ class RoutedConsumer:
               been idle this long at its end offsets (default 2000 ms);
             - ``kbear.switch.drain.timeout.ms``: drain ends after this long in any
               case (default 30000 ms).
+            - ``kbear.switch.start``: where a moved topic starts on the new cluster:
+              ``committed`` (default; else ``auto.offset.reset``), ``earliest``,
+              ``latest`` or ``timestamp``;
+            - ``kbear.switch.timestamp.margin.ms``: with ``timestamp``, start this
+              long before the earliest last-consumed timestamp (default 0 ms).
         router: a :class:`~kbear.Router` to share; the consumer does not close it.
         client: who consumes (``client.*`` factors); or use ``kbear.client.*`` keys.
         **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).
@@ -158,6 +170,14 @@ class RoutedConsumer:
         reset = str(native.get("auto.offset.reset", "latest")).lower()
         self._reset_to_end = reset in ("latest", "largest", "end")
         self._native = native
+        # Checked before the router (and its watcher thread) exists: nothing to clean up.
+        try:
+            refresh_ms = int(native.get("topic.metadata.refresh.interval.ms", 300_000))
+        except (TypeError, ValueError):
+            raise ValueError(
+                "RoutedConsumer: topic.metadata.refresh.interval.ms must be an integer number of ms, "
+                f"got {native['topic.metadata.refresh.interval.ms']!r}"
+            ) from None
         self._router, self._owns_router = open_router(router, self._settings, "RoutedConsumer")
         self._client = self._settings.client
         self._clusters: dict[str, _ClusterConsumer] = {}
@@ -175,7 +195,7 @@ class RoutedConsumer:
         # regular-expression subscriptions: patterns, names given as names, next refresh
         self._patterns: list[re.Pattern[str]] = []
         self._names: list[str] = []
-        self._refresh_s = int(native.get("topic.metadata.refresh.interval.ms", 300_000)) / 1000.0
+        self._refresh_s = refresh_ms / 1000.0
         self._next_refresh = 0.0
         # the cluster whose rebalance callback is running, and whether it assigned
         self._rebalancing: _ClusterConsumer | None = None
@@ -211,7 +231,8 @@ class RoutedConsumer:
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
-        subscribed topic has switched clusters (``new_route`` None: no route any more)."""
+        subscribed topic has switched clusters (``new_route`` None: no route any more).
+        A hook that raises is logged on ``kbear.consumer`` and the switch stands."""
         self._route_listeners.append(callback)
 
     def _cluster(self, route: Route) -> _ClusterConsumer:
@@ -692,8 +713,7 @@ class RoutedConsumer:
             self._stale_commits.add(topic)
         self._refresh_pin()
         log.info("kbear: topic %r switched from %r to %r", topic, old, new)
-        for callback in self._route_listeners:
-            callback(old, new)
+        notify_route_change(self._route_listeners, old, new, log)
 
     def _plan_start(self, topic: str, old: Route, new: Route) -> None:
         """Where the moved topic starts on the new cluster (``kbear.switch.start``)."""
@@ -907,9 +927,10 @@ class RoutedConsumer:
         return None
 
     def _idle(self, timeout: float | None) -> Message | None:
-        """Nothing subscribed: wait as confluent-kafka would (at most 1 s here; not at all
-        for an infinite timeout), serving the clusters still leaving meanwhile."""
-        deadline = Deadline(min(timeout, 1.0) if timeout is not None and timeout > 0 else 0)
+        """Nothing subscribed: wait as confluent-kafka would, but at most 1 s (an infinite
+        timeout included, so a ``while True: poll()`` loop does not spin), serving the
+        clusters still leaving meanwhile."""
+        deadline = Deadline(1.0 if timeout is None or timeout < 0 else min(timeout, 1.0))
         while self._leaving and not deadline.expired():
             msg = self._serve_leaving()
             if msg is not None:

@@ -57,6 +57,7 @@ from kbear.config import (
     RuleKind,
 )
 from kbear.crrl import Statement
+from kbear.router import index_rules, lookup_factors
 
 __all__ = ["LintWarning", "lint"]
 
@@ -134,14 +135,6 @@ def _compatible(a: Statement, b: Statement) -> bool:
     return all(values.get(c.key, c.value) == c.value for c in b.conditions)
 
 
-def _topic_factors(config: KBearConfig, topic: str) -> dict[str, str]:
-    out = {"topic.id": topic}
-    conf = config.topics.get(topic)
-    if conf is not None:
-        out.update((f"topic.{k}", v) for k, v in conf.meta.items())
-    return out
-
-
 def _contexts(config: KBearConfig) -> list[_Context]:
     """Every kind of lookup the configuration distinguishes.
 
@@ -150,17 +143,7 @@ def _contexts(config: KBearConfig) -> list[_Context]:
     each (group, topic) it names. Plus producer and consumer lookups of any other
     topic, where only global rules apply.
     """
-    globals_: list[RouteRule] = []
-    by_topic: dict[str, list[RouteRule]] = {}
-    by_group: dict[tuple[str, str], list[RouteRule]] = {}
-    for rule in config.rules:
-        if rule.kind is RuleKind.GLOBAL:
-            globals_.append(rule)
-        elif rule.kind is RuleKind.TOPIC:
-            by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
-        else:
-            group_key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
-            by_group.setdefault(group_key, []).append(rule)
+    globals_, by_topic, by_group = index_rules(config.rules)
     pairs = set(by_group) | set(config.consumer_groups)
     topics = set(config.topics) | set(by_topic) | {t for _, t in pairs}
     groups_of: dict[str, set[str]] = {}
@@ -186,7 +169,7 @@ def _contexts(config: KBearConfig) -> list[_Context]:
         ),
     ]
     for topic in sorted(topics):
-        factors = _topic_factors(config, topic)
+        factors = lookup_factors(config, topic, None)
         topic_rules = by_topic.get(topic, [])
         named = frozenset(groups_of.get(topic, ()))
         out.append(_Context(f"producer lookups of topic '{topic}'", chain(topic_rules, globals_), factors))
@@ -199,11 +182,7 @@ def _contexts(config: KBearConfig) -> list[_Context]:
             )
         )
         for group in sorted(named):
-            known = {**factors, "consumerGroup.groupName": group, "consumerGroup.topicId": topic}
-            group_conf = config.consumer_groups.get((group, topic))
-            if group_conf is not None:
-                known.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
-                known.update({"consumerGroup.groupName": group, "consumerGroup.topicId": topic})
+            known = lookup_factors(config, topic, group)
             out.append(
                 _Context(
                     f"consumer lookups of topic '{topic}' by group '{group}'",

@@ -10,7 +10,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kbear._clients import Deadline, cluster_config, open_router, renamed, split_config
+from kbear._clients import (
+    Deadline,
+    cluster_config,
+    notify_route_change,
+    open_router,
+    renamed,
+    split_config,
+)
 from kbear.config import KBearConfig, RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -201,9 +208,11 @@ class RoutedProducer:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
         topic's route changes after a reload (``new_route`` is None when the
         topic no longer has a route). While a hook is registered, produce() always takes
-        kbear's routing path (never the pinned fast path)."""
-        self._route_listeners.append(callback)
-        self._pin()
+        kbear's routing path (never the pinned fast path). A hook that raises is logged
+        on ``kbear.producer`` and the switch stands."""
+        with self._lock:
+            self._route_listeners.append(callback)
+            self._pin()
 
     def _route_all(self, topics: list[str]) -> None:
         failures = []
@@ -377,8 +386,7 @@ class RoutedProducer:
                 if new is not None:
                     self._install(topic, new)
                 log.info("kbear: topic %r moved from %r to %r", topic, old, new)
-                for callback in self._route_listeners:
-                    callback(old, new)
+                notify_route_change(self._route_listeners, old, new, log)
             self._pin()
             self._retire_unused()
 
@@ -529,12 +537,13 @@ class RoutedProducer:
                 the errors of confluent-kafka's ``init_transactions``.
         """
         self._require_transactional_id()
-        for cluster_id, entry in self._clusters.items():
-            if cluster_id not in self._txn_initialized:
-                entry.producer.init_transactions(*self._timeout_args(timeout))
-                self._txn_initialized.add(cluster_id)
-        self._txn_init_called = True
-        self._txn_init_timeout = timeout
+        with self._lock:
+            for cluster_id, entry in list(self._clusters.items()):
+                if cluster_id not in self._txn_initialized:
+                    entry.producer.init_transactions(*self._timeout_args(timeout))
+                    self._txn_initialized.add(cluster_id)
+            self._txn_init_called = True
+            self._txn_init_timeout = timeout
 
     def begin_transaction(self) -> None:
         """Begin a transaction. It runs on the cluster of the first topic produced in it;

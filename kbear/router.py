@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from kbear._secrets import redact
-from kbear.config import KBearConfig, RouteRule, RuleKind, load_config
+from kbear.config import KBearConfig, RouteRule, RuleKind, config_digest, load_config
 
 if TYPE_CHECKING:
     from kbear.reload import ConfigWatcher
@@ -215,24 +215,49 @@ class Explanation:
 _sort_key = attrgetter("sort_key")
 
 
+def index_rules(
+    rules: Iterable[RouteRule],
+) -> tuple[list[RouteRule], dict[str, list[RouteRule]], dict[tuple[str, str], list[RouteRule]]]:
+    """The rules by kind, each list in chain order (see :attr:`RouteRule.sort_key`):
+    global rules, topic rules by topic, consumer-group rules by (group, topic)."""
+    globals_: list[RouteRule] = []
+    by_topic: dict[str, list[RouteRule]] = {}
+    by_group: dict[tuple[str, str], list[RouteRule]] = {}
+    for rule in rules:
+        if rule.kind is RuleKind.GLOBAL:
+            globals_.append(rule)
+        elif rule.kind is RuleKind.TOPIC:
+            by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
+        else:
+            key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
+            by_group.setdefault(key, []).append(rule)
+    for part in (globals_, *by_topic.values(), *by_group.values()):
+        part.sort(key=_sort_key)
+    return globals_, by_topic, by_group
+
+
+def lookup_factors(config: KBearConfig, topic: str, group: str | None) -> dict[str, str]:
+    """The ``topic.*`` and (for a consumer lookup, ``group`` not None)
+    ``consumerGroup.*`` route factors of a lookup (CRRL spec, "Route factors").
+    ``topic.id``, ``consumerGroup.groupName`` and ``consumerGroup.topicId`` win over
+    meta keys of the same name."""
+    out = {f"topic.{k}": v for k, v in config.topic_meta(topic).items()}
+    out["topic.id"] = topic
+    if group is not None:
+        group_conf = config.consumer_groups.get((group, topic))
+        if group_conf is not None:
+            out.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
+        out["consumerGroup.groupName"] = group
+        out["consumerGroup.topicId"] = topic
+    return out
+
+
 class _Snapshot:
     """One configuration with its rule index and lookup cache (replaced whole on reload)."""
 
     def __init__(self, config: KBearConfig) -> None:
         self.config = config
-        self.globals: list[RouteRule] = []
-        self.by_topic: dict[str, list[RouteRule]] = {}
-        self.by_group: dict[tuple[str, str], list[RouteRule]] = {}
-        for rule in config.rules:
-            if rule.kind is RuleKind.GLOBAL:
-                self.globals.append(rule)
-            elif rule.kind is RuleKind.TOPIC:
-                self.by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
-            else:
-                key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
-                self.by_group.setdefault(key, []).append(rule)
-        for rules in (self.globals, *self.by_topic.values(), *self.by_group.values()):
-            rules.sort(key=lambda r: r.sort_key)
+        self.globals, self.by_topic, self.by_group = index_rules(config.rules)
         self.cache: dict[tuple[str, str | None, Client], Route | None] = {}
         # per cluster: its properties, shared read-only by every Route to it
         self.properties = {c.id: MappingProxyType(c.client_properties) for c in config.clusters.values()}
@@ -249,15 +274,7 @@ class _Snapshot:
 
     def factors(self, topic: str, group: str | None, client: Client) -> dict[str, str]:
         out = client.factors()
-        for k, v in self.config.topic_meta(topic).items():
-            out[f"topic.{k}"] = v
-        out["topic.id"] = topic
-        if group is not None:
-            group_conf = self.config.consumer_groups.get((group, topic))
-            if group_conf is not None:
-                out.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
-            out["consumerGroup.groupName"] = group
-            out["consumerGroup.topicId"] = topic
+        out.update(lookup_factors(self.config, topic, group))
         return out
 
     def route_for(self, rule: RouteRule, topic: str) -> Route:
@@ -419,8 +436,9 @@ class Router:
         directory = self.config.directory
         if directory is None:
             raise RuntimeError("this Router has no configuration directory to reload")
-        new = load_config(directory)
-        return self.apply(new)
+        if config_digest(directory) == self.config.digest:
+            return False  # unchanged files: not even parsed (the Spark source reloads per batch)
+        return self.apply(load_config(directory))
 
     def apply(self, new: KBearConfig) -> bool:
         """Put ``new`` in force and notify listeners; False if its digest equals the current one."""
@@ -445,7 +463,12 @@ class Router:
             interval_s: seconds between checks of the files' content digest.
 
         Returns:
-            The running :class:`~kbear.reload.ConfigWatcher`; calling again returns it.
+            The running :class:`~kbear.reload.ConfigWatcher`; calling again returns it
+            (with the interval it was started with).
+
+        Raises:
+            RuntimeError: the router was built from an in-memory configuration.
+            ValueError: ``interval_s`` <= 0.
         """
         from kbear.reload import ConfigWatcher
 

@@ -251,3 +251,15 @@ def test_lint_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert out == ""
     assert "route-rules.yaml: rule 'x': key 'meta'" not in err  # meta is optional
     assert "route-rules.yaml: rule 'x': key 'rule': Field required" in err
+
+
+def test_lint_reads_factors_as_the_router_does(tmp_path: Path) -> None:
+    # a topic meta key "id" must not stand in for topic.id (the router sets topic.id
+    # last): the rule matches the topic, so lint must not call it never-matching
+    rules = [t("by-id", "orders", "use cluster b when topic.id=orders"), g("default", "use cluster a")]
+    topics = [{"id": "orders", "meta": {"id": "something-else"}}]
+    assert not [w for w in warnings_of(tmp_path, rules, topics=topics) if "never-matches" in w]
+    config = load_config(tmp_path)
+    from kbear import Router
+
+    assert Router(config).route_producer("orders").cluster_id == "b"

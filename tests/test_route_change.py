@@ -429,3 +429,39 @@ def test_topics_that_lose_their_route_are_all_dropped(
     assert sorted(changes) == sorted([(topic, None), (other, None)])
     assert drain_more(consumer, 0.3) == []
     assert consumer.assignment() == []
+
+
+def test_a_raising_route_change_hook_does_not_leave_topics_behind(
+    two_clusters: Clusters,
+    make_config: Callable[..., Path],
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+) -> None:
+    """Two topics move at one reload and the first hook call raises: the error is
+    logged, and both topics still go to the new cluster."""
+    a, b = two_clusters
+    x, y = unique("x"), unique("y")
+    for cluster in two_clusters:
+        for name in (x, y):
+            cluster.create_topic(name, 1)
+    conf_dir = make_config([rule("global", "use cluster A", isGlobal=True)])
+    router = Router.from_path(conf_dir)
+    producer = closing(RoutedProducer(NO_WATCH, router=router, topics=[x, y]))
+    calls: list[str] = []
+
+    def hook(old: Route, new: Route | None) -> None:
+        calls.append(old.requested_topic)
+        raise RuntimeError("hook failed")
+
+    producer.on_route_change(hook)
+    rewrite_rules(conf_dir, [rule("global", "use cluster B", isGlobal=True)])
+    assert router.reload() is True
+    producer.produce(x, b"v", b"k")
+    assert sorted(calls) == sorted([x, y])
+    assert producer.route(x).cluster_id == "B"
+    assert producer.route(y).cluster_id == "B"
+    producer.produce(y, b"v", b"k")
+    assert producer.flush(10) == 0
+    assert message_count(b, x) == 1 and message_count(b, y) == 1
+    assert message_count(a, x) == 0
+    router.close()
