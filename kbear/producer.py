@@ -751,7 +751,12 @@ class RoutedProducer:
             self._closed = True
             self._pin()
             self._router.unsubscribe(self._on_config_change)
-            self.flush(timeout)
+            # A reload not yet applied is dropped, not applied: closing needs no new
+            # client, and the drain it would do is this flush, within ``timeout``.
+            self._pending = False
+            deadline = Deadline(timeout)
+            for entry in self._all():
+                entry.producer.flush(deadline.as_arg())
             for entry in self._all():
                 if len(entry.producer):
                     entry.producer.purge()
