@@ -40,6 +40,8 @@ RouteChangeCallback = Callable[[Route, Route | None], None]
 # How long one blocking poll of one cluster's client may take while several are
 # polled in turn (seconds): the worst added latency of a multi-cluster poll.
 _POLL_SLICE_S = 0.01
+# How long a pattern subscription waits for one cluster's topic list (seconds).
+_PATTERN_METADATA_TIMEOUT_S = 5.0
 # How often a draining topic's progress is checked (seconds).
 _DRAIN_CHECK_S = 0.1
 
@@ -195,6 +197,7 @@ class RoutedConsumer:
         # regular-expression subscriptions: patterns, names given as names, next refresh
         self._patterns: list[re.Pattern[str]] = []
         self._names: list[str] = []
+        self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
         self._refresh_s = refresh_ms / 1000.0
         self._next_refresh = 0.0
         # the cluster whose rebalance callback is running, and whether it assigned
@@ -414,7 +417,12 @@ class RoutedConsumer:
 
     def _match_patterns(self) -> list[str]:
         """Topics matching the regular-expression subscriptions, on the clusters the
-        configuration can route to, whose route leads to a topic that exists there."""
+        configuration can route to, whose route leads to a topic that exists there.
+
+        A cluster that does not answer its metadata request (within
+        ``_PATTERN_METADATA_TIMEOUT_S``) is logged and counted with the topics it
+        listed last time (none before its first answer): one cluster down does not
+        stop the others' topics from being read."""
         if not self._patterns:
             return []
         self._next_refresh = time.monotonic() + self._refresh_s
@@ -424,10 +432,22 @@ class RoutedConsumer:
             if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == self._group):
                 logical_names.add(rule.topic_id)
         existing: dict[str, set[str]] = {}
-        for cluster_id, cluster in config.clusters.items():
+        for cluster_id in sorted({rule.statement.cluster for rule in config.rules}):
+            cluster = config.clusters[cluster_id]
             probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
-            md = self._cluster(probe).consumer.list_topics(None, 10.0)
-            existing[cluster_id] = {t for t in md.topics if not t.startswith("__")}
+            try:
+                md = self._cluster(probe).consumer.list_topics(None, _PATTERN_METADATA_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning(
+                    "kbear: cluster %r did not list its topics for the pattern subscription (%s); "
+                    "using what it listed last",
+                    cluster_id,
+                    exc,
+                )
+                existing[cluster_id] = self._pattern_topics.get(cluster_id, set())
+            else:
+                existing[cluster_id] = {t for t in md.topics if not t.startswith("__")}
+                self._pattern_topics[cluster_id] = existing[cluster_id]
             logical_names.update(existing[cluster_id])
         matched = []
         for name in sorted(logical_names):

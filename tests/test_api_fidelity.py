@@ -546,6 +546,37 @@ def test_regex_subscription_spans_clusters_and_picks_up_new_topics(
         router.close()
 
 
+def test_regex_subscription_reads_the_clusters_that_answer(
+    two_clusters: Clusters,
+    make_config: Callable[..., Path],
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    """Cluster B is down when the pattern is subscribed: A's matching topics are read."""
+    a, b = two_clusters
+    base = unique("rxdown")
+    x, y = f"{base}.x", f"{base}.y"
+    a.create_topic(x, 2)
+    b.create_topic(y, 2)
+    router = Router.from_path(
+        make_config(
+            [rule("y-on-b", "use cluster B", topic=y), rule("global", "use cluster A", isGlobal=True)]
+        )
+    )
+    b.set_broker_down(-1)
+    try:
+        consumer = closing(
+            RoutedConsumer({"group.id": unique("group"), **FAST_GROUP, **NO_WATCH}, router=router)
+        )
+        consumer.subscribe(["^" + re.escape(base) + r"\..*"])
+        assert set(consumer.routes()) == {x}
+        fill(a, x, 4, "x")
+        assert Counter(m.topic() for m in consume_until(consumer, 4)) == {x: 4}
+    finally:
+        b.set_broker_up(-1)
+        router.close()
+
+
 def test_regex_subscription_refuses_an_invalid_pattern(make_consumer: Callable[..., RoutedConsumer]) -> None:
     consumer = make_consumer()
     with pytest.raises(KafkaException) as exc:
