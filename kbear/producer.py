@@ -152,8 +152,6 @@ class RoutedProducer:
         self._send: dict[str, Callable[..., None]] = {}
         self._routes: dict[str, Route] = {}
         self._pending = False
-        # _slow: take the slow path in produce() (a reload to apply or a transaction open)
-        self._slow = False
         self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
         self._txn_init_called = False
         self._txn_init_timeout: float | None = None
@@ -307,7 +305,6 @@ class RoutedProducer:
         # Runs in the reloading thread: only flag (and unpin, so the next produce()
         # takes the slow path); the caller's thread applies.
         self._pending = True
-        self._slow = True
         self.__dict__.pop("produce", None)
 
     def _pin(self) -> None:
@@ -355,7 +352,6 @@ class RoutedProducer:
             if not self._pending:
                 return
             self._pending = False
-            self._slow = self._txn_open
             self._generation += 1
             pinned, self._pinned = self._pinned, None
             if pinned is not None and _single_cluster(self._router.config, self._client) != pinned:
@@ -438,7 +434,7 @@ class RoutedProducer:
             BufferError: the cluster's client queue is full (``queue.buffering.max.messages``).
             KafkaException: other errors of confluent-kafka.
         """
-        if self._slow:
+        if self._pending or self._txn_open:
             self._before_produce(topic)
         try:
             send = self._send[topic]
@@ -466,7 +462,7 @@ class RoutedProducer:
             NoRouteError: the topic has no route.
             BufferError, KafkaException, TypeError: as confluent-kafka.
         """
-        if self._slow:
+        if self._pending or self._txn_open:
             self._before_produce(topic)
         route = self.route(topic)
         producer = self._clusters[route.cluster_id].producer
@@ -563,7 +559,6 @@ class RoutedProducer:
             self._apply_changes()
         self._txn_open = True
         self._txn_cluster = None
-        self._slow = True
         self._pin()
 
     def send_offsets_to_transaction(
@@ -627,7 +622,6 @@ class RoutedProducer:
             getattr(producer, method)(*self._timeout_args(timeout))
         self._txn_open = False
         self._txn_cluster = None
-        self._slow = self._pending
         self._pin()
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
