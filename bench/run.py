@@ -31,6 +31,7 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kbear import Client, RoutedConsumer, RoutedProducer, Router, load_config
+from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
 HERE = Path(__file__).resolve().parent
@@ -47,9 +48,7 @@ def write_config(directory: Path, clusters: dict[str, str], rules: list[dict[str
             {"clusters": [{"id": c, "meta": {"bootstrap.servers": b}} for c, b in clusters.items()]}
         )
     )
-    tmp = directory / "route-rules.yaml.tmp"
-    tmp.write_text(yaml.safe_dump({"route-rules": rules}, sort_keys=False))
-    os.replace(tmp, directory / "route-rules.yaml")
+    replace_file(directory / "route-rules.yaml", yaml.safe_dump({"route-rules": rules}, sort_keys=False))
     return directory
 
 

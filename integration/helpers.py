@@ -7,8 +7,6 @@ read from the beginning until the expected number of messages arrived.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +17,7 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from integration.backends import RDKAFKA_LOG, topic_partitions
+from kbear.reload import replace_file
 
 # --------------------------------------------------------------------------- configuration
 
@@ -48,14 +47,7 @@ def topic_rule(
 
 def write_yaml_atomically(path: Path, data: Any) -> None:
     """Temporary file in the same directory, then ``os.replace`` (as the README asks)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(data, f, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, yaml.safe_dump(data, sort_keys=False))
 
 
 class ConfigDir:

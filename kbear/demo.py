@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from kbear.config import ROUTE_RULES_FILE
 from kbear.consumer import RoutedConsumer
 from kbear.producer import RoutedProducer
+from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
 __all__ = ["run_demo"]
@@ -74,9 +75,7 @@ def _remove_rule(directory: Path, rule_id: str) -> None:
     path = directory / ROUTE_RULES_FILE
     doc = yaml.safe_load(path.read_text())
     doc["route-rules"] = [r for r in doc["route-rules"] if r["id"] != rule_id]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    os.replace(tmp, path)
+    replace_file(path, yaml.safe_dump(doc, sort_keys=False))
 
 
 def _on_delivery(tally: _Tally, key: _Key) -> Callable[[Any, Any], None]:

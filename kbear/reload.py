@@ -17,7 +17,7 @@ rules), is not applied half-written as long as the writer does not pause for
 the settle time.
 
 Write configuration files atomically all the same (write a temporary file in
-the same directory, then ``os.replace`` it over the old one): that is the only
+the same directory, then ``os.replace`` it over the old one: :func:`replace_file`): that is the only
 way to guarantee that no reader ever sees a partial file. A file caught
 half-written and invalid is refused (logged) like any invalid configuration
 and picked up once complete.
@@ -26,6 +26,8 @@ and picked up once complete.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,12 +37,33 @@ from kbear.config import ConfigError, config_digest, load_config
 if TYPE_CHECKING:
     from kbear.router import Router
 
-__all__ = ["ConfigWatcher"]
+__all__ = ["ConfigWatcher", "replace_file"]
 
 log = logging.getLogger("kbear.reload")
 
 #: Seconds between the check that sees a new digest and the check that confirms it.
 SETTLE_S = 0.2
+
+
+def replace_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as configuration files should be
+    written: a temporary file in the same directory, then ``os.replace`` over
+    ``path``. A reader (the watcher, another process) sees the old file or the new
+    one, never a part of it.
+
+    Raises:
+        OSError: the directory is not writable, the disk is full, ...; ``path`` is
+            then unchanged and the temporary file removed.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class ConfigWatcher:

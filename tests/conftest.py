@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +16,7 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbear import Router
+from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
 #: Consumer settings that keep group joins fast on the mock cluster: with the
@@ -100,14 +99,7 @@ def rule(rule_id: str, statement: str, *, priority: int = 0, **meta: Any) -> dic
 
 
 def _atomic_write(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(data, f, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def write_config(

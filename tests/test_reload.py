@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kbear.config import ConfigError, KBearConfig, load_config
+from kbear.reload import replace_file
 from kbear.router import Router
 
 CLUSTERS = """\
@@ -41,10 +41,7 @@ route-rules:
 """
 
 
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+write_atomically = replace_file
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
@@ -371,3 +368,12 @@ def test_watcher_refuses_a_truncated_file_once_and_keeps_routing(
     assert len(refusals(caplog)) == 1
     assert "rule 'r-payments'" in refusals(caplog)[0]
     assert router.route_producer("orders").cluster_id == "fws"
+
+
+def test_replace_file_leaves_no_partial_file_behind(tmp_path: Path) -> None:
+    target = tmp_path / "route-rules.yaml"
+    replace_file(target, "route-rules: []\n")
+    assert target.read_text(encoding="utf-8") == "route-rules: []\n"
+    with pytest.raises(OSError):
+        replace_file(tmp_path / "missing-dir" / "route-rules.yaml", "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["route-rules.yaml"]
