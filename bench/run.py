@@ -31,6 +31,7 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kbear import Client, RoutedConsumer, RoutedProducer, Router, load_config
+from kbear import config as kbear_config
 from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
@@ -266,6 +267,15 @@ def bench_lookup(tmp: Path, n_rules: int, n_topics: int, lookups: int) -> dict[s
         config = load_config(d)
         timings[f"load_{style}_s"] = time.perf_counter() - t0
         timings[f"{style}_bytes"] = sum(f.stat().st_size for f in d.iterdir())
+        if style == "block" and kbear_config._fastyaml.AVAILABLE:
+            # the same files read by PyYAML alone, as without the fast-yaml extra
+            kbear_config._fastyaml.AVAILABLE = False
+            try:
+                t0 = time.perf_counter()
+                load_config(d)
+                timings["load_block_pyyaml_s"] = time.perf_counter() - t0
+            finally:
+                kbear_config._fastyaml.AVAILABLE = True
     # reload with only route-rules.yaml changed: topics.yaml is not parsed again
     (d / "route-rules.yaml").write_text(json.dumps({"route-rules": [*rules, global_rule("c2")]}))
     t0 = time.perf_counter()
@@ -375,6 +385,13 @@ def bench_memory(runs: int) -> dict[str, Any]:
     return {"raw_rss_bytes": raw, "routed_rss_bytes": routed, "ratio": routed / raw}
 
 
+def _version_or_none(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def machine() -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
@@ -382,6 +399,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "confluent_kafka": importlib.metadata.version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
+        "rapidyaml": _version_or_none("rapidyaml"),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
@@ -579,6 +597,15 @@ def render_markdown(r: dict[str, Any]) -> str:
                 v["load_block_s"] <= 2,
             )
         )
+        if "load_block_pyyaml_s" in v:
+            rows.append(
+                _row(
+                    "load + validate, same, block-style YAML, PyYAML alone (no fast-yaml extra)",
+                    "(none)",
+                    f"{v['load_block_pyyaml_s']:.2f} s",
+                    None,
+                )
+            )
         rows.append(
             _row(
                 "reload of the same, only route-rules.yaml changed",
@@ -616,7 +643,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         "Written by `.venv/bin/python bench/run.py` (see bench/run.py's docstring for the method).",
         "",
         f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, confluent-kafka "
-        f"{m['confluent_kafka']}, librdkafka {m['librdkafka']}; {m['date']}."
+        f"{m['confluent_kafka']}, librdkafka {m['librdkafka']}, "
+        f"rapidyaml {m.get('rapidyaml') or 'not installed'}; {m['date']}."
         + (" Quick run (fewer rounds and messages)." if r.get("quick") else ""),
         "",
     ]

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import kbear
+from kbear import _fastyaml
+from kbear import config as kconfig
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, RuleKind, config_digest, load_config
 from kbear.crrl import Condition, Statement
 from kbear.router import Route, Router
@@ -60,6 +62,20 @@ route-rules:
       consumerGroup.topicId: fx.kafka.demo.hello.run
     rule: use cluster uat, topic fx.kafka.demo.hello.run.v2
 """
+
+
+@pytest.fixture(autouse=True, params=["pyyaml", "rapidyaml"])
+def yaml_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: with PyYAML alone, and with every file, however
+    small, offered to the rapidyaml reader first (large files are, when the
+    fast-yaml extra is installed): results and errors must be the same."""
+    if request.param == "rapidyaml":
+        if not _fastyaml.AVAILABLE:
+            pytest.skip("rapidyaml (the fast-yaml extra) is not installed")
+        monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
+    else:
+        monkeypatch.setattr(_fastyaml, "AVAILABLE", False)
+    return str(request.param)
 
 
 def write(directory: Path, **files: str | None) -> Path:
