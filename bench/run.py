@@ -92,6 +92,9 @@ def bench_produce(
         {**PRODUCER_CONF, "kbear.config": str(router_dir), "kbear.reload.interval.ms": 0}, topics=topics
     )
     seq = [topics[i % len(topics)] for i in range(n)]
+    # Time of the produce() calls alone, without the flush: the per-call
+    # overhead, which the delivery's variance (flush) would hide.
+    calls: dict[str, list[float]] = {"raw": [], "routed": []}
 
     def run_raw() -> float:
         t0 = time.perf_counter()
@@ -102,6 +105,7 @@ def bench_produce(
         else:
             for t in seq:
                 by_topic[t].produce(t, VALUE)
+        calls["raw"].append(time.perf_counter() - t0)
         for p in raw_producers.values():
             p.flush()
         return time.perf_counter() - t0
@@ -111,18 +115,21 @@ def bench_produce(
         produce = routed.produce
         for t in seq:
             produce(t, VALUE)
+        calls["routed"].append(time.perf_counter() - t0)
         routed.flush()
         return time.perf_counter() - t0
 
     raw_s, routed_s, ratio = median_ratio(run_raw, run_routed, rounds)
     routed.close()
+    raw_calls, routed_calls = statistics.median(calls["raw"]), statistics.median(calls["routed"])
     return {
         "messages": n,
         "raw_s": raw_s,
         "routed_s": routed_s,
         "ratio": ratio,
-        "overhead_ns_per_call": (routed_s - raw_s) / n * 1e9,
-        "raw_ns_per_call": raw_s / n * 1e9,
+        "overhead_ns_per_call": (routed_calls - raw_calls) / n * 1e9,
+        "overhead_ns_per_call_with_flush": (routed_s - raw_s) / n * 1e9,
+        "raw_ns_per_call": raw_calls / n * 1e9,
     }
 
 
@@ -411,7 +418,8 @@ def main() -> int:
     ap.add_argument(
         "--only",
         nargs="*",
-        help="run only these benchmarks (produce1, produce2, consume1, consume2, lookup, switch, memory)",
+        help="run only these benchmarks (produce1, produce2, consume1, consume2, lookup, switch, memory) "
+        "and update their figures in the existing results",
     )
     args = ap.parse_args()
     if args.render:
@@ -420,7 +428,15 @@ def main() -> int:
     rounds = 3 if args.quick else 9
     n = 50_000 if args.quick else 200_000
     want = set(args.only or ["produce1", "produce2", "consume1", "consume2", "lookup", "switch", "memory"])
-    results: dict[str, Any] = {"machine": machine(), "quick": args.quick}
+    name = "results-quick" if args.quick else "results"
+    results: dict[str, Any] = {}
+    if args.only and (HERE / f"{name}.json").exists():
+        # a partial run updates the figures it measures and keeps the others
+        results = json.loads((HERE / f"{name}.json").read_text())
+        results["rerun"] = {**results.get("rerun", {}), **dict.fromkeys(args.only, machine()["date"])}
+    else:
+        results["machine"] = machine()
+    results["quick"] = args.quick
     tmp = Path(tempfile.mkdtemp(prefix="kbear-bench-"))
     a, b = EmbeddedCluster(), EmbeddedCluster()
     clusters = {"A": a, "B": b}
@@ -476,7 +492,6 @@ def main() -> int:
         a.close()
         b.close()
     results["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    name = "results-quick" if args.quick else "results"
     (HERE / f"{name}.json").write_text(json.dumps(results, indent=2))
     md = HERE / ("RESULTS-quick.md" if args.quick else "RESULTS.md")
     md.write_text(render_markdown(results))
@@ -494,11 +509,15 @@ FINDINGS = """
 - **produce over several clusters** pays one Python call (`*args`/`**kwargs`
   packing) and a dict lookup per message: a closure over the route table replaced
   the method's attribute checks (the slow path is taken only while a reload is
-  pending or a transaction is open). What is left, 200-350 ns per call on this
-  machine, is the cost of any Python-level dispatch by topic; an isolated
-  measurement (bench in /tmp, not kept) gave +96 ns for `*args` alone and
-  +150-250 ns with `**kwargs`, so the 150 ns target is not met with keyword
-  arguments supported.
+  pending or a transaction is open). What is left, about 200-350 ns per call on
+  this machine, is the cost of any Python-level dispatch by topic. Measured on
+  the produce() calls alone (the flush after them varies by several hundred ns
+  per message from run to run, which had once shown +136 ns): 220-360 ns, in
+  every run before and after the changes of 2026-11-22. Variants measured in
+  isolation (a table of bound methods called as `send(topic, *args, **kwargs)`,
+  or a `value` parameter with a branch for calls without keywords) were no
+  faster than the `functools.partial` per topic kept here. So the 150 ns target
+  is not met with keyword arguments supported; it would take dispatch in C.
 - **poll over two clusters** was 0.61 x raw: a deadline object, loops and five
   attribute checks per message. Now, with nothing to translate or drain,
   `poll`/`consume` are closures taking turns over the clusters' clients without
@@ -506,11 +525,20 @@ FINDINGS = """
   has nothing: >= raw. With one cluster they are the client's own bound methods.
 - **load of 10,000 rules / 100,000 topics** (block-style YAML) took 17.8 s: PyYAML's composer and
   constructor were 29 of 34 s under the profiler (even libyaml's CSafeLoader takes
-  12 s on the 3.9 MB topics file here), pydantic per entry most of the rest. Now a
-  file written as JSON (a YAML subset) is read with the json module, canonical
-  topic entries skip per-entry pydantic (they cannot fail it) and become
-  TopicConfig objects only when looked at: 1.6 s. Block-style YAML is still bound
-  by PyYAML (see the table): generate large topic lists as JSON.
+  12 s on the 3.9 MB topics file here), pydantic per entry most of the rest. Then
+  a file written as JSON (a YAML subset) was read with the json module, canonical
+  topic entries skipped per-entry pydantic (they cannot fail it) and became
+  TopicConfig objects only when looked at: 1.6 s for JSON, still 13-15 s for
+  block-style YAML. On 2026-11-22: (1) a quarter of every large load was the
+  garbage collector's full collections walking the objects being built (libyaml's
+  CSafeLoader: 12.6 s with the collector, 5.8 s without); `load_config` now turns
+  it off while it runs. (2) A file of 256 KiB or more is offered to rapidyaml
+  (the `fast-yaml` extra): 0.19 s to parse the 3.9 MB topics file, 0.08 s to
+  write it as JSON, 0.3 s for the json module, plus 0.15 s of checks that the
+  document holds nothing PyYAML would read differently (else PyYAML reads it).
+  (3) CRRL statements are parsed once per distinct text (the generated rules
+  repeat 14 texts; the tokenizer was 0.67 of 2 s under the profiler). Block-style
+  YAML now loads in 1.2-1.5 s; with PyYAML alone (no extra) in 8-9 s.
 - **uncached lookup** was 42 us, and grew with the rules: half of it was the
   garbage collector walking the parsed document and 100,000 topic dicts at every
   full collection, the rest a heap merge and building a TopicConfig per lookup.
@@ -645,7 +673,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"Machine: {m['platform']}, {m['cpus']} CPUs, Python {m['python']}, confluent-kafka "
         f"{m['confluent_kafka']}, librdkafka {m['librdkafka']}, "
         f"rapidyaml {m.get('rapidyaml') or 'not installed'}; {m['date']}."
-        + (" Quick run (fewer rounds and messages)." if r.get("quick") else ""),
+        + (" Quick run (fewer rounds and messages)." if r.get("quick") else "")
+        + "".join(f" `--only {k}` rerun {d}." for k, d in r.get("rerun", {}).items()),
         "",
     ]
     return "\n".join([*head, *rows, FINDINGS])

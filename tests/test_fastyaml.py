@@ -240,3 +240,23 @@ def test_the_collector_is_back_on_after_a_load_even_a_failed_one(tmp_path: Path)
         assert not gc.isenabled()  # the application's choice is kept
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "- id: c9\n  meta:\n    sasl.password: hunter2-s3cr3t: x\n",  # two colons on a line
+        "- id: c9\n  meta:\n   sasl.password: hunter2-s3cr3t\n  bad\n",  # indentation
+        "- id: c9\n meta: hunter2-s3cr3t\n",
+    ],
+)
+def test_rapidyamls_own_diagnostic_shows_no_file_content(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
+    text = topics_document(50) + broken
+    with pytest.raises(yaml.YAMLError):
+        kconfig._load_yaml(text)
+    out, err = capfd.readouterr()
+    assert "ERROR" in err  # rapidyaml parsed the file and printed its diagnostic
+    assert "hunter2" not in out + err
