@@ -40,6 +40,7 @@ documents.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable
@@ -47,12 +48,19 @@ from typing import Any
 
 import yaml
 
-try:
-    import ryml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-except ImportError:  # the optional fast-yaml extra is not installed
-    ryml = None
+# Whether the optional fast-yaml extra is installed; rapidyaml itself (20 ms) is
+# imported with the first large file.
+AVAILABLE = importlib.util.find_spec("ryml") is not None
+_ryml: Any = None
 
-AVAILABLE = ryml is not None
+
+def _rapidyaml() -> Any:
+    global _ryml
+    if _ryml is None:
+        import ryml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        _ryml = ryml
+    return _ryml
 
 
 class Declined(ValueError):
@@ -145,12 +153,13 @@ class Reader:
             Declined: the document is not provably read alike, or rapidyaml is
                 not installed, or cannot parse it.
         """
-        if ryml is None:
+        if not AVAILABLE:
             raise Declined("rapidyaml is not installed")
         if text.startswith("---\n"):
             text = text[4:]
         if not text.strip() or _declines(text):
             raise Declined("holds text the two parsers may read differently")
+        ryml = _rapidyaml()
         try:
             tree = ryml.parse_in_arena(text.encode())
         except Exception as exc:  # ryml raises its own exception types
