@@ -242,12 +242,35 @@ class RoutedConsumer:
         current = self._clusters.get(route.cluster_id)
         if current is not None and current.properties == dict(route.properties):
             return current
-        if current is not None:
-            self._close_cluster(current)
         conf = cluster_config(self._native, route.properties)
         entry = _ClusterConsumer(route.cluster_id, route.properties, Consumer(conf))
         self._clusters[route.cluster_id] = entry
+        if current is not None:
+            self._replace_client(current, entry)
         return entry
+
+    def _replace_client(self, old: _ClusterConsumer, new: _ClusterConsumer) -> None:
+        """The cluster's client properties changed (a rotated credential, a tuned
+        setting): the same topics of the same cluster, read on by a new client from
+        where the old one left off (what it consumed is committed, then it closes).
+        A subscription is made again; a manual assignment is carried over at the
+        old client's positions (pauses are not)."""
+        new.topics = list(old.topics)
+        new.logical = dict(old.logical)
+        new.physical = dict(old.physical)
+        new.former = dict(old.former)
+        was_active = old in self._active
+        manual: list[TopicPartition] = []
+        if not old.topics and was_active:
+            assigned = old.consumer.assignment()
+            manual = old.consumer.position(assigned) if assigned else []
+        self._close_cluster(old)
+        log.info("kbear: client of cluster %r rebuilt: its properties changed", new.cluster_id)
+        if new.topics:
+            self._resubscribe([new])
+        elif manual:
+            new.consumer.assign(manual)
+            self._note_assign([new])
 
     def _close_cluster(self, entry: _ClusterConsumer) -> None:
         self._commit_consumed(entry)
@@ -619,6 +642,17 @@ class RoutedConsumer:
             drain = self._draining.get(topic)
             if drain is None and _same_route(old, new):
                 continue
+            if (
+                drain is None
+                and new is not None
+                and (new.cluster_id, new.topic) == (old.cluster_id, old.topic)
+            ):
+                # Same topic on the same cluster, other client properties: nothing to
+                # drain, the cluster's client is rebuilt (once, for all its topics).
+                self._routes[topic] = new
+                self._cluster(new)
+                notify_route_change(self._route_listeners, old, new, log)
+                continue
             if drain is not None:
                 # Moved again before the drain ended: messages may have been produced
                 # to drain.new meanwhile, so the topic still goes there first, and is
@@ -631,6 +665,18 @@ class RoutedConsumer:
             else:
                 log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
                 self._draining[topic] = _Drain(old, new, now, now)
+        # A client serving only a manual assignment (assign()) is rebuilt too when
+        # its cluster's properties changed.
+        clusters = self._router.config.clusters
+        for entry in list(self._clusters.values()):
+            cluster = clusters.get(entry.cluster_id)
+            if (
+                cluster is not None
+                and not entry.topics
+                and entry in self._active
+                and dict(cluster.meta) != entry.properties
+            ):
+                self._cluster(Route(entry.cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta))
         self._next_drain_check = 0.0
         self._refresh_pin()
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from conftest import (
     FAST_GROUP,
     committed_offsets,
@@ -23,6 +25,7 @@ from conftest import (
 )
 
 from kbear import ConfigError, NoRouteError, Route, RoutedConsumer, RoutedProducer, Router
+from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
 NO_WATCH = {"kbear.reload.interval.ms": 0}
@@ -45,6 +48,14 @@ def topic(two_clusters: Clusters, unique: Callable[[str], str]) -> str:
     name = unique("moving")
     for cluster in two_clusters:
         cluster.create_topic(name, 3)
+    return name
+
+
+@pytest.fixture
+def staying(two_clusters: Clusters, unique: Callable[[str], str]) -> str:
+    """A second topic, with 2 partitions on cluster A, that no rule moves."""
+    name = unique("staying")
+    two_clusters[0].create_topic(name, 2)
     return name
 
 
@@ -369,13 +380,11 @@ def test_consumer_moves_one_topic_and_keeps_reading_the_other(
     conf_dir: Path,
     router: Router,
     topic: str,
+    staying: str,
     closing: Callable[[Any], Any],
-    unique: Callable[[str], str],
 ) -> None:
     """Two topics on A; one moves to B (remapped), the other stays on A."""
-    a, b = two_clusters
-    staying = unique("staying")
-    a.create_topic(staying, 2)
+    b = two_clusters[1]
     physical = topic + ".on-b"
     b.create_topic(physical, 2)
     producer = closing(RoutedProducer(NO_WATCH, router=router))
@@ -465,3 +474,64 @@ def test_a_raising_route_change_hook_does_not_leave_topics_behind(
     assert message_count(b, x) == 1 and message_count(b, y) == 1
     assert message_count(a, x) == 0
     router.close()
+
+
+def tune_cluster_a(conf_dir: Path, router: Router) -> None:
+    """Add a client property to cluster A in clusters.yaml, and reload."""
+    clusters = yaml.safe_load((conf_dir / "clusters.yaml").read_text())
+    clusters["clusters"][0]["meta"]["fetch.wait.max.ms"] = "50"
+    replace_file(conf_dir / "clusters.yaml", yaml.safe_dump(clusters))
+    assert router.reload() is True
+
+
+@pytest.mark.parametrize("mode", ["drain", "immediate"])
+def test_consumer_follows_a_change_of_its_clusters_properties(
+    mode: str, conf_dir: Path, router: Router, topic: str, staying: str, closing: Callable[[Any], Any]
+) -> None:
+    """A rotated credential or a tuned property in clusters.yaml changes the route of
+    every topic of the cluster at once: both topics go on, nothing lost or doubled."""
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": mode})
+    consumer.subscribe([topic, staying])
+    wait_assigned(consumer, 5)
+    sent = produce_round(producer, topic, "A", 1) + produce_round(producer, staying, "S", 1)
+    assert producer.flush(10) == 0
+
+    tune_cluster_a(conf_dir, router)
+    sent += produce_round(producer, topic, "B", 1) + produce_round(producer, staying, "T", 1)
+    assert producer.flush(10) == 0
+
+    messages = consume_until(consumer, len(sent), timeout=30)
+    assert Counter(m.value() for m in messages) == Counter(sent)
+    assert drain_more(consumer, 0.5) == []
+    for t in (topic, staying):
+        assert consumer.routes()[t].properties.get("fetch.wait.max.ms") == "50"
+    wait_assigned(consumer, 5)
+    assigned = sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+    assert assigned == sorted([(topic, 0), (topic, 1), (topic, 2), (staying, 0), (staying, 1)])
+
+
+def test_a_manual_assignment_survives_a_change_of_its_clusters_properties(
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """assign()ed partitions are read on by the rebuilt client from the old one's positions."""
+    caplog.set_level("INFO", logger="kbear.consumer")
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    first = produce_round(producer, topic, "A", 1)
+    assert producer.flush(10) == 0
+    assert Counter(m.value() for m in consume_until(consumer, len(first))) == Counter(first)
+
+    tune_cluster_a(conf_dir, router)
+    second = produce_round(producer, topic, "B", 1)
+    assert producer.flush(10) == 0
+
+    assert Counter(m.value() for m in consume_until(consumer, len(second))) == Counter(second)
+    assert drain_more(consumer, 0.5) == []
+    assert "client of cluster 'A' rebuilt: its properties changed" in caplog.text
+    assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
