@@ -44,6 +44,10 @@ _POLL_SLICE_S = 0.01
 _PATTERN_METADATA_TIMEOUT_S = 5.0
 # How often a draining topic's progress is checked (seconds).
 _DRAIN_CHECK_S = 0.1
+# While a member waits for the rest of its group to finish a drain, the group's
+# committed offsets (a synchronous commit and a committed() round trip inside
+# poll()) are checked at most this often.
+_GROUP_CHECK_S = 0.5
 
 
 def _next_offset(message: Any) -> TopicPartition:
@@ -101,6 +105,8 @@ class _Drain:
     partitions: list[int] | None = None
     # routes the topic took while this drain ran: each is read (drained) in turn
     then: list[Route | None] = field(default_factory=list)
+    # when the group's committed offsets may be checked next (monotonic seconds)
+    next_group_check: float = 0.0
 
 
 class RoutedConsumer:
@@ -748,6 +754,10 @@ class RoutedConsumer:
         topic (other members' too) must be committed at its end. So no member reads
         the topic on the new cluster before the old cluster's messages were all
         returned to some member (per-key order across the group)."""
+        now = time.monotonic()
+        if now < drain.next_group_check:
+            return False
+        drain.next_group_check = now + _GROUP_CHECK_S
         topic = drain.old.topic
         if drain.partitions is None:
             md = entry.consumer.list_topics(topic, 5.0).topics.get(topic)
