@@ -1181,7 +1181,8 @@ class RoutedConsumer:
         return result
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        """Metadata of ``topic``'s cluster, or of the first subscribed cluster when None.
+        """Metadata of ``topic``'s cluster, or of the first subscribed (or assigned)
+        cluster when None (of any cluster in use when none is).
 
         Raises:
             NoRouteError: ``topic`` has no route.
@@ -1189,9 +1190,12 @@ class RoutedConsumer:
         """
         self._check_open()
         if topic is None:
-            if not self._clusters:
+            # a subscribed (or assigned) cluster first, not a client kept only to
+            # list topics for a pattern subscription
+            entries = [*self._active, *self._clusters.values()]
+            if not entries:
                 raise ValueError("list_topics: no cluster in use yet; subscribe or name a topic")
-            return next(iter(self._clusters.values())).consumer.list_topics(None, timeout)
+            return entries[0].consumer.list_topics(None, timeout)
         route = self._route(topic)
         md = self._cluster(route).consumer.list_topics(route.topic, timeout)
         if route.remapped and route.topic in md.topics:

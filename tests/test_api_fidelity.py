@@ -577,6 +577,26 @@ def test_regex_subscription_reads_the_clusters_that_answer(
         router.close()
 
 
+def test_list_topics_without_topic_answers_from_a_subscribed_cluster(
+    two_clusters: Clusters,
+    make_config: Callable[..., Path],
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    """A pattern whose topics are all on B: list_topics() lists B's topics, not those
+    of A, whose client only served to look for matching topics."""
+    b = two_clusters[1]
+    base = unique("rxlist")
+    y = f"{base}.y"
+    b.create_topic(y, 2)
+    rules = [rule("y-on-b", "use cluster B", topic=y), rule("global", "use cluster A", isGlobal=True)]
+    router = closing(Router.from_path(make_config(rules)))
+    consumer = closing(RoutedConsumer({"group.id": unique("group"), **FAST_GROUP, **NO_WATCH}, router=router))
+    consumer.subscribe(["^" + re.escape(base) + r"\..*"])
+    assert {t: r.cluster_id for t, r in consumer.routes().items()} == {y: "B"}
+    assert y in consumer.list_topics(timeout=5).topics
+
+
 def test_regex_subscription_refuses_an_invalid_pattern(make_consumer: Callable[..., RoutedConsumer]) -> None:
     consumer = make_consumer()
     with pytest.raises(KafkaException) as exc:
@@ -866,6 +886,7 @@ def test_switch_start_after_a_move(
             if any(v.startswith(b"new") for v in received):
                 break
             fill(b, topic, 3, f"new{round_}-")
+        received += [m.key() for m in drain_more(c, 0.5)]  # the rest of the last round
         assert any(v.startswith(b"new") for v in received)
         assert not set(received) & set(old)
     elif start == "earliest":
