@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from kbear.config import ClusterConfig
 from kbear.router import Client, Route, Router
 
 KBEAR_PREFIX = "kbear."
@@ -133,6 +134,13 @@ def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tu
     if settings.reload_interval_ms > 0 and router.config.directory is not None:
         router.watch(settings.reload_interval_ms / 1000.0)
     return router, owned
+
+
+def cluster_route(cluster_id: str, cluster: ClusterConfig) -> Route:
+    """A route to a whole cluster rather than to a topic (no topic, no rule): what a
+    client needs to be built for that cluster (its ``bootstrap.servers`` and client
+    properties from clusters.yaml)."""
+    return Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
 
 
 def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from confluent_kafka import (
 from kbear._clients import (
     Deadline,
     cluster_config,
+    cluster_route,
     notify_route_change,
     open_router,
     renamed,
@@ -462,8 +463,7 @@ class RoutedConsumer:
                 logical_names.add(rule.topic_id)
         existing: dict[str, set[str]] = {}
         for cluster_id in sorted({rule.statement.cluster for rule in config.rules}):
-            cluster = config.clusters[cluster_id]
-            probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
+            probe = cluster_route(cluster_id, config.clusters[cluster_id])
             try:
                 md = self._cluster(probe).consumer.list_topics(None, _PATTERN_METADATA_TIMEOUT_S)
             except KafkaException as exc:
@@ -636,6 +636,14 @@ class RoutedConsumer:
     def _apply_changes(self) -> None:
         self._pending = False
         now = time.monotonic()
+        # A cluster whose client properties changed (a rotated credential, a tuned
+        # setting): its client is rebuilt once, keeping its topics or its manual
+        # assignment (see _replace_client); the same log needs no drain.
+        clusters = self._router.config.clusters
+        for entry in list(self._clusters.values()):
+            cluster = clusters.get(entry.cluster_id)
+            if cluster is not None and dict(cluster.meta) != entry.properties:
+                self._cluster(cluster_route(entry.cluster_id, cluster))
         for topic in list(self._subscription):  # _switch may remove topics
             old = self._routes.get(topic)
             if old is None:
@@ -653,10 +661,9 @@ class RoutedConsumer:
                 and new is not None
                 and (new.cluster_id, new.topic) == (old.cluster_id, old.topic)
             ):
-                # Same topic on the same cluster, other client properties: nothing to
-                # drain, the cluster's client is rebuilt (once, for all its topics).
+                # Same topic on the same cluster, other client properties: its
+                # client was rebuilt above, nothing to drain.
                 self._routes[topic] = new
-                self._cluster(new)
                 notify_route_change(self._route_listeners, old, new, log)
                 continue
             if drain is not None:
@@ -671,18 +678,6 @@ class RoutedConsumer:
             else:
                 log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
                 self._draining[topic] = _Drain(old, new, now, now)
-        # A client serving only a manual assignment (assign()) is rebuilt too when
-        # its cluster's properties changed.
-        clusters = self._router.config.clusters
-        for entry in list(self._clusters.values()):
-            cluster = clusters.get(entry.cluster_id)
-            if (
-                cluster is not None
-                and not entry.topics
-                and entry in self._active
-                and dict(cluster.meta) != entry.properties
-            ):
-                self._cluster(Route(entry.cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta))
         self._next_drain_check = 0.0
         self._refresh_pin()
 

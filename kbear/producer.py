@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from kbear._clients import (
     Deadline,
     cluster_config,
+    cluster_route,
     notify_route_change,
     open_router,
     renamed,
@@ -324,7 +325,7 @@ class RoutedProducer:
                 self.__dict__.pop("produce", None)
             return
         cluster = self._router.config.clusters[cluster_id]
-        probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
+        probe = cluster_route(cluster_id, cluster)
         self._pinned = cluster_id
         self.__dict__["produce"] = self._cluster(probe).producer.produce
         if self._pending:  # a reload landed meanwhile (watcher thread): back to the slow path
@@ -700,8 +701,7 @@ class RoutedProducer:
             return md
         for cluster_id, cluster in self._router.config.clusters.items():
             if cluster_id not in self._clusters:
-                probe = Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
-                self._cluster(probe)
+                self._cluster(cluster_route(cluster_id, cluster))
         merged = None
         routed = {r.topic: r.cluster_id for r in self._routes.values()}
         deadline = Deadline(timeout)

@@ -491,6 +491,16 @@ def triples(messages: list[Any]) -> list[tuple[int, int, bytes]]:
     return sorted((m.partition(), m.offset(), m.value()) for m in messages)
 
 
+def under(base: str) -> str:
+    """The regex subscription of every topic named ``<base>.<something>``."""
+    return "^" + re.escape(base) + r"\..*"
+
+
+def y_on_b(y: str) -> list[dict[str, Any]]:
+    """Rules: topic ``y`` on cluster B, everything else on A."""
+    return [rule("y-on-b", "use cluster B", topic=y), rule("global", "use cluster A", isGlobal=True)]
+
+
 def test_regex_subscription_spans_clusters_and_picks_up_new_topics(
     two_clusters: Clusters,
     make_config: Callable[..., Path],
@@ -525,7 +535,7 @@ def test_regex_subscription_spans_clusters_and_picks_up_new_topics(
                 router=router,
             )
         )
-        consumer.subscribe(["^" + re.escape(base) + r"\..*"])
+        consumer.subscribe([under(base)])
         assert set(consumer.routes()) == {x, y, logical}
         assert {t: r.cluster_id for t, r in consumer.routes().items()} == {x: "A", y: "B", logical: "B"}
         fill(a, x, 4, "x")
@@ -558,17 +568,13 @@ def test_regex_subscription_reads_the_clusters_that_answer(
     x, y = f"{base}.x", f"{base}.y"
     a.create_topic(x, 2)
     b.create_topic(y, 2)
-    router = Router.from_path(
-        make_config(
-            [rule("y-on-b", "use cluster B", topic=y), rule("global", "use cluster A", isGlobal=True)]
-        )
-    )
+    router = Router.from_path(make_config(y_on_b(y)))
     b.set_broker_down(-1)
     try:
         consumer = closing(
             RoutedConsumer({"group.id": unique("group"), **FAST_GROUP, **NO_WATCH}, router=router)
         )
-        consumer.subscribe(["^" + re.escape(base) + r"\..*"])
+        consumer.subscribe([under(base)])
         assert set(consumer.routes()) == {x}
         fill(a, x, 4, "x")
         assert Counter(m.topic() for m in consume_until(consumer, 4)) == {x: 4}
@@ -589,10 +595,9 @@ def test_list_topics_without_topic_answers_from_a_subscribed_cluster(
     base = unique("rxlist")
     y = f"{base}.y"
     b.create_topic(y, 2)
-    rules = [rule("y-on-b", "use cluster B", topic=y), rule("global", "use cluster A", isGlobal=True)]
-    router = closing(Router.from_path(make_config(rules)))
+    router = closing(Router.from_path(make_config(y_on_b(y))))
     consumer = closing(RoutedConsumer({"group.id": unique("group"), **FAST_GROUP, **NO_WATCH}, router=router))
-    consumer.subscribe(["^" + re.escape(base) + r"\..*"])
+    consumer.subscribe([under(base)])
     assert {t: r.cluster_id for t, r in consumer.routes().items()} == {y: "B"}
     assert y in consumer.list_topics(timeout=5).topics
 
