@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -136,11 +136,26 @@ def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tu
     return router, owned
 
 
-def cluster_route(cluster_id: str, cluster: ClusterConfig) -> Route:
-    """A route to a whole cluster rather than to a topic (no topic, no rule): what a
-    client needs to be built for that cluster (its ``bootstrap.servers`` and client
-    properties from clusters.yaml)."""
-    return Route(cluster_id, "", "", cluster.bootstrap_servers, "", cluster.meta)
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A whole cluster rather than a topic on it: what a client needs to be built
+    for that cluster.
+
+    Attributes:
+        cluster_id: the cluster id (clusters.yaml).
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        properties: the cluster's librdkafka client properties (clusters.yaml
+            ``meta``, including ``bootstrap.servers``).
+    """
+
+    cluster_id: str
+    bootstrap_servers: str
+    properties: Mapping[str, str] = field(repr=False)
+
+
+def cluster_target(cluster_id: str, cluster: ClusterConfig) -> ClusterTarget:
+    """The :class:`ClusterTarget` of ``cluster`` (clusters.yaml entry ``cluster_id``)."""
+    return ClusterTarget(cluster_id, cluster.bootstrap_servers, cluster.meta)
 
 
 def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kbear._clients import (
+    ClusterTarget,
     Deadline,
     cluster_config,
-    cluster_route,
+    cluster_target,
     notify_route_change,
     open_router,
     renamed,
@@ -228,7 +229,7 @@ class RoutedProducer:
             err.args = (f"no route for topics {names} for client {self._client!r}",)
             raise err
 
-    def _cluster(self, route: Route) -> _ClusterProducer:
+    def _cluster(self, route: Route | ClusterTarget) -> _ClusterProducer:
         current = self._clusters.get(route.cluster_id)
         if current is not None and current.properties == dict(route.properties):
             return current
@@ -325,7 +326,7 @@ class RoutedProducer:
                 self.__dict__.pop("produce", None)
             return
         cluster = self._router.config.clusters[cluster_id]
-        probe = cluster_route(cluster_id, cluster)
+        probe = cluster_target(cluster_id, cluster)
         self._pinned = cluster_id
         self.__dict__["produce"] = self._cluster(probe).producer.produce
         if self._pending:  # a reload landed meanwhile (watcher thread): back to the slow path
@@ -701,7 +702,7 @@ class RoutedProducer:
             return md
         for cluster_id, cluster in self._router.config.clusters.items():
             if cluster_id not in self._clusters:
-                self._cluster(cluster_route(cluster_id, cluster))
+                self._cluster(cluster_target(cluster_id, cluster))
         merged = None
         routed = {r.topic: r.cluster_id for r in self._routes.values()}
         deadline = Deadline(timeout)

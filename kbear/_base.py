@@ -1,0 +1,101 @@
+"""What RoutedProducer and RoutedConsumer do alike (private).
+
+- route-change listeners (``on_route_change``) and their notification;
+- configuration changes: the reloading thread only flags them and unbinds the
+  fast-path methods; the caller's thread applies them at its next call;
+- SASL credentials set on every cluster's client and on clients built later;
+- topic-name rewriting of metadata (``list_topics`` of a remapped topic);
+- one NoRouteError naming several topics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kbear.config import KBearConfig
+from kbear.router import Client, NoRouteError, Route
+
+RouteChangeCallback = Callable[[Route, Route | None], None]
+
+
+def no_route(client: Client, topics: list[str], group: str | None) -> NoRouteError:
+    """A NoRouteError for ``topics`` (one or more; logical names) for ``client``
+    (and consumer group ``group``), naming every topic."""
+    err = NoRouteError(client, topics[0], group)
+    if len(topics) > 1:
+        names = ", ".join(f"'{t}'" for t in topics)
+        where = f", consumer group '{group}', client {client!r}" if group else f" for client {client!r}"
+        err.args = (f"no route for topics {names}{where}",)
+    return err
+
+
+def rename_metadata(md: Any, route: Route, topic: str) -> Any:
+    """``md`` (ClusterMetadata of ``route``'s cluster) with the physical topic
+    ``route.topic`` listed under the logical name ``topic``."""
+    if route.remapped and route.topic in md.topics:
+        tmd = md.topics.pop(route.topic)
+        tmd.topic = topic
+        md.topics[topic] = tmd
+    return md
+
+
+class RoutedClientBase:
+    """Base of the routed clients: listeners, configuration changes, credentials.
+
+    Subclasses set ``_native`` (the confluent-kafka configuration without kbear
+    keys), ``_log``, ``_fast_paths`` (names of instance attributes bound over
+    class methods on a fast path) and implement :meth:`_native_clients`.
+    """
+
+    _native: dict[str, Any]
+    _log: logging.Logger
+    _fast_paths: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self._route_listeners: list[RouteChangeCallback] = []
+        self._pending = False
+
+    def on_route_change(self, callback: RouteChangeCallback) -> None:
+        """Call ``callback(old_route, new_route)`` in the caller's thread when a
+        topic in use has switched clusters (``new_route`` None: no route any more).
+        A hook that raises is logged and the switch stands."""
+        self._route_listeners.append(callback)
+
+    def _notify_route_change(self, old: Route, new: Route | None) -> None:
+        for callback in list(self._route_listeners):
+            try:
+                callback(old, new)
+            except Exception:
+                self._log.exception("kbear: on_route_change hook %r failed", callback)
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        # Runs in the reloading thread: only flag (and unbind the fast paths, so the
+        # next call takes the slow path); the caller's thread applies.
+        self._pending = True
+        self._unpin()
+
+    def _unpin(self) -> None:
+        for name in self._fast_paths:
+            self.__dict__.pop(name, None)
+
+    def _native_clients(self) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on
+        clients built later (as confluent-kafka's ``set_sasl_credentials``).
+
+        Raises:
+            TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
+        """
+        for position, value in enumerate((username, password), 1):
+            if not isinstance(value, str):
+                raise TypeError(
+                    f"set_sasl_credentials() argument {position} must be str, not {type(value).__name__}"
+                )
+        self._native["sasl.username"] = username
+        self._native["sasl.password"] = password
+        for client in self._native_clients():
+            client.set_sasl_credentials(username, password)

@@ -1,0 +1,351 @@
+"""The switch engine: how a reader moves a topic from one cluster to another.
+
+It does no I/O and keeps no client. A driver (the blocking
+:class:`~kbear.RoutedConsumer`, the Spark source, an asyncio consumer) feeds it
+observations and carries out the actions it answers:
+
+observations
+    :meth:`SwitchEngine.route_changed` (a reload gave a topic another route),
+    :meth:`SwitchEngine.message` (a message of a topic was read on a cluster:
+    activity, and its timestamp for ``kbear.switch.start=timestamp``),
+    :meth:`SwitchEngine.progress` (the answer to a :class:`Probe`), and the
+    clock (``now``, monotonic seconds) passed to every call.
+actions
+    :class:`Probe` (measure the topic on its old cluster: commit what this
+    reader consumed there, then read the end offsets and the group's committed
+    offsets, and answer with :class:`Progress`), :class:`Switch` (stop reading
+    the topic on the old cluster, read it on the new one from
+    :class:`StartPlan`), and :meth:`SwitchEngine.wake_at` (when to call
+    :meth:`SwitchEngine.step` again at the latest).
+
+Modes (``kbear.switch.mode``, one class each): ``immediate`` switches at once;
+``drain`` keeps reading the old cluster until it has stayed idle
+``kbear.switch.drain.idle.ms`` and every partition of the topic there is
+committed by the group at its end offset (so no member reads the topic on the
+new cluster before the old cluster's messages were all returned to some member:
+per-key order across the group), or until ``kbear.switch.drain.timeout.ms``. A
+topic moved again during a drain goes to the newer route after the drain in
+progress and a drain of the intermediate route (messages may have been produced
+there meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+from kbear.router import Route
+
+log = logging.getLogger("kbear.consumer")
+
+#: How long after a probe answered "not yet" the next one is sent (seconds).
+PROBE_INTERVAL_S = 0.5
+#: How soon after a move (or after the old cluster went idle) the first probe is sent (seconds).
+FIRST_PROBE_S = 0.1
+
+
+class SwitchMode(StrEnum):
+    """``kbear.switch.mode``: how a consumer follows a topic to another cluster."""
+
+    DRAIN = "drain"
+    IMMEDIATE = "immediate"
+
+
+class SwitchStart(StrEnum):
+    """``kbear.switch.start``: where a moved topic starts on its new cluster."""
+
+    COMMITTED = "committed"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """Where a moved topic starts on its new cluster.
+
+    ``offset`` is None for the group's committed offsets (else ``auto.offset.reset``),
+    ``OFFSET_BEGINNING`` / ``OFFSET_END``, or, with ``by_time``, a timestamp in
+    ms since the epoch to be turned into offsets (``offsets_for_times``).
+    """
+
+    offset: int | None = None
+    by_time: bool = False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Action: measure ``topic`` (logical name) on the cluster of ``route`` and
+    answer :meth:`SwitchEngine.progress` with a :class:`Progress` carrying ``seq``."""
+
+    topic: str
+    route: Route
+    seq: int
+
+
+@dataclass(frozen=True)
+class Switch:
+    """Action: stop reading ``topic`` on ``old``'s cluster (commit what was read
+    there first) and read it on ``new``'s from ``start`` (``new`` None: the topic
+    has no route any more: stop reading it). ``timed_out``: the drain ended by
+    ``kbear.switch.drain.timeout.ms``, not because it was complete."""
+
+    topic: str
+    old: Route
+    new: Route | None
+    start: StartPlan
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Observation: the answer to :class:`Probe` ``seq``.
+
+    Args:
+        marks: partition -> (low, high) watermark offsets on the old cluster.
+        positions: partition -> this reader's next offset (-1: none yet), for the
+            partitions it has.
+        committed: partition -> the group's committed offset (-1: none), for
+            every partition of ``marks``, read after this reader's own commit.
+        error: why the probe could not be completed (its own commit failed, the
+            cluster did not answer): the topic is not drained, a later probe retries.
+    """
+
+    seq: int
+    marks: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    positions: Mapping[int, int] = field(default_factory=dict)
+    committed: Mapping[int, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+Action = Probe | Switch
+
+
+def caught_up(progress: Progress, reset_to_end: bool) -> bool:
+    """Whether every partition of ``progress.marks`` is read to its high watermark:
+    from the larger of this reader's position and the group's committed offset, or,
+    with neither, from where ``auto.offset.reset`` starts (``reset_to_end``: the end)."""
+    if progress.error is not None or not progress.marks:
+        return progress.error is None
+    for partition, (low, high) in progress.marks.items():
+        start = max(progress.positions.get(partition, -1), progress.committed.get(partition, -1))
+        if start < 0:
+            start = high if reset_to_end else low
+        if start < high:
+            return False
+    return True
+
+
+@dataclass
+class _Drain:
+    old: Route
+    new: Route | None
+    started: float
+    last_activity: float
+    then: list[Route | None] = field(default_factory=list)
+    probe_seq: int | None = None  # the probe awaiting its answer
+    probe_sent: float = 0.0
+    next_probe: float = 0.0
+    done: bool = False
+
+
+def same_route(a: Route | None, b: Route | None) -> bool:
+    """Whether two routes lead to the same topic on the same cluster with the same client settings."""
+    if a is None or b is None:
+        return a is b
+    return a.cluster_id == b.cluster_id and a.topic == b.topic and dict(a.properties) == dict(b.properties)
+
+
+class SwitchEngine:
+    """The moves of one reader's topics, in either mode (see the module docstring).
+
+    Args:
+        mode: ``kbear.switch.mode``.
+        start: ``kbear.switch.start``.
+        idle_s: ``kbear.switch.drain.idle.ms`` / 1000: how long the old cluster must
+            stay idle (no message of the topic read there) before a drain may end.
+        timeout_s: ``kbear.switch.drain.timeout.ms`` / 1000; None: a drain never
+            times out (the Spark source, which must not skip offsets).
+        timestamp_margin_ms: ``kbear.switch.timestamp.margin.ms``.
+        reset_to_end: the reader's ``auto.offset.reset`` starts at the end (latest).
+    """
+
+    def __init__(
+        self,
+        mode: SwitchMode | str = SwitchMode.DRAIN,
+        start: SwitchStart | str = SwitchStart.COMMITTED,
+        *,
+        idle_s: float = 2.0,
+        timeout_s: float | None = 30.0,
+        timestamp_margin_ms: int = 0,
+        reset_to_end: bool = True,
+    ) -> None:
+        self.mode = SwitchMode(mode)
+        self.start = SwitchStart(start)
+        self.idle_s = idle_s
+        self.timeout_s = timeout_s
+        self.margin_ms = timestamp_margin_ms
+        self.reset_to_end = reset_to_end
+        #: whether :meth:`message` needs timestamps (``kbear.switch.start=timestamp``)
+        self.tracks_timestamps = self.start is SwitchStart.TIMESTAMP
+        self._drains: dict[str, _Drain] = {}
+        self._timestamps: dict[tuple[str, str, int], int] = {}  # (cluster, topic, partition) -> ms
+        self._seq = 0
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def draining(self) -> bool:
+        """Whether a drain is in progress."""
+        return bool(self._drains)
+
+    def drain_of(self, topic: str) -> Route | None:
+        """The old route ``topic`` is being drained on, or None."""
+        drain = self._drains.get(topic)
+        return None if drain is None else drain.old
+
+    def drains(self) -> dict[str, tuple[Route, Route | None]]:
+        """Logical topic -> (old route, next route) of every drain in progress."""
+        return {topic: (d.old, d.new) for topic, d in self._drains.items()}
+
+    def forget(self, topics: Iterable[str] | None = None) -> None:
+        """Drop the drains of ``topics`` (None: of all): the subscription changed."""
+        if topics is None:
+            self._drains.clear()
+            self._timestamps.clear()
+            return
+        for topic in topics:
+            self._drains.pop(topic, None)
+
+    def wake_at(self) -> float | None:
+        """The monotonic time by which :meth:`step` should run again, or None."""
+        times = []
+        for d in self._drains.values():
+            if d.done:
+                return 0.0
+            if self.timeout_s is not None:
+                times.append(d.started + self.timeout_s)
+            if d.probe_seq is None:
+                times.append(max(d.next_probe, d.last_activity + self.idle_s))
+        return min(times, default=None)
+
+    # ------------------------------------------------------------------ observations
+
+    def route_changed(self, topic: str, old: Route, new: Route | None, now: float) -> list[Action]:
+        """A reload gave ``topic`` (read on ``old``) the route ``new`` (None: none).
+
+        Returns the actions due now: in ``immediate`` mode the :class:`Switch`;
+        in ``drain`` mode none (the drain starts; :meth:`step` answers later).
+        """
+        drain = self._drains.get(topic)
+        if drain is not None:
+            last = drain.then[-1] if drain.then else drain.new
+            if not same_route(last, new):
+                drain.then.append(new)
+            return []
+        if same_route(old, new):
+            return []
+        if self.mode is SwitchMode.IMMEDIATE:
+            return [self._switch(topic, old, new)]
+        log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
+        self._drains[topic] = _Drain(old, new, now, now, next_probe=now + FIRST_PROBE_S)
+        return []
+
+    def message(self, topic: str, cluster_id: str, partition: int, timestamp_ms: int, now: float) -> None:
+        """A message of ``topic`` (logical) was read from ``cluster_id``.
+
+        Only needed while :attr:`draining` (activity) or with
+        :attr:`tracks_timestamps` (``timestamp_ms``, ms since the epoch)."""
+        if self.tracks_timestamps:
+            self._timestamps[(cluster_id, topic, partition)] = timestamp_ms
+        drain = self._drains.get(topic)
+        if drain is not None and drain.old.cluster_id == cluster_id:
+            drain.last_activity = now
+
+    def progress(self, topic: str, answer: Progress, now: float) -> None:
+        """The answer to a :class:`Probe` of ``topic``. A stale answer (another probe
+        was sent since, or the drain is gone) is ignored; one that saw messages read
+        after it was sent is not trusted (the old cluster was not idle)."""
+        drain = self._drains.get(topic)
+        if drain is None or drain.probe_seq != answer.seq:
+            return
+        drain.probe_seq = None
+        drain.next_probe = now + PROBE_INTERVAL_S
+        if answer.error is not None:
+            log.warning(
+                "kbear: drain of topic %r on cluster %r: %s; retrying",
+                topic,
+                drain.old.cluster_id,
+                answer.error,
+            )
+            return
+        if drain.last_activity > drain.probe_sent:
+            return
+        if caught_up(answer, self.reset_to_end):
+            drain.done = True
+
+    # ------------------------------------------------------------------ decisions
+
+    def step(self, now: float) -> list[Action]:
+        """The actions due at ``now``: probes to send, switches to make."""
+        actions: list[Action] = []
+        for topic, drain in list(self._drains.items()):
+            timed_out = self.timeout_s is not None and now - drain.started >= self.timeout_s
+            if drain.done or timed_out:
+                if timed_out and not drain.done:
+                    log.warning(
+                        "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
+                        "switching with what was read",
+                        topic,
+                        drain.old.cluster_id,
+                    )
+                del self._drains[topic]
+                actions.append(self._switch(topic, drain.old, drain.new, timed_out and not drain.done))
+                if drain.then and drain.new is not None:
+                    log.info(
+                        "kbear: draining topic %r on cluster %r before the next move",
+                        topic,
+                        drain.new.cluster_id,
+                    )
+                    self._drains[topic] = _Drain(
+                        drain.new,
+                        drain.then[0],
+                        now,
+                        now,
+                        then=drain.then[1:],
+                        next_probe=now + FIRST_PROBE_S,
+                    )
+                continue
+            if drain.probe_seq is not None or now < drain.next_probe:
+                continue
+            if now - drain.last_activity < self.idle_s:
+                continue
+            self._seq += 1
+            drain.probe_seq = self._seq
+            drain.probe_sent = now
+            actions.append(Probe(topic, drain.old, self._seq))
+        return actions
+
+    def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:
+        return Switch(topic, old, new, self._plan_start(topic, old), timed_out)
+
+    def _plan_start(self, topic: str, old: Route) -> StartPlan:
+        if self.start is SwitchStart.EARLIEST:
+            return StartPlan(OFFSET_BEGINNING)
+        if self.start is SwitchStart.LATEST:
+            return StartPlan(OFFSET_END)
+        if self.start is SwitchStart.TIMESTAMP:
+            seen = [ts for (c, t, _), ts in self._timestamps.items() if c == old.cluster_id and t == topic]
+            self._timestamps = {
+                k: v for k, v in self._timestamps.items() if not (k[0] == old.cluster_id and k[1] == topic)
+            }
+            if seen:
+                return StartPlan(max(0, min(seen) - self.margin_ms), by_time=True)
+            log.info(
+                "kbear: nothing consumed of %r on %r: starting from committed offsets", topic, old.cluster_id
+            )
+        return StartPlan()

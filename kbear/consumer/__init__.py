@@ -1,0 +1,19 @@
+"""RoutedConsumer: a drop-in ``confluent_kafka.Consumer`` whose topics are routed by CRRL.
+
+The package's parts (each module's docstring says what it is responsible for):
+
+- ``_facade``: :class:`RoutedConsumer`, the confluent-kafka API and the poll loop;
+- ``_partitions``: the calls addressed to partitions (commit, seek, assign...),
+  each sent to the cluster of its topic;
+- ``_cluster``: the per-cluster confluent-kafka clients and the logical/physical
+  topic names on each;
+- ``_subscription``: the subscription state (none / topics / pattern / assigned);
+- ``_rebalance``: the wrapping of rebalance callbacks (logical names, start
+  offsets after a move, the commit before partitions leave);
+- ``_mover``: the driver of the switch engine (:mod:`kbear._switch`): route
+  changes in, probes in the background, switches out.
+"""
+
+from kbear.consumer._facade import RoutedConsumer
+
+__all__ = ["RoutedConsumer"]

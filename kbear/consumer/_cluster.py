@@ -1,0 +1,179 @@
+"""The per-cluster clients of a RoutedConsumer and the topic names on each.
+
+:class:`ClusterClient` is one cluster's confluent-kafka ``Consumer`` with the
+topics read there and the logical <-> physical names of remapped topics
+(``use cluster c, topic t2``). :class:`ClusterRegistry` keeps one client per
+cluster, which of them are read (``active``), and which were just unsubscribed
+and are still polled until their revocation was served (``leaving``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, TopicPartition
+
+from kbear._clients import cluster_config, renamed
+from kbear.router import Route
+
+
+class Target(Protocol):
+    """What a cluster client is built for: a :class:`~kbear.Route` or a
+    :class:`~kbear._clients.ClusterTarget`."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+
+class ClusterClient:
+    """One cluster's confluent-kafka Consumer and what this RoutedConsumer reads there.
+
+    Attributes:
+        topics: physical topics subscribed, in subscription order.
+        logical: physical -> logical name of remapped topics subscribed here.
+        physical: logical -> physical name of the same.
+        former: physical -> logical name of remapped topics no longer subscribed
+            here: their revocation (on_revoke, assignment()) and leftover
+            messages keep the logical name.
+    """
+
+    __slots__ = ("cluster_id", "consumer", "former", "logical", "physical", "properties", "topics")
+
+    def __init__(self, cluster_id: str, properties: Mapping[str, str], consumer: Any) -> None:
+        self.cluster_id = cluster_id
+        self.properties = dict(properties)
+        self.consumer = consumer
+        self.topics: list[str] = []
+        self.logical: dict[str, str] = {}
+        self.physical: dict[str, str] = {}
+        self.former: dict[str, str] = {}
+
+    @property
+    def renames(self) -> bool:
+        """Whether names read here may need translating (a remapped topic, now or before)."""
+        return bool(self.logical or self.former)
+
+    def attach(self, topic: str, route: Route) -> None:
+        """Read logical ``topic`` here, as ``route.topic``."""
+        if route.topic not in self.topics:
+            self.topics.append(route.topic)
+        self.former.pop(route.topic, None)
+        if route.remapped:
+            self.logical[route.topic] = topic
+            self.physical[topic] = route.topic
+
+    def detach(self, topic: str, route: Route) -> None:
+        """Stop reading logical ``topic`` (``route.topic`` here); a remapped name is
+        remembered in ``former`` for its revocation and leftover messages."""
+        if route.topic in self.topics:
+            self.topics.remove(route.topic)
+        name = self.logical.pop(route.topic, None)
+        if name is not None:
+            self.former[route.topic] = name
+        self.physical.pop(topic, None)
+
+    def forget_topics(self) -> None:
+        """Drop every subscribed topic, remembering the remapped names in ``former``."""
+        self.topics = []
+        self.former.update(self.logical)
+        self.logical.clear()
+        self.physical.clear()
+
+    def take_names(self, old: ClusterClient) -> None:
+        """Read the same topics under the same names as ``old`` (a rebuilt client)."""
+        self.topics = list(old.topics)
+        self.logical = dict(old.logical)
+        self.physical = dict(old.physical)
+        self.former = dict(old.former)
+
+    def logical_name(self, physical: str) -> str:
+        """The application's name for ``physical`` read on this cluster."""
+        name = self.logical.get(physical)
+        if name is None and self.former:
+            name = self.former.get(physical)
+        return physical if name is None else name
+
+    def to_logical(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        """``parts`` with remapped physical topic names replaced by logical ones.
+
+        TopicPartition is immutable: remapped entries are new objects (their
+        ``error`` is not carried over; confluent-kafka offers no way to set it).
+        """
+        names = {**self.former, **self.logical} if self.former else self.logical
+        if not names:
+            return parts
+        return [tp if (name := names.get(tp.topic)) is None else renamed(tp, name) for tp in parts]
+
+    def to_physical(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        """``parts`` (logical names) as this cluster's TopicPartitions, for a
+        rebalance callback's calls: a revoked topic may have moved away already."""
+        physical = dict(self.physical)
+        for phys, logical in self.former.items():
+            physical.setdefault(logical, phys)
+        if not physical:
+            return parts
+        return [tp if (name := physical.get(tp.topic)) is None else renamed(tp, name) for tp in parts]
+
+
+class ClusterRegistry:
+    """One :class:`ClusterClient` per cluster, built on first use.
+
+    Args:
+        native: the application's confluent-kafka configuration (no kbear keys);
+            each cluster's properties are merged over it (the cluster's win).
+        factory: builds a consumer from a configuration (``confluent_kafka.Consumer``).
+    """
+
+    def __init__(self, native: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
+        self.native = native
+        self._factory = factory
+        self.clients: dict[str, ClusterClient] = {}
+        #: clients read (subscribed or assigned): polled
+        self.active: list[ClusterClient] = []
+        #: clients just unsubscribed: polled (timeout 0) until their revocation was
+        #: served, so on_revoke runs and assignment() empties, as with confluent-kafka
+        self.leaving: list[ClusterClient] = []
+
+    def __iter__(self) -> Iterator[ClusterClient]:
+        return iter(list(self.clients.values()))
+
+    def get(self, cluster_id: str) -> ClusterClient | None:
+        """The client of ``cluster_id``, if one was built."""
+        return self.clients.get(cluster_id)
+
+    def client(self, target: Target) -> tuple[ClusterClient, ClusterClient | None]:
+        """The client for ``target``'s cluster, built if needed, and the client it
+        replaced when the cluster's properties changed (the caller hands its topics
+        over and closes it), else None."""
+        current = self.clients.get(target.cluster_id)
+        if current is not None and current.properties == dict(target.properties):
+            return current, None
+        conf = cluster_config(self.native, target.properties)
+        entry = ClusterClient(target.cluster_id, target.properties, self._factory(conf))
+        self.clients[target.cluster_id] = entry
+        return entry, current
+
+    def activate(self, entry: ClusterClient) -> None:
+        """``entry`` is read (subscribed or assigned)."""
+        if entry not in self.active:
+            self.active.append(entry)
+        if entry in self.leaving:
+            self.leaving.remove(entry)
+
+    def leave(self, entry: ClusterClient) -> None:
+        """``entry`` was unsubscribed: polled until its revocation was served."""
+        if entry in self.active:
+            self.active.remove(entry)
+        if entry not in self.leaving:
+            self.leaving.append(entry)
+
+    def deactivate(self, entry: ClusterClient) -> None:
+        """``entry`` is neither read nor leaving (unassigned, or closed)."""
+        if entry in self.active:
+            self.active.remove(entry)
+        if entry in self.leaving:
+            self.leaving.remove(entry)

@@ -1,0 +1,205 @@
+"""The blocking driver of the switch engine (:mod:`kbear._switch`) for a RoutedConsumer.
+
+Responsible for: turning a reload into the engine's route changes, running the
+engine's probes in a background thread (so ``poll(timeout)`` never waits on a
+slow or absent old cluster), handing the engine's switches to the consumer, and
+the "stale commit" period after a switch (a message of the old cluster committed
+after the switch is already committed there: a no-op until the new cluster has
+delivered a message of that topic).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.router import Route
+
+log = logging.getLogger("kbear.consumer")
+
+#: Timeout of each broker call of a probe (seconds); a probe runs in the background.
+PROBE_CALL_TIMEOUT_S = 5.0
+
+
+class _Mover(Protocol):
+    """What the driver asks of the consumer it drives."""
+
+    def _switch_topic(
+        self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
+    ) -> None: ...
+
+
+def measure(entry: ClusterClient, physical: str, seq: int, commit_positions: bool) -> Progress:
+    """Probe ``seq``: the progress of ``physical`` on ``entry``'s cluster (blocking;
+    run in the background). Commits this member's positions on the topic first
+    (asynchronously: the committed offsets read after it answer on the same
+    coordinator connection), or its stored offsets when ``commit_positions`` is off.
+    """
+    consumer = entry.consumer
+    try:
+        mine = [tp for tp in consumer.assignment() if tp.topic == physical]
+        positions = consumer.position(mine) if mine else []
+        reached = [tp for tp in positions if tp.offset >= 0]
+        try:
+            if not commit_positions:
+                consumer.commit(asynchronous=True)
+            elif reached:
+                consumer.commit(offsets=reached, asynchronous=True)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                raise
+        md = consumer.list_topics(physical, PROBE_CALL_TIMEOUT_S).topics.get(physical)
+        partitions = sorted(md.partitions) if md is not None and md.error is None else []
+        parts = [TopicPartition(physical, p) for p in partitions]
+        marks = {
+            tp.partition: consumer.get_watermark_offsets(tp, timeout=PROBE_CALL_TIMEOUT_S) for tp in parts
+        }
+        committed = consumer.committed(parts, timeout=PROBE_CALL_TIMEOUT_S) if parts else []
+    except (KafkaException, RuntimeError) as exc:
+        return Progress(seq, error=str(exc))
+    return Progress(
+        seq,
+        marks={p: (int(m[0]), int(m[1])) for p, m in marks.items() if m is not None},
+        positions={tp.partition: tp.offset for tp in positions},
+        committed={tp.partition: tp.offset for tp in committed},
+    )
+
+
+class SwitchDriver:
+    """Drives ``engine`` for one RoutedConsumer (see the module docstring).
+
+    Args:
+        engine: the switch engine (settings of the consumer).
+        registry: the consumer's per-cluster clients.
+        owner: the consumer; its ``_switch_topic`` carries out a switch.
+        commit_positions: ``enable.auto.commit`` is on: probes commit positions.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        engine: SwitchEngine,
+        registry: ClusterRegistry,
+        owner: _Mover,
+        *,
+        commit_positions: bool,
+        clock: Callable[[], float],
+    ) -> None:
+        self.engine = engine
+        self._registry = registry
+        self._owner = owner
+        self._commit_positions = commit_positions
+        self._clock = clock
+        self._executor: ThreadPoolExecutor | None = None
+        self._probes: dict[str, Future[Progress]] = {}  # topic -> the answer awaited
+        self._running: list[tuple[Future[Progress], str]] = []  # every probe sent, with its cluster id
+        #: logical topics switched and not yet read on their new cluster
+        self.stale_commits: set[str] = set()
+        self._wake = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a drain or a stale-commit period is in progress (the poll loop
+        must then look at every message)."""
+        return self.engine.draining or bool(self.stale_commits)
+
+    def route_changed(self, topic: str, old: Route, new: Route | None) -> None:
+        """A reload gave ``topic`` another route: start its move."""
+        for action in self.engine.route_changed(topic, old, new, self._clock()):
+            self._act(action)
+        self._wake = 0.0
+
+    def message(self, entry: ClusterClient, msg: Any, route: Route | None) -> None:
+        """A message (logical topic name already set) read from ``entry``'s cluster;
+        ``route``: the topic's route in use."""
+        topic = msg.topic()
+        if self.engine.draining:
+            ts = msg.timestamp()[1] if self.engine.tracks_timestamps else 0
+            self.engine.message(topic, entry.cluster_id, msg.partition(), ts, self._clock())
+        elif self.engine.tracks_timestamps:
+            self.engine.message(topic, entry.cluster_id, msg.partition(), msg.timestamp()[1], 0.0)
+        # only a message from the new cluster ends the stale period (not a leftover of
+        # the old cluster's client, still polled while it leaves)
+        if (
+            topic in self.stale_commits
+            and msg.error() is None
+            and route is not None
+            and route.cluster_id == entry.cluster_id
+        ):
+            self.stale_commits.discard(topic)
+
+    def tick(self) -> None:
+        """Collect probe answers and carry out what the engine decides now; never blocks."""
+        now = self._clock()
+        for topic, future in list(self._probes.items()):
+            if future.done():
+                del self._probes[topic]
+                if not future.cancelled():
+                    self.engine.progress(topic, future.result(), now)
+                self._wake = 0.0
+        self._running = [(f, cid) for f, cid in self._running if not f.done()]
+        if now < self._wake:
+            return
+        for action in self.engine.step(now):
+            self._act(action)
+        wake = self.engine.wake_at()
+        self._wake = now + 0.05 if wake is None or self._probes else max(wake, now + 0.01)
+
+    def _act(self, action: Probe | Switch) -> None:
+        if isinstance(action, Switch):
+            self._switch(action)
+            return
+        entry = self._registry.get(action.route.cluster_id)
+        if entry is None:
+            self.engine.progress(action.topic, Progress(action.seq), self._clock())
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbear-drain")
+        future = self._executor.submit(measure, entry, action.route.topic, action.seq, self._commit_positions)
+        self._probes[action.topic] = future
+        self._running.append((future, entry.cluster_id))
+
+    def _switch(self, action: Switch) -> None:
+        self._wait_probe(action.topic)
+        clean = not action.timed_out
+        self._owner._switch_topic(action.topic, action.old, action.new, action.start, clean)
+        if action.new is not None:
+            self.stale_commits.add(action.topic)
+        else:
+            self.stale_commits.discard(action.topic)
+
+    def _wait_probe(self, topic: str) -> None:
+        probe = self._probes.pop(topic, None)
+        if probe is not None:
+            probe.cancel()  # not waited for: the old cluster's client stays open meanwhile
+
+    def quiesce(self, cluster_id: str | None = None) -> None:
+        """Wait for the probes running on ``cluster_id`` (None: on any cluster) to
+        end, before their client is closed (each broker call of a probe is bounded
+        by ``PROBE_CALL_TIMEOUT_S``)."""
+        for future, cid in self._running:
+            if cluster_id is None or cid == cluster_id:
+                future.cancel()
+                if not future.cancelled():
+                    future.exception()  # waits; its answer (or failure) is of no more use
+
+    def forget(self) -> None:
+        """The subscription changed: drop every move in progress."""
+        self.engine.forget()
+        self.stale_commits.clear()
+        for future in self._probes.values():
+            future.cancel()
+        self._probes.clear()
+
+    def close(self) -> None:
+        """Wait for running probes, then stop the background thread."""
+        self.quiesce()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None

@@ -1,0 +1,314 @@
+"""The RoutedConsumer calls addressed to partitions, each sent to its topic's cluster.
+
+``commit``, ``committed``, ``position``, ``assignment``, ``get_watermark_offsets``,
+``assign`` / ``unassign`` / ``incremental_*``, ``store_offsets``, ``seek``,
+``pause`` / ``resume``, ``offsets_for_times``: the partitions (logical topic
+names) are split by cluster, renamed to physical topics, asked of each
+cluster's client and answered under their logical names in the caller's order.
+Inside a rebalance callback every partition is the rebalanced cluster's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from kbear._clients import renamed
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._rebalance import Rebalancer
+from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.router import Route
+
+Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
+
+
+def next_offset(message: Any) -> TopicPartition:
+    """The TopicPartition after ``message`` (its offset + 1), keeping its leader epoch."""
+    # TopicPartition takes neither metadata=None nor leader_epoch=None.
+    epoch = message.leader_epoch()
+    extra: dict[str, Any] = {} if epoch is None else {"leader_epoch": epoch}
+    return TopicPartition(
+        str(message.topic()), int(message.partition() or 0), int(message.offset() or 0) + 1, **extra
+    )
+
+
+class PartitionCalls:
+    """The partition-addressed half of :class:`~kbear.RoutedConsumer` (a base class)."""
+
+    _registry: ClusterRegistry
+    _rebalancer: Rebalancer
+    _driver: SwitchDriver
+    _sub: Subscription
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _route(self, topic: str) -> Route:
+        raise NotImplementedError
+
+    def _client_for(self, route: Route) -> ClusterClient:
+        raise NotImplementedError
+
+    def _refresh_pin(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ splitting
+
+    def _split(self, partitions: Iterable[TopicPartition]) -> Split:
+        """Group partitions (logical names) by cluster, as physical TopicPartitions,
+        with their indexes in the input."""
+        current = self._rebalancer.current
+        if current is not None:
+            parts = list(partitions)
+            return [(current, list(range(len(parts))), current.to_physical(parts))]
+        groups: dict[str, tuple[ClusterClient, list[int], list[TopicPartition]]] = {}
+        for index, tp in enumerate(partitions):
+            route = self._route(tp.topic)
+            entry = self._client_for(route)
+            if route.remapped:
+                entry.logical.setdefault(route.topic, tp.topic)
+                tp = renamed(tp, route.topic)
+            group = groups.setdefault(route.cluster_id, (entry, [], []))
+            group[1].append(index)
+            group[2].append(tp)
+        return list(groups.values())
+
+    def _per_cluster(
+        self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]
+    ) -> list[TopicPartition]:
+        result: list[TopicPartition | None] = [None] * len(partitions)
+        for entry, indexes, parts in self._split(partitions):
+            answered = call(entry.consumer, parts)
+            if not answered:  # an asynchronous commit answers nothing
+                continue
+            for index, tp in zip(indexes, entry.to_logical(list(answered)), strict=True):
+                result[index] = tp
+        return [tp for tp in result if tp is not None]
+
+    # ------------------------------------------------------------------ offsets
+
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Commit offsets, each on its topic's cluster (as ``Consumer.commit``).
+
+        Args:
+            message: commit this message's offset + 1.
+            offsets: commit these TopicPartitions (logical topic names).
+            asynchronous: return at once (True) or wait for the commits.
+
+        Returns:
+            None when asynchronous, else the committed TopicPartitions (logical names).
+
+        Raises:
+            ValueError: both ``message`` and ``offsets`` are given.
+            KafkaException: the commit failed, e.g. ``_NO_OFFSET`` when nothing
+                was consumed on any cluster.
+
+        A message received from a topic's old cluster before a route switch is
+        already committed there by the switch; committing it afterwards is a
+        no-op until the new cluster has delivered a message of that topic.
+        """
+        self._check_open()
+        if message is not None and offsets is not None:
+            raise ValueError("commit: pass message or offsets, not both")
+        if message is not None:
+            if str(message.topic()) in self._driver.stale_commits:
+                return None if asynchronous else []
+            offsets = [next_offset(message)]
+        if offsets is not None:
+            committed = self._per_cluster(
+                offsets, lambda c, parts: c.commit(offsets=parts, asynchronous=asynchronous) or []
+            )
+            return None if asynchronous else committed
+        return self._commit_all(asynchronous)
+
+    def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        out: list[TopicPartition] = []
+        no_offset: KafkaException | None = None
+        committed_any = False
+        for entry in list(self._registry.active):
+            try:
+                answered = entry.consumer.commit(asynchronous=asynchronous)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError._NO_OFFSET:
+                    no_offset = no_offset or exc
+                    continue
+                raise
+            committed_any = True
+            if answered:
+                out.extend(entry.to_logical(answered))
+        if not committed_any and no_offset is not None:
+            raise no_offset
+        return None if asynchronous else out
+
+    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        """Committed offsets of ``partitions`` (logical names), each asked of its cluster.
+
+        Args:
+            partitions: the partitions to look up.
+            timeout: maximum time in seconds per cluster (-1: infinite).
+
+        Raises:
+            NoRouteError: a topic has no route.
+            KafkaException: a cluster did not answer.
+        """
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.committed(parts, timeout=timeout))
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Current positions (next offset to fetch) of ``partitions`` (logical names)."""
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.position(parts))
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions assigned on every cluster, with logical topic names."""
+        self._check_open()
+        out: list[TopicPartition] = []
+        for entry in self._registry:
+            out.extend(entry.to_logical(entry.consumer.assignment()))
+        return out
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int] | None:
+        """Low and high watermark of ``partition`` on its topic's cluster (as confluent-kafka)."""
+        self._check_open()
+        ((entry, _, parts),) = self._split([partition])
+        kwargs: dict[str, Any] = {"cached": cached}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        result: tuple[int, int] | None = entry.consumer.get_watermark_offsets(parts[0], **kwargs)
+        return result
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        """For each partition (``offset`` holding a timestamp in ms since the epoch), the
+        earliest offset whose timestamp is at or after it, asked of its topic's cluster.
+
+        Args:
+            partitions: TopicPartitions with logical names.
+            timeout: maximum time in seconds per cluster (-1: infinite).
+        """
+        self._check_open()
+        return self._per_cluster(partitions, lambda c, parts: c.offsets_for_times(parts, timeout=timeout))
+
+    def store_offsets(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
+        """Store offsets for the next (auto-)commit, as ``Consumer.store_offsets``
+        (``message``: its offset + 1; ``offsets``: logical topic names).
+
+        Raises:
+            ValueError: neither or both of ``message`` and ``offsets`` are given.
+        """
+        self._check_open()
+        if (message is None) == (offsets is None):
+            raise ValueError("store_offsets: pass message or offsets")
+        if message is not None:
+            if str(message.topic()) in self._driver.stale_commits:
+                return
+            offsets = [next_offset(message)]
+        assert offsets is not None
+        for entry, _, parts in self._split(offsets):
+            entry.consumer.store_offsets(offsets=parts)
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
+        self._check_open()
+        ((entry, _, parts),) = self._split([partition])
+        entry.consumer.seek(parts[0])
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        """Pause fetching ``partitions`` (logical names) on their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.pause(parts)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        """Resume fetching ``partitions`` (logical names) on their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.resume(parts)
+
+    # ------------------------------------------------------------------ assignment
+
+    def _note_assign(self, entries: Iterable[ClusterClient]) -> None:
+        for entry in entries:
+            if entry is self._rebalancer.current:
+                self._rebalancer.assigned_in_callback = True
+            self._registry.activate(entry)
+        self._refresh_pin()
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Set the assignment (as ``Consumer.assign``), each partition on its topic's cluster.
+
+        Inside a rebalance callback it assigns on the cluster being rebalanced
+        only; outside, it replaces the assignment of every cluster (clusters with
+        no partition in ``partitions`` and no subscription are unassigned).
+
+        Args:
+            partitions: TopicPartitions with logical topic names; ``offset`` as
+                confluent-kafka (``OFFSET_BEGINNING``, ``OFFSET_END``,
+                ``OFFSET_STORED``, or an offset).
+
+        Raises:
+            NoRouteError: a topic has no route.
+            KafkaException: confluent-kafka refused the assignment.
+        """
+        self._check_open()
+        split = self._split(partitions)
+        for entry, _, parts in split:
+            entry.consumer.assign(parts)
+        self._note_assign(entry for entry, _, _ in split)
+        if self._rebalancer.current is None:
+            if self._sub.kind is SubscriptionKind.NONE:
+                self._sub.kind = SubscriptionKind.ASSIGNED
+            named = {entry.cluster_id for entry, _, _ in split}
+            for entry in self._registry:
+                if entry.cluster_id not in named and not entry.topics:
+                    entry.consumer.unassign()
+                    self._registry.deactivate(entry)
+            self._refresh_pin()
+
+    def unassign(self) -> None:
+        """Remove the assignment (inside a rebalance callback: of the cluster being
+        rebalanced; outside: of every cluster)."""
+        self._check_open()
+        current = self._rebalancer.current
+        if current is not None:
+            current.consumer.unassign()
+            self._rebalancer.assigned_in_callback = True
+            return
+        for entry in self._registry:
+            entry.consumer.unassign()
+            if not entry.topics:
+                self._registry.deactivate(entry)
+        if self._sub.kind is SubscriptionKind.ASSIGNED:
+            self._sub.kind = SubscriptionKind.NONE
+        self._refresh_pin()
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Add ``partitions`` (logical names) to the assignment of their clusters."""
+        self._check_open()
+        split = self._split(partitions)
+        for entry, _, parts in split:
+            entry.consumer.incremental_assign(parts)
+        self._note_assign(entry for entry, _, _ in split)
+        if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.NONE:
+            self._sub.kind = SubscriptionKind.ASSIGNED
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        """Remove ``partitions`` (logical names) from the assignment of their clusters."""
+        self._check_open()
+        for entry, _, parts in self._split(partitions):
+            entry.consumer.incremental_unassign(parts)
+            if entry is self._rebalancer.current:
+                self._rebalancer.assigned_in_callback = True

@@ -1,0 +1,187 @@
+"""Rebalance callbacks of the per-cluster clients, as the application sees them.
+
+Each cluster's client gets wrapped ``on_assign`` / ``on_revoke`` / ``on_lost``
+callbacks that:
+
+- call the application's callback with the RoutedConsumer and logical topic
+  names, and make the RoutedConsumer's partition calls inside it address the
+  cluster being rebalanced;
+- apply the start offsets of ``kbear.switch.start`` to the first assignment of
+  a topic just moved to the cluster;
+- commit, before partitions leave this member (``on_revoke``), the positions
+  reached on them, synchronously, when ``enable.auto.commit`` is on: the member
+  that gets them next starts where this one stopped, instead of at the last
+  auto-commit (the source of duplicates when a group follows a move). Topics
+  whose drain already committed their end offsets are left out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+from kbear._switch import StartPlan
+from kbear.consumer._cluster import ClusterClient
+from kbear.consumer._subscription import RebalanceCallback
+
+log = logging.getLogger("kbear.consumer")
+
+#: Longest wait for offsets_for_times on the new cluster (kbear.switch.start=timestamp), seconds.
+TIMESTAMP_LOOKUP_TIMEOUT_S = 10.0
+
+
+def _auto_commit(native: Mapping[str, Any]) -> bool:
+    return str(native.get("enable.auto.commit", "true")).lower() in ("true", "1")
+
+
+class Rebalancer:
+    """The rebalance state of a RoutedConsumer and the wrapping of its callbacks.
+
+    Args:
+        owner: the RoutedConsumer handed to the application's callbacks.
+        native: the application's confluent-kafka configuration (for
+            ``enable.auto.commit``, ``group.protocol``, ``partition.assignment.strategy``).
+
+    Attributes:
+        current: the cluster whose callback is running (partition calls go there), or None.
+        assigned_in_callback: the application assigned inside the running callback.
+        start_at: (cluster id, physical topic) -> where a moved topic starts on
+            that cluster at its next assignment.
+        committed_to_end: (cluster id, physical topic) of topics switched away
+            after a complete drain: their revocation needs no commit.
+    """
+
+    def __init__(self, owner: Any, native: Mapping[str, Any]) -> None:
+        self.owner = owner
+        self.commit_on_revoke = _auto_commit(native)
+        self.incremental = str(native.get("group.protocol", "classic")) == "consumer" or "cooperative" in str(
+            native.get("partition.assignment.strategy", "")
+        )
+        self.callbacks: dict[str, RebalanceCallback] = {}
+        self.current: ClusterClient | None = None
+        self.assigned_in_callback = False
+        self.start_at: dict[tuple[str, str], StartPlan] = {}
+        self.committed_to_end: set[tuple[str, str]] = set()
+
+    def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
+        """The rebalance callbacks to subscribe ``entry``'s client with."""
+        out: dict[str, Callable[..., None]] = {"on_assign": self._assign(entry)}
+        if self.commit_on_revoke or "on_revoke" in self.callbacks:
+            out["on_revoke"] = self._revoke(entry)
+        if "on_lost" in self.callbacks:
+            out["on_lost"] = self._wrap(entry, self.callbacks["on_lost"])
+        return out
+
+    def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            outer, self.current = self.current, entry
+            try:
+                user_cb(self.owner, entry.to_logical(partitions))
+            finally:
+                self.current = outer
+
+        return callback
+
+    def _revoke(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            outer, self.current = self.current, entry
+            try:
+                positions = self._positions_to_commit(entry, partitions)
+                user_cb = self.callbacks.get("on_revoke")
+                if user_cb is not None:
+                    user_cb(self.owner, entry.to_logical(partitions))
+                if positions:
+                    commit_sync(entry, positions, "before its partitions leave this member")
+            finally:
+                self.current = outer
+
+        return callback
+
+    def _positions_to_commit(
+        self, entry: ClusterClient, partitions: list[TopicPartition]
+    ) -> list[TopicPartition]:
+        if not self.commit_on_revoke:
+            return []
+        keep = [tp for tp in partitions if (entry.cluster_id, tp.topic) not in self.committed_to_end]
+        for tp in partitions:
+            self.committed_to_end.discard((entry.cluster_id, tp.topic))
+        if not keep:
+            return []
+        try:
+            return [tp for tp in entry.consumer.position(keep) if tp.offset >= 0]
+        except KafkaException:
+            return []
+
+    def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
+        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
+            outer, self.current = self.current, entry
+            self.assigned_in_callback = False
+            try:
+                started = self._start_offsets(entry, partitions)
+                user_cb = self.callbacks.get("on_assign")
+                if user_cb is not None:
+                    user_cb(self.owner, entry.to_logical(started))
+                if started is not partitions and not self.assigned_in_callback:
+                    if self.incremental:
+                        entry.consumer.incremental_assign(started)
+                    else:
+                        entry.consumer.assign(started)
+            finally:
+                self.current = outer
+
+        return callback
+
+    def _start_offsets(self, entry: ClusterClient, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """``partitions`` with the start offsets of ``kbear.switch.start`` applied to
+        the partitions of topics just moved to this cluster (their first assignment only)."""
+        if not self.start_at:
+            return partitions
+        plans: dict[str, StartPlan] = {}
+        for topic in {tp.topic for tp in partitions}:
+            plan = self.start_at.pop((entry.cluster_id, topic), None)
+            if plan is not None and plan.offset is not None:
+                plans[topic] = plan
+        if not plans:
+            return partitions
+        offsets = {topic: plan.offset for topic, plan in plans.items() if plan.offset is not None}
+        out = [
+            tp if tp.topic not in offsets else TopicPartition(tp.topic, tp.partition, offsets[tp.topic])
+            for tp in partitions
+        ]
+        by_time = [tp for tp in out if tp.topic in plans and plans[tp.topic].by_time]
+        if by_time:
+            found = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in entry.consumer.offsets_for_times(by_time, timeout=TIMESTAMP_LOOKUP_TIMEOUT_S)
+            }
+            out = [
+                tp
+                if (key := (tp.topic, tp.partition)) not in found
+                else TopicPartition(tp.topic, tp.partition, found[key] if found[key] >= 0 else OFFSET_END)
+                for tp in out
+            ]
+        log.info("kbear: start of moved topics on cluster %r: %s", entry.cluster_id, out)
+        return out
+
+
+def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> bool:
+    """Commit ``offsets`` (None: the stored offsets) on ``entry``'s cluster and wait.
+
+    Returns whether the commit succeeded (nothing to commit counts as success);
+    a failure is logged on ``kbear.consumer`` with ``why``, never raised: a
+    commit kbear makes on the application's behalf must not break its poll loop.
+    """
+    try:
+        if offsets is None:
+            entry.consumer.commit(asynchronous=False)
+        else:
+            entry.consumer.commit(offsets=offsets, asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError._NO_OFFSET:
+            return True
+        log.warning("kbear: commit on cluster %r %s failed: %s", entry.cluster_id, why, exc)
+        return False
+    return True

@@ -1,0 +1,157 @@
+"""What a RoutedConsumer reads: the subscription state and its routes.
+
+The kind is explicit (:class:`SubscriptionKind`): nothing, a list of topics,
+topics and regular expressions (``^...``, matched against the clusters' topics
+and refreshed), or a manual assignment. Routing a subscription is a consumer
+lookup per topic (group, topic, client); several unroutable topics are named in
+one :class:`~kbear.NoRouteError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kbear.config import RuleKind
+from kbear.router import Client, NoRouteError, Route, Router
+
+log = logging.getLogger("kbear.consumer")
+
+RebalanceCallback = Callable[[Any, list[TopicPartition]], None]
+
+#: How long a pattern subscription waits for one cluster's topic list (seconds).
+PATTERN_METADATA_TIMEOUT_S = 5.0
+
+
+class SubscriptionKind(Enum):
+    """What a RoutedConsumer reads."""
+
+    NONE = "none"
+    TOPICS = "topics"  # subscribe() with topic names only
+    PATTERN = "pattern"  # subscribe() with at least one ^regex
+    ASSIGNED = "assigned"  # assign() outside a subscription
+
+
+@dataclass
+class Subscription:
+    """The state of a RoutedConsumer's subscription.
+
+    Attributes:
+        kind: see :class:`SubscriptionKind`.
+        names: the topic names given (logical).
+        patterns: the compiled ``^regex`` subscriptions.
+        callbacks: ``on_assign`` / ``on_revoke`` / ``on_lost`` given to subscribe().
+        routes: logical topic -> route in use, for every topic read (names and matches).
+        next_refresh: when pattern matches are looked up again (monotonic seconds).
+    """
+
+    kind: SubscriptionKind = SubscriptionKind.NONE
+    names: list[str] = field(default_factory=list)
+    patterns: list[re.Pattern[str]] = field(default_factory=list)
+    callbacks: dict[str, RebalanceCallback] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
+    next_refresh: float = 0.0
+
+    @property
+    def topics(self) -> list[str]:
+        """The logical topics read, in subscription order."""
+        return list(self.routes)
+
+
+def parse_topics(topics: Iterable[str]) -> tuple[list[str], list[re.Pattern[str]]]:
+    """Split subscribe()'s ``topics`` into names and compiled ``^regex`` patterns.
+
+    Raises:
+        KafkaException: ``_INVALID_ARG`` for an invalid regular expression (as librdkafka).
+    """
+    names: list[str] = []
+    patterns: list[re.Pattern[str]] = []
+    for t in topics:
+        if not t.startswith("^"):
+            names.append(t)
+            continue
+        try:
+            patterns.append(re.compile(t))
+        except re.error as exc:
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, f"invalid topic pattern {t!r}: {exc}")
+            ) from None
+    return names, patterns
+
+
+def route_topics(
+    router: Router, topics: Iterable[str], group: str, client: Client, *, strict: bool
+) -> dict[str, Route]:
+    """Consumer routes of ``topics`` (logical -> route, in order).
+
+    With ``strict``, every unroutable topic is named in one NoRouteError;
+    otherwise unroutable topics are left out (pattern matches).
+
+    Raises:
+        NoRouteError: ``strict`` and some topics have no route.
+    """
+    routes: dict[str, Route] = {}
+    failures: list[str] = []
+    for topic in topics:
+        try:
+            routes[topic] = router.route_consumer(topic, group, client)
+        except NoRouteError:
+            failures.append(topic)
+    if failures and strict:
+        err = NoRouteError(client, failures[0], group)
+        if len(failures) > 1:
+            names = ", ".join(f"'{t}'" for t in failures)
+            err.args = (f"no route for topics {names}, consumer group '{group}', client {client!r}",)
+        raise err
+    return routes
+
+
+def candidate_names(router: Router, group: str) -> set[str]:
+    """Logical topic names a pattern may match besides the clusters' own topics:
+    topics.yaml ids and the topic ids of the rules that apply to ``group``."""
+    config = router.config
+    names = set(config.topics)
+    for rule in config.rules:
+        if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == group):
+            names.add(rule.topic_id)
+    return names
+
+
+def pattern_clusters(router: Router) -> list[str]:
+    """The clusters whose topics a pattern is matched against: those named by rules."""
+    return sorted({rule.statement.cluster for rule in router.config.rules})
+
+
+def match_patterns(
+    sub: Subscription,
+    router: Router,
+    group: str,
+    client: Client,
+    listings: Mapping[str, set[str]],
+) -> list[str]:
+    """Logical topics matching ``sub.patterns`` (names given as names excluded),
+    whose route leads to a topic that exists on its cluster.
+
+    Args:
+        listings: cluster id -> the (physical) topics it lists.
+    """
+    candidates = candidate_names(router, group)
+    for listed in listings.values():
+        candidates.update(listed)
+    matched = []
+    for name in sorted(candidates):
+        if name in sub.names or not any(p.search(name) for p in sub.patterns):
+            continue
+        try:
+            route = router.route_consumer(name, group, client)
+        except NoRouteError:
+            continue
+        if route.topic in listings.get(route.cluster_id, ()):
+            matched.append(name)
+    return matched

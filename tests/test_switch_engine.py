@@ -1,0 +1,274 @@
+"""The switch engine (kbear._switch) driven through tables of event sequences, without any cluster.
+
+Each case is a list of (time in s, event) rows; an event is one of
+
+- ``("move", new)``: a reload routes topic ``t`` to cluster ``new`` (None: no route);
+- ``("msg", cluster)``: a message of ``t`` was read on ``cluster``;
+- ``("answer", progress)``: the last probe is answered with ``progress``
+  (a dict of Progress fields without ``seq``);
+- ``("step", expected)``: :meth:`SwitchEngine.step` returns ``expected``, a list
+  of ``"probe A"`` / ``"switch A->B"`` / ``"switch A->B timeout"`` strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
+
+from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine, caught_up
+from kbear.router import Route
+
+T = "t"
+
+
+def route(cluster: str | None) -> Route | None:
+    return None if cluster is None else Route(cluster, T, T, f"{cluster}:9092", "r", {})
+
+
+def describe(action: Probe | Switch) -> str:
+    if isinstance(action, Probe):
+        return f"probe {action.route.cluster_id}"
+    new = "none" if action.new is None else action.new.cluster_id
+    return f"switch {action.old.cluster_id}->{new}" + (" timeout" if action.timed_out else "")
+
+
+def run(engine: SwitchEngine, rows: list[tuple[float, tuple[Any, ...]]], start: str = "A") -> list[str]:
+    """Play ``rows``; return every action's description in order (``step`` rows are also checked)."""
+    current = route(start)
+    last_probe: Probe | None = None
+    seen: list[str] = []
+    for now, event in rows:
+        kind = event[0]
+        if kind == "move":
+            assert current is not None
+            actions = engine.route_changed(T, current, route(event[1]), now)
+        elif kind == "msg":
+            engine.message(T, event[1], 0, 1_000, now)
+            actions = []
+        elif kind == "answer":
+            assert last_probe is not None, "answer without a probe"
+            engine.progress(T, Progress(seq=last_probe.seq, **event[1]), now)
+            actions = []
+        else:
+            actions = engine.step(now)
+            assert [describe(a) for a in actions] == event[1], f"at t={now}"
+        for action in actions:
+            seen.append(describe(action))
+            if isinstance(action, Probe):
+                last_probe = action
+            else:
+                current = action.new
+    return seen
+
+
+DONE = {"marks": {0: (0, 10), 1: (5, 5)}, "positions": {0: 10}, "committed": {0: 10, 1: -1}}
+BEHIND = {"marks": {0: (0, 10), 1: (0, 8)}, "positions": {0: 10}, "committed": {0: 10, 1: 3}}
+
+CASES: dict[str, list[tuple[float, tuple[Any, ...]]]] = {
+    "drain ends once idle and the group is at the end": [
+        (0.0, ("move", "B")),
+        (0.5, ("msg", "A")),
+        (1.0, ("step", [])),  # not idle for 1 s yet
+        (1.6, ("step", ["probe A"])),
+        (1.7, ("step", [])),  # the probe is out
+        (1.8, ("answer", DONE)),
+        (1.8, ("step", ["switch A->B"])),
+    ],
+    "a member leaving mid-drain: its partition is behind, then read by us": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", BEHIND)),
+        (1.3, ("step", [])),  # the next probe waits for the probe interval
+        (1.7, ("step", ["probe A"])),
+        (1.8, ("answer", {**BEHIND, "positions": {0: 10, 1: 8}})),
+        (1.8, ("step", ["switch A->B"])),
+    ],
+    "messages read while the probe was out: the answer is not trusted": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("msg", "A")),
+        (1.3, ("answer", DONE)),
+        (1.9, ("step", [])),  # idle again only at 2.2
+        (2.3, ("step", ["probe A"])),
+        (2.4, ("answer", DONE)),
+        (2.4, ("step", ["switch A->B"])),
+    ],
+    "a message of the new cluster is no activity on the old one": [
+        (0.0, ("move", "B")),
+        (0.9, ("msg", "B")),
+        (1.1, ("step", ["probe A"])),
+    ],
+    "a failed commit is retried, not taken for drained": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (
+            1.2,
+            (
+                "answer",
+                {**DONE, "error": "commit failed: Broker: Specified group generation id is not valid"},
+            ),
+        ),
+        (1.3, ("step", [])),
+        (1.8, ("step", ["probe A"])),
+        (1.9, ("answer", DONE)),
+        (1.9, ("step", ["switch A->B"])),
+    ],
+    "a partition ending in a transaction marker: the position is past it": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", {"marks": {0: (0, 11)}, "positions": {0: 11}, "committed": {0: 10}})),
+        (1.2, ("step", ["switch A->B"])),
+    ],
+    "an empty partition with nothing committed is drained": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", {"marks": {0: (7, 7)}, "positions": {}, "committed": {0: -1}})),
+        (1.2, ("step", ["switch A->B"])),
+    ],
+    "a cluster that is down: probes fail until the drain times out": [
+        (0.0, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (3.0, ("answer", {"error": "KafkaError{code=_TIMED_OUT}"})),
+        (3.6, ("step", ["probe A"])),
+        (10.0, ("step", ["switch A->B timeout"])),
+        (10.1, ("step", [])),
+    ],
+    "moved twice within one drain: drained on A, then on B, then to C": [
+        (0.0, ("move", "B")),
+        (0.5, ("move", "C")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", DONE)),
+        (1.2, ("step", ["switch A->B"])),
+        (1.3, ("step", [])),  # B must be idle too: messages may have been produced there
+        (2.3, ("step", ["probe B"])),
+        (2.4, ("answer", DONE)),
+        (2.4, ("step", ["switch B->C"])),
+    ],
+    "moved back during the drain: drained on B before returning to A": [
+        (0.0, ("move", "B")),
+        (0.5, ("move", "A")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", DONE)),
+        (1.2, ("step", ["switch A->B"])),
+        (2.3, ("step", ["probe B"])),
+        (2.4, ("answer", DONE)),
+        (2.4, ("step", ["switch B->A"])),
+    ],
+    "the same route given twice during a drain adds no move": [
+        (0.0, ("move", "B")),
+        (0.5, ("move", "B")),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", DONE)),
+        (1.2, ("step", ["switch A->B"])),
+        (5.0, ("step", [])),
+    ],
+    "the route disappears: drained, then no route": [
+        (0.0, ("move", None)),
+        (1.1, ("step", ["probe A"])),
+        (1.2, ("answer", DONE)),
+        (1.2, ("step", ["switch A->none"])),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_drain_tables(name: str) -> None:
+    engine = SwitchEngine("drain", idle_s=1.0, timeout_s=10.0, reset_to_end=True)
+    run(engine, CASES[name])
+
+
+def test_immediate_mode_switches_at_the_move() -> None:
+    engine = SwitchEngine("immediate", idle_s=1.0, timeout_s=10.0)
+    assert run(engine, [(0.0, ("move", "B")), (0.1, ("step", [])), (0.2, ("move", "A"))]) == [
+        "switch A->B",
+        "switch B->A",
+    ]
+    assert not engine.draining
+
+
+def test_an_unchanged_route_starts_no_drain() -> None:
+    engine = SwitchEngine("drain", idle_s=1.0)
+    assert engine.route_changed(T, route("A"), route("A"), 0.0) == []  # type: ignore[arg-type]
+    assert not engine.draining and engine.wake_at() is None
+
+
+def test_a_stale_answer_is_ignored() -> None:
+    engine = SwitchEngine("drain", idle_s=0.0, timeout_s=None)
+    engine.route_changed(T, route("A"), route("B"), 0.0)  # type: ignore[arg-type]
+    (probe,) = engine.step(1.0)
+    assert isinstance(probe, Probe)
+    engine.progress(T, Progress(seq=probe.seq + 7, **DONE), 1.1)
+    assert engine.step(1.2) == []  # still waiting for its own answer
+    engine.progress(T, Progress(seq=probe.seq, **DONE), 1.3)
+    assert [describe(a) for a in engine.step(1.3)] == ["switch A->B"]
+
+
+def test_no_timeout_never_gives_up() -> None:
+    engine = SwitchEngine("drain", idle_s=0.0, timeout_s=None)
+    engine.route_changed(T, route("A"), route("B"), 0.0)  # type: ignore[arg-type]
+    for i in range(1, 50):
+        for action in engine.step(i * 10.0):
+            assert isinstance(action, Probe)
+            engine.progress(T, Progress(seq=action.seq, error="down"), i * 10.0)
+    assert engine.draining
+
+
+def test_wake_at_names_the_next_decision() -> None:
+    engine = SwitchEngine("drain", idle_s=2.0, timeout_s=30.0)
+    engine.route_changed(T, route("A"), route("B"), 100.0)  # type: ignore[arg-type]
+    assert engine.wake_at() == 102.0  # idle first
+    engine.message(T, "A", 0, 0, 101.0)
+    assert engine.wake_at() == 103.0
+    (probe,) = engine.step(103.0)
+    assert engine.wake_at() == 130.0  # only the timeout while the probe is out
+    engine.progress(T, Progress(seq=probe.seq, **DONE), 103.5)
+    assert engine.wake_at() == 0.0  # a switch is due now
+
+
+@pytest.mark.parametrize(
+    ("start", "plan"),
+    [
+        ("committed", StartPlan()),
+        ("earliest", StartPlan(OFFSET_BEGINNING)),
+        ("latest", StartPlan(OFFSET_END)),
+    ],
+)
+def test_start_plans(start: str, plan: StartPlan) -> None:
+    engine = SwitchEngine("immediate", start)
+    (switch,) = engine.route_changed(T, route("A"), route("B"), 0.0)  # type: ignore[arg-type]
+    assert isinstance(switch, Switch) and switch.start == plan
+
+
+def test_timestamp_start_is_the_earliest_last_read_timestamp_less_the_margin() -> None:
+    engine = SwitchEngine("immediate", "timestamp", timestamp_margin_ms=500)
+    assert engine.tracks_timestamps
+    engine.message(T, "A", 0, 10_000, 0.0)
+    engine.message(T, "A", 1, 8_000, 0.0)
+    engine.message(T, "A", 0, 12_000, 0.0)  # partition 0 now at 12 s
+    engine.message(T, "B", 0, 1_000, 0.0)  # another cluster: not counted
+    (switch,) = engine.route_changed(T, route("A"), route("B"), 0.0)  # type: ignore[arg-type]
+    assert isinstance(switch, Switch) and switch.start == StartPlan(7_500, by_time=True)
+    # nothing read on B yet: moving back starts from the committed offsets
+    (back,) = engine.route_changed(T, route("B"), route("A"), 0.0)  # type: ignore[arg-type]
+    assert isinstance(back, Switch) and back.start == StartPlan(500, by_time=True)
+
+
+@pytest.mark.parametrize(
+    ("reset_to_end", "expected"),
+    [(True, True), (False, False)],
+)
+def test_caught_up_without_position_or_commit_follows_auto_offset_reset(
+    reset_to_end: bool, expected: bool
+) -> None:
+    progress = Progress(seq=1, marks={0: (0, 5)}, positions={}, committed={0: -1})
+    assert caught_up(progress, reset_to_end) is expected
+
+
+def test_forget_drops_drains() -> None:
+    engine = SwitchEngine("drain")
+    engine.route_changed(T, route("A"), route("B"), 0.0)  # type: ignore[arg-type]
+    assert engine.drains() == {T: (route("A"), route("B"))}
+    engine.forget([T])
+    assert not engine.draining and engine.step(100.0) == []
