@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kbear.config import KBearConfig
-from kbear.router import Client, NoRouteError, Route
+from kbear.router import Client, NoRouteError, Route, Router
 
 RouteChangeCallback = Callable[[Route, Route | None], None]
 
@@ -51,11 +51,23 @@ class RoutedClientBase:
 
     _native: dict[str, Any]
     _log: logging.Logger
+    _router: Router
+    _client: Client
     _fast_paths: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._route_listeners: list[RouteChangeCallback] = []
         self._pending = False
+
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._client
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a

@@ -8,16 +8,15 @@
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from kbear.config import ClusterConfig
-from kbear.router import Client, Route, Router
+from kbear.router import Client, Router
 
 KBEAR_PREFIX = "kbear."
 _CLIENT_META_PREFIX = "kbear.client.meta."
@@ -165,18 +164,6 @@ def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> 
     merged = dict(native)
     merged.update(properties)
     return merged
-
-
-def notify_route_change(
-    listeners: list[Callable[[Route, Route | None], None]], old: Route, new: Route | None, log: logging.Logger
-) -> None:
-    """Call each ``on_route_change`` hook; a hook that raises is logged and the others
-    still run: the switch it reports has already happened and must not be left half done."""
-    for callback in list(listeners):
-        try:
-            callback(old, new)
-        except Exception:
-            log.exception("kbear: on_route_change hook %r failed", callback)
 
 
 def renamed(tp: TopicPartition, topic: str) -> TopicPartition:

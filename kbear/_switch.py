@@ -108,7 +108,7 @@ class Progress:
     Args:
         marks: partition -> (low, high) watermark offsets on the old cluster.
         positions: partition -> this reader's next offset (-1: none yet), for the
-            partitions it has.
+            partitions it has (for the log; only committed offsets decide).
         committed: partition -> the group's committed offset (-1: none), for
             every partition of ``marks``, read after this reader's own commit.
         error: why the probe could not be completed (its own commit failed, the
@@ -126,13 +126,17 @@ Action = Probe | Switch
 
 
 def caught_up(progress: Progress, reset_to_end: bool) -> bool:
-    """Whether every partition of ``progress.marks`` is read to its high watermark:
-    from the larger of this reader's position and the group's committed offset, or,
-    with neither, from where ``auto.offset.reset`` starts (``reset_to_end``: the end)."""
-    if progress.error is not None or not progress.marks:
-        return progress.error is None
+    """Whether the group has committed every partition of ``progress.marks`` at its
+    high watermark (a partition with no committed offset counts from where
+    ``auto.offset.reset`` starts: ``reset_to_end``, the end). This reader's own
+    positions do not count until committed: the next member to read the topic
+    starts from the committed offsets. A partition ending in a transaction marker
+    is at its end once the position past the marker is committed (the probe
+    commits positions when ``enable.auto.commit`` is on)."""
+    if progress.error is not None:
+        return False
     for partition, (low, high) in progress.marks.items():
-        start = max(progress.positions.get(partition, -1), progress.committed.get(partition, -1))
+        start = progress.committed.get(partition, -1)
         if start < 0:
             start = high if reset_to_end else low
         if start < high:

@@ -10,12 +10,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from kbear._base import RouteChangeCallback, RoutedClientBase, no_route, rename_metadata
 from kbear._clients import (
     ClusterTarget,
     Deadline,
     cluster_config,
     cluster_target,
-    notify_route_change,
     open_router,
     renamed,
     split_config,
@@ -27,7 +27,6 @@ __all__ = ["RoutedProducer"]
 
 log = logging.getLogger("kbear.producer")
 
-RouteChangeCallback = Callable[[Route, Route | None], None]
 
 # Index of on_delivery among produce()'s positional arguments after the topic:
 # produce(topic, value, key, partition, on_delivery, timestamp, headers).
@@ -92,7 +91,7 @@ class _ClusterProducer:
         self.retired_at = 0
 
 
-class RoutedProducer:
+class RoutedProducer(RoutedClientBase):
     """A ``confluent_kafka.Producer`` that sends each topic to the cluster its route names.
 
     Args:
@@ -130,6 +129,8 @@ class RoutedProducer:
     then goes to the new cluster, so nothing is lost and per-partition order holds.
     """
 
+    _fast_paths = ("produce",)
+
     def __init__(
         self,
         config: Mapping[str, Any] | None = None,
@@ -139,6 +140,8 @@ class RoutedProducer:
         topics: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        RoutedClientBase.__init__(self)
+        self._log = log
         native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
         self._on_delivery = native.pop("on_delivery", None)
         self._native = native
@@ -153,7 +156,6 @@ class RoutedProducer:
         # logical topic -> produce function with the physical topic bound; the hot path
         self._send: dict[str, Callable[..., None]] = {}
         self._routes: dict[str, Route] = {}
-        self._pending = False
         self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
         self._txn_init_called = False
         self._txn_init_timeout: float | None = None
@@ -163,7 +165,6 @@ class RoutedProducer:
         # When every route of this client is one cluster without remap, produce() is
         # that cluster's own bound method (an instance attribute), rebound on reload.
         self._pinned: str | None = None
-        self._route_listeners: list[RouteChangeCallback] = []
         self._router.subscribe(self._on_config_change)
         try:
             if topics is not None:
@@ -178,16 +179,6 @@ class RoutedProducer:
             raise
 
     # ------------------------------------------------------------------ routing
-
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for."""
-        return self._client
 
     def route(self, topic: str) -> Route:
         """The route this producer uses for ``topic`` (routing it now if new).
@@ -211,7 +202,7 @@ class RoutedProducer:
         kbear's routing path (never the pinned fast path). A hook that raises is logged
         on ``kbear.producer`` and the switch stands."""
         with self._lock:
-            self._route_listeners.append(callback)
+            super().on_route_change(callback)
             self._pin()
 
     def _route_all(self, topics: list[str]) -> None:
@@ -224,10 +215,7 @@ class RoutedProducer:
         if len(failures) == 1:
             raise failures[0]
         if failures:
-            names = ", ".join(f"'{f.topic}'" for f in failures)
-            err = NoRouteError(self._client, failures[0].topic, None)
-            err.args = (f"no route for topics {names} for client {self._client!r}",)
-            raise err
+            raise no_route(self._client, [f.topic for f in failures], None)
 
     def _cluster(self, route: Route | ClusterTarget) -> _ClusterProducer:
         current = self._clusters.get(route.cluster_id)
@@ -302,12 +290,6 @@ class RoutedProducer:
             produce(physical, *args, **kwargs)
 
         return send
-
-    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        # Runs in the reloading thread: only flag (and unpin, so the next produce()
-        # takes the slow path); the caller's thread applies.
-        self._pending = True
-        self.__dict__.pop("produce", None)
 
     def _pin(self) -> None:
         """Bind produce() (an instance attribute over the class method) to the one
@@ -384,7 +366,7 @@ class RoutedProducer:
                 if new is not None:
                     self._install(topic, new)
                 log.info("kbear: topic %r moved from %r to %r", topic, old, new)
-                notify_route_change(self._route_listeners, old, new, log)
+                self._notify_route_change(old, new)
             self._pin()
             self._retire_unused()
 
@@ -626,13 +608,8 @@ class RoutedProducer:
         self._txn_cluster = None
         self._pin()
 
-    def set_sasl_credentials(self, username: str, password: str) -> None:
-        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
-        created later (as ``Producer.set_sasl_credentials``)."""
-        self._native["sasl.username"] = username
-        self._native["sasl.password"] = password
-        for entry in self._all():
-            entry.producer.set_sasl_credentials(username, password)
+    def _native_clients(self) -> list[Any]:
+        return [entry.producer for entry in self._all()]
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks of every cluster's client.
@@ -695,11 +672,7 @@ class RoutedProducer:
         if topic is not None:
             route = self.route(topic)
             md = self._clusters[route.cluster_id].producer.list_topics(route.topic, timeout)
-            if route.remapped and route.topic in md.topics:
-                tmd = md.topics.pop(route.topic)
-                tmd.topic = topic
-                md.topics[topic] = tmd
-            return md
+            return rename_metadata(md, route, topic)
         for cluster_id, cluster in self._router.config.clusters.items():
             if cluster_id not in self._clusters:
                 self._cluster(cluster_target(cluster_id, cluster))

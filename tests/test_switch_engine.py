@@ -76,14 +76,17 @@ CASES: dict[str, list[tuple[float, tuple[Any, ...]]]] = {
         (1.8, ("answer", DONE)),
         (1.8, ("step", ["switch A->B"])),
     ],
-    "a member leaving mid-drain: its partition is behind, then read by us": [
+    "a member leaving mid-drain: its partition is behind, then read and committed by us": [
         (0.0, ("move", "B")),
         (1.1, ("step", ["probe A"])),
         (1.2, ("answer", BEHIND)),
         (1.3, ("step", [])),  # the next probe waits for the probe interval
         (1.7, ("step", ["probe A"])),
-        (1.8, ("answer", {**BEHIND, "positions": {0: 10, 1: 8}})),
-        (1.8, ("step", ["switch A->B"])),
+        (1.8, ("answer", {**BEHIND, "positions": {0: 10, 1: 8}})),  # read, not yet committed
+        (1.9, ("step", [])),
+        (2.3, ("step", ["probe A"])),
+        (2.4, ("answer", {**BEHIND, "positions": {0: 10, 1: 8}, "committed": {0: 10, 1: 8}})),
+        (2.4, ("step", ["switch A->B"])),
     ],
     "messages read while the probe was out: the answer is not trusted": [
         (0.0, ("move", "B")),
@@ -115,11 +118,14 @@ CASES: dict[str, list[tuple[float, tuple[Any, ...]]]] = {
         (1.9, ("answer", DONE)),
         (1.9, ("step", ["switch A->B"])),
     ],
-    "a partition ending in a transaction marker: the position is past it": [
+    "a partition ending in a transaction marker: only the position past it, committed, ends it": [
         (0.0, ("move", "B")),
         (1.1, ("step", ["probe A"])),
         (1.2, ("answer", {"marks": {0: (0, 11)}, "positions": {0: 11}, "committed": {0: 10}})),
-        (1.2, ("step", ["switch A->B"])),
+        (1.3, ("step", [])),
+        (1.7, ("step", ["probe A"])),
+        (1.8, ("answer", {"marks": {0: (0, 11)}, "positions": {0: 11}, "committed": {0: 11}})),
+        (1.8, ("step", ["switch A->B"])),
     ],
     "an empty partition with nothing committed is drained": [
         (0.0, ("move", "B")),

@@ -145,16 +145,6 @@ class RoutedConsumer(PartitionCalls, RoutedClientBase):
 
     # ------------------------------------------------------------------ routing
 
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for."""
-        return self._client
-
     def routes(self) -> dict[str, Route]:
         """Logical topic -> route in use for the current subscription."""
         return dict(self._sub.routes)

@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from kbear._base import no_route
 from kbear.config import RuleKind
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -104,11 +105,7 @@ def route_topics(
         except NoRouteError:
             failures.append(topic)
     if failures and strict:
-        err = NoRouteError(client, failures[0], group)
-        if len(failures) > 1:
-            names = ", ".join(f"'{t}'" for t in failures)
-            err.args = (f"no route for topics {names}, consumer group '{group}', client {client!r}",)
-        raise err
+        raise no_route(client, failures, group)
     return routes
 
 
