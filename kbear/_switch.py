@@ -176,6 +176,8 @@ class SwitchEngine:
             times out (the Spark source, which must not skip offsets).
         timestamp_margin_ms: ``kbear.switch.timestamp.margin.ms``.
         reset_to_end: the reader's ``auto.offset.reset`` starts at the end (latest).
+        first_probe_s: how soon after a move the first probe may be sent (seconds;
+            0 for a driver that probes synchronously, like the Spark source).
     """
 
     def __init__(
@@ -187,6 +189,7 @@ class SwitchEngine:
         timeout_s: float | None = 30.0,
         timestamp_margin_ms: int = 0,
         reset_to_end: bool = True,
+        first_probe_s: float = FIRST_PROBE_S,
     ) -> None:
         self.mode = SwitchMode(mode)
         self.start = SwitchStart(start)
@@ -194,6 +197,7 @@ class SwitchEngine:
         self.timeout_s = timeout_s
         self.margin_ms = timestamp_margin_ms
         self.reset_to_end = reset_to_end
+        self.first_probe_s = first_probe_s
         #: whether :meth:`message` needs timestamps (``kbear.switch.start=timestamp``)
         self.tracks_timestamps = self.start is SwitchStart.TIMESTAMP
         self._drains: dict[str, _Drain] = {}
@@ -215,6 +219,11 @@ class SwitchEngine:
     def drains(self) -> dict[str, tuple[Route, Route | None]]:
         """Logical topic -> (old route, next route) of every drain in progress."""
         return {topic: (d.old, d.new) for topic, d in self._drains.items()}
+
+    def chain(self, topic: str) -> list[Route | None]:
+        """The routes ``topic`` goes to after its drain in progress, in order (empty: no drain)."""
+        drain = self._drains.get(topic)
+        return [] if drain is None else [drain.new, *drain.then]
 
     def forget(self, topics: Iterable[str] | None = None) -> None:
         """Drop the drains of ``topics`` (None: of all): the subscription changed."""
@@ -256,7 +265,7 @@ class SwitchEngine:
         if self.mode is SwitchMode.IMMEDIATE:
             return [self._switch(topic, old, new)]
         log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
-        self._drains[topic] = _Drain(old, new, now, now, next_probe=now + FIRST_PROBE_S)
+        self._drains[topic] = _Drain(old, new, now, now, next_probe=now + self.first_probe_s)
         return []
 
     def message(self, topic: str, cluster_id: str, partition: int, timestamp_ms: int, now: float) -> None:
@@ -321,7 +330,7 @@ class SwitchEngine:
                         now,
                         now,
                         then=drain.then[1:],
-                        next_probe=now + FIRST_PROBE_S,
+                        next_probe=now + self.first_probe_s,
                     )
                 continue
             if drain.probe_seq is not None or now < drain.next_probe:

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from kbear._secrets import redact
+from kbear._switch import Progress, Switch, SwitchEngine, SwitchMode
 from kbear.config import ConfigError
 from kbear.router import Client, NoRouteError, Route, Router
 from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
@@ -63,8 +64,15 @@ _KBEAR_KEYS = frozenset(
 # offsets: {"v": 1,
 #           "positions": {cluster: {physical topic: {partition: next offset}}},
 #           "routes": {logical topic: {"cluster": c, "topic": physical}},
-#           "draining": {logical topic: {"cluster": c, "topic": physical, "until": {partition: offset}}}}
+#           "draining": {logical topic: {"cluster": c, "topic": physical, "then": [{"cluster", "topic"}...]}}}
+# (a drain is read until this source's positions reach the old cluster's high watermarks;
+# "then": routes the topic took meanwhile, each drained in turn before the current route)
 Offsets = dict[str, Any]
+
+
+def _target(logical: str, where: Mapping[str, Any]) -> Route:
+    """The route recorded in offsets as ``{"cluster", "topic"}`` for ``logical``."""
+    return Route(str(where["cluster"]), str(where["topic"]), logical, "", "", {})
 
 
 def _bool(value: str | None, default: bool) -> bool:
@@ -376,11 +384,16 @@ class KBearStreamReader(DataSourceStreamReader):
         """The end of the next micro-batch, from ``start`` (the previous end).
 
         Looks the routes up again (reloading the configuration directory); a
-        changed route starts a drain of the old cluster up to its current end
-        offsets; the new route is read once the drain is complete. Partitions
-        seen for the first time get a start position and are read from the
-        next micro-batch on. ``limit`` (``ReadMaxRows``) caps the offsets
-        advanced over all partitions.
+        changed route starts a drain of the old cluster, decided by the switch
+        engine (:mod:`kbear._switch`, the same as RoutedConsumer's): the old
+        cluster is read until a batch finds nothing more there (this source's
+        positions at the old cluster's high watermarks), then the new route is
+        read. Positions on the new route are fixed when the move is first seen
+        (``kbear.switch.start``), so what is produced there during the drain is
+        read too. A drain never times out here: skipping offsets would lose
+        them. Partitions seen for the first time get a start position and are
+        read from the next micro-batch on. ``limit`` (``ReadMaxRows``) caps the
+        offsets advanced over all partitions.
 
         Spark < 4.2 calls it without arguments: the previous end is then the
         one this reader last returned.
@@ -389,22 +402,43 @@ class KBearStreamReader(DataSourceStreamReader):
             start = self._last if self._last is not None else self.initialOffset()
         new: Offsets = copy.deepcopy(start)
         positions: dict[str, dict[str, dict[str, int]]] = new["positions"]
-        previous = {t: Route(r["cluster"], r["topic"], t, "", "", {}) for t, r in new["routes"].items()}
+        previous = {t: _target(t, r) for t, r in new["routes"].items()}
         routes = self._routes(previous)
+        engine = self._engine(new, previous)
+        now = time.monotonic()
         for logical, route in routes.items():
-            self._apply_route(new, logical, route)
+            current = previous.get(logical)
+            if current is not None and (current.cluster_id, current.topic) != (route.cluster_id, route.topic):
+                log.info(
+                    "kbear source: %s moves %s/%s -> %s/%s",
+                    logical,
+                    current.cluster_id,
+                    current.topic,
+                    route.cluster_id,
+                    route.topic,
+                )
+                engine.route_changed(logical, current, route, now)
+            new["routes"][logical] = {"cluster": route.cluster_id, "topic": route.topic}
+            on_cluster = positions.setdefault(route.cluster_id, {})
+            if route.topic not in on_cluster:
+                on_cluster[route.topic] = self._start_positions(
+                    route.cluster_id, route.topic, self._s.switch_start
+                )
+        marks = self._drive(engine, positions, now)
+        new["draining"] = {}
+        for logical, (old, _) in engine.drains().items():
+            then = [r for r in engine.chain(logical)[:-1] if r is not None]
+            new["draining"][logical] = {
+                "cluster": old.cluster_id,
+                "topic": old.topic,
+                "then": [{"cluster": r.cluster_id, "topic": r.topic} for r in then],
+            }
         wanted: dict[tuple[str, str, str], int] = {}
         for logical in routes:
             drain = new["draining"].get(logical)
             if drain is not None:
-                pos = positions.get(drain["cluster"], {}).get(drain["topic"], {})
-                if all(pos.get(p, 0) >= until for p, until in drain["until"].items()):
-                    log.info("kbear source: %s drained on %s", logical, drain["cluster"])
-                    del new["draining"][logical]
-                    drain = None
-            if drain is not None:
-                for p, until in drain["until"].items():
-                    wanted[(drain["cluster"], drain["topic"], p)] = until
+                for p, (_low, high) in marks.get(logical, {}).items():
+                    wanted[(drain["cluster"], drain["topic"], str(p))] = high
                 continue
             r = new["routes"][logical]
             known = positions.setdefault(r["cluster"], {}).setdefault(r["topic"], {})
@@ -419,32 +453,45 @@ class KBearStreamReader(DataSourceStreamReader):
         self._last = new
         return new
 
-    def _apply_route(self, new: Offsets, logical: str, route: Route) -> None:
-        target = {"cluster": route.cluster_id, "topic": route.topic}
-        current = new["routes"].get(logical)
-        if current == target:
-            return
-        draining = new["draining"].get(logical)
-        if current is not None and draining is None:
-            until = {
-                str(p): high for p, (_low, high) in self._marks(current["cluster"], current["topic"]).items()
-            }
-            new["draining"][logical] = {**current, "until": until}
-            log.info(
-                "kbear source: %s moves %s/%s -> %s/%s; draining the old cluster to %s",
-                logical,
-                current["cluster"],
-                current["topic"],
-                route.cluster_id,
-                route.topic,
-                until,
-            )
-        elif draining is not None and {"cluster": draining["cluster"], "topic": draining["topic"]} == target:
-            del new["draining"][logical]  # moved back before the drain ended: keep reading there
-        new["routes"][logical] = target
-        known = new["positions"].setdefault(route.cluster_id, {})
-        if route.topic not in known:
-            known[route.topic] = self._start_positions(route.cluster_id, route.topic, self._s.switch_start)
+    def _engine(self, offsets: Offsets, routes: Mapping[str, Route]) -> SwitchEngine:
+        """A switch engine holding the drains recorded in ``offsets`` (the checkpoint
+        is the truth: a restarted query goes on with the same drains)."""
+        engine = SwitchEngine(
+            SwitchMode.DRAIN, idle_s=0.0, timeout_s=None, reset_to_end=False, first_probe_s=0.0
+        )
+        drains: Mapping[str, Mapping[str, Any]] = offsets["draining"]
+        for logical, d in drains.items():
+            chain = [_target(logical, r) for r in d.get("then", [])]
+            if logical in routes:
+                chain.append(routes[logical])
+            old = _target(logical, d)
+            for nxt in chain:
+                engine.route_changed(logical, old, nxt, 0.0)
+        return engine
+
+    def _drive(
+        self, engine: SwitchEngine, positions: Mapping[str, Mapping[str, Mapping[str, int]]], now: float
+    ) -> dict[str, dict[int, tuple[int, int]]]:
+        """Probe every drain synchronously (this source's positions on the old cluster
+        are its "committed" offsets) and carry out the switches the engine decides.
+        Returns logical topic -> the old cluster's watermarks, for drains still running."""
+        marks: dict[str, dict[int, tuple[int, int]]] = {}
+        for _ in range(16):  # a chain of moves is drained one route per round; bounded
+            actions = engine.step(now)
+            if not actions:
+                break
+            for action in actions:
+                if isinstance(action, Switch):
+                    log.info("kbear source: %s drained on %s", action.topic, action.old.cluster_id)
+                    marks.pop(action.topic, None)
+                    continue
+                old = action.route
+                found = self._marks(old.cluster_id, old.topic)
+                read = positions.get(old.cluster_id, {}).get(old.topic, {})
+                marks[action.topic] = found
+                committed = {p: int(read.get(str(p), low)) for p, (low, _high) in found.items()}
+                engine.progress(action.topic, Progress(action.seq, marks=found, committed=committed), now)
+        return marks
 
     @staticmethod
     def _advance(
