@@ -2,7 +2,11 @@
 
 The package's parts (each module's docstring says what it is responsible for):
 
-- ``_facade``: :class:`RoutedConsumer`, the confluent-kafka API and the poll loop;
+- ``_facade``: :class:`RoutedConsumer`, its state, the per-cluster client
+  lifecycle and the cluster-wide calls;
+- ``_polling``: ``poll`` and ``consume`` over the clusters in turn;
+- ``_subscribing``: subscribe / unsubscribe, patterns, applying a reload and
+  the switches;
 - ``_partitions``: the calls addressed to partitions (commit, seek, assign...),
   each sent to the cluster of its topic;
 - ``_cluster``: the per-cluster confluent-kafka clients and the logical/physical

@@ -1,42 +1,40 @@
-"""RoutedConsumer: the confluent-kafka Consumer API and the poll loop over the routed clusters."""
+"""RoutedConsumer: the facade, its state and its per-cluster client lifecycle.
+
+The confluent-kafka API is spread over base classes along its seams:
+``_polling.PollLoop`` (poll, consume), ``_subscribing.SubscriptionCalls``
+(subscribe, unsubscribe, route changes) and ``_partitions.PartitionCalls``
+(commit, seek, assign...); this module holds construction, the client
+registry's lifecycle (build, hand over, close), the fast-path binding and the
+cluster-wide calls.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException
 
 from kbear._base import RoutedClientBase, rename_metadata
-from kbear._clients import Deadline, cluster_target, open_router, split_config
-from kbear._switch import StartPlan, SwitchEngine, same_route
+from kbear._clients import open_router, split_config
+from kbear._switch import SwitchEngine
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
+from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer, commit_sync
-from kbear.consumer._subscription import (
-    PATTERN_METADATA_TIMEOUT_S,
-    RebalanceCallback,
-    Subscription,
-    SubscriptionKind,
-    match_patterns,
-    parse_topics,
-    pattern_clusters,
-    route_topics,
-)
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.consumer._subscribing import SubscriptionCalls
+from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.router import Client, Route, Router
 
 log = logging.getLogger("kbear.consumer")
 
-# How long one blocking poll of one cluster's client may take while several are
-# polled in turn (seconds): the worst added latency of a multi-cluster poll.
-_POLL_SLICE_S = 0.01
 
-
-class RoutedConsumer(PartitionCalls, RoutedClientBase):
+class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
     """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -138,6 +136,7 @@ class RoutedConsumer(PartitionCalls, RoutedClientBase):
             clock=time.monotonic,
         )
         self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
+        self._pattern_job: Future[dict[str, set[str] | None]] | None = None
         self._lock = threading.RLock()
         self._rr = 0
         self._closed = False
@@ -240,367 +239,12 @@ class RoutedConsumer(PartitionCalls, RoutedClientBase):
                 msgs: list[Any] = consumes[i](num_messages, 0)
                 if msgs:
                     return msgs
-            return slow_consume(self, num_messages, timeout)
+            got: list[Any] = slow_consume(self, num_messages, timeout)
+            return got
 
         poll.__doc__ = RoutedConsumer.poll.__doc__
         consume.__doc__ = RoutedConsumer.consume.__doc__
         return poll, consume
-
-    # ------------------------------------------------------------------ subscription
-
-    def subscribe(
-        self,
-        topics: Sequence[str],
-        on_assign: RebalanceCallback | None = None,
-        on_revoke: RebalanceCallback | None = None,
-        on_lost: RebalanceCallback | None = None,
-    ) -> None:
-        """Subscribe to ``topics``, each on the cluster of its consumer route.
-
-        Args:
-            topics: topic names (logical), or regular expressions starting with
-                ``^`` (as librdkafka), matched against the topics of every cluster
-                of the configuration and the topic ids of topics.yaml and the
-                rules; each match is routed (unroutable matches and matches whose
-                routed topic does not exist are left out). Matches are refreshed
-                every ``topic.metadata.refresh.interval.ms`` (default 300000 ms)
-                and after each reload.
-            on_assign, on_revoke, on_lost: ``callback(consumer, partitions)``, as
-                confluent-kafka; ``consumer`` is this RoutedConsumer and the
-                partitions carry logical topic names.
-
-        Raises:
-            NoRouteError: some topics have no route (all of them are named).
-            KafkaException: an invalid regular expression (``_INVALID_ARG``), or
-                confluent-kafka refused the subscription.
-        """
-        with self._lock:
-            self._check_open()
-            names, patterns = parse_topics(topics)
-            self._rebalancer.callbacks = {
-                name: cb
-                for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
-                if cb is not None
-            }
-            self._pending = False
-            self._driver.forget()
-            self._rebalancer.start_at.clear()
-            self._sub = Subscription(
-                SubscriptionKind.PATTERN if patterns else SubscriptionKind.TOPICS, names, patterns
-            )
-            self._set_subscription(names + self._match_patterns(), strict=True)
-
-    def _set_subscription(self, topics: list[str], *, strict: bool) -> None:
-        routes = route_topics(self._router, topics, self._group, self._client, strict=strict)
-        self._sub.routes = routes
-        for entry in self._registry:
-            entry.forget_topics()
-        for topic, route in routes.items():
-            self._client_for(route).attach(topic, route)
-        self._resubscribe(self._registry)
-
-    def _match_patterns(self) -> list[str]:
-        """Topics matching the regular-expression subscriptions (see subscribe()).
-
-        A cluster that does not answer its metadata request (within
-        ``PATTERN_METADATA_TIMEOUT_S``) is logged and counted with the topics it
-        listed last time (none before its first answer): one cluster down does not
-        stop the others' topics from being read."""
-        if not self._sub.patterns:
-            return []
-        self._sub.next_refresh = time.monotonic() + self._refresh_s
-        config = self._router.config
-        listings: dict[str, set[str]] = {}
-        for cluster_id in pattern_clusters(self._router):
-            entry = self._client_for(cluster_target(cluster_id, config.clusters[cluster_id]))
-            try:
-                md = entry.consumer.list_topics(None, PATTERN_METADATA_TIMEOUT_S)
-            except KafkaException as exc:
-                log.warning(
-                    "kbear: cluster %r did not list its topics for the pattern subscription (%s); "
-                    "using what it listed last",
-                    cluster_id,
-                    exc,
-                )
-                listings[cluster_id] = self._pattern_topics.get(cluster_id, set())
-            else:
-                listings[cluster_id] = {t for t in md.topics if not t.startswith("__")}
-                self._pattern_topics[cluster_id] = listings[cluster_id]
-        return match_patterns(self._sub, self._router, self._group, self._client, listings)
-
-    def _refresh_patterns(self) -> None:
-        topics = self._sub.names + self._match_patterns()
-        if set(topics) != set(self._sub.routes):
-            log.info("kbear: pattern subscription now matches %s", topics)
-            self._driver.forget()
-            self._set_subscription(topics, strict=False)
-
-    def _resubscribe(self, entries: Iterable[ClusterClient]) -> None:
-        for entry in list(entries):
-            if entry.topics:
-                entry.consumer.subscribe(list(entry.topics), **self._rebalancer.callbacks_for(entry))
-                self._registry.activate(entry)
-            elif entry in self._registry.active:
-                entry.consumer.unsubscribe()
-                self._registry.leave(entry)
-        self._refresh_pin()
-
-    def unsubscribe(self) -> None:
-        """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
-        with self._lock:
-            self._check_open()
-            for entry in list(self._registry.active):
-                entry.consumer.unsubscribe()
-                entry.forget_topics()
-                self._registry.leave(entry)
-            self._sub = Subscription()
-            self._driver.forget()
-            self._refresh_pin()
-
-    # ------------------------------------------------------------------ route changes
-
-    def _apply_changes(self) -> None:
-        self._pending = False
-        # A cluster whose client properties changed (a rotated credential, a tuned
-        # setting): its client is rebuilt once, keeping its topics or its manual
-        # assignment (see _hand_over); the same log needs no drain.
-        clusters = self._router.config.clusters
-        for entry in self._registry:
-            cluster = clusters.get(entry.cluster_id)
-            if cluster is not None and dict(cluster.meta) != entry.properties:
-                self._client_for(cluster_target(entry.cluster_id, cluster))
-        for topic, old in list(self._sub.routes.items()):
-            try:
-                new: Route | None = self._router.route_consumer(topic, self._group, self._client)
-            except NoRouteError as exc:
-                log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
-                new = None
-            draining = self._driver.engine.drain_of(topic) is not None
-            if not draining and same_route(old, new):
-                continue
-            if (
-                not draining
-                and new is not None
-                and (new.cluster_id, new.topic) == (old.cluster_id, old.topic)
-            ):
-                # Same topic on the same cluster, other client properties: its
-                # client was rebuilt above, nothing to drain.
-                self._sub.routes[topic] = new
-                self._notify_route_change(old, new)
-                continue
-            self._driver.route_changed(topic, old, new)
-        if self._sub.kind is SubscriptionKind.PATTERN:
-            self._sub.next_refresh = 0.0
-        self._refresh_pin()
-
-    def _switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
-        """Carry out a switch of the engine: ``topic`` leaves ``old``'s cluster (after a
-        ``clean`` drain its end offsets are committed: the revocation commits nothing
-        more) and is read on ``new``'s cluster from ``start``."""
-        old_entry = self._registry.get(old.cluster_id)
-        if old_entry is not None:
-            old_entry.detach(topic, old)
-            if clean:
-                self._rebalancer.committed_to_end.add((old.cluster_id, old.topic))
-            elif not self._rebalancer.commit_on_revoke:
-                try:  # the application commits; what it stored is committed as the topic leaves
-                    old_entry.consumer.commit(asynchronous=True)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError._NO_OFFSET:
-                        log.warning(
-                            "kbear: commit on cluster %r at route switch failed: %s", old.cluster_id, exc
-                        )
-            self._resubscribe([old_entry])
-        if new is None:
-            self._sub.routes.pop(topic, None)
-        else:
-            self._sub.routes[topic] = new
-            self._rebalancer.start_at[(new.cluster_id, new.topic)] = start
-            entry = self._client_for(new)
-            entry.attach(topic, new)
-            self._resubscribe([entry])
-        self._refresh_pin()
-        log.info("kbear: topic %r switched from %r to %r", topic, old, new)
-        self._notify_route_change(old, new)
-
-    # ------------------------------------------------------------------ messages
-
-    def _before_call(self) -> None:
-        with self._lock:
-            self._check_open()
-            if self._pending:
-                self._apply_changes()
-            if self._driver.busy:
-                self._driver.tick()
-                self._refresh_pin()
-            elif self._sub.kind is SubscriptionKind.PATTERN and time.monotonic() >= self._sub.next_refresh:
-                self._refresh_patterns()
-
-    def _out(self, entry: ClusterClient, msg: Any) -> Any:
-        if entry.renames:
-            physical = msg.topic()
-            name = entry.logical_name(physical)
-            if name != physical:
-                msg.set_topic(name)
-        driver = self._driver
-        if driver.busy or driver.engine.tracks_timestamps:
-            driver.message(entry, msg, self._sub.routes.get(msg.topic()))
-        return msg
-
-    def _needs_care(self) -> bool:
-        return self._pending or self._driver.busy or self._sub.kind is SubscriptionKind.PATTERN
-
-    def poll(self, timeout: float | None = None) -> Message | None:
-        """Consume one message, serving callbacks, from the clusters in turn.
-
-        Args:
-            timeout: maximum time to block in seconds (None or -1: infinite);
-                a topic move in progress does not lengthen it.
-
-        Returns:
-            A ``Message`` (check ``msg.error()`` as with confluent-kafka) or None on timeout.
-
-        Raises:
-            RuntimeError: the consumer is closed.
-            KafkaException: errors of confluent-kafka.
-        """
-        if self._needs_care():
-            self._before_call()
-        if self._registry.leaving:
-            leftover = self._serve_leaving()
-            if leftover is not None:
-                return leftover
-        active = self._registry.active
-        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
-            entry = active[0]
-            msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and (entry.renames or self._driver.engine.tracks_timestamps):
-                self._out(entry, msg)
-            return msg
-        if not active:
-            self._check_open()
-            return self._idle(timeout)
-        n = len(active)
-        start = self._rr = (self._rr + 1) % n
-        # First pass without waiting: the common case under load.
-        for i in range(n):
-            entry = active[(start + i) % n]
-            msg = entry.consumer.poll(0)
-            if msg is not None:
-                return self._out(entry, msg)  # type: ignore[no-any-return]
-        if timeout == 0:
-            return None
-        deadline = Deadline(timeout)
-        while True:
-            left = deadline.remaining()
-            if left is not None and left <= 0:
-                return None
-            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            for i in range(n):
-                entry = active[(start + i) % n]
-                msg = entry.consumer.poll(step)
-                if msg is not None:
-                    return self._out(entry, msg)  # type: ignore[no-any-return]
-            if self._needs_care() or self._registry.leaving:
-                self._before_call()
-                if self._registry.leaving:
-                    leftover = self._serve_leaving()
-                    if leftover is not None:
-                        return leftover
-                active = self._registry.active
-                n = len(active)
-                if not n:
-                    return None
-
-    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
-        """Consume up to ``num_messages`` messages, from the clusters in turn.
-
-        Args:
-            num_messages: maximum number of messages to return (1 to 1000000).
-            timeout: maximum time to block in seconds (None or -1: infinite);
-                a topic move in progress does not lengthen it.
-
-        Returns:
-            A list of ``Message`` (possibly empty on timeout).
-
-        Raises:
-            ValueError: ``num_messages`` out of range (as confluent-kafka).
-            RuntimeError: the consumer is closed.
-        """
-        if self._needs_care():
-            self._before_call()
-        if self._registry.leaving and 1 <= num_messages <= 1_000_000:
-            leftover = self._serve_leaving()
-            if leftover is not None:
-                return [leftover]
-        active = self._registry.active
-        tmo = -1 if timeout is None else timeout
-        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
-            entry = active[0]
-            msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.renames or self._driver.engine.tracks_timestamps:
-                return [self._out(entry, m) for m in msgs]
-            return msgs
-        if not 1 <= num_messages <= 1_000_000:
-            raise ValueError("num_messages must be between 1 and 1000000 (1M)")
-        if not active:
-            self._check_open()
-            leftover = self._idle(timeout)
-            return [] if leftover is None else [leftover]
-        n = len(active)
-        start = self._rr = (self._rr + 1) % n
-        deadline = Deadline(tmo)
-        step = 0.0
-        out: list[Message] = []
-        while True:
-            for i in range(n):
-                entry = active[(start + i) % n]
-                got = entry.consumer.consume(num_messages - len(out), step)
-                out.extend(self._out(entry, m) for m in got)
-                if len(out) >= num_messages:
-                    return out
-            left = deadline.remaining()
-            if out or (left is not None and left <= 0):
-                return out
-            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            if self._needs_care() or self._registry.leaving:
-                self._before_call()
-                if self._registry.leaving:
-                    leftover = self._serve_leaving()
-                    if leftover is not None:
-                        return [leftover]
-                active = self._registry.active
-                n = len(active)
-                if not n:
-                    return out
-
-    def _serve_leaving(self) -> Message | None:
-        """Poll (timeout 0) the clients of clusters just unsubscribed, so their
-        revocation is served; forget those whose assignment is empty. Returns a
-        message still queued on one of them, if any (confluent-kafka would return it too)."""
-        for entry in list(self._registry.leaving):
-            msg = entry.consumer.poll(0)
-            if msg is not None:
-                return self._out(entry, msg)  # type: ignore[no-any-return]
-            if not entry.consumer.assignment():
-                self._registry.deactivate(entry)
-                self._refresh_pin()
-        return None
-
-    def _idle(self, timeout: float | None) -> Message | None:
-        """Nothing subscribed: wait as confluent-kafka would, but at most 1 s (an infinite
-        timeout included, so a ``while True: poll()`` loop does not spin), serving the
-        clusters still leaving meanwhile."""
-        deadline = Deadline(1.0 if timeout is None or timeout < 0 else min(timeout, 1.0))
-        while self._registry.leaving and not deadline.expired():
-            msg = self._serve_leaving()
-            if msg is not None:
-                return msg
-            time.sleep(min(_POLL_SLICE_S, deadline.remaining() or 0.0))
-        left = deadline.remaining()
-        if left:
-            time.sleep(left)
-        return None
 
     # ------------------------------------------------------------------ cluster-wide calls
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -22,6 +22,8 @@ from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.router import Route
 
 log = logging.getLogger("kbear.consumer")
+
+T = TypeVar("T")
 
 #: Timeout of each broker call of a probe (seconds); a probe runs in the background.
 PROBE_CALL_TIMEOUT_S = 5.0
@@ -98,7 +100,8 @@ class SwitchDriver:
         self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
         self._probes: dict[str, Future[Progress]] = {}  # topic -> the answer awaited
-        self._running: list[tuple[Future[Progress], str]] = []  # every probe sent, with its cluster id
+        # every background call sent, with the cluster whose client it uses (None: several)
+        self._running: list[tuple[Future[Any], str | None]] = []
         #: logical topics switched and not yet read on their new cluster
         self.stale_commits: set[str] = set()
         self._wake = 0.0
@@ -159,11 +162,19 @@ class SwitchDriver:
         if entry is None:
             self.engine.progress(action.topic, Progress(action.seq), self._clock())
             return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbear-drain")
-        future = self._executor.submit(measure, entry, action.route.topic, action.seq, self._commit_positions)
+        future = self.submit(
+            entry.cluster_id, measure, entry, action.route.topic, action.seq, self._commit_positions
+        )
         self._probes[action.topic] = future
-        self._running.append((future, entry.cluster_id))
+
+    def submit(self, cluster_id: str | None, call: Callable[..., T], *args: Any) -> Future[T]:
+        """Run ``call(*args)`` in the background thread; it uses the client of
+        ``cluster_id`` (None: of several clusters), which :meth:`quiesce` waits for."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbear-consumer")
+        future = self._executor.submit(call, *args)
+        self._running.append((future, cluster_id))
+        return future
 
     def _switch(self, action: Switch) -> None:
         self._wait_probe(action.topic)
@@ -184,7 +195,7 @@ class SwitchDriver:
         end, before their client is closed (each broker call of a probe is bounded
         by ``PROBE_CALL_TIMEOUT_S``)."""
         for future, cid in self._running:
-            if cluster_id is None or cid == cluster_id:
+            if cluster_id is None or cid is None or cid == cluster_id:
                 future.cancel()
                 if not future.cancelled():
                     future.exception()  # waits; its answer (or failure) is of no more use

@@ -11,7 +11,7 @@ Inside a rebalance callback every partition is the rebalanced cluster's.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -43,19 +43,17 @@ class PartitionCalls:
     _driver: SwitchDriver
     _sub: Subscription
 
-    def _check_open(self) -> None:
-        raise NotImplementedError
-
-    def _route(self, topic: str) -> Route:
-        raise NotImplementedError
-
-    def _client_for(self, route: Route) -> ClusterClient:
-        raise NotImplementedError
-
-    def _refresh_pin(self) -> None:
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ splitting
+
+    if TYPE_CHECKING:
+
+        def _check_open(self) -> None: ...
+
+        def _route(self, topic: str) -> Route: ...
+
+        def _client_for(self, route: Route) -> ClusterClient: ...
+
+        def _refresh_pin(self) -> None: ...
 
     def _split(self, partitions: Iterable[TopicPartition]) -> Split:
         """Group partitions (logical names) by cluster, as physical TopicPartitions,

@@ -1,0 +1,227 @@
+"""The poll loop of a RoutedConsumer over its clusters' clients.
+
+Responsible for: ``poll`` and ``consume`` over several clusters in turn (each
+blocking wait cut in slices of ``_POLL_SLICE_S``, so no call outlives its
+timeout by more than a slice), the work due between slices (a pending reload,
+the switch engine's decisions, a pattern refresh: none of them waits on a
+broker), the logical names of messages read, and the clients still leaving.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Message
+
+from kbear._clients import Deadline
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._subscription import Subscription, SubscriptionKind
+
+# How long one blocking poll of one cluster's client may take while several are
+# polled in turn (seconds): the worst added latency of a multi-cluster poll.
+_POLL_SLICE_S = 0.01
+
+
+class PollLoop:
+    """The message half of :class:`~kbear.RoutedConsumer` (a base class)."""
+
+    _registry: ClusterRegistry
+    _driver: SwitchDriver
+    _sub: Subscription
+    _pending: bool
+    _rr: int
+    _pattern_job: Any
+    _lock: Any
+
+    # ------------------------------------------------------------------ messages
+
+    if TYPE_CHECKING:
+
+        def _check_open(self) -> None: ...
+
+        def _apply_changes(self) -> None: ...
+
+        def _refresh_patterns(self) -> None: ...
+
+        def _refresh_pin(self) -> None: ...
+
+    def _before_call(self) -> None:
+        with self._lock:
+            self._check_open()
+            if self._pending:
+                self._apply_changes()
+            if self._driver.busy:
+                self._driver.tick()
+                self._refresh_pin()
+            elif self._sub.kind is SubscriptionKind.PATTERN and (
+                self._pattern_job is not None or time.monotonic() >= self._sub.next_refresh
+            ):
+                self._refresh_patterns()
+
+    def _out(self, entry: ClusterClient, msg: Any) -> Any:
+        if entry.renames:
+            physical = msg.topic()
+            name = entry.logical_name(physical)
+            if name != physical:
+                msg.set_topic(name)
+        driver = self._driver
+        if driver.busy or driver.engine.tracks_timestamps:
+            driver.message(entry, msg, self._sub.routes.get(msg.topic()))
+        return msg
+
+    def _needs_care(self) -> bool:
+        return self._pending or self._driver.busy or self._sub.kind is SubscriptionKind.PATTERN
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """Consume one message, serving callbacks, from the clusters in turn.
+
+        Args:
+            timeout: maximum time to block in seconds (None or -1: infinite);
+                a topic move in progress does not lengthen it.
+
+        Returns:
+            A ``Message`` (check ``msg.error()`` as with confluent-kafka) or None on timeout.
+
+        Raises:
+            RuntimeError: the consumer is closed.
+            KafkaException: errors of confluent-kafka.
+        """
+        if self._needs_care():
+            self._before_call()
+        if self._registry.leaving:
+            leftover = self._serve_leaving()
+            if leftover is not None:
+                return leftover
+        active = self._registry.active
+        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
+            entry = active[0]
+            msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
+            if msg is not None and (entry.renames or self._driver.engine.tracks_timestamps):
+                self._out(entry, msg)
+            return msg
+        if not active:
+            self._check_open()
+            return self._idle(timeout)
+        n = len(active)
+        start = self._rr = (self._rr + 1) % n
+        # First pass without waiting: the common case under load.
+        for i in range(n):
+            entry = active[(start + i) % n]
+            msg = entry.consumer.poll(0)
+            if msg is not None:
+                return self._out(entry, msg)  # type: ignore[no-any-return]
+        if timeout == 0:
+            return None
+        deadline = Deadline(timeout)
+        while True:
+            left = deadline.remaining()
+            if left is not None and left <= 0:
+                return None
+            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
+            for i in range(n):
+                entry = active[(start + i) % n]
+                msg = entry.consumer.poll(step)
+                if msg is not None:
+                    return self._out(entry, msg)  # type: ignore[no-any-return]
+            if self._needs_care() or self._registry.leaving:
+                self._before_call()
+                if self._registry.leaving:
+                    leftover = self._serve_leaving()
+                    if leftover is not None:
+                        return leftover
+                active = self._registry.active
+                n = len(active)
+                if not n:
+                    return None
+
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
+        """Consume up to ``num_messages`` messages, from the clusters in turn.
+
+        Args:
+            num_messages: maximum number of messages to return (1 to 1000000).
+            timeout: maximum time to block in seconds (None or -1: infinite);
+                a topic move in progress does not lengthen it.
+
+        Returns:
+            A list of ``Message`` (possibly empty on timeout).
+
+        Raises:
+            ValueError: ``num_messages`` out of range (as confluent-kafka).
+            RuntimeError: the consumer is closed.
+        """
+        if self._needs_care():
+            self._before_call()
+        if self._registry.leaving and 1 <= num_messages <= 1_000_000:
+            leftover = self._serve_leaving()
+            if leftover is not None:
+                return [leftover]
+        active = self._registry.active
+        tmo = -1 if timeout is None else timeout
+        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
+            entry = active[0]
+            msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
+            if entry.renames or self._driver.engine.tracks_timestamps:
+                return [self._out(entry, m) for m in msgs]
+            return msgs
+        if not 1 <= num_messages <= 1_000_000:
+            raise ValueError("num_messages must be between 1 and 1000000 (1M)")
+        if not active:
+            self._check_open()
+            leftover = self._idle(timeout)
+            return [] if leftover is None else [leftover]
+        n = len(active)
+        start = self._rr = (self._rr + 1) % n
+        deadline = Deadline(tmo)
+        step = 0.0
+        out: list[Message] = []
+        while True:
+            for i in range(n):
+                entry = active[(start + i) % n]
+                got = entry.consumer.consume(num_messages - len(out), step)
+                out.extend(self._out(entry, m) for m in got)
+                if len(out) >= num_messages:
+                    return out
+            left = deadline.remaining()
+            if out or (left is not None and left <= 0):
+                return out
+            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
+            if self._needs_care() or self._registry.leaving:
+                self._before_call()
+                if self._registry.leaving:
+                    leftover = self._serve_leaving()
+                    if leftover is not None:
+                        return [leftover]
+                active = self._registry.active
+                n = len(active)
+                if not n:
+                    return out
+
+    def _serve_leaving(self) -> Message | None:
+        """Poll (timeout 0) the clients of clusters just unsubscribed, so their
+        revocation is served; forget those whose assignment is empty. Returns a
+        message still queued on one of them, if any (confluent-kafka would return it too)."""
+        for entry in list(self._registry.leaving):
+            msg = entry.consumer.poll(0)
+            if msg is not None:
+                return self._out(entry, msg)  # type: ignore[no-any-return]
+            if not entry.consumer.assignment():
+                self._registry.deactivate(entry)
+                self._refresh_pin()
+        return None
+
+    def _idle(self, timeout: float | None) -> Message | None:
+        """Nothing subscribed: wait as confluent-kafka would, but at most 1 s (an infinite
+        timeout included, so a ``while True: poll()`` loop does not spin), serving the
+        clusters still leaving meanwhile."""
+        deadline = Deadline(1.0 if timeout is None or timeout < 0 else min(timeout, 1.0))
+        while self._registry.leaving and not deadline.expired():
+            msg = self._serve_leaving()
+            if msg is not None:
+                return msg
+            time.sleep(min(_POLL_SLICE_S, deadline.remaining() or 0.0))
+        left = deadline.remaining()
+        if left:
+            time.sleep(left)
+        return None

@@ -1,0 +1,277 @@
+"""Subscribing a RoutedConsumer and following route changes.
+
+Responsible for: the subscription (topic names and ``^regex`` patterns, whose
+matches are refreshed in the background), the subscription of each cluster's
+client to its share of the topics, applying a reload (a cluster's client
+rebuilt when its properties changed; a moved topic handed to the switch
+engine), and carrying out the engine's switches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from kbear._base import RoutedClientBase
+from kbear._clients import cluster_target
+from kbear._switch import StartPlan, same_route
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._rebalance import Rebalancer
+from kbear.consumer._subscription import (
+    PATTERN_METADATA_TIMEOUT_S,
+    RebalanceCallback,
+    Subscription,
+    SubscriptionKind,
+    match_patterns,
+    parse_topics,
+    pattern_clusters,
+    route_topics,
+)
+from kbear.router import Client, NoRouteError, Route, Router
+
+log = logging.getLogger("kbear.consumer")
+
+
+class SubscriptionCalls(RoutedClientBase):
+    """The subscription half of :class:`~kbear.RoutedConsumer` (a base class)."""
+
+    _registry: ClusterRegistry
+    _rebalancer: Rebalancer
+    _driver: SwitchDriver
+    _sub: Subscription
+    _router: Router
+    _client: Client
+    _group: str
+    _refresh_s: float
+    _pattern_topics: dict[str, set[str]]
+    _pattern_job: Future[dict[str, set[str] | None]] | None
+    _lock: Any
+
+    # ------------------------------------------------------------------ subscription
+
+    if TYPE_CHECKING:
+
+        def _check_open(self) -> None: ...
+
+        def _client_for(self, target: Target) -> ClusterClient: ...
+
+        def _refresh_pin(self) -> None: ...
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Subscribe to ``topics``, each on the cluster of its consumer route.
+
+        Args:
+            topics: topic names (logical), or regular expressions starting with
+                ``^`` (as librdkafka), matched against the topics of every cluster
+                of the configuration and the topic ids of topics.yaml and the
+                rules; each match is routed (unroutable matches and matches whose
+                routed topic does not exist are left out). Matches are refreshed
+                every ``topic.metadata.refresh.interval.ms`` (default 300000 ms)
+                and after each reload.
+            on_assign, on_revoke, on_lost: ``callback(consumer, partitions)``, as
+                confluent-kafka; ``consumer`` is this RoutedConsumer and the
+                partitions carry logical topic names.
+
+        Raises:
+            NoRouteError: some topics have no route (all of them are named).
+            KafkaException: an invalid regular expression (``_INVALID_ARG``), or
+                confluent-kafka refused the subscription.
+        """
+        with self._lock:
+            self._check_open()
+            names, patterns = parse_topics(topics)
+            self._rebalancer.callbacks = {
+                name: cb
+                for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
+                if cb is not None
+            }
+            self._pending = False
+            self._driver.forget()
+            self._pattern_job = None
+            self._rebalancer.start_at.clear()
+            self._sub = Subscription(
+                SubscriptionKind.PATTERN if patterns else SubscriptionKind.TOPICS, names, patterns
+            )
+            self._set_subscription(names + self._match_patterns(), strict=True)
+
+    def _set_subscription(
+        self, topics: list[str], *, strict: bool, keep: Mapping[str, Route] | None = None
+    ) -> None:
+        """Route ``topics`` (see route_topics) and subscribe each cluster's client to
+        its share; topics of ``keep`` stay on the route given there (a drain in progress)."""
+        routes = route_topics(self._router, topics, self._group, self._client, strict=strict)
+        for topic, route in (keep or {}).items():
+            if topic in routes:
+                routes[topic] = route
+        self._sub.routes = routes
+        for entry in self._registry:
+            entry.forget_topics()
+        for topic, route in routes.items():
+            self._client_for(route).attach(topic, route)
+        self._resubscribe(self._registry)
+
+    def _match_patterns(self) -> list[str]:
+        """Topics matching the regular-expression subscriptions (see subscribe()),
+        listing the clusters now (blocking: subscribe() and the first call)."""
+        if not self._sub.patterns:
+            return []
+        self._sub.next_refresh = time.monotonic() + self._refresh_s
+        return self._matches(self._list_clusters(self._pattern_clients()))
+
+    def _pattern_clients(self) -> dict[str, ClusterClient]:
+        config = self._router.config
+        return {
+            cluster_id: self._client_for(cluster_target(cluster_id, config.clusters[cluster_id]))
+            for cluster_id in pattern_clusters(self._router)
+        }
+
+    @staticmethod
+    def _list_clusters(clients: Mapping[str, ClusterClient]) -> dict[str, set[str] | None]:
+        """Cluster id -> its topics (None: it did not answer within
+        ``PATTERN_METADATA_TIMEOUT_S``); blocking, run in the background on refresh."""
+        out: dict[str, set[str] | None] = {}
+        for cluster_id, entry in clients.items():
+            try:
+                md = entry.consumer.list_topics(None, PATTERN_METADATA_TIMEOUT_S)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning(
+                    "kbear: cluster %r did not list its topics for the pattern subscription (%s); "
+                    "using what it listed last",
+                    cluster_id,
+                    exc,
+                )
+                out[cluster_id] = None
+            else:
+                out[cluster_id] = {t for t in md.topics if not t.startswith("__")}
+        return out
+
+    def _matches(self, listed: Mapping[str, set[str] | None]) -> list[str]:
+        """A cluster that did not answer counts with the topics it listed last time
+        (none before its first answer): one cluster down does not stop the others'
+        topics from being read."""
+        listings: dict[str, set[str]] = {}
+        for cluster_id, topics in listed.items():
+            if topics is None:
+                listings[cluster_id] = self._pattern_topics.get(cluster_id, set())
+            else:
+                listings[cluster_id] = self._pattern_topics[cluster_id] = topics
+        return match_patterns(self._sub, self._router, self._group, self._client, listings)
+
+    def _refresh_patterns(self) -> None:
+        """Look the pattern matches up again, without blocking: the clusters are
+        listed in the background; the answer is applied at a later call."""
+        job = self._pattern_job
+        if job is None:
+            self._pattern_job = self._driver.submit(None, self._list_clusters, self._pattern_clients())
+            return
+        if not job.done():
+            return
+        self._pattern_job = None
+        self._sub.next_refresh = time.monotonic() + self._refresh_s
+        topics = self._sub.names + self._matches(job.result())
+        if set(topics) != set(self._sub.routes):
+            log.info("kbear: pattern subscription now matches %s", topics)
+            engine = self._driver.engine
+            engine.forget([t for t in self._sub.routes if t not in topics])
+            draining = {t: r for t, r in self._sub.routes.items() if engine.drain_of(t) is not None}
+            self._set_subscription(topics, strict=False, keep=draining)
+
+    def _resubscribe(self, entries: Iterable[ClusterClient]) -> None:
+        for entry in list(entries):
+            if entry.topics:
+                entry.consumer.subscribe(list(entry.topics), **self._rebalancer.callbacks_for(entry))
+                self._registry.activate(entry)
+            elif entry in self._registry.active:
+                entry.consumer.unsubscribe()
+                self._registry.leave(entry)
+        self._refresh_pin()
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
+        with self._lock:
+            self._check_open()
+            for entry in list(self._registry.active):
+                entry.consumer.unsubscribe()
+                entry.forget_topics()
+                self._registry.leave(entry)
+            self._sub = Subscription()
+            self._driver.forget()
+            self._refresh_pin()
+
+    # ------------------------------------------------------------------ route changes
+
+    def _apply_changes(self) -> None:
+        self._pending = False
+        # A cluster whose client properties changed (a rotated credential, a tuned
+        # setting): its client is rebuilt once, keeping its topics or its manual
+        # assignment (see _hand_over); the same log needs no drain.
+        clusters = self._router.config.clusters
+        for entry in self._registry:
+            cluster = clusters.get(entry.cluster_id)
+            if cluster is not None and dict(cluster.meta) != entry.properties:
+                self._client_for(cluster_target(entry.cluster_id, cluster))
+        for topic, old in list(self._sub.routes.items()):
+            try:
+                new: Route | None = self._router.route_consumer(topic, self._group, self._client)
+            except NoRouteError as exc:
+                log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
+                new = None
+            draining = self._driver.engine.drain_of(topic) is not None
+            if not draining and same_route(old, new):
+                continue
+            if (
+                not draining
+                and new is not None
+                and (new.cluster_id, new.topic) == (old.cluster_id, old.topic)
+            ):
+                # Same topic on the same cluster, other client properties: its
+                # client was rebuilt above, nothing to drain.
+                self._sub.routes[topic] = new
+                self._notify_route_change(old, new)
+                continue
+            self._driver.route_changed(topic, old, new)
+        if self._sub.kind is SubscriptionKind.PATTERN:
+            self._sub.next_refresh = 0.0
+        self._refresh_pin()
+
+    def _switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
+        """Carry out a switch of the engine: ``topic`` leaves ``old``'s cluster (after a
+        ``clean`` drain its end offsets are committed: the revocation commits nothing
+        more) and is read on ``new``'s cluster from ``start``."""
+        old_entry = self._registry.get(old.cluster_id)
+        if old_entry is not None:
+            old_entry.detach(topic, old)
+            if clean:
+                self._rebalancer.committed_to_end.add((old.cluster_id, old.topic))
+            elif not self._rebalancer.commit_on_revoke:
+                try:  # the application commits; what it stored is committed as the topic leaves
+                    old_entry.consumer.commit(asynchronous=True)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError._NO_OFFSET:
+                        log.warning(
+                            "kbear: commit on cluster %r at route switch failed: %s", old.cluster_id, exc
+                        )
+            self._resubscribe([old_entry])
+        if new is None:
+            self._sub.routes.pop(topic, None)
+        else:
+            self._sub.routes[topic] = new
+            self._rebalancer.start_at[(new.cluster_id, new.topic)] = start
+            entry = self._client_for(new)
+            entry.attach(topic, new)
+            self._resubscribe([entry])
+        self._refresh_pin()
+        log.info("kbear: topic %r switched from %r to %r", topic, old, new)
+        self._notify_route_change(old, new)
