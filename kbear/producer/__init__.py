@@ -1,0 +1,12 @@
+"""RoutedProducer: a drop-in ``confluent_kafka.Producer`` whose topics are routed by CRRL.
+
+The package's parts:
+
+- ``_facade``: :class:`RoutedProducer`, routing, produce, poll/flush, moves;
+- ``_transactions``: the transactional API (a transaction spans one cluster);
+- ``_cluster``: one cluster's client, the one-cluster proof of the fast path.
+"""
+
+from kbear.producer._facade import RoutedProducer
+
+__all__ = ["RoutedProducer"]
