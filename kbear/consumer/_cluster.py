@@ -132,6 +132,8 @@ class ClusterRegistry:
         self.native = native
         self._factory = factory
         self.clients: dict[str, ClusterClient] = {}
+        # Both lists are replaced, never changed in place: a poll loop in another
+        # thread keeps iterating the list it read.
         #: clients read (subscribed or assigned): polled
         self.active: list[ClusterClient] = []
         #: clients just unsubscribed: polled (timeout 0) until their revocation was
@@ -160,20 +162,28 @@ class ClusterRegistry:
     def activate(self, entry: ClusterClient) -> None:
         """``entry`` is read (subscribed or assigned)."""
         if entry not in self.active:
-            self.active.append(entry)
+            self.active = [*self.active, entry]
         if entry in self.leaving:
-            self.leaving.remove(entry)
+            self.leaving = [e for e in self.leaving if e is not entry]
 
     def leave(self, entry: ClusterClient) -> None:
         """``entry`` was unsubscribed: polled until its revocation was served."""
         if entry in self.active:
-            self.active.remove(entry)
+            self.active = [e for e in self.active if e is not entry]
         if entry not in self.leaving:
-            self.leaving.append(entry)
+            self.leaving = [*self.leaving, entry]
 
     def deactivate(self, entry: ClusterClient) -> None:
         """``entry`` is neither read nor leaving (unassigned, or closed)."""
         if entry in self.active:
-            self.active.remove(entry)
+            self.active = [e for e in self.active if e is not entry]
         if entry in self.leaving:
-            self.leaving.remove(entry)
+            self.leaving = [e for e in self.leaving if e is not entry]
+
+    def clear(self) -> list[ClusterClient]:
+        """Forget every client (closing); returns them."""
+        clients = list(self.clients.values())
+        self.clients = {}
+        self.active = []
+        self.leaving = []
+        return clients

@@ -309,6 +309,12 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
 
         Raises:
             KafkaException: a cluster's client failed to close (the others are closed).
+
+        From another thread: calls made after it raise ``RuntimeError`` (as
+        confluent-kafka); a ``poll`` waiting meanwhile returns within its current
+        slice (confluent-kafka's ``close`` waits for a call in progress on the same
+        client). The clients are closed outside kbear's lock, so a rebalance
+        callback running in the polling thread is never blocked by it.
         """
         with self._lock:
             if self._closed:
@@ -317,18 +323,17 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             self._refresh_pin()
             self._router.unsubscribe(self._on_config_change)
             self._driver.close()
-            errors = []
-            for entry in self._registry:
-                try:
-                    entry.consumer.close()
-                except KafkaException as exc:
-                    errors.append(exc)
-            self._registry.active.clear()
-            self._registry.leaving.clear()
-            if self._owns_router:
-                self._router.close()
-            if errors:
-                raise errors[0]
+            clients = self._registry.clear()
+        errors = []
+        for entry in clients:
+            try:
+                entry.consumer.close()
+            except KafkaException as exc:
+                errors.append(exc)
+        if self._owns_router:
+            self._router.close()
+        if errors:
+            raise errors[0]
 
     def _check_open(self) -> None:
         if self._closed:

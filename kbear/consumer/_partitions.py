@@ -10,8 +10,9 @@ Inside a rebalance callback every partition is the rebalanced cluster's.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -23,6 +24,19 @@ from kbear.consumer._subscription import Subscription, SubscriptionKind
 from kbear.router import Route
 
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def locked(method: F) -> F:
+    """Run ``method`` under the consumer's lock (``self._lock``, reentrant): calls
+    from several threads do not interleave their changes of kbear's state."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, call)
 
 
 def next_offset(message: Any) -> TopicPartition:
@@ -42,6 +56,7 @@ class PartitionCalls:
     _rebalancer: Rebalancer
     _driver: SwitchDriver
     _sub: Subscription
+    _lock: Any
 
     # ------------------------------------------------------------------ splitting
 
@@ -88,6 +103,7 @@ class PartitionCalls:
 
     # ------------------------------------------------------------------ offsets
 
+    @locked
     def commit(
         self,
         message: Message | None = None,
@@ -146,6 +162,7 @@ class PartitionCalls:
             raise no_offset
         return None if asynchronous else out
 
+    @locked
     def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
         """Committed offsets of ``partitions`` (logical names), each asked of its cluster.
 
@@ -160,11 +177,13 @@ class PartitionCalls:
         self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.committed(parts, timeout=timeout))
 
+    @locked
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Current positions (next offset to fetch) of ``partitions`` (logical names)."""
         self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.position(parts))
 
+    @locked
     def assignment(self) -> list[TopicPartition]:
         """The partitions assigned on every cluster, with logical topic names."""
         self._check_open()
@@ -173,6 +192,7 @@ class PartitionCalls:
             out.extend(entry.to_logical(entry.consumer.assignment()))
         return out
 
+    @locked
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int] | None:
@@ -185,6 +205,7 @@ class PartitionCalls:
         result: tuple[int, int] | None = entry.consumer.get_watermark_offsets(parts[0], **kwargs)
         return result
 
+    @locked
     def offsets_for_times(
         self, partitions: list[TopicPartition], timeout: float = -1
     ) -> list[TopicPartition]:
@@ -198,6 +219,7 @@ class PartitionCalls:
         self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.offsets_for_times(parts, timeout=timeout))
 
+    @locked
     def store_offsets(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None
     ) -> None:
@@ -218,18 +240,21 @@ class PartitionCalls:
         for entry, _, parts in self._split(offsets):
             entry.consumer.store_offsets(offsets=parts)
 
+    @locked
     def seek(self, partition: TopicPartition) -> None:
         """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
         self._check_open()
         ((entry, _, parts),) = self._split([partition])
         entry.consumer.seek(parts[0])
 
+    @locked
     def pause(self, partitions: list[TopicPartition]) -> None:
         """Pause fetching ``partitions`` (logical names) on their clusters."""
         self._check_open()
         for entry, _, parts in self._split(partitions):
             entry.consumer.pause(parts)
 
+    @locked
     def resume(self, partitions: list[TopicPartition]) -> None:
         """Resume fetching ``partitions`` (logical names) on their clusters."""
         self._check_open()
@@ -245,6 +270,7 @@ class PartitionCalls:
             self._registry.activate(entry)
         self._refresh_pin()
 
+    @locked
     def assign(self, partitions: list[TopicPartition]) -> None:
         """Set the assignment (as ``Consumer.assign``), each partition on its topic's cluster.
 
@@ -276,6 +302,7 @@ class PartitionCalls:
                     self._registry.deactivate(entry)
             self._refresh_pin()
 
+    @locked
     def unassign(self) -> None:
         """Remove the assignment (inside a rebalance callback: of the cluster being
         rebalanced; outside: of every cluster)."""
@@ -293,6 +320,7 @@ class PartitionCalls:
             self._sub.kind = SubscriptionKind.NONE
         self._refresh_pin()
 
+    @locked
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters."""
         self._check_open()
@@ -303,6 +331,7 @@ class PartitionCalls:
         if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.NONE:
             self._sub.kind = SubscriptionKind.ASSIGNED
 
+    @locked
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """Remove ``partitions`` (logical names) from the assignment of their clusters."""
         self._check_open()
