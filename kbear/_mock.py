@@ -73,6 +73,7 @@ _REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_topic_create": (_I, [_P, _S, _I, _I]),
     "rd_kafka_mock_broker_set_down": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_up": (_I, [_P, _I32]),
+    "rd_kafka_mock_broker_set_rtt": (_I, [_P, _I32, _I]),
 }
 # Exported by librdkafka >= 2.0 (void, takes int32_t delay_ms). Note the name:
 # there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
@@ -184,6 +185,7 @@ class MockBackend(Protocol):
     def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None: ...
     def set_broker_down(self, broker_id: int) -> None: ...
     def set_broker_up(self, broker_id: int) -> None: ...
+    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -287,6 +289,12 @@ class NativeMockCluster:
         check_broker_id(broker_id, self.num_brokers)
         self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_up(mc, broker_id)))
 
+    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        check_broker_id(broker_id, self.num_brokers)
+        if rtt_ms < 0:
+            raise ValueError(f"rtt_ms must be >= 0, got {rtt_ms}")
+        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_rtt(mc, broker_id, rtt_ms)))
+
     def close(self) -> None:
         self._finalizer()  # runs at most once
 
@@ -343,7 +351,7 @@ class PropertyMockCluster:
 
     def _no_fault_injection(self, what: str) -> None:
         raise NotImplementedError(
-            f"{what} needs librdkafka's mock C API (rd_kafka_mock_broker_set_down/up), "
+            f"{what} needs librdkafka's mock C API (rd_kafka_mock_broker_set_down/up/rtt), "
             f"which is unavailable: {_why_not_native()}"
         )
 
@@ -352,6 +360,9 @@ class PropertyMockCluster:
 
     def set_broker_up(self, broker_id: int) -> None:
         self._no_fault_injection("set_broker_up")
+
+    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        self._no_fault_injection("set_broker_rtt")
 
     def close(self) -> None:
         with self._lock:

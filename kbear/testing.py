@@ -183,6 +183,25 @@ class EmbeddedCluster:
         """
         self._backend.set_broker_up(broker_id)
 
+    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        """Delay every response of broker ``broker_id`` by ``rtt_ms`` milliseconds
+        (0: no delay): a slow cluster, for tests of timeouts.
+
+        Uses ``rd_kafka_mock_broker_set_rtt()`` (librdkafka ``rdkafka_mock.h``).
+
+        Args:
+            broker_id: ``int``, ``1..num_brokers``, or ``-1`` for all brokers.
+            rtt_ms: ``int`` >= 0, milliseconds added to each round trip.
+
+        Raises:
+            ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``, or
+                ``rtt_ms`` < 0.
+            NotImplementedError: the C API is unavailable (``native`` is ``False``).
+            confluent_kafka.KafkaException: librdkafka returned an error.
+            RuntimeError: the cluster is closed.
+        """
+        self._backend.set_broker_rtt(broker_id, rtt_ms)
+
     def close(self) -> None:
         """Stop the brokers and free the cluster. Idempotent and thread-safe.
 

@@ -174,6 +174,24 @@ def test_broker_down_and_up(cluster: EmbeddedCluster) -> None:
         cluster.set_broker_down(4)
 
 
+@native_only
+def test_broker_rtt_slows_round_trips(cluster: EmbeddedCluster) -> None:
+    cluster.create_topic("t", num_partitions=1)
+    producer = _producer(cluster)
+    producer.list_topics(timeout=5)  # connected
+    cluster.set_broker_rtt(-1, 600)
+    t0 = time.monotonic()
+    producer.list_topics("t", timeout=10)
+    assert time.monotonic() - t0 >= 0.5
+    cluster.set_broker_rtt(-1, 0)
+    producer.list_topics("t", timeout=10)  # a request sent while the delay was on may still pass
+    t0 = time.monotonic()
+    producer.list_topics("t", timeout=10)
+    assert time.monotonic() - t0 < 0.5
+    with pytest.raises(ValueError):
+        cluster.set_broker_rtt(1, -1)
+
+
 def test_library_without_mock_symbols_means_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     libc = ctypes.util.find_library("c")
     if libc is None:
@@ -207,3 +225,5 @@ def test_fallback_has_no_fault_injection(fallback: EmbeddedCluster) -> None:
         fallback.set_broker_down(1)
     with pytest.raises(NotImplementedError):
         fallback.set_broker_up(1)
+    with pytest.raises(NotImplementedError):
+        fallback.set_broker_rtt(1, 100)

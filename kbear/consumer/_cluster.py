@@ -17,6 +17,9 @@ from confluent_kafka import Consumer, TopicPartition
 from kbear._clients import cluster_config, renamed
 from kbear.router import Route
 
+#: application callbacks a background client must not fire (it commits and reads nothing)
+_NOT_FOR_WATCHERS = frozenset({"on_commit", "stats_cb"})
+
 
 class Target(Protocol):
     """What a cluster client is built for: a :class:`~kbear.Route` or a
@@ -139,6 +142,10 @@ class ClusterRegistry:
         #: clients just unsubscribed: polled (timeout 0) until their revocation was
         #: served, so on_revoke runs and assignment() empties, as with confluent-kafka
         self.leaving: list[ClusterClient] = []
+        # cluster id -> (properties, client) for background broker calls; replaced ones
+        # are kept until close (a background call may still use them)
+        self._watchers: dict[str, tuple[dict[str, str], Any]] = {}
+        self._old_watchers: list[Any] = []
 
     def __iter__(self) -> Iterator[ClusterClient]:
         return iter(list(self.clients.values()))
@@ -180,10 +187,32 @@ class ClusterRegistry:
         if entry in self.leaving:
             self.leaving = [e for e in self.leaving if e is not entry]
 
-    def clear(self) -> list[ClusterClient]:
-        """Forget every client (closing); returns them."""
-        clients = list(self.clients.values())
+    def watcher(self, target: Target) -> Any:
+        """A client of ``target``'s cluster for broker calls made in the background
+        (metadata, watermarks, the group's committed offsets): never the member's own
+        client, since confluent-kafka serializes the calls on one client, so a slow
+        call there would hold up ``poll()``. It has the group's ``group.id`` but never
+        subscribes (it is no group member) and commits nothing."""
+        props = dict(target.properties)
+        current = self._watchers.get(target.cluster_id)
+        if current is not None and current[0] == props:
+            return current[1]
+        if current is not None:
+            self._old_watchers.append(current[1])
+        conf = {k: v for k, v in cluster_config(self.native, props).items() if k not in _NOT_FOR_WATCHERS}
+        conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
+        client = self._factory(conf)
+        self._watchers[target.cluster_id] = (props, client)
+        return client
+
+    def clear(self) -> list[Any]:
+        """Forget every client (closing): returns the confluent-kafka clients to close,
+        group members first, then the background ones."""
+        clients = [entry.consumer for entry in self.clients.values()]
+        clients += [c for _, c in self._watchers.values()] + self._old_watchers
         self.clients = {}
+        self._watchers = {}
+        self._old_watchers = []
         self.active = []
         self.leaving = []
         return clients

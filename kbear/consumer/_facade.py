@@ -325,9 +325,9 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             self._driver.close()
             clients = self._registry.clear()
         errors = []
-        for entry in clients:
+        for consumer in clients:
             try:
-                entry.consumer.close()
+                consumer.close()
             except KafkaException as exc:
                 errors.append(exc)
         if self._owns_router:

@@ -1,8 +1,10 @@
 """The blocking driver of the switch engine (:mod:`kbear._switch`) for a RoutedConsumer.
 
 Responsible for: turning a reload into the engine's route changes, running the
-engine's probes in a background thread (so ``poll(timeout)`` never waits on a
-slow or absent old cluster), handing the engine's switches to the consumer, and
+engine's probes (this member's commit, asynchronous, in the polling thread; the
+watermarks and the group's committed offsets in a background thread, with a
+client of the cluster's own, so ``poll(timeout)`` never waits on a slow or
+absent old cluster), handing the engine's switches to the consumer, and
 the "stale commit" period after a switch (a message of the old cluster committed
 after the switch is already committed there: a no-op until the new cluster has
 delivered a message of that topic).
@@ -37,38 +39,47 @@ class _Mover(Protocol):
     ) -> None: ...
 
 
-def measure(entry: ClusterClient, physical: str, seq: int, commit_positions: bool) -> Progress:
-    """Probe ``seq``: the progress of ``physical`` on ``entry``'s cluster (blocking;
-    run in the background). Commits this member's positions on the topic first
-    (asynchronously: the committed offsets read after it answer on the same
-    coordinator connection), or its stored offsets when ``commit_positions`` is off.
+def commit_reached(entry: ClusterClient, physical: str, commit_positions: bool) -> dict[int, int]:
+    """This member's positions on ``physical`` (partition -> next offset, -1: none),
+    committed asynchronously (or, when ``commit_positions`` is off, its stored
+    offsets). Local calls only: run in the polling thread, on the member's client.
+
+    Raises:
+        KafkaException: the commit was refused (not ``_NO_OFFSET``).
     """
     consumer = entry.consumer
+    mine = [tp for tp in consumer.assignment() if tp.topic == physical]
+    positions = consumer.position(mine) if mine else []
+    reached = [tp for tp in positions if tp.offset >= 0]
     try:
-        mine = [tp for tp in consumer.assignment() if tp.topic == physical]
-        positions = consumer.position(mine) if mine else []
-        reached = [tp for tp in positions if tp.offset >= 0]
-        try:
-            if not commit_positions:
-                consumer.commit(asynchronous=True)
-            elif reached:
-                consumer.commit(offsets=reached, asynchronous=True)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NO_OFFSET:
-                raise
-        md = consumer.list_topics(physical, PROBE_CALL_TIMEOUT_S).topics.get(physical)
+        if not commit_positions:
+            consumer.commit(asynchronous=True)
+        elif reached:
+            consumer.commit(offsets=reached, asynchronous=True)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            raise
+    return {tp.partition: tp.offset for tp in positions}
+
+
+def measure(watcher: Any, physical: str, seq: int, positions: dict[int, int]) -> Progress:
+    """Probe ``seq``: the watermarks of ``physical`` and the group's committed offsets,
+    asked with the cluster's background client ``watcher`` (blocking, each call
+    bounded by ``PROBE_CALL_TIMEOUT_S``; run in the background thread)."""
+    try:
+        md = watcher.list_topics(physical, PROBE_CALL_TIMEOUT_S).topics.get(physical)
         partitions = sorted(md.partitions) if md is not None and md.error is None else []
         parts = [TopicPartition(physical, p) for p in partitions]
         marks = {
-            tp.partition: consumer.get_watermark_offsets(tp, timeout=PROBE_CALL_TIMEOUT_S) for tp in parts
+            tp.partition: watcher.get_watermark_offsets(tp, timeout=PROBE_CALL_TIMEOUT_S) for tp in parts
         }
-        committed = consumer.committed(parts, timeout=PROBE_CALL_TIMEOUT_S) if parts else []
+        committed = watcher.committed(parts, timeout=PROBE_CALL_TIMEOUT_S) if parts else []
     except (KafkaException, RuntimeError) as exc:
         return Progress(seq, error=str(exc))
     return Progress(
         seq,
         marks={p: (int(m[0]), int(m[1])) for p, m in marks.items() if m is not None},
-        positions={tp.partition: tp.offset for tp in positions},
+        positions=positions,
         committed={tp.partition: tp.offset for tp in committed},
     )
 
@@ -162,9 +173,13 @@ class SwitchDriver:
         if entry is None:
             self.engine.progress(action.topic, Progress(action.seq), self._clock())
             return
-        future = self.submit(
-            entry.cluster_id, measure, entry, action.route.topic, action.seq, self._commit_positions
-        )
+        try:
+            positions = commit_reached(entry, action.route.topic, self._commit_positions)
+        except KafkaException as exc:
+            self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
+            return
+        watcher = self._registry.watcher(action.route)
+        future = self.submit(entry.cluster_id, measure, watcher, action.route.topic, action.seq, positions)
         self._probes[action.topic] = future
 
     def submit(self, cluster_id: str | None, call: Callable[..., T], *args: Any) -> Future[T]:

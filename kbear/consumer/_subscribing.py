@@ -130,21 +130,22 @@ class SubscriptionCalls(RoutedClientBase):
         self._sub.next_refresh = time.monotonic() + self._refresh_s
         return self._matches(self._list_clusters(self._pattern_clients()))
 
-    def _pattern_clients(self) -> dict[str, ClusterClient]:
+    def _pattern_clients(self) -> dict[str, Any]:
+        """Cluster id -> the background client of each cluster a pattern may match on."""
         config = self._router.config
         return {
-            cluster_id: self._client_for(cluster_target(cluster_id, config.clusters[cluster_id]))
+            cluster_id: self._registry.watcher(cluster_target(cluster_id, config.clusters[cluster_id]))
             for cluster_id in pattern_clusters(self._router)
         }
 
     @staticmethod
-    def _list_clusters(clients: Mapping[str, ClusterClient]) -> dict[str, set[str] | None]:
+    def _list_clusters(clients: Mapping[str, Any]) -> dict[str, set[str] | None]:
         """Cluster id -> its topics (None: it did not answer within
         ``PATTERN_METADATA_TIMEOUT_S``); blocking, run in the background on refresh."""
         out: dict[str, set[str] | None] = {}
-        for cluster_id, entry in clients.items():
+        for cluster_id, client in clients.items():
             try:
-                md = entry.consumer.list_topics(None, PATTERN_METADATA_TIMEOUT_S)
+                md = client.list_topics(None, PATTERN_METADATA_TIMEOUT_S)
             except (KafkaException, RuntimeError) as exc:
                 log.warning(
                     "kbear: cluster %r did not list its topics for the pattern subscription (%s); "
