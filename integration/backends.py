@@ -361,6 +361,10 @@ class Backend:
 
     ``consumer_conf`` goes into every consumer's configuration (group protocol,
     session timeouts); ``producer_conf`` into every producer's.
+    ``commits_in_revoke``: a member's commit made in its ``on_revoke`` callback
+    (classic protocol) is accepted, as Apache Kafka accepts commits of the current
+    generation while the group prepares a rebalance; noida refuses them with
+    ``ILLEGAL_GENERATION`` (seen with plain confluent-kafka too).
     """
 
     name: str
@@ -369,6 +373,7 @@ class Backend:
     producer_conf: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     workdir: Path | None = None
+    commits_in_revoke: bool = True
 
     def close(self) -> None:
         if self.workdir is not None:
@@ -493,6 +498,7 @@ def make_noida() -> Backend:
         consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
         detail=f"{binary} (data dir under {workdir})",
         workdir=workdir,
+        commits_in_revoke=False,
     )
 
 

@@ -7,10 +7,11 @@ sent, reported delivered (none may fail), consumed. The guarantee checked:
 - one consumer (drain mode): every delivered message consumed exactly once, and
   per key in the order produced (kbear drains the old cluster before the move,
   on both sides);
-- a group of two consumers: at-least-once (every delivered message consumed, no
-  unknown one); duplicates and per-key order breaks are counted and reported in
-  the run's summary, not failed on (a rebalance may redeliver what was read
-  but not yet committed).
+- a group of two or three consumers: every delivered message consumed, no
+  unknown one, per-key order kept, and duplicates at most 1 % of the delivered
+  messages (each member commits its positions before partitions leave it, and
+  no member leaves the old cluster's topic before the group has committed it
+  there); the counts are reported in the run's summary.
 """
 
 from __future__ import annotations
@@ -87,19 +88,20 @@ def group_committed(bootstrap: str, group: str, topic: str, partitions: int) -> 
         c.close()
 
 
-def run_move(it: Harness, members: int) -> dict[str, Any]:
+def run_move(it: Harness, members: int, **conf: Any) -> dict[str, Any]:
     moving = it.create_topic(it.name("moving"), 4, "A", "B")
     staying = it.create_topic(it.name("staying"), 4, "A")
-    conf = it.config([topic_rule(moving, "A", rule_id="move"), global_rule("A")])
+    config = it.config([topic_rule(moving, "A", rule_id="move"), global_rule("A")])
     group = it.name("movers")
     consumers = [
-        it.consumer(conf, group, reload_ms=100, **{"kbear.switch.drain.idle.ms": 500}) for _ in range(members)
+        it.consumer(config, group, reload_ms=100, **{"kbear.switch.drain.idle.ms": 500, **conf})
+        for _ in range(members)
     ]
     for consumer in consumers:
         consumer.subscribe([moving, staying])
-    wait_for_assignment(consumers, 8, timeout_s=30)
+    wait_for_assignment(consumers, 8, timeout_s=60)
 
-    load = Load(it.producer(conf, reload_ms=100, **{"linger.ms": 5}), [moving, staying])
+    load = Load(it.producer(config, reload_ms=100, **{"linger.ms": 5}), [moving, staying])
     deadline = time.monotonic() + MAX_SECONDS
     consumed: list[tuple[str, bytes, int]] = []
     per_member = [0] * members
@@ -120,7 +122,7 @@ def run_move(it: Harness, members: int) -> dict[str, Any]:
     t0 = time.monotonic()
     for at, cluster in MOVES_AT:
         read(at - (time.monotonic() - t0))
-        conf.write_rules([topic_rule(moving, cluster, rule_id="move"), global_rule("A")])
+        config.write_rules([topic_rule(moving, cluster, rule_id="move"), global_rule("A")])
     read(PRODUCE_S - (time.monotonic() - t0))
     load.stop.set()
     while load.is_alive() and time.monotonic() < deadline:
@@ -172,10 +174,13 @@ def run_move(it: Harness, members: int) -> dict[str, Any]:
         "seconds": round(time.monotonic() - t0, 1),
         "errors": [str(e) for e in errors[:5]],
     }
+    protocol = conf.get("group.protocol", it.backend.consumer_conf.get("group.protocol", "classic"))
     it.note(
-        f"live move x{len(MOVES_AT)}, {members} consumer(s): sent {result['sent']}, delivered "
-        f"{result['delivered']}, consumed {result['consumed']}, missing {result['missing_count']}, "
-        f"duplicates {result['duplicates']}, per-key order breaks {order_breaks}, "
+        f"live move x{len(MOVES_AT)}, {members} consumer(s), {protocol} protocol: "
+        f"sent {result['sent']}, delivered {result['delivered']}, consumed {result['consumed']}, "
+        f"missing {result['missing_count']}, "
+        f"duplicates {result['duplicates']} ({100 * result['duplicates'] / max(1, len(delivered)):.2f} %), "
+        f"per-key order breaks {order_breaks}, "
         f"per member {per_member}, {result['seconds']} s{diagnosis}"
     )
     return result
@@ -191,12 +196,30 @@ def test_one_consumer_follows_moves_exactly_once_in_order(it: Harness) -> None:
     assert r["routes"] == ["A"]
 
 
-@pytest.mark.parametrize("members", [2])
-def test_consumer_group_follows_moves_at_least_once(it: Harness, members: int) -> None:
-    r = run_move(it, members=members)
+#: the mock's classic protocol, with a session timeout short enough for its rebalances
+#: (each waits about session.timeout.ms after a resubscribe)
+MOCK_CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+
+
+@pytest.mark.parametrize("protocol", ["backend", "mock-classic"])
+@pytest.mark.parametrize("members", [2, 3])
+def test_consumer_group_follows_moves_without_loss_or_duplicate_storm(
+    it: Harness, members: int, protocol: str
+) -> None:
+    """Duplicates at most 1 % where the broker accepts the commit a member makes
+    before its partitions leave (``on_revoke``); noida and the mock's classic
+    protocol refuse it (``ILLEGAL_GENERATION`` / ``REBALANCE_IN_PROGRESS``, with
+    plain confluent-kafka too), so there the count is reported only (README:
+    figures per backend)."""
+    if protocol == "mock-classic" and it.backend.name != "mock":
+        pytest.skip("the backend's own protocol settings are the other case")
+    r = run_move(it, members=members, **(MOCK_CLASSIC if protocol == "mock-classic" else {}))
     assert r["failed"] == [] and r["unflushed"] == 0
     assert r["delivered"] == r["sent"] > 0
     assert r["missing"] == [] and r["unknown"] == []
+    assert r["order_breaks"] == 0
+    if it.backend.commits_in_revoke and protocol != "mock-classic":
+        assert r["duplicates"] <= 0.01 * r["delivered"], r
     assert all(n > 0 for n in r["per_member"])
     assert r["routes"] == ["A"] * members
 
