@@ -8,6 +8,7 @@ from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
+from kbear.settings import SwitchMode, SwitchStart
 
 __all__ = [
     "Client",
@@ -22,6 +23,8 @@ __all__ = [
     "RoutedProducer",
     "Router",
     "RuleVerdict",
+    "SwitchMode",
+    "SwitchStart",
     "__version__",
     "load_config",
 ]

@@ -17,48 +17,9 @@ from confluent_kafka import TopicPartition
 
 from kbear.config import ClusterConfig
 from kbear.router import Client, Router
+from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
 
-KBEAR_PREFIX = "kbear."
-_CLIENT_META_PREFIX = "kbear.client.meta."
 _FORBIDDEN = ("bootstrap.servers", "metadata.broker.list")
-
-#: kbear keys and their defaults (ms). Source: this module; documented in the README.
-_KNOWN = {
-    "kbear.config": None,
-    "kbear.client.id": None,
-    "kbear.reload.interval.ms": 10_000,
-    "kbear.switch.drain.timeout.ms": 30_000,
-    "kbear.switch.drain.idle.ms": 2_000,
-    "kbear.switch.mode": "drain",
-    "kbear.switch.start": "committed",
-    "kbear.switch.timestamp.margin.ms": 0,
-}
-_SWITCH_STARTS = ("committed", "timestamp", "earliest", "latest")
-
-
-@dataclass(frozen=True)
-class KBearSettings:
-    """The kbear keys of a routed client's configuration, parsed."""
-
-    config_dir: str | None
-    client: Client
-    reload_interval_ms: int
-    drain_timeout_ms: int
-    drain_idle_ms: int
-    switch_mode: str
-    switch_start: str
-    timestamp_margin_ms: int
-
-
-def _int_setting(conf: Mapping[str, Any], key: str) -> int:
-    value = conf.get(key, _KNOWN[key])
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be an integer number of milliseconds, got {value!r}") from None
-    if number < 0:
-        raise ValueError(f"{key} must be >= 0, got {number}")
-    return number
 
 
 def split_config(
@@ -82,37 +43,7 @@ def split_config(
             )
     kbear_conf = {k: v for k, v in merged.items() if k.startswith(KBEAR_PREFIX)}
     native = {k: v for k, v in merged.items() if not k.startswith(KBEAR_PREFIX)}
-    unknown = [k for k in kbear_conf if k not in _KNOWN and not k.startswith(_CLIENT_META_PREFIX)]
-    if unknown:
-        raise ValueError(f"{kind}: unknown kbear configuration key(s) {sorted(unknown)}")
-    meta = {
-        k.removeprefix(_CLIENT_META_PREFIX): str(v)
-        for k, v in kbear_conf.items()
-        if k.startswith(_CLIENT_META_PREFIX)
-    }
-    client_id = kbear_conf.get("kbear.client.id")
-    if client is not None and (client_id is not None or meta):
-        raise ValueError(f"{kind}: pass the client either as client= or as kbear.client.* keys")
-    if client is None:
-        client = Client(None if client_id is None else str(client_id), meta)
-    mode = str(kbear_conf.get("kbear.switch.mode", "drain"))
-    if mode not in ("drain", "immediate"):
-        raise ValueError(f"{kind}: kbear.switch.mode must be 'drain' or 'immediate', got {mode!r}")
-    start = str(kbear_conf.get("kbear.switch.start", "committed"))
-    if start not in _SWITCH_STARTS:
-        raise ValueError(
-            f"{kind}: kbear.switch.start must be one of {', '.join(_SWITCH_STARTS)}, got {start!r}"
-        )
-    settings = KBearSettings(
-        config_dir=None if kbear_conf.get("kbear.config") is None else str(kbear_conf["kbear.config"]),
-        client=client,
-        reload_interval_ms=_int_setting(kbear_conf, "kbear.reload.interval.ms"),
-        drain_timeout_ms=_int_setting(kbear_conf, "kbear.switch.drain.timeout.ms"),
-        drain_idle_ms=_int_setting(kbear_conf, "kbear.switch.drain.idle.ms"),
-        switch_mode=mode,
-        switch_start=start,
-        timestamp_margin_ms=_int_setting(kbear_conf, "kbear.switch.timestamp.margin.ms"),
-    )
+    settings = parse_settings(kbear_conf, client, kind)
     return native, settings
 
 

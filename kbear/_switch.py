@@ -34,11 +34,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
 from kbear.router import Route
+from kbear.settings import SwitchMode, SwitchStart
 
 log = logging.getLogger("kbear.consumer")
 
@@ -46,22 +46,6 @@ log = logging.getLogger("kbear.consumer")
 PROBE_INTERVAL_S = 0.5
 #: How soon after a move (or after the old cluster went idle) the first probe is sent (seconds).
 FIRST_PROBE_S = 0.1
-
-
-class SwitchMode(StrEnum):
-    """``kbear.switch.mode``: how a consumer follows a topic to another cluster."""
-
-    DRAIN = "drain"
-    IMMEDIATE = "immediate"
-
-
-class SwitchStart(StrEnum):
-    """``kbear.switch.start``: where a moved topic starts on its new cluster."""
-
-    COMMITTED = "committed"
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    TIMESTAMP = "timestamp"
 
 
 @dataclass(frozen=True)

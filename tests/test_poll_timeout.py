@@ -33,7 +33,10 @@ FAULT_S = 6.0
 
 
 def rules(cluster: str, topic: str) -> list[dict[str, Any]]:
-    return [rule("move", f"use cluster {cluster}", topic=topic), rule("global", "use cluster A", isGlobal=True)]
+    return [
+        rule("move", f"use cluster {cluster}", topic=topic),
+        rule("global", "use cluster A", isGlobal=True),
+    ]
 
 
 def timed_calls(consumer: RoutedConsumer, use_consume: bool, seconds: float) -> tuple[float, list[Any]]:
@@ -111,7 +114,8 @@ def test_calls_keep_their_timeout_while_the_old_cluster_is_slow_or_down(
         else:
             a.set_broker_up(-1)
     got += [m.value() for m in during]
-    print(f"\n[{fault}, {'consume' if use_consume else 'poll'}] longest call during the drain: {longest * 1000:.0f} ms")
+    call = "consume" if use_consume else "poll"
+    print(f"\n[{fault}, {call}] longest call during the drain: {longest * 1000:.0f} ms")
     assert longest <= TIMEOUT_S + SLACK_S
 
     # A recovered: the drain ends, the topic is read on B, nothing lost or read twice

@@ -17,9 +17,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kbear._base import RoutedClientBase
-from kbear._clients import ClusterTarget, KBearSettings, cluster_target
+from kbear._clients import ClusterTarget, cluster_target
 from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
 from kbear.router import NoRouteError, Route
+from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.producer")
 

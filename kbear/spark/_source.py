@@ -12,6 +12,7 @@ import copy
 import json
 import logging
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -22,9 +23,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from kbear._secrets import redact
-from kbear._switch import Progress, Switch, SwitchEngine, SwitchMode
+from kbear._switch import Progress, Switch, SwitchEngine
 from kbear.config import ConfigError
 from kbear.router import Client, NoRouteError, Route, Router
+from kbear.settings import SPARK_SWITCH_START, SwitchMode, SwitchStart
 from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
 
 __all__ = ["SOURCE_NAME", "KBearDataSource", "KBearStreamReader"]
@@ -57,7 +59,8 @@ _KBEAR_KEYS = frozenset(
         "kbear.group",
         "kbear.client.id",
         "kbear.cluster",
-        "kbear.switch.startingoffsets",
+        "kbear.switch.start",
+        "kbear.switch.startingoffsets",  # deprecated name of kbear.switch.start
     }
 )
 
@@ -77,6 +80,29 @@ def _target(logical: str, where: Mapping[str, Any]) -> Route:
 
 def _bool(value: str | None, default: bool) -> bool:
     return default if value is None else str(value).strip().lower() == "true"
+
+
+def _switch_start(lowered: Mapping[str, str]) -> str:
+    """``kbear.switch.start`` (kbear.settings), earliest or latest here; the deprecated
+    ``kbear.switch.startingOffsets`` is read when the new name is absent.
+
+    Raises:
+        SparkOptionsError: another value.
+    """
+    value = lowered.get("kbear.switch.start")
+    if value is None and "kbear.switch.startingoffsets" in lowered:
+        warnings.warn(
+            "the kbear source option 'kbear.switch.startingOffsets' is deprecated: use 'kbear.switch.start'",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        value = lowered["kbear.switch.startingoffsets"]
+    start = SPARK_SWITCH_START.value if value is None else value.strip().lower()
+    if start not in (SwitchStart.EARLIEST, SwitchStart.LATEST):
+        raise SparkOptionsError(
+            [f"kbear.switch.start must be 'earliest' or 'latest' for the kbear source, got {value!r}"]
+        )
+    return start
 
 
 class _Settings:
@@ -120,9 +146,7 @@ class _Settings:
             if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"
         }
         self.starting = lowered.get("startingoffsets", "latest").strip()
-        self.switch_start = lowered.get("kbear.switch.startingoffsets", "earliest").strip().lower()
-        if self.switch_start not in ("earliest", "latest"):
-            raise SparkOptionsError(["kbear.switch.startingOffsets must be 'earliest' or 'latest'"])
+        self.switch_start = _switch_start(lowered)
         max_rows = lowered.get("maxoffsetspertrigger")
         try:
             self.max_offsets = None if max_rows is None else int(max_rows)
@@ -166,7 +190,8 @@ class KBearDataSource(DataSource):
     - ``maxOffsetsPerTrigger``: most offsets per micro-batch over all
       partitions (Spark >= 4.2; earlier versions read all available).
     - ``includeHeaders``: ``true`` adds the ``headers`` column.
-    - ``kbear.switch.startingOffsets``: where a topic starts on a cluster it
+    - ``kbear.switch.start`` (formerly ``kbear.switch.startingOffsets``, still
+      read with a DeprecationWarning): where a topic starts on a cluster it
       moves to and was never read there: ``earliest`` (default, nothing lost)
       or ``latest``.
     - ``kafkaConsumer.pollTimeoutMs``: longest wait for a task's records, ms
