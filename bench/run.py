@@ -31,7 +31,7 @@ import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kbear import Client, RoutedConsumer, RoutedProducer, Router, load_config
-from kbear import config as kbear_config
+from kbear import _documents as kbear_documents
 from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
@@ -274,15 +274,15 @@ def bench_lookup(tmp: Path, n_rules: int, n_topics: int, lookups: int) -> dict[s
         config = load_config(d)
         timings[f"load_{style}_s"] = time.perf_counter() - t0
         timings[f"{style}_bytes"] = sum(f.stat().st_size for f in d.iterdir())
-        if style == "block" and kbear_config._fastyaml.AVAILABLE:
+        if style == "block" and kbear_documents._fastyaml.AVAILABLE:
             # the same files read by PyYAML alone, as without the fast-yaml extra
-            kbear_config._fastyaml.AVAILABLE = False
+            kbear_documents._fastyaml.AVAILABLE = False
             try:
                 t0 = time.perf_counter()
                 load_config(d)
                 timings["load_block_pyyaml_s"] = time.perf_counter() - t0
             finally:
-                kbear_config._fastyaml.AVAILABLE = True
+                kbear_documents._fastyaml.AVAILABLE = True
     # reload with only route-rules.yaml changed: topics.yaml is not parsed again
     (d / "route-rules.yaml").write_text(json.dumps({"route-rules": [*rules, global_rule("c2")]}))
     t0 = time.perf_counter()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import kbear
+from kbear import _documents as kdocs
 from kbear import _fastyaml
-from kbear import config as kconfig
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, RuleKind, config_digest, load_config
 from kbear.crrl import Condition, Statement
 from kbear.router import Route, Router
@@ -72,7 +72,7 @@ def yaml_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.param == "rapidyaml":
         if not _fastyaml.AVAILABLE:
             pytest.skip("rapidyaml (the fast-yaml extra) is not installed")
-        monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
+        monkeypatch.setattr(kdocs, "_FAST_YAML_MIN_CHARS", 0)
     else:
         monkeypatch.setattr(_fastyaml, "AVAILABLE", False)
     return str(request.param)

@@ -13,19 +13,20 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kbear import _documents as kdocs
 from kbear import config as kconfig
 from kbear import load_config
 from kbear._fastyaml import Declined
 
 pytest.importorskip("ryml", reason="rapidyaml (the fast-yaml extra) is not installed")
 
-READER = kconfig._fast_reader
+READER = kdocs._fast_reader
 
 
 def pyyaml(text: str) -> tuple[str, Any]:
     """What kbear's own PyYAML loader makes of the text: ("ok", data) or ("error", type)."""
     try:
-        return "ok", kconfig._load_with(kconfig._UniqueKeyLoader, text)
+        return "ok", kdocs._load_with(kdocs._UniqueKeyLoader, text)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         return "error", type(exc).__name__
 
@@ -124,14 +125,14 @@ def test_documents_the_two_parsers_may_read_differently_are_declined(text: str) 
 def test_a_declined_large_document_is_read_by_pyyaml(
     monkeypatch: pytest.MonkeyPatch, text: str, expected: dict[str, Any]
 ) -> None:
-    monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
-    assert kconfig._load_yaml(text) == expected
+    monkeypatch.setattr(kdocs, "_FAST_YAML_MIN_CHARS", 0)
+    assert kdocs._load_yaml(text) == expected
 
 
 def test_a_duplicate_key_in_a_large_file_gets_pyyamls_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
+    monkeypatch.setattr(kdocs, "_FAST_YAML_MIN_CHARS", 0)
     topics = topics_document(100) + "- id: late\n  id: again\n"
     (tmp_path / "clusters.yaml").write_text("clusters:\n- id: c1\n  meta:\n    bootstrap.servers: h:9092\n")
     (tmp_path / "route-rules.yaml").write_text(
@@ -172,8 +173,8 @@ def test_a_large_configuration_loads_the_same_as_block_yaml_json_and_through_pyy
         (d / "topics.yaml").write_text(dump(topics))
         (d / "route-rules.yaml").write_text(dump(rules))
         configs[style] = load_config(d)
-    assert (tmp_path / "block" / "topics.yaml").stat().st_size >= kconfig._FAST_YAML_MIN_CHARS
-    monkeypatch.setattr(kconfig._fastyaml, "AVAILABLE", False)
+    assert (tmp_path / "block" / "topics.yaml").stat().st_size >= kdocs._FAST_YAML_MIN_CHARS
+    monkeypatch.setattr(kdocs._fastyaml, "AVAILABLE", False)
     configs["pyyaml"] = load_config(tmp_path / "block")
 
     def shape(c: kconfig.KBearConfig) -> Any:
@@ -253,10 +254,10 @@ def test_the_collector_is_back_on_after_a_load_even_a_failed_one(tmp_path: Path)
 def test_rapidyamls_own_diagnostic_shows_no_file_content(
     capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, broken: str
 ) -> None:
-    monkeypatch.setattr(kconfig, "_FAST_YAML_MIN_CHARS", 0)
+    monkeypatch.setattr(kdocs, "_FAST_YAML_MIN_CHARS", 0)
     text = topics_document(50) + broken
     with pytest.raises(yaml.YAMLError):
-        kconfig._load_yaml(text)
+        kdocs._load_yaml(text)
     out, err = capfd.readouterr()
     assert "ERROR" in err  # rapidyaml parsed the file and printed its diagnostic
     assert "hunter2" not in out + err

@@ -1,0 +1,279 @@
+"""Reading the documents of a configuration directory (private).
+
+YAML through libyaml's parser with PyYAML's safe semantics, refusing duplicate
+keys and keeping the written text of numbers; files written as JSON through the
+json module; large block-style files through rapidyaml when it provably reads
+them as PyYAML does (:mod:`kbear._fastyaml`); the YAML error messages; and the
+digest of a directory's files the watcher compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kbear import _fastyaml
+from kbear._secrets import REDACTED, looks_secret
+
+CLUSTERS_FILE = "clusters.yaml"
+TOPICS_FILE = "topics.yaml"
+CONSUMER_GROUPS_FILE = "consumer-groups.yaml"
+ROUTE_RULES_FILE = "route-rules.yaml"
+#: The files of a configuration directory, in load order.
+CONFIG_FILES = (CLUSTERS_FILE, TOPICS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE)
+
+
+class _YamlInt(int):
+    """A YAML integer that remembers how it was written (``010``, ``1_000``)."""
+
+    source: str
+
+
+class _YamlFloat(float):
+    """A YAML float that remembers how it was written (``1.10`` is not ``1.1``)."""
+
+    source: str
+
+
+class _Constructor(yaml.constructor.SafeConstructor):
+    """PyYAML's SafeConstructor, refusing duplicate mapping keys (PyYAML keeps the last
+    silently), keeping the written text of numbers."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable key; SafeLoader reports it below
+                duplicate = False
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A value PyYAML cannot build (an integer of more than 4300 digits, an
+        # explicit ``!!timestamp`` that is no date) raises a bare ValueError:
+        # give it the node's line and column like any other YAML error.
+        try:
+            return super().construct_object(node, deep=deep)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value: {_brief_error(exc)}", node.start_mark
+            ) from None
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = _YamlInt(super().construct_yaml_int(node))
+        value.source = str(node.value)
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = _YamlFloat(super().construct_yaml_float(node))
+        value.source = str(node.value)
+        return value
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)  # type: ignore[type-var]
+_Constructor.add_constructor("tag:yaml.org,2002:float", _Constructor.construct_yaml_float)  # type: ignore[type-var]
+
+
+class _Resolver(yaml.resolver.Resolver):
+    """Meta values are strings: a date such as ``since: 2024-01-01`` stays the text
+    written, rather than becoming a datetime that no CRRL condition can equal."""
+
+    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML's class-level table)
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items()
+    }
+
+
+class _UniqueKeyLoader(
+    yaml.reader.Reader,
+    yaml.scanner.Scanner,
+    yaml.parser.Parser,
+    yaml.composer.Composer,
+    _Constructor,
+    _Resolver,
+):
+    """The pure-Python loader: PyYAML's SafeLoader with :class:`_Constructor` and :class:`_Resolver`."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        _Constructor.__init__(self)
+        _Resolver.__init__(self)
+
+
+_fast_loader: type[Any] | None
+try:
+    from yaml._yaml import CParser as _CParser  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # PyYAML built without libyaml
+    _fast_loader = None
+else:
+
+    class _FastUniqueKeyLoader(  # type: ignore[misc,unused-ignore]
+        yaml.composer.Composer, _CParser, _Constructor, _Resolver
+    ):
+        """libyaml's scanner and parser (about 10 times faster on a large file) under
+        PyYAML's Python composer: libyaml's own composer recurses in C without a
+        depth check, so that a document nested 100,000 levels deep would crash the
+        process; the Python one raises RecursionError."""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+
+    _fast_loader = _FastUniqueKeyLoader
+
+
+class _NotPlainJson(ValueError):
+    """A document the JSON fast path leaves to the YAML parser."""
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotPlainJson("duplicate key")  # the YAML parser reports it with its line
+    return out
+
+
+def _json_float(text: str) -> str:
+    # YAML keeps a number's text as written ("1.10" stays "1.10"); so does this path.
+    raise _NotPlainJson(text)
+
+
+def _load_json(text: str) -> Any:
+    """A document written as JSON (a YAML subset: ``{"topics": [...]}``), parsed by
+    the standard library's json module, about 40 times faster than PyYAML on large
+    generated files. Anything it cannot take exactly as YAML would (duplicate keys,
+    floats, non-JSON syntax) goes to the YAML parser instead."""
+    try:
+        return json.loads(
+            text, object_pairs_hook=_json_object, parse_float=_json_float, parse_constant=_json_float
+        )
+    except (ValueError, RecursionError) as exc:
+        raise _NotPlainJson(str(exc)) from None
+
+
+def _written_int(text: str) -> int:
+    value = _YamlInt(int(text))
+    value.source = text
+    return value
+
+
+def _written_float(text: str) -> float:
+    value = _YamlFloat(float(text))
+    value.source = text
+    return value
+
+
+_fast_reader = _fastyaml.Reader(_Resolver.yaml_implicit_resolvers, _written_int, _written_float)
+# Documents from this size (in characters) are first offered to rapidyaml, when
+# installed: below it PyYAML takes well under a second, and a hand-written file
+# with a syntax error gets no second diagnostic from rapidyaml on stderr.
+_FAST_YAML_MIN_CHARS = 256 * 1024
+
+
+def _load_yaml(text: str) -> Any:
+    """Parse one YAML document.
+
+    A document that is plain JSON is read with the json module. A large one
+    (from 256 KiB) is offered to :mod:`kbear._fastyaml` (rapidyaml, the optional
+    ``fast-yaml`` extra), which reads it exactly as below or declines. Otherwise
+    libyaml parses when it is available; any error is re-read with the
+    pure-Python parser, so that messages (line, column, reason) do not depend
+    on whether libyaml or rapidyaml is installed.
+    """
+    if text.lstrip()[:1] == "{":
+        try:
+            return _load_json(text)
+        except _NotPlainJson:
+            pass
+    if _fastyaml.AVAILABLE and len(text) >= _FAST_YAML_MIN_CHARS:
+        try:
+            return _fast_reader.load(text)
+        except _fastyaml.Declined:
+            pass
+    if _fast_loader is not None:
+        try:
+            return _load_with(_fast_loader, text)
+        except (yaml.YAMLError, RecursionError):
+            pass
+    return _load_with(_UniqueKeyLoader, text)
+
+
+def _load_with(loader_class: type[Any], text: str) -> Any:
+    loader = loader_class(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _brief_error(exc: ValueError) -> str:
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "an integer of more than 4300 digits"
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _yaml_problem(text: str, exc: yaml.MarkedYAMLError) -> str:
+    """The message of a YAML syntax error: line, column and PyYAML's reason, with a
+    hint for tabs, and without any quoted fragment of a line that holds a secret
+    (PyYAML quotes tags and aliases: ``sasl.password: !abc`` would print ``'!abc'``)."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    what = " ".join(p for p in (exc.context, exc.problem) if p)
+    lines = text.splitlines()
+    marked = {m.line for m in (exc.problem_mark, exc.context_mark) if m is not None}
+    if any(0 <= n < len(lines) and looks_secret(lines[n]) for n in marked):
+        what = _QUOTED.sub(f"'{REDACTED}'", what) + " (value of a secret key hidden)"
+    elif "'\\t'" in what:
+        what += " (YAML does not allow tabs for indentation: indent with spaces)"
+    return f"YAML syntax error at {where}{what}"
+
+
+def config_digest(directory: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) over the names and bytes of the configuration files present.
+
+    Used by the watcher to tell a real change from a touched file.
+    """
+    h = hashlib.sha256()
+    base = Path(directory)
+    for name in CONFIG_FILES:
+        try:
+            data = (base / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            # Unreadable (permissions, a directory): still a state of its own, so
+            # the watcher tries to load it once and reports why, instead of failing.
+            h.update(f"{name}\0unreadable\0{type(exc).__name__}".encode())
+            continue
+        _digest_update(h, name, data)
+    return h.hexdigest()
+
+
+def _digest_update(h: Any, name: str, data: bytes) -> None:
+    h.update(name.encode())
+    h.update(len(data).to_bytes(8, "big"))
+    h.update(data)
