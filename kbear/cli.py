@@ -288,10 +288,7 @@ def _cmd_route(args: argparse.Namespace) -> int:
     if router is None:
         return EXIT_CONFIG_ERROR
     try:
-        if args.group is None:
-            route = router.route_producer(args.topic, client)
-        else:
-            route = router.route_consumer(args.topic, args.group, client)
+        route = router.route(args.topic, args.group, client)
     except NoRouteError as exc:
         print(f"kbear: no route: {_no_route_message(exc)}", file=sys.stderr)
         return EXIT_NO_ROUTE

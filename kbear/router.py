@@ -359,6 +359,25 @@ class Router:
         """The configuration in force."""
         return self._snapshot.config
 
+    def route(self, topic: str, group: str | None = None, client: Client | None = None) -> Route:
+        """The route of ``topic``: a consumer lookup when ``group`` is given (its
+        consumer-group rules, then topic rules, then global rules), else a producer
+        lookup (topic rules, then global rules).
+
+        Args:
+            topic: the topic (logical name).
+            group: the consumer group (``group.id``), or None for a producer.
+            client: who asks; an anonymous client (no id, no meta) when None.
+
+        Raises:
+            NoRouteError: no rule matches (naming client, topic and group).
+        """
+        client = client or _ANONYMOUS
+        route = self._snapshot.lookup(topic, group, client)
+        if route is None:
+            raise NoRouteError(client, topic, group)
+        return route
+
     def route_producer(self, topic: str, client: Client | None = None) -> Route:
         """The route of a producer lookup: topic rules of ``topic``, then global rules.
 
@@ -372,11 +391,7 @@ class Router:
         Raises:
             NoRouteError: no rule matches.
         """
-        client = client or _ANONYMOUS
-        route = self._snapshot.lookup(topic, None, client)
-        if route is None:
-            raise NoRouteError(client, topic, None)
-        return route
+        return self.route(topic, None, client)
 
     def route_consumer(self, topic: str, group: str, client: Client | None = None) -> Route:
         """The route of a consumer lookup: consumer-group rules of (group, topic),
@@ -390,11 +405,7 @@ class Router:
         Raises:
             NoRouteError: no rule matches.
         """
-        client = client or _ANONYMOUS
-        route = self._snapshot.lookup(topic, group, client)
-        if route is None:
-            raise NoRouteError(client, topic, group)
-        return route
+        return self.route(topic, group, client)
 
     def explain_producer(self, topic: str, client: Client | None = None) -> Explanation:
         """The producer chain of ``topic`` with each rule's verdict (never raises NoRouteError)."""

@@ -105,6 +105,15 @@ def test_spec_example_other_group_on_the_topic_takes_the_topic_rule(spec_router:
     assert (route.cluster_id, route.rule_id) == ("uat", "r100002")
 
 
+def test_route_is_a_consumer_lookup_with_a_group_and_a_producer_lookup_without(spec_router: Router) -> None:
+    with_group = spec_router.route(HELLO, HELLO_GROUP)
+    assert (with_group.cluster_id, with_group.rule_id) == ("prod", "r100003")  # the group's rule
+    assert with_group == spec_router.route_consumer(HELLO, HELLO_GROUP)
+    without = spec_router.route(HELLO)
+    assert (without.cluster_id, without.rule_id) == ("uat", "r100002")  # group rules do not apply
+    assert without == spec_router.route_producer(HELLO)
+
+
 def test_spec_example_other_topic_takes_the_global_rule(spec_router: Router) -> None:
     assert spec_router.route_producer("fx.other").rule_id == "r100001"
     assert spec_router.route_consumer("fx.other", HELLO_GROUP).rule_id == "r100001"

@@ -441,9 +441,7 @@ def route_topics(
     names = [t for t in dict.fromkeys(names) if t]
     if not names:
         raise ValueError("no topics given")
-    if group is not None:
-        return {t: router.route_consumer(t, group, client) for t in names}
-    return {t: router.route_producer(t, client) for t in names}
+    return {t: router.route(t, group, client) for t in names}
 
 
 def group_id_prefix(cluster_id: str, group: str | None) -> str:

@@ -311,10 +311,7 @@ class KBearStreamReader(DataSourceStreamReader):
         out = {}
         for t in s.topics:
             try:
-                if s.group is not None:
-                    out[t] = self._router.route_consumer(t, s.group, s.client)
-                else:
-                    out[t] = self._router.route_producer(t, s.client)
+                out[t] = self._router.route(t, s.group, s.client)
             except NoRouteError:
                 if previous is None or t not in previous:
                     raise

@@ -373,9 +373,7 @@ class RouteGuard:
 
     def _lookup(self, topic: str) -> Route | None:
         try:
-            if self._group is not None:
-                return self._router.route_consumer(topic, self._group, self._client)
-            return self._router.route_producer(topic, self._client)
+            return self._router.route(topic, self._group, self._client)
         except NoRouteError:
             return None
 
