@@ -102,7 +102,7 @@ def test_clients_refuse_bad_keys_before_building_anything() -> None:
 def test_spark_source_takes_the_same_name_and_the_old_one_with_a_warning() -> None:
     pytest.importorskip("pyspark")
     from kbear.spark._options import SparkOptionsError
-    from kbear.spark._source import _Settings
+    from kbear.spark._source_settings import SourceSettings as _Settings
 
     base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
     assert _Settings(base).switch_start == "earliest"

@@ -18,7 +18,8 @@ from conftest import Rule, keyed, plain_producer, rewrite_rules, rule
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from kbear.spark import SparkOptionsError
-from kbear.spark._source import KBearDataSource, KBearStreamReader, _Settings
+from kbear.spark._source import KBearDataSource, KBearStreamReader
+from kbear.spark._source_settings import SourceSettings as _Settings
 from kbear.testing import EmbeddedCluster
 
 

@@ -12,22 +12,21 @@ import copy
 import json
 import logging
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from kbear._secrets import redact
 from kbear._switch import Progress, Switch, SwitchEngine
 from kbear.config import ConfigError
-from kbear.router import Client, NoRouteError, Route, Router
-from kbear.settings import SPARK_SWITCH_START, SwitchMode, SwitchStart
-from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
+from kbear.router import NoRouteError, Route, Router
+from kbear.settings import SwitchMode
+from kbear.spark._options import SparkOptionsError
+from kbear.spark._read import READER_CONF, RangePart, read_range
+from kbear.spark._source_settings import SourceSettings, option_bool
 
 __all__ = ["SOURCE_NAME", "KBearDataSource", "KBearStreamReader"]
 
@@ -44,26 +43,6 @@ _HEADERS = "headers array<struct<key: string, value: binary>>"
 _EARLIEST, _LATEST = -2, -1
 _OFFSET_VERSION = 1
 _META_TIMEOUT_S = 10.0
-# Consumer settings of every reader: positions come from the offsets, never from a group.
-_READER_CONF = {
-    "group.id": "kbear-spark-reader",
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": False,
-    "auto.offset.reset": "earliest",
-}
-# kbear keys of the source; kafka.* are librdkafka properties (prefix removed).
-_KBEAR_KEYS = frozenset(
-    {
-        "kbear.config",
-        "kbear.group",
-        "kbear.client.id",
-        "kbear.cluster",
-        "kbear.switch.start",
-        "kbear.switch.startingoffsets",  # deprecated name of kbear.switch.start
-    }
-)
-
 # offsets: {"v": 1,
 #           "positions": {cluster: {physical topic: {partition: next offset}}},
 #           "routes": {logical topic: {"cluster": c, "topic": physical}},
@@ -76,92 +55,6 @@ Offsets = dict[str, Any]
 def _target(logical: str, where: Mapping[str, Any]) -> Route:
     """The route recorded in offsets as ``{"cluster", "topic"}`` for ``logical``."""
     return Route(str(where["cluster"]), str(where["topic"]), logical, "", "", {})
-
-
-def _bool(value: str | None, default: bool) -> bool:
-    return default if value is None else str(value).strip().lower() == "true"
-
-
-def _switch_start(lowered: Mapping[str, str]) -> str:
-    """``kbear.switch.start`` (kbear.settings), earliest or latest here; the deprecated
-    ``kbear.switch.startingOffsets`` is read when the new name is absent.
-
-    Raises:
-        SparkOptionsError: another value.
-    """
-    value = lowered.get("kbear.switch.start")
-    if value is None and "kbear.switch.startingoffsets" in lowered:
-        warnings.warn(
-            "the kbear source option 'kbear.switch.startingOffsets' is deprecated: use 'kbear.switch.start'",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        value = lowered["kbear.switch.startingoffsets"]
-    start = SPARK_SWITCH_START.value if value is None else value.strip().lower()
-    if start not in (SwitchStart.EARLIEST, SwitchStart.LATEST):
-        raise SparkOptionsError(
-            [f"kbear.switch.start must be 'earliest' or 'latest' for the kbear source, got {value!r}"]
-        )
-    return start
-
-
-class _Settings:
-    """The source options, parsed (driver and executors)."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        opts = {str(k): str(v) for k, v in options.items()}
-        lowered = {k.lower(): v for k, v in opts.items()}
-        check_options(opts, FORBIDDEN_READ_OPTIONS_KBEAR)
-        topics = [t.strip() for t in lowered.get("subscribe", "").split(",") if t.strip()]
-        if not topics:
-            raise SparkOptionsError(["the kbear source needs 'subscribe' (comma-separated topics)"])
-        self.topics = list(dict.fromkeys(topics))
-        self.config_dir = lowered.get("kbear.config")
-        self.bootstrap = lowered.get("kafka.bootstrap.servers")
-        if (self.config_dir is None) == (self.bootstrap is None):
-            raise SparkOptionsError(
-                ["set exactly one of 'kbear.config' (routed) and 'kafka.bootstrap.servers' (one cluster)"]
-            )
-        self.group = lowered.get("kbear.group")
-        meta = {
-            k[len("kbear.client.meta.") :]: v
-            for k, v in opts.items()
-            if k.lower().startswith("kbear.client.meta.")
-        }
-        self.client = Client(lowered.get("kbear.client.id"), meta)
-        unknown = [
-            k
-            for k in opts
-            if k.lower().startswith("kbear.")
-            and k.lower() not in _KBEAR_KEYS
-            and not k.lower().startswith("kbear.client.meta.")
-        ]
-        if unknown:
-            raise SparkOptionsError([f"unknown kbear source option(s) {sorted(unknown)}"])
-        self.cluster = lowered.get("kbear.cluster", "kafka")
-        # librdkafka properties for every cluster (kafka.<property>), the bootstrap excepted
-        self.extra = {
-            k[len("kafka.") :]: v
-            for k, v in opts.items()
-            if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"
-        }
-        self.starting = lowered.get("startingoffsets", "latest").strip()
-        self.switch_start = _switch_start(lowered)
-        max_rows = lowered.get("maxoffsetspertrigger")
-        try:
-            self.max_offsets = None if max_rows is None else int(max_rows)
-        except ValueError:
-            raise SparkOptionsError([f"maxOffsetsPerTrigger must be an integer, got {max_rows!r}"]) from None
-        if self.max_offsets is not None and self.max_offsets < 1:
-            raise SparkOptionsError(["maxOffsetsPerTrigger must be >= 1"])
-        self.include_headers = _bool(lowered.get("includeheaders"), False)
-        self.poll_timeout_s = int(lowered.get("kafkaconsumer.polltimeoutms", "120000")) / 1000.0
-
-
-# The kbear source takes kafka.bootstrap.servers and subscribe itself.
-FORBIDDEN_READ_OPTIONS_KBEAR = {
-    k: v for k, v in FORBIDDEN_READ_OPTIONS.items() if k not in ("kafka.bootstrap.servers", "subscribe")
-}
 
 
 def source_schema(include_headers: bool) -> str:
@@ -223,7 +116,7 @@ class KBearDataSource(DataSource):
     def schema(self) -> str:
         """The schema as DDL (see the class docstring)."""
         lowered = {str(k).lower(): str(v) for k, v in self.options.items()}
-        return source_schema(_bool(lowered.get("includeheaders"), False))
+        return source_schema(option_bool(lowered.get("includeheaders"), False))
 
     def streamReader(self, schema: StructType) -> KBearStreamReader:
         """A :class:`KBearStreamReader` for the options.
@@ -232,40 +125,7 @@ class KBearDataSource(DataSource):
             SparkOptionsError: bad or forbidden options.
             ConfigError: ``kbear.config`` is not a valid configuration.
         """
-        return KBearStreamReader(_Settings(self.options))
-
-
-class _Part(InputPartition):
-    """One Kafka partition's offset range [start, end) on one cluster."""
-
-    def __init__(
-        self,
-        cluster: str,
-        properties: dict[str, str],
-        topic: str,
-        logical: str,
-        partition: int,
-        start: int,
-        end: int,
-        include_headers: bool,
-        timeout_s: float,
-    ) -> None:
-        super().__init__((cluster, topic, partition, start, end))
-        self.cluster = cluster
-        self.properties = properties
-        self.topic = topic
-        self.logical = logical
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.include_headers = include_headers
-        self.timeout_s = timeout_s
-
-    def __repr__(self) -> str:
-        return (
-            f"_Part(cluster={self.cluster!r}, topic={self.topic!r}, partition={self.partition}, "
-            f"start={self.start}, end={self.end}, properties={redact(self.properties)!r})"
-        )
+        return KBearStreamReader(SourceSettings(self.options))
 
 
 class KBearStreamReader(DataSourceStreamReader):
@@ -276,7 +136,7 @@ class KBearStreamReader(DataSourceStreamReader):
     task, assigned at the range's start offset (no consumer group joins).
     """
 
-    def __init__(self, settings: _Settings) -> None:
+    def __init__(self, settings: SourceSettings) -> None:
         self._s = settings
         self._router = Router.from_path(settings.config_dir) if settings.config_dir else None
         self._meta: dict[str, tuple[dict[str, str], Consumer]] = {}
@@ -337,7 +197,7 @@ class KBearStreamReader(DataSourceStreamReader):
             return current[1]
         if current is not None:
             current[1].close()
-        consumer = Consumer({**props, **_READER_CONF})
+        consumer = Consumer({**props, **READER_CONF})
         self._meta[cluster] = (props, consumer)
         return consumer
 
@@ -557,7 +417,7 @@ class KBearStreamReader(DataSourceStreamReader):
                     if begin is None or stop <= begin:
                         continue
                     parts.append(
-                        _Part(
+                        RangePart(
                             cluster,
                             self._properties(cluster),
                             topic,
@@ -579,7 +439,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 ``kafkaConsumer.pollTimeoutMs``.
             KafkaException: a fatal consumer error.
         """
-        assert isinstance(partition, _Part)
+        assert isinstance(partition, RangePart)
         return read_range(partition)
 
     def commit(self, end: Offsets) -> None:
@@ -592,63 +452,3 @@ class KBearStreamReader(DataSourceStreamReader):
         self._meta.clear()
         if self._router is not None:
             self._router.close()
-
-
-def _timestamp(ts: tuple[int, int]) -> tuple[datetime | None, int]:
-    kind, ms = ts
-    if kind == 0:  # TIMESTAMP_NOT_AVAILABLE
-        return None, -1
-    return datetime.fromtimestamp(ms / 1000.0, tz=UTC), kind - 1
-
-
-def read_range(part: _Part) -> Iterator[tuple[Any, ...]]:
-    """Rows of ``part``: offsets [start, end) of one partition, read with an assigned Consumer."""
-    consumer = Consumer({**part.properties, **_READER_CONF})
-    try:
-        tp = TopicPartition(part.topic, part.partition, part.start)
-        consumer.assign([tp])
-        deadline = time.monotonic() + part.timeout_s
-        next_offset = part.start
-        while next_offset < part.end:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"kbear source: {part.cluster}/{part.topic}[{part.partition}] offsets "
-                    f"{next_offset}..{part.end} not read within {part.timeout_s} s"
-                )
-            batch = consumer.consume(min(10_000, part.end - next_offset), 0.5)
-            if not batch:
-                # the range's tail may be gone (retention, compaction, control records)
-                position = consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
-                if position >= part.end:
-                    break
-                continue
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.fatal():
-                        raise KafkaException(err)
-                    log.warning("kbear source: %s: %s", part.cluster, err)
-                    continue
-                offset = msg.offset()
-                if offset is None:
-                    continue
-                if offset >= part.end:
-                    next_offset = part.end
-                    break
-                next_offset = offset + 1
-                ts, ts_type = _timestamp(msg.timestamp())
-                row: tuple[Any, ...] = (
-                    msg.key(),
-                    msg.value(),
-                    part.logical,
-                    part.partition,
-                    offset,
-                    ts,
-                    ts_type,
-                )
-                if part.include_headers:
-                    headers: Any = msg.headers() or []
-                    row += ([(k, v) for k, v in headers],)
-                yield (*row, part.cluster)
-    finally:
-        consumer.close()
