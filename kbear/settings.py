@@ -1,58 +1,77 @@
-"""The ``kbear.*`` keys of a routed client's configuration: one model, defaults in one place.
+"""The ``kbear.*`` keys: one model, defaults in one place.
 
-Every key a :class:`~kbear.RoutedProducer`, :class:`~kbear.RoutedConsumer` or
-the Spark ``kbear`` source takes, with its default (the README's table is
-checked against :data:`DEFAULTS` by ``tests/test_settings.py``):
+Every kbear key a :class:`~kbear.RoutedProducer`, a :class:`~kbear.RoutedConsumer`
+or the Spark ``kbear`` source takes is a field of :class:`KBearSettings` (the
+field's alias is the key); its default is the field's default, and
+:data:`DEFAULTS` lists them (the README's table is checked against it by
+``tests/test_settings.py``):
 
-=================================== ============ ==========================================
-key                                 default      meaning
-=================================== ============ ==========================================
-``kbear.config``                    none         configuration directory
-``kbear.client.id``                 none         the Client's id (``client.id`` factor)
-``kbear.client.meta.<k>``           none         the Client's meta (``client.<k>`` factors)
-``kbear.reload.interval.ms``        10000        watch interval, ms; 0 disables the watcher
-``kbear.switch.drain.timeout.ms``   30000        longest wait for the old cluster in a move, ms
-``kbear.switch.drain.idle.ms``      2000         consumer: idle time of the old cluster, ms
-``kbear.switch.mode``               ``drain``    consumer: :class:`SwitchMode`
-``kbear.switch.start``              ``committed`` consumer: :class:`SwitchStart`
-``kbear.switch.timestamp.margin.ms`` 0           consumer, ``timestamp`` start: margin, ms
-=================================== ============ ==========================================
+==================================== ============= ==========================================
+key                                  default       meaning
+==================================== ============= ==========================================
+``kbear.config``                     none          configuration directory
+``kbear.client.id``                  none          the Client's id (``client.id`` factor)
+``kbear.client.meta.<k>``            none          the Client's meta (``client.<k>`` factors)
+``kbear.reload.interval.ms``         10000         clients: watch interval, ms; 0: no watcher
+``kbear.switch.drain.timeout.ms``    30000         clients: longest wait for the old cluster, ms
+``kbear.switch.drain.idle.ms``       2000          consumer: idle time of the old cluster, ms
+``kbear.switch.mode``                ``drain``     consumer: :class:`SwitchMode`
+``kbear.switch.start``               ``committed`` consumer: :class:`SwitchStart`; Spark source:
+                                                   ``earliest`` (:data:`SPARK_SWITCH_START`)
+                                                   or ``latest``
+``kbear.switch.timestamp.margin.ms`` 0             consumer, ``timestamp`` start: margin, ms
+``kbear.group``                      none          Spark source: group of consumer lookups
+``kbear.cluster``                    ``kafka``     Spark source, one cluster: its name
+==================================== ============= ==========================================
 
-The Spark source takes the same names (Spark lowercases option keys); its
-``kbear.switch.start`` accepts ``earliest`` and ``latest`` only, default
-:data:`SPARK_SWITCH_START` (its positions live in Spark's checkpoint: there are
-no group commits to start from). ``kbear.switch.startingOffsets``, the name it
-used before, still works with a ``DeprecationWarning``.
+Which reader takes which key: :data:`CLIENT_KEYS` (:func:`parse_settings`) and
+:data:`SPARK_SOURCE_KEYS` (:func:`parse_source_options`); any other ``kbear.*``
+key is refused, so a key meant for the other reader is not silently ignored.
+
+Errors: a bad value is a ``ValueError`` whose message names the key; all the
+problems of one configuration are reported at once, separated by ``"; "``.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from kbear.router import Client
 
 __all__ = [
+    "CLIENT_KEYS",
     "DEFAULTS",
+    "DEPRECATED_SOURCE_KEYS",
+    "SPARK_SOURCE_KEYS",
     "SPARK_SWITCH_START",
+    "SPARK_SWITCH_STARTS",
     "KBearSettings",
     "SwitchMode",
     "SwitchStart",
     "parse_settings",
+    "parse_source_options",
 ]
 
+log = logging.getLogger("kbear.settings")
+
+#: every kbear key starts with it
 KBEAR_PREFIX = "kbear."
+#: ``kbear.client.meta.<k>``: the Client's meta entry ``k``
 CLIENT_META_PREFIX = "kbear.client.meta."
 
 
 class SwitchMode(StrEnum):
     """``kbear.switch.mode``: how a consumer follows a topic to another cluster.
 
-    ``drain``: read the old cluster until the group has committed it at its end,
-    then switch; ``immediate``: switch at once (unread messages stay behind).
+    ``drain`` (default): read the old cluster until the group has committed it
+    at its end, then switch; ``immediate``: switch at once (unread messages stay
+    behind). A ``StrEnum``: ``SwitchMode.DRAIN == "drain"``.
     """
 
     DRAIN = "drain"
@@ -62,10 +81,12 @@ class SwitchMode(StrEnum):
 class SwitchStart(StrEnum):
     """``kbear.switch.start``: where a moved topic starts on its new cluster.
 
-    ``committed``: the group's committed offsets there, else ``auto.offset.reset``;
-    ``earliest`` / ``latest``; ``timestamp``: the first offset at or after the
-    earliest last-read timestamp on the old cluster, less
-    ``kbear.switch.timestamp.margin.ms``.
+    ``committed`` (default for the clients): the group's committed offsets
+    there, else ``auto.offset.reset``; ``earliest`` / ``latest``;
+    ``timestamp``: the first offset at or after the earliest last-read
+    timestamp on the old cluster, less ``kbear.switch.timestamp.margin.ms``.
+    The Spark source takes :data:`SPARK_SWITCH_STARTS` only. A ``StrEnum``:
+    ``SwitchStart.COMMITTED == "committed"``.
     """
 
     COMMITTED = "committed"
@@ -74,19 +95,58 @@ class SwitchStart(StrEnum):
     TIMESTAMP = "timestamp"
 
 
-#: the Spark source's ``kbear.switch.start`` (earliest or latest only)
+#: ``kbear.switch.start`` of the Spark source when the option is absent. Not the
+#: model's default (``committed``): the source keeps its positions in Spark's
+#: checkpoint and reads with no consumer group, so there are no group commits on
+#: the new cluster to start from; ``earliest`` loses nothing.
 SPARK_SWITCH_START = SwitchStart.EARLIEST
-
-_MS_KEYS = (
-    "kbear.reload.interval.ms",
-    "kbear.switch.drain.timeout.ms",
-    "kbear.switch.drain.idle.ms",
-    "kbear.switch.timestamp.margin.ms",
-)
+#: the ``kbear.switch.start`` values the Spark source takes (``committed`` and
+#: ``timestamp`` need a group's commits and a consumer's last-read timestamps)
+SPARK_SWITCH_STARTS = (SwitchStart.EARLIEST, SwitchStart.LATEST)
 
 
 class KBearSettings(BaseModel):
-    """The kbear keys of a routed client's configuration, parsed (field alias = key)."""
+    """The kbear keys of a configuration, parsed: one field per key (alias = key).
+
+    Frozen; build it with :func:`parse_settings` (RoutedProducer,
+    RoutedConsumer) or :func:`parse_source_options` (the Spark source), which
+    check which keys their reader takes. Defaults are the fields' defaults here.
+
+    Attributes:
+        config_dir: ``kbear.config`` (str): the configuration directory; None
+            (default) when the client is given ``router=`` instead.
+        client: the :class:`~kbear.Client` of ``kbear.client.id`` (str) and
+            ``kbear.client.meta.<k>`` (str values), or the ``client=`` argument;
+            default: the anonymous ``Client(None, {})``.
+        reload_interval_ms: ``kbear.reload.interval.ms`` (int, ms, >= 0):
+            how often the router's watcher looks at the configuration; 0
+            disables it. Default 10000. Clients only (the Spark source reloads
+            before every micro-batch).
+        drain_timeout_ms: ``kbear.switch.drain.timeout.ms`` (int, ms, >= 0):
+            longest wait for the old cluster during a topic move (producer
+            flush, consumer drain). Default 30000. Clients only.
+        drain_idle_ms: ``kbear.switch.drain.idle.ms`` (int, ms, >= 0): how long
+            the old cluster must stay idle at its end before a consumer moves.
+            Default 2000. Clients only.
+        switch_mode: ``kbear.switch.mode`` (:class:`SwitchMode`), default
+            ``drain``. Clients only (the Spark source always drains).
+        switch_start: ``kbear.switch.start`` (:class:`SwitchStart`), default
+            ``committed``; the Spark source's default is
+            :data:`SPARK_SWITCH_START`.
+        timestamp_margin_ms: ``kbear.switch.timestamp.margin.ms`` (int, ms,
+            >= 0): with ``timestamp`` starts, how far before the last consumed
+            timestamp to start. Default 0. Clients only.
+        group: ``kbear.group`` (str): the consumer group whose routes the Spark
+            source follows (consumer lookups); None (default): producer
+            lookups. Spark source only (the clients take ``group.id``).
+        cluster: ``kbear.cluster`` (str): the cluster's name in offsets and the
+            ``cluster`` column when the Spark source reads one cluster
+            (``kafka.bootstrap.servers``). Default ``"kafka"``. Spark source only.
+
+    Raises (at validation):
+        pydantic.ValidationError: a bad value; :func:`parse_settings` and
+            :func:`parse_source_options` turn it into ``ValueError`` naming the key.
+    """
 
     model_config = ConfigDict(
         frozen=True, extra="forbid", populate_by_name=True, arbitrary_types_allowed=True
@@ -100,14 +160,18 @@ class KBearSettings(BaseModel):
     switch_mode: SwitchMode = Field(SwitchMode.DRAIN, alias="kbear.switch.mode")
     switch_start: SwitchStart = Field(SwitchStart.COMMITTED, alias="kbear.switch.start")
     timestamp_margin_ms: int = Field(0, alias="kbear.switch.timestamp.margin.ms")
+    group: str | None = Field(None, alias="kbear.group")
+    cluster: str = Field("kafka", alias="kbear.cluster")
 
     @field_validator(
         "reload_interval_ms", "drain_timeout_ms", "drain_idle_ms", "timestamp_margin_ms", mode="before"
     )
     @classmethod
-    def _milliseconds(cls, value: Any, info: Any) -> int:
-        key = cls.model_fields[info.field_name].alias
+    def _milliseconds(cls, value: Any, info: ValidationInfo) -> int:
+        key = cls.model_fields[str(info.field_name)].alias
         try:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
             number = int(value)
         except (TypeError, ValueError):
             raise ValueError(f"{key} must be an integer number of milliseconds, got {value!r}") from None
@@ -134,27 +198,62 @@ class KBearSettings(BaseModel):
             names = ", ".join(s.value for s in SwitchStart)
             raise ValueError(f"kbear.switch.start must be one of {names}, got {str(value)!r}") from None
 
+    @field_validator("config_dir", "group", "cluster", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> str | None:
+        return None if value is None else str(value)
 
-#: key -> default, for every kbear key with a default (the README's table)
+
+#: key -> default, for every kbear key of :class:`KBearSettings` (the README's
+#: table; ``kbear.client.id`` and ``kbear.client.meta.<k>`` make the ``client``)
 DEFAULTS: dict[str, Any] = {
     str(f.alias): f.default for f in KBearSettings.model_fields.values() if f.alias is not None
 }
 
+#: the kbear keys RoutedProducer and RoutedConsumer take (and ``kbear.client.meta.<k>``)
+CLIENT_KEYS = frozenset(set(DEFAULTS) - {"kbear.group", "kbear.cluster"} | {"kbear.client.id"})
+#: the kbear keys the Spark source takes (and ``kbear.client.meta.<k>``), compared
+#: case-insensitively (Spark lowercases option keys)
+SPARK_SOURCE_KEYS = frozenset(
+    {"kbear.config", "kbear.client.id", "kbear.group", "kbear.cluster", "kbear.switch.start"}
+)
+#: former Spark source option -> its name now; still read, with a DeprecationWarning
+DEPRECATED_SOURCE_KEYS = {"kbear.switch.startingOffsets": "kbear.switch.start"}
+
+
+def _validate(values: Mapping[str, Any], client: Client) -> tuple[KBearSettings | None, list[str]]:
+    """The model of ``values`` (key -> value) and ``client``, or None and one problem
+    per bad key (each message names its key)."""
+    try:
+        return KBearSettings.model_validate({**values, "client": client}), []
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            cause = error.get("ctx", {}).get("error")
+            key = ".".join(str(part) for part in error["loc"])
+            problems.append(str(cause) if cause is not None else f"{key}: {error['msg']}")
+        return None, problems
+
 
 def parse_settings(kbear_conf: Mapping[str, Any], client: Client | None, kind: str) -> KBearSettings:
-    """Parse the kbear keys of a configuration.
+    """Parse the kbear keys of a RoutedProducer's or RoutedConsumer's configuration.
 
     Args:
-        kbear_conf: the configuration's ``kbear.*`` keys and their values.
+        kbear_conf: the configuration's ``kbear.*`` keys (exact case) and their
+            values; a None value counts as absent (the default applies).
         client: a Client given as ``client=`` (then no ``kbear.client.*`` key may be set).
         kind: the class being configured, for error messages (``"RoutedConsumer"``).
 
+    Returns:
+        The settings; absent keys take the defaults of :class:`KBearSettings`.
+
     Raises:
-        ValueError: an unknown kbear key, a bad value (naming the key), or a client
-            given both as ``client=`` and as ``kbear.client.*`` keys.
+        ValueError: ``"<kind>: ..."``: a key not in :data:`CLIENT_KEYS` (nor
+            ``kbear.client.meta.<k>``), a bad value (the message names the key;
+            every bad key is listed), or a client given both as ``client=`` and
+            as ``kbear.client.*`` keys.
     """
-    known = set(DEFAULTS) | {"kbear.client.id"}
-    unknown = [k for k in kbear_conf if k not in known and not k.startswith(CLIENT_META_PREFIX)]
+    unknown = [k for k in kbear_conf if k not in CLIENT_KEYS and not k.startswith(CLIENT_META_PREFIX)]
     if unknown:
         raise ValueError(f"{kind}: unknown kbear configuration key(s) {sorted(unknown)}")
     meta = {
@@ -168,10 +267,71 @@ def parse_settings(kbear_conf: Mapping[str, Any], client: Client | None, kind: s
     if client is None:
         client = Client(None if client_id is None else str(client_id), meta)
     values = {k: v for k, v in kbear_conf.items() if k in DEFAULTS and v is not None}
-    if "kbear.config" in values:
-        values["kbear.config"] = str(values["kbear.config"])
-    try:
-        return KBearSettings.model_validate({**values, "client": client})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ValueError(f"{kind}: {first.get('ctx', {}).get('error', first['msg'])}") from None
+    settings, problems = _validate(values, client)
+    if settings is None:
+        raise ValueError(f"{kind}: {'; '.join(problems)}")
+    return settings
+
+
+def parse_source_options(options: Mapping[str, str]) -> KBearSettings:
+    """Parse the kbear keys among the options of the Spark ``kbear`` source.
+
+    Keys are compared case-insensitively (Spark lowercases option keys; the meta
+    key ``k`` of ``kbear.client.meta.<k>`` keeps the case it arrives in); other
+    options (``subscribe``, ``kafka.*``...) are ignored here. Values are strings
+    (Spark's); ``kbear.switch.start`` is also trimmed and lowercased.
+
+    ``kbear.switch.start`` takes :data:`SPARK_SWITCH_STARTS` only and defaults to
+    :data:`SPARK_SWITCH_START` (why: see there). The former name
+    ``kbear.switch.startingOffsets`` (:data:`DEPRECATED_SOURCE_KEYS`) is still read
+    when the new one is absent, with a ``DeprecationWarning`` pointing at the
+    caller of ``KBearDataSource.streamReader`` (``stacklevel=4``: this function,
+    the source's settings, ``streamReader``, its caller). Spark runs
+    ``streamReader`` in a Python worker of its own, where the default filters hide
+    a DeprecationWarning and no line of the job is on the stack, so the same text
+    is also logged at WARNING on ``kbear.settings`` (the worker's stderr reaches
+    the driver's log).
+
+    Returns:
+        The settings: ``config_dir``, ``client``, ``group``, ``cluster`` and
+        ``switch_start`` from the options; the clients-only fields keep their
+        defaults.
+
+    Raises:
+        ValueError: a ``kbear.*`` key not in :data:`SPARK_SOURCE_KEYS` (nor
+            ``kbear.client.meta.<k>`` or a deprecated name), or a bad value;
+            every problem is listed, separated by ``"; "``.
+    """
+    kbear = {str(k): v for k, v in options.items() if str(k).lower().startswith(KBEAR_PREFIX)}
+    meta_prefix = CLIENT_META_PREFIX.lower()
+    meta = {k[len(meta_prefix) :]: str(v) for k, v in kbear.items() if k.lower().startswith(meta_prefix)}
+    lowered = {k.lower(): v for k, v in kbear.items() if not k.lower().startswith(meta_prefix)}
+    for old, new in DEPRECATED_SOURCE_KEYS.items():
+        if old.lower() not in lowered:
+            continue
+        value = lowered.pop(old.lower())
+        message = f"the kbear source option {old!r} is deprecated: use {new!r}"
+        if new in lowered:
+            message += f" ({new!r} is set too and wins)"
+        else:
+            lowered[new] = value
+        warnings.warn(message, DeprecationWarning, stacklevel=4)
+        log.warning("%s", message)
+    problems = []
+    unknown = [k for k in kbear if k.lower() in lowered and k.lower() not in SPARK_SOURCE_KEYS]
+    if unknown:
+        problems.append(f"unknown kbear source option(s) {sorted(unknown)}")
+    start = str(lowered.get("kbear.switch.start", SPARK_SWITCH_START.value)).strip().lower()
+    if start not in SPARK_SWITCH_STARTS:
+        problems.append(
+            "kbear.switch.start must be 'earliest' or 'latest' for the kbear source, "
+            f"got {lowered['kbear.switch.start']!r}"
+        )
+    client_id = lowered.get("kbear.client.id")
+    values = {k: v for k, v in lowered.items() if k in SPARK_SOURCE_KEYS and k in DEFAULTS}
+    values["kbear.switch.start"] = start if start in SPARK_SWITCH_STARTS else SPARK_SWITCH_START
+    settings, invalid = _validate(values, Client(None if client_id is None else str(client_id), meta))
+    problems += invalid
+    if settings is None or problems:
+        raise ValueError("; ".join(problems))
+    return settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -9,23 +10,35 @@ from pathlib import Path
 import pytest
 
 from kbear import Client, RoutedConsumer, RoutedProducer
-from kbear.settings import DEFAULTS, KBearSettings, SwitchMode, SwitchStart, parse_settings
+from kbear.settings import (
+    CLIENT_KEYS,
+    DEFAULTS,
+    DEPRECATED_SOURCE_KEYS,
+    SPARK_SOURCE_KEYS,
+    SPARK_SWITCH_START,
+    SPARK_SWITCH_STARTS,
+    KBearSettings,
+    SwitchMode,
+    SwitchStart,
+    parse_settings,
+    parse_source_options,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def readme_table() -> dict[str, str]:
-    """key -> default column of the README's kbear keys table (the first table whose
-    header is ``| key | default | meaning |``)."""
+def readme_table() -> dict[str, tuple[str, str]]:
+    """key -> (default, meaning) columns of the README's kbear keys table (the first
+    table whose header is ``| key | default | meaning |``)."""
     text = README.read_text()
     start = text.index("| key | default | meaning |")
-    rows: dict[str, str] = {}
+    rows: dict[str, tuple[str, str]] = {}
     for line in text[start:].splitlines()[2:]:
         if not line.startswith("|"):
             break
-        key_cell, default, _meaning = (c.strip() for c in line.strip("|").split("|", 2))
+        key_cell, default, meaning = (c.strip() for c in line.strip().strip("|").split("|", 2))
         for key in re.findall(r"`(kbear\.[^`]+)`", key_cell):
-            rows[key] = default.strip("`")
+            rows[key] = (default.strip("`"), meaning)
     return rows
 
 
@@ -33,33 +46,54 @@ def test_readme_table_lists_every_key_with_the_models_default() -> None:
     table = readme_table()
     assert set(table) == set(DEFAULTS) | {"kbear.client.id", "kbear.client.meta.<k>"}
     for key, default in DEFAULTS.items():
-        shown = table[key]
-        expected = "—" if default is None else str(default.value if hasattr(default, "value") else default)
-        assert shown == expected, key
+        expected = "—" if default is None else str(default)
+        assert table[key][0] == expected, key
+    # the Spark source's own default of kbear.switch.start is in that row too
+    assert f"`{SPARK_SWITCH_START}` (its default" in table["kbear.switch.start"][1]
+
+
+def test_every_key_belongs_to_a_reader() -> None:
+    assert set(DEFAULTS) | {"kbear.client.id"} == CLIENT_KEYS | SPARK_SOURCE_KEYS
+    assert {"kbear.group", "kbear.cluster"}.isdisjoint(CLIENT_KEYS)
+    assert set(DEPRECATED_SOURCE_KEYS.values()) <= SPARK_SOURCE_KEYS
+    assert all(k == k.lower() for k in SPARK_SOURCE_KEYS)  # Spark lowercases option keys
 
 
 def test_defaults_and_enums() -> None:
     s = parse_settings({}, None, "RoutedConsumer")
     assert s == KBearSettings(client=Client(None, {}))
     assert s.switch_mode is SwitchMode.DRAIN and s.switch_mode == "drain"
-    assert s.switch_start is SwitchStart.COMMITTED
+    assert s.switch_start is SwitchStart.COMMITTED and s.switch_start == "committed"
     assert (s.reload_interval_ms, s.drain_timeout_ms, s.drain_idle_ms, s.timestamp_margin_ms) == (
         10_000,
         30_000,
         2_000,
         0,
     )
+    assert s.config_dir is None and s.client == Client(None, {})
     s = parse_settings(
         {
+            "kbear.config": Path("/etc/kbear"),
             "kbear.switch.mode": "immediate",
             "kbear.switch.start": "timestamp",
             "kbear.switch.drain.idle.ms": "250",
+            "kbear.switch.drain.timeout.ms": 1000.0,
+            "kbear.reload.interval.ms": None,  # None: the default
         },
         None,
         "RoutedConsumer",
     )
     assert s.switch_mode is SwitchMode.IMMEDIATE and s.switch_start is SwitchStart.TIMESTAMP
-    assert s.drain_idle_ms == 250
+    assert (s.drain_idle_ms, s.drain_timeout_ms, s.reload_interval_ms) == (250, 1000, 10_000)
+    assert s.config_dir == "/etc/kbear"
+    assert [m.value for m in SwitchMode] == ["drain", "immediate"]
+    assert {m.value for m in SwitchStart} == {"committed", "timestamp", "earliest", "latest"}
+
+
+def test_settings_are_frozen() -> None:
+    s = parse_settings({}, None, "RoutedProducer")
+    with pytest.raises(ValueError, match="frozen"):
+        s.drain_timeout_ms = 5  # type: ignore[misc]
 
 
 def test_client_from_keys_or_argument() -> None:
@@ -77,17 +111,34 @@ def test_client_from_keys_or_argument() -> None:
         (
             "kbear.switch.mode",
             "sometimes",
-            "RoutedConsumer: kbear.switch.mode must be 'drain' or 'immediate'",
+            "RoutedConsumer: kbear.switch.mode must be 'drain' or 'immediate', got 'sometimes'",
         ),
-        ("kbear.switch.start", "middle", "kbear.switch.start must be one of committed, earliest, latest"),
+        (
+            "kbear.switch.start",
+            "middle",
+            "kbear.switch.start must be one of committed, earliest, latest, timestamp, got 'middle'",
+        ),
         ("kbear.switch.drain.idle.ms", "soon", "kbear.switch.drain.idle.ms must be an integer number of ms"),
+        ("kbear.switch.drain.idle.ms", 2.5, "kbear.switch.drain.idle.ms must be an integer number of ms"),
+        ("kbear.switch.timestamp.margin.ms", True, "kbear.switch.timestamp.margin.ms must be an integer"),
         ("kbear.reload.interval.ms", -5, "kbear.reload.interval.ms must be >= 0, got -5"),
-        ("kbear.switch.drain", 1, r"unknown kbear configuration key\(s\) \['kbear.switch.drain'\]"),
+        ("kbear.switch.drain", 1, "unknown kbear configuration key(s) ['kbear.switch.drain']"),
+        ("kbear.group", "g", "unknown kbear configuration key(s) ['kbear.group']"),  # Spark only
+        ("kbear.cluster", "A", "unknown kbear configuration key(s) ['kbear.cluster']"),  # Spark only
     ],
 )
 def test_bad_values_name_the_key(key: str, value: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("number of ms", "number of milliseconds")):
+    expected = re.escape(message.replace("number of ms", "number of milliseconds"))
+    with pytest.raises(ValueError, match=expected):
         parse_settings({key: value}, None, "RoutedConsumer")
+
+
+def test_every_bad_value_is_reported_at_once() -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_settings({"kbear.switch.mode": "x", "kbear.switch.drain.idle.ms": -1}, None, "RoutedConsumer")
+    message = str(caught.value)
+    assert message.startswith("RoutedConsumer: ")
+    assert "kbear.switch.mode must be" in message and "kbear.switch.drain.idle.ms must be >= 0" in message
 
 
 def test_clients_refuse_bad_keys_before_building_anything() -> None:
@@ -99,18 +150,79 @@ def test_clients_refuse_bad_keys_before_building_anything() -> None:
         RoutedProducer({"kbear.switch.drain.timeout.ms": "1s"})
 
 
+# ----------------------------------------------------------------- the Spark source's keys
+
+
+def test_source_options_defaults_and_case_insensitive_keys() -> None:
+    s = parse_source_options({"subscribe": "t", "kafka.bootstrap.servers": "b:1"})
+    assert s.switch_start is SPARK_SWITCH_START is SwitchStart.EARLIEST
+    assert (s.config_dir, s.group, s.cluster, s.client) == (None, None, "kafka", Client(None, {}))
+    s = parse_source_options(
+        {
+            "KBear.Config": "/etc/kbear",
+            "kbear.group": "g",
+            "kbear.cluster": "A",
+            "kbear.client.id": "app",
+            "kbear.client.meta.Env": "prod",
+            "kbear.switch.start": " Latest ",
+        }
+    )
+    assert (s.config_dir, s.group, s.cluster) == ("/etc/kbear", "g", "A")
+    assert s.client == Client("app", {"Env": "prod"})
+    assert s.switch_start is SwitchStart.LATEST
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kbear.switch.start": "committed"}, "earliest' or 'latest' for the kbear source, got 'committed'"),
+        ({"kbear.switch.start": "timestamp"}, "earliest' or 'latest' for the kbear source"),
+        ({"kbear.reload.interval.ms": "0"}, "unknown kbear source option(s) ['kbear.reload.interval.ms']"),
+        ({"kbear.switch.mode": "drain"}, "unknown kbear source option(s) ['kbear.switch.mode']"),
+    ],
+)
+def test_source_options_refuse_what_the_source_does_not_do(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_source_options(options)
+    assert all(v in SwitchStart for v in SPARK_SWITCH_STARTS)
+
+
+def test_deprecated_source_name_warns_logs_and_works(caplog: pytest.LogCaptureFixture) -> None:
+    with (
+        caplog.at_level(logging.WARNING, logger="kbear.settings"),
+        pytest.warns(
+            DeprecationWarning,
+            match=re.escape("'kbear.switch.startingOffsets' is deprecated: use 'kbear.switch.start'"),
+        ),
+    ):
+        s = parse_source_options({"kbear.switch.startingoffsets": "latest"})
+    assert s.switch_start is SwitchStart.LATEST
+    assert "use 'kbear.switch.start'" in caplog.text
+    with pytest.warns(DeprecationWarning, match="'kbear.switch.start' is set too and wins"):
+        s = parse_source_options({"kbear.switch.startingOffsets": "latest", "kbear.switch.start": "earliest"})
+    assert s.switch_start is SwitchStart.EARLIEST
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="for the kbear source"):
+        parse_source_options({"kbear.switch.startingOffsets": "committed"})
+
+
 def test_spark_source_takes_the_same_name_and_the_old_one_with_a_warning() -> None:
     pytest.importorskip("pyspark")
     from kbear.spark._options import SparkOptionsError
-    from kbear.spark._source_settings import SourceSettings as _Settings
+    from kbear.spark._source import KBearDataSource
+    from kbear.spark._source_settings import SourceSettings
 
     base = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
-    assert _Settings(base).switch_start == "earliest"
-    assert _Settings({**base, "kbear.switch.start": "latest"}).switch_start == "latest"
-    with pytest.warns(DeprecationWarning, match="use 'kbear.switch.start'"):
-        assert _Settings({**base, "kbear.switch.startingOffsets": "latest"}).switch_start == "latest"
+    assert SourceSettings(base).switch_start == "earliest"
+    assert SourceSettings({**base, "kbear.switch.start": "latest"}).switch_start == "latest"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _Settings({**base, "kbear.switch.start": "earliest"})  # the new name: no warning
+        SourceSettings({**base, "kbear.switch.start": "earliest"})  # the new name: no warning
     with pytest.raises(SparkOptionsError, match="earliest' or 'latest' for the kbear source"):
-        _Settings({**base, "kbear.switch.start": "committed"})
+        SourceSettings({**base, "kbear.switch.start": "committed"})
+    with pytest.raises(SparkOptionsError, match="unknown kbear source option"):
+        SourceSettings({**base, "kbear.switch.drain.idle.ms": "5"})
+    # the warning points at the line that asked the (public) source for its reader
+    with pytest.warns(DeprecationWarning, match="use 'kbear.switch.start'") as caught:
+        reader = KBearDataSource({**base, "kbear.switch.startingOffsets": "latest"}).streamReader(None)  # type: ignore[arg-type]
+    assert reader._s.switch_start == "latest"
+    assert caught[0].filename == __file__

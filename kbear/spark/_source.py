@@ -104,7 +104,7 @@ class KBearDataSource(DataSource):
     partition, and record each topic's route: a route change between
     micro-batches first finishes the old cluster's backlog up to the end
     offsets seen when the change was noticed, then reads the new cluster
-    (from offsets recorded earlier on it, else ``kbear.switch.startingOffsets``).
+    (from offsets recorded earlier on it, else ``kbear.switch.start``).
     Messages produced to the old cluster after the change was noticed are not read.
     """
 

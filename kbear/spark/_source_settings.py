@@ -9,55 +9,40 @@ rest are the names of Spark's Kafka connector (``subscribe``, ``startingOffsets`
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
-from kbear.router import Client
-from kbear.settings import SPARK_SWITCH_START, SwitchStart
+from kbear.settings import parse_source_options
 from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
-
-# kbear keys of the source; kafka.* are librdkafka properties (prefix removed).
-_KBEAR_KEYS = frozenset(
-    {
-        "kbear.config",
-        "kbear.group",
-        "kbear.client.id",
-        "kbear.cluster",
-        "kbear.switch.start",
-        "kbear.switch.startingoffsets",  # deprecated name of kbear.switch.start
-    }
-)
 
 
 def option_bool(value: str | None, default: bool) -> bool:
+    """A Spark boolean option: ``default`` when absent (None), else whether it reads ``true``
+    (any case, surrounding blanks ignored)."""
     return default if value is None else str(value).strip().lower() == "true"
 
 
-def _switch_start(lowered: Mapping[str, str]) -> str:
-    """``kbear.switch.start`` (kbear.settings), earliest or latest here; the deprecated
-    ``kbear.switch.startingOffsets`` is read when the new name is absent.
+class SourceSettings:
+    """The source options, parsed (driver and executors; pickled with the reader).
+
+    Attributes:
+        topics: the ``subscribe`` topics (logical names when routed), in order, once each.
+        config_dir, group, client, cluster, switch_start: the kbear keys, parsed by
+            :func:`kbear.settings.parse_source_options` (defaults there, the
+            ``kbear.switch.start`` default being ``SPARK_SWITCH_START``, earliest).
+        bootstrap: ``kafka.bootstrap.servers`` (one cluster) or None (routed).
+        extra: the other ``kafka.<property>`` options, prefix removed.
+        starting: ``startingOffsets`` as given (default ``latest``, Spark's).
+        max_offsets: ``maxOffsetsPerTrigger`` (>= 1) or None (all available).
+        include_headers: ``includeHeaders`` (default false).
+        poll_timeout_s: ``kafkaConsumer.pollTimeoutMs`` in seconds (default
+            120000 ms, Spark's).
 
     Raises:
-        SparkOptionsError: another value.
+        SparkOptionsError: a forbidden option, no ``subscribe``, not exactly one of
+            ``kbear.config`` and ``kafka.bootstrap.servers``, an unknown ``kbear.*``
+            option or a bad kbear value (every one listed), a bad
+            ``maxOffsetsPerTrigger``.
     """
-    value = lowered.get("kbear.switch.start")
-    if value is None and "kbear.switch.startingoffsets" in lowered:
-        warnings.warn(
-            "the kbear source option 'kbear.switch.startingOffsets' is deprecated: use 'kbear.switch.start'",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        value = lowered["kbear.switch.startingoffsets"]
-    start = SPARK_SWITCH_START.value if value is None else value.strip().lower()
-    if start not in (SwitchStart.EARLIEST, SwitchStart.LATEST):
-        raise SparkOptionsError(
-            [f"kbear.switch.start must be 'earliest' or 'latest' for the kbear source, got {value!r}"]
-        )
-    return start
-
-
-class SourceSettings:
-    """The source options, parsed (driver and executors)."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         opts = {str(k): str(v) for k, v in options.items()}
@@ -67,29 +52,20 @@ class SourceSettings:
         if not topics:
             raise SparkOptionsError(["the kbear source needs 'subscribe' (comma-separated topics)"])
         self.topics = list(dict.fromkeys(topics))
-        self.config_dir = lowered.get("kbear.config")
+        try:
+            keys = parse_source_options(opts)
+        except ValueError as exc:
+            raise SparkOptionsError([str(exc)]) from None
+        self.config_dir = keys.config_dir
         self.bootstrap = lowered.get("kafka.bootstrap.servers")
         if (self.config_dir is None) == (self.bootstrap is None):
             raise SparkOptionsError(
                 ["set exactly one of 'kbear.config' (routed) and 'kafka.bootstrap.servers' (one cluster)"]
             )
-        self.group = lowered.get("kbear.group")
-        meta = {
-            k[len("kbear.client.meta.") :]: v
-            for k, v in opts.items()
-            if k.lower().startswith("kbear.client.meta.")
-        }
-        self.client = Client(lowered.get("kbear.client.id"), meta)
-        unknown = [
-            k
-            for k in opts
-            if k.lower().startswith("kbear.")
-            and k.lower() not in _KBEAR_KEYS
-            and not k.lower().startswith("kbear.client.meta.")
-        ]
-        if unknown:
-            raise SparkOptionsError([f"unknown kbear source option(s) {sorted(unknown)}"])
-        self.cluster = lowered.get("kbear.cluster", "kafka")
+        self.group = keys.group
+        self.client = keys.client
+        self.cluster = keys.cluster
+        self.switch_start = keys.switch_start
         # librdkafka properties for every cluster (kafka.<property>), the bootstrap excepted
         self.extra = {
             k[len("kafka.") :]: v
@@ -97,7 +73,6 @@ class SourceSettings:
             if k.lower().startswith("kafka.") and k.lower() != "kafka.bootstrap.servers"
         }
         self.starting = lowered.get("startingoffsets", "latest").strip()
-        self.switch_start = _switch_start(lowered)
         max_rows = lowered.get("maxoffsetspertrigger")
         try:
             self.max_offsets = None if max_rows is None else int(max_rows)
