@@ -355,16 +355,30 @@ class DockerCluster(Cluster):
 # --------------------------------------------------------------------------- backends
 
 
+@dataclass(frozen=True)
+class GroupProtocol:
+    """A consumer group protocol (``group.protocol``) the group tests run on a backend.
+
+    ``conf``: consumer settings added over ``Backend.consumer_conf`` for it.
+    ``commits_in_revoke``: a member's commit made in its ``on_revoke`` callback is
+    accepted, as Apache Kafka accepts commits of the current generation while the
+    group prepares a rebalance; noida refuses them with ``ILLEGAL_GENERATION`` and
+    the mock's classic protocol with ``REBALANCE_IN_PROGRESS`` (seen with plain
+    confluent-kafka too: ``test_a_commit_in_on_revoke_is_accepted_where_the_backend_says_so``).
+    """
+
+    conf: dict[str, Any] = field(default_factory=dict)
+    commits_in_revoke: bool = True
+
+
 @dataclass
 class Backend:
     """How to start clusters of one kind, and what their clients need.
 
     ``consumer_conf`` goes into every consumer's configuration (group protocol,
-    session timeouts); ``producer_conf`` into every producer's.
-    ``commits_in_revoke``: a member's commit made in its ``on_revoke`` callback
-    (classic protocol) is accepted, as Apache Kafka accepts commits of the current
-    generation while the group prepares a rebalance; noida refuses them with
-    ``ILLEGAL_GENERATION`` (seen with plain confluent-kafka too).
+    session timeouts); ``producer_conf`` into every producer's. ``protocols``:
+    the group protocols the group tests run here (``classic``, ``consumer``),
+    each with the settings it adds.
     """
 
     name: str
@@ -373,7 +387,7 @@ class Backend:
     producer_conf: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     workdir: Path | None = None
-    commits_in_revoke: bool = True
+    protocols: dict[str, GroupProtocol] = field(default_factory=lambda: {"classic": GroupProtocol()})
 
     def close(self) -> None:
         if self.workdir is not None:
@@ -498,7 +512,7 @@ def make_noida() -> Backend:
         consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
         detail=f"{binary} (data dir under {workdir})",
         workdir=workdir,
-        commits_in_revoke=False,
+        protocols={"classic": GroupProtocol(commits_in_revoke=False)},
     )
 
 
@@ -509,6 +523,15 @@ def make_mock() -> Backend:
         # a classic-protocol rebalance after a resubscribe waits ~session.timeout.ms on the mock
         consumer_conf={"group.protocol": "consumer"},
         detail="librdkafka mock clusters in this process (kbear.testing.EmbeddedCluster)",
+        protocols={
+            "consumer": GroupProtocol(),
+            # each classic rebalance waits about session.timeout.ms on the mock: short enough
+            # for the group tests, long enough for members polled in turn
+            "classic": GroupProtocol(
+                {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+                commits_in_revoke=False,
+            ),
+        },
     )
 
 
