@@ -309,6 +309,8 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
 
         Raises:
             KafkaException: a cluster's client failed to close (the others are closed).
+            Exception: what an ``on_revoke`` callback run by the close raised (as
+                confluent-kafka), once every client is closed.
 
         From another thread: calls made after it raise ``RuntimeError`` (as
         confluent-kafka); a ``poll`` waiting meanwhile returns within its current
@@ -324,11 +326,11 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             self._router.unsubscribe(self._on_config_change)
             self._driver.close()
             clients = self._registry.clear()
-        errors = []
+        errors: list[BaseException] = []
         for consumer in clients:
             try:
                 consumer.close()
-            except KafkaException as exc:
+            except Exception as exc:  # a callback's error too: close the rest first
                 errors.append(exc)
         if self._owns_router:
             self._router.close()
@@ -336,7 +338,9 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             raise errors[0]
 
     def _check_open(self) -> None:
-        if self._closed:
+        # A rebalance callback that close() runs (on_revoke) may still use the
+        # cluster it is called for, as with confluent-kafka.
+        if self._closed and self._rebalancer.current is None:
             raise RuntimeError("Consumer closed")
 
     def __enter__(self) -> RoutedConsumer:

@@ -29,10 +29,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def locked(method: F) -> F:
     """Run ``method`` under the consumer's lock (``self._lock``, reentrant): calls
-    from several threads do not interleave their changes of kbear's state."""
+    from several threads do not interleave their changes of kbear's state.
+
+    Inside a rebalance callback the lock is not taken: the callback runs in a
+    thread inside a cluster client's ``poll()`` (or ``close()``), and another
+    thread holding the lock may be waiting in a call on that very client, which
+    confluent-kafka holds until the ``poll()`` returns. The callback's calls
+    address the rebalanced cluster only (:attr:`Rebalancer.current`)."""
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._rebalancer.current is not None:
+            return method(self, *args, **kwargs)
         with self._lock:
             return method(self, *args, **kwargs)
 
@@ -147,7 +155,9 @@ class PartitionCalls:
         out: list[TopicPartition] = []
         no_offset: KafkaException | None = None
         committed_any = False
-        for entry in list(self._registry.active):
+        current = self._rebalancer.current
+        # inside a rebalance callback: the rebalanced cluster (also when close() runs it)
+        for entry in list(self._registry.active) if current is None else [current]:
             try:
                 answered = entry.consumer.commit(asynchronous=asynchronous)
             except KafkaException as exc:
@@ -185,12 +195,24 @@ class PartitionCalls:
 
     @locked
     def assignment(self) -> list[TopicPartition]:
-        """The partitions assigned on every cluster, with logical topic names."""
+        """The partitions assigned on every cluster, with logical topic names.
+
+        While a topic moves, its old cluster may still hold a partition the new
+        one was already given: each partition is listed once, as the cluster its
+        route names now."""
         self._check_open()
-        out: list[TopicPartition] = []
-        for entry in self._registry:
-            out.extend(entry.to_logical(entry.consumer.assignment()))
-        return out
+        entries = list(self._registry)
+        current = self._rebalancer.current
+        if current is not None and current not in entries:  # on_revoke run by close()
+            entries.append(current)
+        found: dict[tuple[str, int], tuple[TopicPartition, str]] = {}
+        for entry in entries:
+            for tp in entry.to_logical(entry.consumer.assignment()):
+                key = (tp.topic, tp.partition)
+                route = self._sub.routes.get(tp.topic)
+                if key not in found or (route is not None and route.cluster_id == entry.cluster_id):
+                    found[key] = (tp, entry.cluster_id)
+        return [tp for tp, _ in found.values()]
 
     @locked
     def get_watermark_offsets(

@@ -18,6 +18,7 @@ callbacks that:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,7 +47,9 @@ class Rebalancer:
             ``enable.auto.commit``, ``group.protocol``, ``partition.assignment.strategy``).
 
     Attributes:
-        current: the cluster whose callback is running (partition calls go there), or None.
+        current: the cluster whose callback is running in the calling thread
+            (partition calls go there), or None: another thread's calls made
+            meanwhile address their topics' clusters as usual.
         assigned_in_callback: the application assigned inside the running callback.
         start_at: (cluster id, physical topic) -> where a moved topic starts on
             that cluster at its next assignment.
@@ -61,10 +64,23 @@ class Rebalancer:
             native.get("partition.assignment.strategy", "")
         )
         self.callbacks: dict[str, RebalanceCallback] = {}
-        self.current: ClusterClient | None = None
+        self._local = threading.local()
         self.assigned_in_callback = False
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
+
+    @property
+    def current(self) -> ClusterClient | None:
+        entry: ClusterClient | None = getattr(self._local, "entry", None)
+        return entry
+
+    def _enter(self, entry: ClusterClient) -> ClusterClient | None:
+        outer = self.current
+        self._local.entry = entry
+        return outer
+
+    def _leave(self, outer: ClusterClient | None) -> None:
+        self._local.entry = outer
 
     def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
         """The rebalance callbacks to subscribe ``entry``'s client with."""
@@ -77,17 +93,17 @@ class Rebalancer:
 
     def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer, self.current = self.current, entry
+            outer = self._enter(entry)
             try:
                 user_cb(self.owner, entry.to_logical(partitions))
             finally:
-                self.current = outer
+                self._leave(outer)
 
         return callback
 
     def _revoke(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer, self.current = self.current, entry
+            outer = self._enter(entry)
             try:
                 positions = self._positions_to_commit(entry, partitions)
                 user_cb = self.callbacks.get("on_revoke")
@@ -96,7 +112,7 @@ class Rebalancer:
                 if positions:
                     commit_sync(entry, positions, "before its partitions leave this member")
             finally:
-                self.current = outer
+                self._leave(outer)
 
         return callback
 
@@ -117,7 +133,7 @@ class Rebalancer:
 
     def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer, self.current = self.current, entry
+            outer = self._enter(entry)
             self.assigned_in_callback = False
             try:
                 started = self._start_offsets(entry, partitions)
@@ -130,7 +146,7 @@ class Rebalancer:
                     else:
                         entry.consumer.assign(started)
             finally:
-                self.current = outer
+                self._leave(outer)
 
         return callback
 
