@@ -12,7 +12,10 @@ callbacks that:
   reached on them, synchronously, when ``enable.auto.commit`` is on: the member
   that gets them next starts where this one stopped, instead of at the last
   auto-commit (the source of duplicates when a group follows a move). Topics
-  whose drain already committed their end offsets are left out.
+  whose drain already committed their end offsets are left out. On a cluster
+  whose last switch timed out (it did not answer the drain in time) that
+  commit is sent without waiting: a slow or absent cluster must not hold up
+  ``poll()`` (issue #11: ``poll(timeout)`` keeps its timeout during a move).
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ class Rebalancer:
             that cluster at its next assignment.
         committed_to_end: (cluster id, physical topic) of topics switched away
             after a complete drain: their revocation needs no commit.
+        unresponsive: ids of clusters whose last switch away timed out: their
+            revocations commit asynchronously (until a switch away from them
+            ends with a complete drain again).
     """
 
     def __init__(self, owner: Any, native: Mapping[str, Any]) -> None:
@@ -68,6 +74,7 @@ class Rebalancer:
         self.assigned_in_callback = False
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
+        self.unresponsive: set[str] = set()
 
     @property
     def current(self) -> ClusterClient | None:
@@ -109,7 +116,9 @@ class Rebalancer:
                 user_cb = self.callbacks.get("on_revoke")
                 if user_cb is not None:
                     user_cb(self.owner, entry.to_logical(partitions))
-                if positions:
+                if positions and entry.cluster_id in self.unresponsive:
+                    commit_async(entry, positions, "before its partitions leave this member")
+                elif positions:
                     commit_sync(entry, positions, "before its partitions leave this member")
             finally:
                 self._leave(outer)
@@ -201,3 +210,14 @@ def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why:
         log.warning("kbear: commit on cluster %r %s failed: %s", entry.cluster_id, why, exc)
         return False
     return True
+
+
+def commit_async(entry: ClusterClient, offsets: list[TopicPartition], why: str) -> None:
+    """Send a commit of ``offsets`` on ``entry``'s cluster without waiting for it; a
+    refusal at sending is logged on ``kbear.consumer`` with ``why``, never raised
+    (its outcome reaches the application's ``on_commit``, if any)."""
+    try:
+        entry.consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:
+            log.warning("kbear: commit on cluster %r %s failed: %s", entry.cluster_id, why, exc)

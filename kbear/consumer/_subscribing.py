@@ -256,14 +256,18 @@ class SubscriptionCalls(RoutedClientBase):
             old_entry.detach(topic, old)
             if clean:
                 self._rebalancer.committed_to_end.add((old.cluster_id, old.topic))
-            elif not self._rebalancer.commit_on_revoke:
-                try:  # the application commits; what it stored is committed as the topic leaves
-                    old_entry.consumer.commit(asynchronous=True)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError._NO_OFFSET:
-                        log.warning(
-                            "kbear: commit on cluster %r at route switch failed: %s", old.cluster_id, exc
-                        )
+                self._rebalancer.unresponsive.discard(old.cluster_id)
+            else:
+                # the drain timed out: the old cluster's revocation must not wait on it
+                self._rebalancer.unresponsive.add(old.cluster_id)
+                if not self._rebalancer.commit_on_revoke:
+                    try:  # the application commits; what it stored is committed as the topic leaves
+                        old_entry.consumer.commit(asynchronous=True)
+                    except KafkaException as exc:
+                        if exc.args[0].code() != KafkaError._NO_OFFSET:
+                            log.warning(
+                                "kbear: commit on cluster %r at route switch failed: %s", old.cluster_id, exc
+                            )
             self._resubscribe([old_entry])
         if new is None:
             self._sub.routes.pop(topic, None)
