@@ -365,10 +365,13 @@ class GroupProtocol:
     group prepares a rebalance; noida refuses them with ``ILLEGAL_GENERATION`` and
     the mock's classic protocol with ``REBALANCE_IN_PROGRESS`` (seen with plain
     confluent-kafka too: ``test_a_commit_in_on_revoke_is_accepted_where_the_backend_says_so``).
+    ``duplicates_bound``: the share of delivered messages a group following two
+    live moves may read twice here (``KBEAR_STRICT_GROUP_MOVES=1``: 1 % everywhere).
     """
 
     conf: dict[str, Any] = field(default_factory=dict)
     commits_in_revoke: bool = True
+    duplicates_bound: float = 0.01
 
 
 @dataclass
@@ -512,6 +515,8 @@ def make_noida() -> Backend:
         consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
         detail=f"{binary} (data dir under {workdir})",
         workdir=workdir,
+        # kbear's commits during a move keep noida's duplicates under 1 % though it
+        # refuses the on_revoke commit (measured 0.08-0.19 %)
         protocols={"classic": GroupProtocol(commits_in_revoke=False)},
     )
 
@@ -530,6 +535,11 @@ def make_mock() -> Backend:
             "classic": GroupProtocol(
                 {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
                 commits_in_revoke=False,
+                # the first member on the new cluster gets every partition of a new group
+                # and reads the backlog; the others join at once and the mock refuses its
+                # commits while the group rebalances (Apache Kafka accepts them): measured
+                # 1.7-5.4 % (28.8 % before kbear's move commits); 10 % catches a relapse
+                duplicates_bound=0.10,
             ),
         },
     )

@@ -245,13 +245,13 @@ def test_one_consumer_follows_moves_exactly_once_in_order(it: Harness) -> None:
 @pytest.mark.parametrize("members", [2, 3])
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_consumer_group_follows_moves_at_least_once(it: Harness, members: int, protocol: str) -> None:
-    """No loss, per-key order kept; duplicates reported, and at most 1 % of the
-    delivered messages where the broker accepts the commit a member makes before
-    its partitions leave (``on_revoke``), or everywhere with
-    ``KBEAR_STRICT_GROUP_MOVES=1``. noida and the mock's classic protocol refuse
-    those commits (``ILLEGAL_GENERATION`` / ``REBALANCE_IN_PROGRESS``, with plain
-    confluent-kafka too): what a member read since its last successful commit is
-    read again (issue #11)."""
+    """No loss, per-key order kept; duplicates reported, and at most the backend's
+    ``duplicates_bound`` of the delivered messages (1 %, or everywhere with
+    ``KBEAR_STRICT_GROUP_MOVES=1``). noida and the mock's classic protocol refuse
+    the commit a member makes before its partitions leave (``ILLEGAL_GENERATION``
+    / ``REBALANCE_IN_PROGRESS``, with plain confluent-kafka too); kbear's commits
+    during a move (:mod:`kbear.consumer._guard`) keep what is read again small
+    (issue #11)."""
     group_protocol = it.backend.protocols.get(protocol)
     if group_protocol is None:
         pytest.skip(f"{it.backend.name}: group.protocol={protocol} is not run on this backend")
@@ -260,8 +260,8 @@ def test_consumer_group_follows_moves_at_least_once(it: Harness, members: int, p
     assert r["delivered"] == r["sent"] > 0
     assert r["missing"] == [] and r["unknown"] == []
     assert r["order_breaks"] == 0
-    if STRICT_GROUP_MOVES or group_protocol.commits_in_revoke:
-        assert r["duplicates"] <= 0.01 * r["delivered"], r
+    bound = 0.01 if STRICT_GROUP_MOVES else group_protocol.duplicates_bound
+    assert r["duplicates"] <= bound * r["delivered"], r
     assert all(n > 0 for n in r["per_member"])
     assert r["routes"] == ["A"] * members
 

@@ -23,6 +23,7 @@ from kbear._base import RoutedClientBase, rename_metadata
 from kbear._clients import open_router, split_config
 from kbear._switch import SwitchEngine
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._polling import PollLoop
@@ -75,7 +76,12 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
     subscribed on the new cluster. ``immediate`` switches at once: messages
     produced to the old cluster and not yet read are left behind. With
     ``enable.auto.commit`` on, positions are committed synchronously before
-    partitions leave this member (rebalance), so the next owner starts there.
+    partitions leave this member (rebalance), so the next owner starts there;
+    and during a move (until ``kbear.switch.drain.timeout.ms`` +
+    ``session.timeout.ms`` after this member's switch) what was read is committed
+    at the next call (asynchronously; ``on_commit`` sees these commits), and a
+    commit the group refuses while it rebalances pauses that cluster's partitions
+    until the next assignment (see :mod:`kbear.consumer._guard`).
 
     Thread safety: calls from several threads are serialized by a lock, except
     that ``poll``/``consume`` release it while they wait on librdkafka; ``close()``
@@ -128,6 +134,17 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         self._registry = ClusterRegistry(native)
         self._sub = Subscription()
         self._rebalancer = Rebalancer(self, native)
+        session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
+        self._guard = MoveGuard(
+            self._registry,
+            enabled=self._rebalancer.commit_on_revoke,
+            linger_s=s.drain_timeout_ms / 1000.0 + session_s,
+            pause_s=session_s,
+            clock=time.monotonic,
+        )
+        if self._rebalancer.commit_on_revoke:
+            self._registry.commit_hook = self._guard.commit_answered
+            self._rebalancer.assigned_hook = self._guard.assigned
         self._driver = SwitchDriver(
             engine,
             self._registry,
@@ -200,6 +217,7 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             or self._closed
             or self._pending
             or self._driver.busy
+            or self._guard.active
             or self._registry.leaving
             or self._sub.kind is SubscriptionKind.PATTERN
             or self._driver.engine.tracks_timestamps
@@ -348,3 +366,12 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ms_setting(native: Mapping[str, Any], key: str, default: int) -> int:
+    """A librdkafka property in ms from the application's configuration (``default``
+    when absent or not an integer: librdkafka itself reports a bad value)."""
+    try:
+        return int(native.get(key, default))
+    except (TypeError, ValueError):
+        return default

@@ -16,6 +16,7 @@ from confluent_kafka import Message
 
 from kbear._clients import Deadline
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._subscription import Subscription, SubscriptionKind
 
@@ -29,6 +30,7 @@ class PollLoop:
 
     _registry: ClusterRegistry
     _driver: SwitchDriver
+    _guard: MoveGuard
     _sub: Subscription
     _pending: bool
     _rr: int
@@ -52,6 +54,8 @@ class PollLoop:
             self._check_open()
             if self._pending:
                 self._apply_changes()
+            if self._guard.active and not self._guard.tick():
+                self._refresh_pin()
             if self._driver.busy:
                 self._driver.tick()
                 self._refresh_pin()
@@ -61,6 +65,8 @@ class PollLoop:
                 self._refresh_patterns()
 
     def _out(self, entry: ClusterClient, msg: Any) -> Any:
+        if self._guard.active:
+            self._guard.read(entry)
         if entry.renames:
             physical = msg.topic()
             name = entry.logical_name(physical)
@@ -72,7 +78,12 @@ class PollLoop:
         return msg
 
     def _needs_care(self) -> bool:
-        return self._pending or self._driver.busy or self._sub.kind is SubscriptionKind.PATTERN
+        return (
+            self._pending
+            or self._driver.busy
+            or self._guard.active
+            or self._sub.kind is SubscriptionKind.PATTERN
+        )
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """Consume one message, serving callbacks, from the clusters in turn.
@@ -95,7 +106,12 @@ class PollLoop:
             if leftover is not None:
                 return leftover
         active = self._registry.active
-        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
+        if (
+            len(active) == 1
+            and not self._driver.busy
+            and not self._guard.active
+            and not self._registry.leaving
+        ):
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
             if msg is not None and (entry.renames or self._driver.engine.tracks_timestamps):
@@ -159,7 +175,12 @@ class PollLoop:
                 return [leftover]
         active = self._registry.active
         tmo = -1 if timeout is None else timeout
-        if len(active) == 1 and not self._driver.busy and not self._registry.leaving:
+        if (
+            len(active) == 1
+            and not self._driver.busy
+            and not self._guard.active
+            and not self._registry.leaving
+        ):
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
             if entry.renames or self._driver.engine.tracks_timestamps:

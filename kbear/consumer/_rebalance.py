@@ -75,6 +75,8 @@ class Rebalancer:
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
         self.unresponsive: set[str] = set()
+        #: called with the entry once an ``on_assign`` of its client was served
+        self.assigned_hook: Callable[[ClusterClient], None] | None = None
 
     @property
     def current(self) -> ClusterClient | None:
@@ -154,6 +156,8 @@ class Rebalancer:
                         entry.consumer.incremental_assign(started)
                     else:
                         entry.consumer.assign(started)
+                if self.assigned_hook is not None:
+                    self.assigned_hook(entry)
             finally:
                 self._leave(outer)
 

@@ -21,6 +21,7 @@ from kbear._base import RoutedClientBase
 from kbear._clients import cluster_target
 from kbear._switch import StartPlan, same_route
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscription import (
@@ -44,6 +45,7 @@ class SubscriptionCalls(RoutedClientBase):
     _registry: ClusterRegistry
     _rebalancer: Rebalancer
     _driver: SwitchDriver
+    _guard: MoveGuard
     _sub: Subscription
     _router: Router
     _client: Client
@@ -242,6 +244,7 @@ class SubscriptionCalls(RoutedClientBase):
                 self._sub.routes[topic] = new
                 self._notify_route_change(old, new)
                 continue
+            self._guard.route_changed()
             self._driver.route_changed(topic, old, new)
         if self._sub.kind is SubscriptionKind.PATTERN:
             self._sub.next_refresh = 0.0
@@ -277,6 +280,7 @@ class SubscriptionCalls(RoutedClientBase):
             entry = self._client_for(new)
             entry.attach(topic, new)
             self._resubscribe([entry])
+        self._guard.switched(self._driver.engine.draining)
         self._refresh_pin()
         log.info("kbear: topic %r switched from %r to %r", topic, old, new)
         self._notify_route_change(old, new)
