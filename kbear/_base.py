@@ -5,14 +5,20 @@
   fast-path methods; the caller's thread applies them at its next call;
 - SASL credentials set on every cluster's client and on clients built later;
 - topic-name rewriting of metadata (``list_topics`` of a remapped topic);
-- one NoRouteError naming several topics.
+- one NoRouteError naming several topics;
+- what confluent-kafka's clients check before anything else: the type of the
+  configuration argument, and an instance whose ``__init__`` never ran (a
+  subclass not calling it) refusing every call with ``RuntimeError``;
+- the subscription to the router's reloads, held weakly: a client dropped
+  without ``close()`` is freed (and its clients with it), as confluent-kafka's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kbear.config import KBearConfig
 from kbear.router import Client, NoRouteError, Route, Router
@@ -41,6 +47,38 @@ def rename_metadata(md: Any, route: Route, topic: str) -> Any:
     return md
 
 
+#: The configuration argument when none is given (``RoutedProducer()``), told apart
+#: from an explicit ``None``.
+NO_CONFIG: Any = object()
+
+
+def check_config_argument(config: Any, kwargs: Mapping[str, Any], router: Any) -> Mapping[str, Any] | None:
+    """``config`` as a mapping (None when not given), checked as confluent-kafka does.
+
+    Raises:
+        TypeError: ``config`` is not a mapping (``None``, a string, a list...), or
+            no configuration is given at all (no ``config``, no keyword
+            properties, no ``router``); confluent-kafka's message
+            ("expected configuration dict") comes first.
+    """
+    if config is NO_CONFIG:
+        if not kwargs and router is None:
+            raise TypeError(
+                "expected configuration dict: give a configuration with 'kbear.config', or router="
+            )
+        return None
+    if not isinstance(config, Mapping):
+        raise TypeError(f"expected configuration dict, got {type(config).__name__}")
+    return config
+
+
+def _release(router: Router, listener: Callable[..., None], owned: bool) -> None:
+    """At a routed client's collection: stop its reload listener (and its router if owned)."""
+    router.unsubscribe(listener)
+    if owned:
+        router.close()
+
+
 class RoutedClientBase:
     """Base of the routed clients: listeners, configuration changes, credentials.
 
@@ -54,10 +92,54 @@ class RoutedClientBase:
     _router: Router
     _client: Client
     _fast_paths: tuple[str, ...] = ()
+    #: The RuntimeError message of a call on a client that is closed or was never
+    #: initialized (confluent-kafka's: "Producer has been closed", "Consumer closed").
+    _closed_message = "client has been closed"
 
     def __init__(self) -> None:
         self._route_listeners: list[RouteChangeCallback] = []
         self._pending = False
+        self._listener: Callable[[KBearConfig, KBearConfig], None] | None = None
+
+    if not TYPE_CHECKING:  # (for mypy, attributes stay checked)
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached for an attribute not found: in an instance whose __init__
+            # never ran (a subclass that does not call it), every state attribute. Such
+            # a client refuses every call as confluent-kafka's does, instead of an
+            # AttributeError from kbear's internals.
+            if not name.startswith("__") and not self._initialized:
+                raise RuntimeError(self._closed_message)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def _initialized(self) -> bool:
+        """False in an instance whose ``__init__`` never ran."""
+        return "_route_listeners" in self.__dict__
+
+    def _listen(self, owns_router: bool) -> None:
+        """Follow the router's reloads through a weak reference to this client; when
+        the client is collected unclosed, the listener is removed (and an owned
+        router closed, which stops its watcher thread)."""
+        ref = weakref.ref(self)
+
+        def listener(old: KBearConfig, new: KBearConfig) -> None:
+            client = ref()
+            if client is not None:
+                client._on_config_change(old, new)
+
+        self._listener = listener
+        self._router.subscribe(listener)
+        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
+            self, _release, self._router, listener, owns_router
+        )
+
+    def _stop_listening(self) -> None:
+        """Stop following reloads (``close()``); the router is left to the caller."""
+        if self._listener is not None:
+            self._finalizer.detach()
+            self._router.unsubscribe(self._listener)
+            self._listener = None
 
     @property
     def router(self) -> Router:

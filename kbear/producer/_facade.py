@@ -9,7 +9,14 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from kbear._base import RouteChangeCallback, RoutedClientBase, no_route, rename_metadata
+from kbear._base import (
+    NO_CONFIG,
+    RouteChangeCallback,
+    RoutedClientBase,
+    check_config_argument,
+    no_route,
+    rename_metadata,
+)
 from kbear._clients import (
     ClusterTarget,
     Deadline,
@@ -48,6 +55,8 @@ class RoutedProducer(TransactionCalls, RouteTable):
         **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).
 
     Raises:
+        TypeError: ``config`` is not a dict, or no configuration is given at all
+            (as confluent-kafka: "expected configuration dict").
         ValueError: ``bootstrap.servers`` is set, a kbear key is unknown or bad,
             or neither ``router`` nor ``kbear.config`` is given.
         ConfigError: the configuration directory is invalid.
@@ -67,16 +76,18 @@ class RoutedProducer(TransactionCalls, RouteTable):
     """
 
     _fast_paths = ("produce",)
+    _closed_message = "Producer has been closed"
 
     def __init__(
         self,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = NO_CONFIG,
         *,
         router: Router | None = None,
         client: Client | None = None,
         topics: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        config = check_config_argument(config, kwargs, router)
         RoutedClientBase.__init__(self)
         self._log = log
         native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
@@ -102,7 +113,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
         # When every route of this client is one cluster without remap, produce() is
         # that cluster's own bound method (an instance attribute), rebound on reload.
         self._pinned: str | None = None
-        self._router.subscribe(self._on_config_change)
+        self._listen(self._owns_router)
         try:
             if topics is not None:
                 self._route_all(list(topics))
@@ -110,7 +121,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
         except BaseException:
             for entry in self._all():
                 entry.producer.close()
-            self._router.unsubscribe(self._on_config_change)
+            self._stop_listening()
             if self._owns_router:
                 self._router.close()
             raise
@@ -334,7 +345,10 @@ class RoutedProducer(TransactionCalls, RouteTable):
         return merged
 
     def __len__(self) -> int:
-        """Messages in queue or in flight, over every cluster's client."""
+        """Messages in queue or in flight, over every cluster's client (0 for an
+        instance whose ``__init__`` never ran, as confluent-kafka)."""
+        if not self._initialized:
+            return 0
         return sum(len(entry.producer) for entry in self._all())
 
     def __bool__(self) -> bool:
@@ -362,7 +376,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
                 return True
             self._closed = True
             self._pin()
-            self._router.unsubscribe(self._on_config_change)
+            self._stop_listening()
             # A reload not yet applied is dropped, not applied: closing needs no new
             # client, and the drain it would do is this flush, within ``timeout``.
             self._pending = False

@@ -1,7 +1,16 @@
 """The transactional API of RoutedProducer (a base class): a transaction spans one cluster.
 
-It runs on the cluster of the first topic produced in it; a topic of another
-cluster inside it raises ``KafkaException`` (``_CONFLICT``) naming both clusters.
+When the configuration proves that every route of the producer goes to one
+cluster (:func:`~kbear.producer._cluster.single_cluster`), every transactional
+call goes straight to that cluster's client, built at construction: librdkafka
+keeps the transaction's state and answers each call with its own error codes
+(``_STATE``, ``_CONFLICT`` after a timed-out ``init_transactions``...).
+
+Otherwise the transaction runs on the cluster of the first topic produced in
+it; a topic of another cluster inside it raises ``KafkaException``
+(``_CONFLICT``) naming both clusters. kbear then keeps the state until a
+cluster is chosen, and its ``_STATE`` errors start with librdkafka's message
+("Operation not valid in state ...").
 """
 
 from __future__ import annotations
@@ -11,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kbear._clients import ClusterTarget, renamed
-from kbear.producer._cluster import ClusterProducer
-from kbear.router import Route
+from kbear._clients import ClusterTarget, cluster_target, renamed
+from kbear.producer._cluster import ClusterProducer, single_cluster
+from kbear.router import Client, Route, Router
 
 
 class TransactionCalls:
@@ -21,6 +30,8 @@ class TransactionCalls:
 
     _native: dict[str, Any]
     _lock: threading.RLock
+    _router: Router
+    _client: Client
     _clusters: dict[str, ClusterProducer]
     _routes: dict[str, Route]
     _pending: bool
@@ -41,6 +52,24 @@ class TransactionCalls:
         def route(self, topic: str) -> Route: ...
 
     # ------------------------------------------------------------------ transactions
+
+    def _home(self) -> ClusterProducer | None:
+        """The client of the one cluster every route of this producer goes to, when
+        the configuration proves there is one (reloads pending applied first)."""
+        if self._pending:
+            self._apply_changes()
+        config = self._router.config
+        cluster_id = single_cluster(config, self._client)
+        if cluster_id is None:
+            return None
+        return self._cluster(cluster_target(cluster_id, config.clusters[cluster_id]))
+
+    def _state_error(self, detail: str) -> KafkaException:
+        """A ``_STATE`` error worded as librdkafka's, with kbear's ``detail`` after it."""
+        state = "InTransaction" if self._txn_open else "Ready" if self._txn_init_called else "Init"
+        return KafkaException(
+            KafkaError(KafkaError._STATE, f"Operation not valid in state {state}: {detail}")
+        )
 
     def _join_transaction(self, route: Route) -> None:
         """Begin the open transaction on ``route``'s cluster, or check it runs there."""
@@ -79,16 +108,20 @@ class TransactionCalls:
     def init_transactions(self, timeout: float | None = None) -> None:
         """Initialize transactions (``transactional.id`` required), as confluent-kafka.
 
-        Runs on the clients of the clusters already in use (``topics=`` at
-        construction); a cluster first used inside a transaction is initialized
-        then, with the same ``timeout`` (seconds).
+        Runs on the clients of the clusters already in use (the one cluster of a
+        one-cluster configuration, ``topics=`` at construction); a cluster first
+        used inside a transaction is initialized then, with the same ``timeout``
+        (seconds).
 
         Raises:
             KafkaException: ``_NOT_CONFIGURED`` without ``transactional.id``, or
-                the errors of confluent-kafka's ``init_transactions``.
+                the errors of confluent-kafka's ``init_transactions`` (e.g.
+                ``_TIMED_OUT``, retriable: call it again).
         """
-        self._require_transactional_id()
         with self._lock:
+            home = self._home()
+            if home is None:
+                self._require_transactional_id()
             for cluster_id, entry in list(self._clusters.items()):
                 if cluster_id not in self._txn_initialized:
                     entry.producer.init_transactions(*self._timeout_args(timeout))
@@ -97,24 +130,34 @@ class TransactionCalls:
             self._txn_init_timeout = timeout
 
     def begin_transaction(self) -> None:
-        """Begin a transaction. It runs on the cluster of the first topic produced in it;
-        producing to a topic of another cluster in it raises ``KafkaException``
-        (``_CONFLICT``) naming both clusters.
+        """Begin a transaction: on the one cluster of a one-cluster configuration,
+        else on the cluster of the first topic produced in it (producing to a topic
+        of another cluster in it raises ``KafkaException`` ``_CONFLICT`` naming both
+        clusters).
 
         Raises:
-            KafkaException: ``_STATE`` before ``init_transactions`` or while a
-                transaction is open.
+            KafkaException: librdkafka's errors on a one-cluster configuration
+                (``_STATE`` before ``init_transactions``, ``_CONFLICT`` while an
+                ``init_transactions`` that timed out is unfinished...); else
+                ``_STATE`` before ``init_transactions`` or while a transaction is open.
         """
-        self._require_transactional_id()
-        if not self._txn_init_called:
-            raise KafkaException(KafkaError(KafkaError._STATE, "init_transactions() must be called first"))
-        if self._txn_open:
-            raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is already open"))
-        if self._pending:
-            self._apply_changes()
-        self._txn_open = True
-        self._txn_cluster = None
-        self._pin()
+        with self._lock:
+            home = self._home()
+            if home is not None and self._txn_cluster in (None, home.cluster_id):
+                home.producer.begin_transaction()  # librdkafka answers for its state
+                self._txn_initialized.add(home.cluster_id)
+                self._txn_open = True
+                self._txn_cluster = home.cluster_id
+                self._pin()
+                return
+            self._require_transactional_id()
+            if not self._txn_init_called:
+                raise self._state_error("init_transactions() must be called first")
+            if self._txn_open:
+                raise self._state_error("a transaction is already open")
+            self._txn_open = True
+            self._txn_cluster = None
+            self._pin()
 
     def send_offsets_to_transaction(
         self, positions: list[Any], group_metadata: Any, timeout: float | None = None
@@ -128,23 +171,30 @@ class TransactionCalls:
             timeout: seconds (None: infinite).
 
         Raises:
-            KafkaException: ``_STATE`` without an open transaction, or when nothing
-                was produced in it yet and this producer uses several clusters;
+            KafkaException: on a one-cluster configuration, librdkafka's errors;
+                else ``_STATE`` without an open transaction, or when nothing was
+                produced in it yet and this producer uses several clusters;
                 ``_CONFLICT`` when a topic of ``positions`` routes to another cluster.
+            TypeError: ``positions`` is not a list of TopicPartition (as confluent-kafka).
         """
+        with self._lock:
+            home = self._home()
+        if home is not None and self._txn_cluster in (None, home.cluster_id):
+            # Every route goes to this cluster without a remap: the names are physical.
+            home.producer.send_offsets_to_transaction(positions, group_metadata, *self._timeout_args(timeout))
+            return
         self._require_transactional_id()
         if not self._txn_open:
-            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
+            raise self._state_error("no transaction is open")
         if self._txn_cluster is None:
             if len(self._clusters) != 1:
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError._STATE,
-                        "produce to the transaction first: its cluster is the cluster of the first "
-                        "topic produced in it",
-                    )
+                raise self._state_error(
+                    "produce to the transaction first: its cluster is the cluster of the first "
+                    "topic produced in it"
                 )
             self._join_transaction(next(iter(self._routes.values())))
+        if not isinstance(positions, list):
+            raise TypeError("requires list of TopicPartition")
         physical = []
         for tp in positions:
             route = self.route(tp.topic)
@@ -158,9 +208,9 @@ class TransactionCalls:
         """Commit the open transaction on its cluster (flushing first, as confluent-kafka).
 
         Raises:
-            KafkaException: ``_STATE`` without an open transaction; the errors of
-                confluent-kafka's ``commit_transaction`` (the transaction stays open
-                so it can be retried or aborted, as there).
+            KafkaException: the errors of confluent-kafka's ``commit_transaction``
+                (the transaction stays open so it can be retried or aborted, as
+                there); ``_STATE`` without an open transaction.
         """
         self._end_transaction("commit_transaction", timeout)
 
@@ -169,9 +219,15 @@ class TransactionCalls:
         self._end_transaction("abort_transaction", timeout)
 
     def _end_transaction(self, method: str, timeout: float | None) -> None:
-        self._require_transactional_id()
         if not self._txn_open:
-            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
+            with self._lock:
+                home = self._home()
+            if home is not None:
+                # No transaction kbear knows of: librdkafka says why (its state, its code).
+                getattr(home.producer, method)(*self._timeout_args(timeout))
+                return
+            self._require_transactional_id()
+            raise self._state_error("no transaction is open")
         if self._txn_cluster is not None:
             producer = self._clusters[self._txn_cluster].producer
             getattr(producer, method)(*self._timeout_args(timeout))

@@ -86,6 +86,9 @@ class Producer(RoutedProducer):
     one-cluster configuration made from the test's ``bootstrap.servers``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args and not kwargs:  # no configuration at all: kbear answers as it would
+            super().__init__()
+            return
         args, kwargs, router = _split(args, kwargs)
         super().__init__(*args, router=router, **kwargs)
 
@@ -95,5 +98,8 @@ class Consumer(RoutedConsumer):
     one-cluster configuration made from the test's ``bootstrap.servers``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args and not kwargs:  # no configuration at all: kbear answers as it would
+            super().__init__()
+            return
         args, kwargs, router = _split(args, kwargs)
         super().__init__(*args, router=router, **kwargs)
