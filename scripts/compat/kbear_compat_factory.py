@@ -66,6 +66,11 @@ def router_for(servers: str) -> Router:
         return router
 
 
+def _servers(value: Any) -> str:
+    """The servers of a configuration value: None (confluent-kafka's "not set") is none."""
+    return "" if value is None else str(value)
+
+
 def _split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], Router]:
     """The arguments without the bootstrap servers, and the router of those servers."""
     servers = ""
@@ -73,11 +78,11 @@ def _split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
         conf = dict(args[0])
         for key in _SERVER_KEYS:
             if key in conf:
-                servers = str(conf.pop(key))
+                servers = _servers(conf.pop(key))
         args = (conf, *args[1:])
     for key in _SERVER_KEYS:
         if key in kwargs:
-            servers = str(kwargs.pop(key))
+            servers = _servers(kwargs.pop(key))
     return args, kwargs, router_for(servers)
 
 

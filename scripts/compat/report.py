@@ -54,6 +54,8 @@ def load_report(path: Path) -> dict[str, Result]:
     """test id (file::name) -> result of one JUnit XML report."""
     results: dict[str, Result] = {}
     for case in ET.parse(path).iter("testcase"):
+        if not case.get("name") and not case.get("classname"):
+            continue  # the empty placeholder pytest writes for a run that collected nothing
         file = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         classname = case.get("classname", "")
         module = file[:-3].replace("/", ".") if file.endswith(".py") else file
