@@ -515,9 +515,10 @@ def make_noida() -> Backend:
         consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
         detail=f"{binary} (data dir under {workdir})",
         workdir=workdir,
-        # kbear's commits during a move keep noida's duplicates under 1 % though it
-        # refuses the on_revoke commit (measured 0.08-0.19 %)
-        protocols={"classic": GroupProtocol(commits_in_revoke=False)},
+        # noida refuses the on_revoke commit; kbear's commits during a move and its
+        # resumption at its own positions keep duplicates under 1 % (measured 0-0.76 %
+        # over 8 runs); 2 % leaves room for the run-to-run spread
+        protocols={"classic": GroupProtocol(commits_in_revoke=False, duplicates_bound=0.02)},
     )
 
 

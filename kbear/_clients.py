@@ -3,7 +3,8 @@
 - splitting the application's configuration into kbear keys and the
   confluent-kafka configuration;
 - the router and client each routed client uses;
-- merging a cluster's properties into the configuration of its client.
+- merging a cluster's properties into the configuration of its client;
+- proving from the configuration alone that a client uses one cluster only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from kbear.config import ClusterConfig
+from kbear.config import ClusterConfig, KBearConfig, RuleKind
 from kbear.router import Client, Router
 from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
 
@@ -129,3 +130,40 @@ class Deadline:
         """Remaining time as a confluent-kafka timeout argument (-1 = infinite)."""
         left = self.remaining()
         return -1 if left is None else left
+
+
+def single_cluster(config: KBearConfig, client: Client, group: str | None = None) -> str | None:
+    """The cluster every lookup of ``client`` yields, for any topic, without a remap;
+    None when the configuration does not prove there is one.
+
+    Args:
+        config: the configuration in force.
+        client: who asks (its ``client.*`` factors).
+        group: the consumer group of a consumer lookup; None for producer lookups.
+
+    Proof: every rule that can match (its ``client.*`` conditions hold; other
+    conditions are unknown; consumer-group rules only of ``group``) names the same
+    cluster without ``, topic``, and some global rule surely matches (all its
+    conditions are ``client.*`` conditions that hold), so no lookup ends in
+    NoRouteError (CRRL spec, "Kinds of rule").
+    """
+    factors = client.factors()
+    cluster: str | None = None
+    sure = False
+    for rule in config.rules:
+        if rule.kind is RuleKind.CONSUMER_GROUP and (
+            group is None or rule.meta.get("consumerGroup.groupName") != group
+        ):
+            continue  # another group's rule, or a producer lookup
+        conds = rule.statement.conditions
+        if any(c.key.startswith("client.") and factors.get(c.key) != c.value for c in conds):
+            continue  # never matches this client
+        if rule.statement.topic is not None:
+            return None
+        if cluster is None:
+            cluster = rule.statement.cluster
+        elif cluster != rule.statement.cluster:
+            return None
+        if rule.kind is RuleKind.GLOBAL and all(c.key.startswith("client.") for c in conds):
+            sure = True
+    return cluster if sure else None

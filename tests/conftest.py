@@ -251,3 +251,26 @@ def drain_more(consumer: Any, seconds: float = 0.5) -> list[Any]:
 def keyed(n: int, prefix: str = "k", start: int = 0) -> list[tuple[bytes, bytes]]:
     """``n`` (key, value) pairs with distinct keys, so they spread over partitions."""
     return [(f"{prefix}{i}".encode(), f"v{i}".encode()) for i in range(start, start + n)]
+
+
+#: Nothing listens there: every broker request fails, as with no broker at all.
+NOWHERE = "127.0.0.1:1"
+
+
+@pytest.fixture
+def dead_cluster(tmp_path: Path) -> Iterator[Router]:
+    """A router whose every route goes to one cluster A where no broker answers."""
+    router = Router.from_path(
+        write_config(tmp_path, {"A": NOWHERE}, [rule("all", "use cluster A", isGlobal=True)])
+    )
+    yield router
+    router.close()
+
+
+@pytest.fixture
+def dead_clusters(tmp_path: Path) -> Iterator[Router]:
+    """A router sending topic ``b`` to cluster B and every other topic to A (no broker answers)."""
+    rules = [rule("all", "use cluster A", isGlobal=True), rule("b", "use cluster B", topic="b")]
+    router = Router.from_path(write_config(tmp_path, {"A": NOWHERE, "B": "127.0.0.1:2"}, rules))
+    yield router
+    router.close()

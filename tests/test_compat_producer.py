@@ -9,37 +9,12 @@ from __future__ import annotations
 import gc
 import time
 import weakref
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from conftest import rule, write_config
 
 from kbear import RoutedProducer, Router
-
-#: Nothing listens there: every broker request fails, as with no broker at all.
-NOWHERE = "127.0.0.1:1"
-
-
-@pytest.fixture
-def one_cluster(tmp_path: Path) -> Iterator[Router]:
-    """A router whose every producer route goes to one (unreachable) cluster."""
-    router = Router.from_path(
-        write_config(tmp_path, {"A": NOWHERE}, [rule("all", "use cluster A", isGlobal=True)])
-    )
-    yield router
-    router.close()
-
-
-@pytest.fixture
-def two_cluster_router(tmp_path: Path) -> Iterator[Router]:
-    """A router sending topic ``b`` to cluster B and every other topic to A."""
-    rules = [rule("all", "use cluster A", isGlobal=True), rule("b", "use cluster B", topic="b")]
-    router = Router.from_path(write_config(tmp_path, {"A": NOWHERE, "B": "127.0.0.1:2"}, rules))
-    yield router
-    router.close()
 
 
 def code_of(exc: pytest.ExceptionInfo[KafkaException]) -> Any:
@@ -55,13 +30,13 @@ def test_no_configuration_at_all_is_a_type_error_worded_as_confluent_kafka() -> 
 
 
 @pytest.mark.parametrize("config", [None, "linger.ms=5", [("linger.ms", 5)]])
-def test_a_configuration_that_is_not_a_dict_is_a_type_error(config: Any, one_cluster: Router) -> None:
+def test_a_configuration_that_is_not_a_dict_is_a_type_error(config: Any, dead_cluster: Router) -> None:
     with pytest.raises(TypeError, match=r"^expected configuration dict"):
-        RoutedProducer(config, router=one_cluster)
+        RoutedProducer(config, router=dead_cluster)
 
 
-def test_a_router_alone_is_configuration_enough(one_cluster: Router) -> None:
-    producer = RoutedProducer(router=one_cluster)
+def test_a_router_alone_is_configuration_enough(dead_cluster: Router) -> None:
+    producer = RoutedProducer(router=dead_cluster)
     assert producer.close()
 
 
@@ -97,9 +72,9 @@ def test_a_subclass_that_skips_init_refuses_every_call_as_a_closed_producer() ->
 # ------------------------------------------------------------------ transactions
 
 
-def test_after_init_transactions_times_out_librdkafka_answers_the_next_calls(one_cluster: Router) -> None:
+def test_after_init_transactions_times_out_librdkafka_answers_the_next_calls(dead_cluster: Router) -> None:
     producer = RoutedProducer(
-        {"transactional.id": "compat-txn", "socket.timeout.ms": 100}, router=one_cluster
+        {"transactional.id": "compat-txn", "socket.timeout.ms": 100}, router=dead_cluster
     )
     try:
         with pytest.raises(KafkaException) as exc:
@@ -121,8 +96,8 @@ def test_after_init_transactions_times_out_librdkafka_answers_the_next_calls(one
         producer.close(0)
 
 
-def test_transactional_calls_before_init_get_librdkafka_state_error(one_cluster: Router) -> None:
-    producer = RoutedProducer({"transactional.id": "compat-txn-2"}, router=one_cluster)
+def test_transactional_calls_before_init_get_librdkafka_state_error(dead_cluster: Router) -> None:
+    producer = RoutedProducer({"transactional.id": "compat-txn-2"}, router=dead_cluster)
     try:
         for call in (producer.begin_transaction, lambda: producer.commit_transaction(0.1)):
             with pytest.raises(KafkaException) as exc:
@@ -135,8 +110,8 @@ def test_transactional_calls_before_init_get_librdkafka_state_error(one_cluster:
         producer.close(0)
 
 
-def test_over_several_clusters_kbear_state_errors_keep_librdkafka_wording(two_cluster_router: Router) -> None:
-    producer = RoutedProducer({"transactional.id": "compat-txn-3"}, router=two_cluster_router)
+def test_over_several_clusters_kbear_state_errors_keep_librdkafka_wording(dead_clusters: Router) -> None:
+    producer = RoutedProducer({"transactional.id": "compat-txn-3"}, router=dead_clusters)
     try:
         with pytest.raises(KafkaException) as exc:
             producer.begin_transaction()
@@ -149,7 +124,7 @@ def test_over_several_clusters_kbear_state_errors_keep_librdkafka_wording(two_cl
 # ------------------------------------------------------------------ callbacks at construction
 
 
-def test_oauth_cb_is_called_while_the_producer_is_built(one_cluster: Router) -> None:
+def test_oauth_cb_is_called_while_the_producer_is_built(dead_cluster: Router) -> None:
     requests: list[str] = []
 
     def token(oauth_config: str) -> tuple[str, float]:
@@ -163,7 +138,7 @@ def test_oauth_cb_is_called_while_the_producer_is_built(one_cluster: Router) -> 
             "sasl.oauthbearer.config": "oauth_cb",
             "oauth_cb": token,
         },
-        router=one_cluster,
+        router=dead_cluster,
     )
     try:
         assert requests == ["oauth_cb"]
@@ -171,20 +146,20 @@ def test_oauth_cb_is_called_while_the_producer_is_built(one_cluster: Router) -> 
         producer.close(0)
 
 
-def test_a_bad_callback_type_is_refused_at_construction(one_cluster: Router) -> None:
+def test_a_bad_callback_type_is_refused_at_construction(dead_cluster: Router) -> None:
     with pytest.raises(TypeError, match=r"^expected error_cb property as a callable function"):
-        RoutedProducer({"error_cb": 42}, router=one_cluster)
+        RoutedProducer({"error_cb": 42}, router=dead_cluster)
 
 
 # ------------------------------------------------------------------ lifetime
 
 
-def test_an_unclosed_producer_on_a_shared_router_is_freed(one_cluster: Router) -> None:
-    listeners_before = len(one_cluster._listeners)
-    producer = RoutedProducer({}, router=one_cluster)
-    assert len(one_cluster._listeners) == listeners_before + 1
+def test_an_unclosed_producer_on_a_shared_router_is_freed(dead_cluster: Router) -> None:
+    listeners_before = len(dead_cluster._listeners)
+    producer = RoutedProducer({}, router=dead_cluster)
+    assert len(dead_cluster._listeners) == listeners_before + 1
     ref = weakref.ref(producer)
     del producer
     gc.collect()
     assert ref() is None
-    assert len(one_cluster._listeners) == listeners_before
+    assert len(dead_cluster._listeners) == listeners_before

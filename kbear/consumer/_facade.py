@@ -19,8 +19,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kbear._base import RoutedClientBase, rename_metadata
-from kbear._clients import open_router, split_config
+from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, rename_metadata
+from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._switch import SwitchEngine
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._guard import MoveGuard
@@ -54,9 +54,14 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).
 
     Raises:
-        ValueError: ``bootstrap.servers`` is set, ``group.id`` is missing, a
-            kbear key is unknown or bad, or neither ``router`` nor
-            ``kbear.config`` is given.
+        TypeError: ``config`` is not a dict, or no configuration is given at
+            all ("expected configuration dict", as confluent-kafka).
+        ValueError: ``bootstrap.servers`` is set, ``group.id`` is missing
+            ("Failed to create consumer: group.id must be set", as
+            confluent-kafka), a kbear key is unknown or bad, or neither
+            ``router`` nor ``kbear.config`` is given.
+        KafkaException: confluent-kafka refused the configuration of the
+            cluster's client built at construction (one-cluster configurations).
         ConfigError: the configuration directory is invalid.
 
     Routes are consumer lookups (group, topic, client) made at :meth:`subscribe`.
@@ -89,22 +94,25 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
     """
 
     _fast_paths = ("poll", "consume")
+    _closed_message = "Consumer closed"
 
     def __init__(
         self,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = NO_CONFIG,
         *,
         router: Router | None = None,
         client: Client | None = None,
         **kwargs: Any,
     ) -> None:
+        config = check_config_argument(config, kwargs, router)
         RoutedClientBase.__init__(self)
         native, self._settings = split_config(config, kwargs, client, "RoutedConsumer")
         group = native.get("group.id")
         if not group:
+            # confluent-kafka's wording first; kbear checks it before librdkafka does
             raise ValueError(
-                "RoutedConsumer: 'group.id' is required: consumer routes are looked up per "
-                "consumer group (CRRL consumerGroup.groupName)"
+                "Failed to create consumer: group.id must be set (kbear: consumer routes are "
+                "looked up per consumer group, CRRL consumerGroup.groupName)"
             )
         self._group = str(group)
         self._native = native
@@ -157,7 +165,28 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         self._lock = threading.RLock()
         self._rr = 0
         self._closed = False
-        self._router.subscribe(self._on_config_change)
+        self._listen(self._owns_router)
+        try:
+            self._open_home_cluster()
+        except BaseException:
+            self._stop_listening()
+            self._driver.close()
+            for consumer in self._registry.clear():
+                consumer.close()
+            if self._owns_router:
+                self._router.close()
+            raise
+
+    def _open_home_cluster(self) -> None:
+        """As confluent-kafka's client exists from construction on (``oauth_cb`` and
+        the ``logger``'s first lines fire now, a failing callback raises now,
+        ``consumer_group_metadata()`` answers now): when the configuration proves that
+        every route of this consumer goes to one cluster, that cluster's client is
+        built now; otherwise at the first subscribe or assign."""
+        config = self._router.config
+        home = single_cluster(config, self._client, self._group)
+        if home is not None and home in config.clusters:
+            self._client_for(cluster_target(home, config.clusters[home]))
 
     # ------------------------------------------------------------------ routing
 
@@ -274,8 +303,10 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             ValueError: ``topic`` is None and no cluster is in use yet.
             NoRouteError: ``topic`` has no route.
             KafkaException: the cluster did not answer within ``timeout`` seconds.
+            RuntimeError: "Handle has been closed" (as confluent-kafka) after ``close()``.
         """
-        self._check_open()
+        if not self._initialized or self._closed:
+            raise RuntimeError("Handle has been closed")
         if topic is None:
             # a subscribed (or assigned) cluster first, not a client kept only to
             # list topics for a pattern subscription
@@ -336,12 +367,15 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         client). The clients are closed outside kbear's lock, so a rebalance
         callback running in the polling thread is never blocked by it.
         """
+        if not self._initialized:  # a subclass that never called __init__: nothing to close
+            return
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._refresh_pin()
-            self._router.unsubscribe(self._on_config_change)
+            self._stop_listening()
+            self._guard.close()
             self._driver.close()
             clients = self._registry.clear()
         errors: list[BaseException] = []
@@ -359,7 +393,7 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         # A rebalance callback that close() runs (on_revoke) may still use the
         # cluster it is called for, as with confluent-kafka.
         if self._closed and self._rebalancer.current is None:
-            raise RuntimeError("Consumer closed")
+            raise RuntimeError(self._closed_message)
 
     def __enter__(self) -> RoutedConsumer:
         return self

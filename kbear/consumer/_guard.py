@@ -22,8 +22,9 @@ switch rebalances the group again):
   committed offset trails this member's position by about one call;
 - when the group refuses such a commit because it is rebalancing
   (``REBALANCE_IN_PROGRESS``, ``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``),
-  pauses that client's assigned partitions until its next assignment (at most
-  ``session.timeout.ms``): the member stops reading what it could not commit.
+  pauses that client's assigned partitions at the next call until its next
+  assignment (at most ``session.timeout.ms``): the member stops reading what it
+  could not commit.
 
 Only with ``enable.auto.commit`` on: kbear commits on the application's behalf
 only when the application lets librdkafka commit. No broker call waits here: the
@@ -67,8 +68,8 @@ class MoveGuard:
         clock: monotonic seconds.
 
     Calls come from the polling thread (:meth:`tick`, :meth:`read`), from the
-    clients' ``on_commit`` callbacks (:meth:`commit_answered`, served inside
-    ``poll()``) and from ``on_assign`` (:meth:`assigned`).
+    clients' ``on_commit`` callbacks (:meth:`commit_answered`, which calls no
+    client) and from ``on_assign`` (:meth:`assigned`).
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class MoveGuard:
         self._last_commit: dict[str, float] = {}
         #: cluster id -> (partitions paused after a refused commit, when to resume at the latest)
         self._paused: dict[str, tuple[list[TopicPartition], float]] = {}
+        self._refused: set[str] = set()  # cluster ids whose commit was refused, to pause
 
     @property
     def active(self) -> bool:
@@ -118,6 +120,10 @@ class MoveGuard:
         now = self._clock()
         if not self._until:
             return False
+        for cluster_id in list(self._refused):
+            self._refused.discard(cluster_id)
+            if cluster_id not in self._paused:
+                self._pause(cluster_id, now)
         if self._read:
             for cluster_id in list(self._read):
                 entry = self._registry.get(cluster_id)
@@ -143,36 +149,52 @@ class MoveGuard:
         return True
 
     def commit_answered(self, entry: ClusterClient, err: Any, partitions: list[TopicPartition]) -> None:
-        """``on_commit`` of ``entry``'s client (inside its ``poll()``): a commit the
-        group refused because it is rebalancing pauses the client's partitions."""
+        """``on_commit`` of ``entry``'s client: a commit the group refused because it
+        is rebalancing is noted; the next :meth:`tick` pauses the client's partitions.
+        No client call here: the callback may be served inside any call on that
+        client, ``close()`` included (a call on the client from there hangs)."""
         if not self.active or entry.cluster_id in self._paused:
             return
         codes = {tp.error.code() for tp in partitions if tp.error is not None}
         if err is not None:
             codes.add(err.code())
-        if not codes & REFUSED_IN_REBALANCE:
+        if codes & REFUSED_IN_REBALANCE:
+            self._refused.add(entry.cluster_id)
+
+    def _pause(self, cluster_id: str, now: float) -> None:
+        entry = self._registry.get(cluster_id)
+        if entry is None:
             return
         try:
             mine = entry.consumer.assignment()
             if mine:
                 entry.consumer.pause(mine)
         except (KafkaException, RuntimeError) as exc:
-            log.debug("kbear: pause on cluster %r after a refused commit failed: %s", entry.cluster_id, exc)
+            log.debug("kbear: pause on cluster %r after a refused commit failed: %s", cluster_id, exc)
             return
         if mine:
-            self._paused[entry.cluster_id] = (mine, self._clock() + self._pause_s)
+            self._paused[cluster_id] = (mine, now + self._pause_s)
             log.info(
                 "kbear: cluster %r refused a commit while its group rebalances: %d partitions paused "
                 "until the next assignment",
-                entry.cluster_id,
+                cluster_id,
                 len(mine),
             )
 
     def assigned(self, entry: ClusterClient) -> None:
         """``entry``'s client got its next assignment (``on_assign``): resume what
         the guard paused there."""
+        self._refused.discard(entry.cluster_id)  # refused in the generation that ended
         if entry.cluster_id in self._paused:
             self._resume(entry.cluster_id)
+
+    def close(self) -> None:
+        """The consumer closes: the guard does nothing more (its clients are closing)."""
+        self._enabled = False
+        self._until = 0.0
+        self._read.clear()
+        self._refused.clear()
+        self._paused.clear()
 
     def _resume(self, cluster_id: str) -> None:
         parts, _ = self._paused.pop(cluster_id)

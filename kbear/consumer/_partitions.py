@@ -139,7 +139,7 @@ class PartitionCalls:
         """
         self._check_open()
         if message is not None and offsets is not None:
-            raise ValueError("commit: pass message or offsets, not both")
+            raise ValueError("message and offsets are mutually exclusive")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
                 return None if asynchronous else []
@@ -252,8 +252,10 @@ class PartitionCalls:
             ValueError: neither or both of ``message`` and ``offsets`` are given.
         """
         self._check_open()
-        if (message is None) == (offsets is None):
-            raise ValueError("store_offsets: pass message or offsets")
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
+            raise ValueError("expected either message or offsets")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
                 return

@@ -156,7 +156,7 @@ class PollLoop:
         """Consume up to ``num_messages`` messages, from the clusters in turn.
 
         Args:
-            num_messages: maximum number of messages to return (1 to 1000000).
+            num_messages: maximum number of messages to return (0 to 1000000).
             timeout: maximum time to block in seconds (None or -1: infinite);
                 a topic move in progress does not lengthen it.
 
@@ -186,8 +186,8 @@ class PollLoop:
             if entry.renames or self._driver.engine.tracks_timestamps:
                 return [self._out(entry, m) for m in msgs]
             return msgs
-        if not 1 <= num_messages <= 1_000_000:
-            raise ValueError("num_messages must be between 1 and 1000000 (1M)")
+        if not 0 <= num_messages <= 1_000_000:
+            raise ValueError("num_messages must be between 0 and 1000000 (1M)")  # confluent-kafka's words
         if not active:
             self._check_open()
             leftover = self._idle(timeout)
@@ -235,14 +235,20 @@ class PollLoop:
     def _idle(self, timeout: float | None) -> Message | None:
         """Nothing subscribed: wait as confluent-kafka would, but at most 1 s (an infinite
         timeout included, so a ``while True: poll()`` loop does not spin), serving the
-        clusters still leaving meanwhile."""
+        clusters still leaving, and the callbacks (logs, errors, statistics, OAuth
+        tokens) of clients built but not read yet, as confluent-kafka's ``poll`` does."""
         deadline = Deadline(1.0 if timeout is None or timeout < 0 else min(timeout, 1.0))
-        while self._registry.leaving and not deadline.expired():
-            msg = self._serve_leaving()
-            if msg is not None:
-                return msg
-            time.sleep(min(_POLL_SLICE_S, deadline.remaining() or 0.0))
-        left = deadline.remaining()
-        if left:
-            time.sleep(left)
-        return None
+        while True:
+            if self._registry.leaving:
+                msg = self._serve_leaving()
+                if msg is not None:
+                    return msg
+            for entry in self._registry:
+                if entry not in self._registry.leaving:
+                    msg = entry.consumer.poll(0)
+                    if msg is not None:
+                        return self._out(entry, msg)  # type: ignore[no-any-return]
+            left = deadline.remaining()
+            if not left:
+                return None
+            time.sleep(min(_POLL_SLICE_S, left))

@@ -12,7 +12,10 @@ callbacks that:
   reached on them, synchronously, when ``enable.auto.commit`` is on: the member
   that gets them next starts where this one stopped, instead of at the last
   auto-commit (the source of duplicates when a group follows a move). Topics
-  whose drain already committed their end offsets are left out. On a cluster
+  whose drain already committed their end offsets are left out. When the group
+  refuses that commit (it is rebalancing; noida and librdkafka's mock do) and the
+  next assignment gives the partitions back (eager protocols), the member goes
+  on from its own positions instead of the older committed offsets. On a cluster
   whose last switch timed out (it did not answer the drain in time) that
   commit is sent without waiting: a slow or absent cluster must not hold up
   ``poll()`` (issue #11: ``poll(timeout)`` keeps its timeout during a move).
@@ -25,7 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient
@@ -61,6 +64,9 @@ class Rebalancer:
         unresponsive: ids of clusters whose last switch away timed out: their
             revocations commit asynchronously (until a switch away from them
             ends with a complete drain again).
+        resume_at: cluster id -> (physical topic, partition) -> this member's
+            position at a revocation whose commit the group refused (eager
+            protocols only): kept for the cluster's next assignment only.
     """
 
     def __init__(self, owner: Any, native: Mapping[str, Any]) -> None:
@@ -75,6 +81,7 @@ class Rebalancer:
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
         self.unresponsive: set[str] = set()
+        self.resume_at: dict[str, dict[tuple[str, int], int]] = {}
         #: called with the entry once an ``on_assign`` of its client was served
         self.assigned_hook: Callable[[ClusterClient], None] | None = None
 
@@ -118,14 +125,24 @@ class Rebalancer:
                 user_cb = self.callbacks.get("on_revoke")
                 if user_cb is not None:
                     user_cb(self.owner, entry.to_logical(partitions))
+                why = "before its partitions leave this member"
                 if positions and entry.cluster_id in self.unresponsive:
-                    commit_async(entry, positions, "before its partitions leave this member")
-                elif positions:
-                    commit_sync(entry, positions, "before its partitions leave this member")
+                    commit_async(entry, positions, why)
+                elif positions and not commit_sync(entry, positions, why):
+                    self._remember(entry, positions)
             finally:
                 self._leave(outer)
 
         return callback
+
+    def _remember(self, entry: ClusterClient, positions: list[TopicPartition]) -> None:
+        """The group refused the commit of ``positions`` as they leave this member: if
+        the next assignment gives them back, reading goes on from there, not from
+        the group's older committed offset (what this member read already is not
+        read again). Nothing is skipped: the member read everything before them.
+        Eager protocols only (an incremental revocation keeps what stays)."""
+        if not self.incremental:
+            self.resume_at[entry.cluster_id] = {(tp.topic, tp.partition): tp.offset for tp in positions}
 
     def _positions_to_commit(
         self, entry: ClusterClient, partitions: list[TopicPartition]
@@ -147,7 +164,10 @@ class Rebalancer:
             outer = self._enter(entry)
             self.assigned_in_callback = False
             try:
+                resume = self.resume_at.pop(entry.cluster_id, None)
                 started = self._start_offsets(entry, partitions)
+                if resume:
+                    started = _resumed(started, resume)
                 user_cb = self.callbacks.get("on_assign")
                 if user_cb is not None:
                     user_cb(self.owner, entry.to_logical(started))
@@ -194,6 +214,22 @@ class Rebalancer:
             ]
         log.info("kbear: start of moved topics on cluster %r: %s", entry.cluster_id, out)
         return out
+
+
+def _resumed(partitions: list[TopicPartition], resume: dict[tuple[str, int], int]) -> list[TopicPartition]:
+    """``partitions`` (an assignment) with the partitions found in ``resume`` starting
+    at the offsets there, unless a start offset was already chosen for them; the
+    same list when none is found."""
+    if not any((tp.topic, tp.partition) in resume and tp.offset == OFFSET_INVALID for tp in partitions):
+        return partitions
+    out = [
+        TopicPartition(tp.topic, tp.partition, resume[key])
+        if (key := (tp.topic, tp.partition)) in resume and tp.offset == OFFSET_INVALID
+        else tp
+        for tp in partitions
+    ]
+    log.info("kbear: partitions back at this member resume where it stopped: %s", out)
+    return out
 
 
 def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> bool:

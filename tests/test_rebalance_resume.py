@@ -1,0 +1,115 @@
+"""A member whose commit the group refused as its partitions left it goes on from its
+own positions when the next assignment gives them back (kbear.consumer._rebalance),
+driven without a cluster through the rebalance callbacks kbear hands to a cluster's
+client.
+
+What a user relies on (issue #11): on brokers that refuse the commit made in
+``on_revoke`` while the group rebalances (noida, librdkafka's mock), a member that
+keeps its partitions across the rebalance does not read again what it read before
+it (the group's committed offset is older); nothing is skipped either: it starts
+exactly after the last message it read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+
+from kbear._switch import StartPlan
+from kbear.consumer._cluster import ClusterClient
+from kbear.consumer._rebalance import Rebalancer
+
+
+class Member:
+    """A cluster client's calls inside rebalance callbacks: positions reached, and a
+    group that accepts or refuses commits."""
+
+    def __init__(self, positions: dict[tuple[str, int], int], refuse: int | None) -> None:
+        self.positions = positions
+        self.refuse = refuse
+        self.assigned: list[list[tuple[str, int, int]]] = []
+        self.committed: list[list[tuple[str, int, int]]] = []
+
+    def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        pos = self.positions
+        return [TopicPartition(tp.topic, tp.partition, pos[tp.topic, tp.partition]) for tp in parts]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+        assert asynchronous is False
+        if self.refuse is not None:
+            raise KafkaException(KafkaError(self.refuse))
+        self.committed.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
+        return offsets
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in parts])
+
+    incremental_assign = assign
+
+
+def given(partitions: list[int], topic: str = "orders") -> list[TopicPartition]:
+    """An assignment as librdkafka hands it to on_assign (no start offset chosen)."""
+    return [TopicPartition(topic, p, OFFSET_INVALID) for p in partitions]
+
+
+def member(refuse: int | None, **native: Any) -> tuple[Rebalancer, ClusterClient, Member]:
+    consumer = Member({("orders", 0): 120, ("orders", 1): 75, ("orders", 2): 40}, refuse)
+    entry = ClusterClient("A", {}, consumer)
+    return Rebalancer(owner=None, native=native), entry, consumer
+
+
+def rebalance(rebalancer: Rebalancer, entry: ClusterClient, revoked: list[int], assigned: list[int]) -> None:
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_revoke"](entry.consumer, given(revoked))
+    callbacks["on_assign"](entry.consumer, given(assigned))
+
+
+@pytest.mark.parametrize("refusal", [KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION])
+def test_partitions_given_back_resume_at_this_members_positions(refusal: int) -> None:
+    rebalancer, entry, consumer = member(refusal)
+    rebalance(rebalancer, entry, revoked=[0, 1, 2], assigned=[0, 2])
+    assert consumer.assigned == [[("orders", 0, 120), ("orders", 2, 40)]]
+
+
+def test_partitions_not_given_back_are_left_to_their_new_owner() -> None:
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    rebalance(rebalancer, entry, revoked=[0, 1], assigned=[2])
+    # librdkafka assigns partition 2 itself (from the committed offset): nothing to change
+    assert consumer.assigned == []
+
+
+def test_the_positions_serve_the_next_assignment_only() -> None:
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    rebalance(rebalancer, entry, revoked=[0, 1], assigned=[1])
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_assign"](consumer, given([0]))  # a later generation: others may have read 0
+    assert consumer.assigned == [[("orders", 1, 75)]]
+
+
+def test_an_accepted_commit_leaves_the_assignment_to_the_group() -> None:
+    rebalancer, entry, consumer = member(None)
+    rebalance(rebalancer, entry, revoked=[0, 1], assigned=[0, 1])
+    assert consumer.committed == [[("orders", 0, 120), ("orders", 1, 75)]]
+    assert consumer.assigned == []  # the committed offsets are the positions already
+
+
+def test_incremental_protocols_keep_what_stays_and_resume_nothing() -> None:
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS, **{"group.protocol": "consumer"})
+    rebalance(rebalancer, entry, revoked=[1], assigned=[1])
+    assert consumer.assigned == []
+
+
+def test_a_start_chosen_for_a_moved_topic_wins() -> None:
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_revoke"](consumer, given([0, 1]))
+    rebalancer.start_at[("A", "orders")] = StartPlan(offset=OFFSET_BEGINNING)
+    callbacks["on_assign"](consumer, given([0, 1]))
+    assert consumer.assigned == [[("orders", 0, OFFSET_BEGINNING), ("orders", 1, OFFSET_BEGINNING)]]
+
+
+def test_without_auto_commit_the_application_decides() -> None:
+    rebalancer, entry, _ = member(KafkaError.REBALANCE_IN_PROGRESS, **{"enable.auto.commit": False})
+    assert "on_revoke" not in rebalancer.callbacks_for(entry)
