@@ -4,6 +4,16 @@
 # Extra arguments go to pytest.
 set -euo pipefail
 KBEAR_EXTRAS="dev,spark,integration,fast-yaml" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench
+echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
-echo "== pytest"; .venv/bin/python -m pytest tests integration "$@"
+echo "== pytest"
+# conftest.py's watchdog ends the process on a hang pytest-timeout cannot interrupt,
+# writing every thread's traceback here: shown when pytest fails.
+export KBEAR_TEST_WATCHDOG_LOG="${KBEAR_TEST_WATCHDOG_LOG:-${TMPDIR:-/tmp}/kbear-test-watchdog.$$.log}"
+status=0
+.venv/bin/python -m pytest tests integration "$@" || status=$?
+if [ "$status" -ne 0 ] && grep -q "most recent call first" "$KBEAR_TEST_WATCHDOG_LOG" 2>/dev/null; then
+    echo "== the watchdog ended pytest (a test hung): $KBEAR_TEST_WATCHDOG_LOG"
+    tail -n 200 "$KBEAR_TEST_WATCHDOG_LOG"
+fi
+exit "$status"
