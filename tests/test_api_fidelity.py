@@ -23,6 +23,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
 from conftest import (
     FAST_GROUP,
     committed_offsets,
@@ -36,7 +37,6 @@ from conftest import (
     rewrite_rules,
     rule,
 )
-
 from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Message, TopicPartition
+
 from conftest import (
     FAST_GROUP,
     committed_offsets,
@@ -19,7 +20,6 @@ from conftest import (
     plain_producer,
     rule,
 )
-
 from kbear import NoRouteError, RoutedConsumer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -80,8 +80,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from conftest import FAST_GROUP, rewrite_rules, rule
 
+from conftest import FAST_GROUP, rewrite_rules, rule
 from kbear import RoutedConsumer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+
 from conftest import (
     FAST_GROUP,
     committed_offsets,
@@ -33,7 +34,6 @@ from conftest import (
     rewrite_rules,
     rule,
 )
-
 from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
 
+from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
 from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from conftest import keyed, message_count, partitions_of, plain_producer, read_all, rule
 
+from conftest import keyed, message_count, partitions_of, plain_producer, read_all, rule
 from kbear import NoRouteError, RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
 from conftest import (
     FAST_GROUP,
     committed_offsets,
@@ -23,7 +24,6 @@ from conftest import (
     rewrite_rules,
     rule,
 )
-
 from kbear import ConfigError, NoRouteError, Route, RoutedConsumer, RoutedProducer, Router
 from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster

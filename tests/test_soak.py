@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST_GROUP, rewrite_rules, rule
 
+from conftest import FAST_GROUP, rewrite_rules, rule
 from kbear import RoutedConsumer, RoutedProducer
 from kbear.testing import EmbeddedCluster
 

@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from conftest import Rule, keyed, plain_producer, rewrite_rules, rule
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from conftest import Rule, keyed, plain_producer, rewrite_rules, rule
 from kbear.spark import SparkOptionsError
 from kbear.spark._source import KBearDataSource, KBearStreamReader
 from kbear.spark._source_settings import SourceSettings as _Settings

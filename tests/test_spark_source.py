@@ -21,10 +21,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from conftest import Rule, keyed, plain_producer, read_all, rewrite_rules, rule
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from conftest import Rule, keyed, plain_producer, read_all, rewrite_rules, rule
 from kbear import Router
 from kbear.spark import SparkOptionsError, guard, jvm_kafka_available, read_stream, write_stream
 from kbear.testing import EmbeddedCluster

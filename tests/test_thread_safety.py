@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_all, rewrite_rules, rule
 
+from conftest import read_all, rewrite_rules, rule
 from kbear import RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 
