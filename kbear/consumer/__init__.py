@@ -13,7 +13,10 @@ The package's parts (each module's docstring says what it is responsible for):
   topic names on each;
 - ``_subscription``: the subscription state (none / topics / pattern / assigned);
 - ``_rebalance``: the wrapping of rebalance callbacks (logical names, start
-  offsets after a move, the commit before partitions leave);
+  offsets after a move, the commit before partitions leave, resuming at this
+  member's positions when that commit was refused);
+- ``_guard``: the commits during a move and the pause after a commit the group
+  refused while it rebalances (group moves without duplicate storms);
 - ``_mover``: the driver of the switch engine (:mod:`kbear._switch`): route
   changes in, probes in the background, switches out.
 """
