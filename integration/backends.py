@@ -539,7 +539,7 @@ def make_mock() -> Backend:
                 # the first member on the new cluster gets every partition of a new group
                 # and reads the backlog; the others join at once and the mock refuses its
                 # commits while the group rebalances (Apache Kafka accepts them): measured
-                # 1.7-5.4 % (28.8 % before kbear's move commits); 10 % catches a relapse
+                # 0.04-5.6 % (28.8 % before kbear's move commits); 10 % catches a relapse
                 duplicates_bound=0.10,
             ),
         },

@@ -104,7 +104,7 @@ def test_nothing_is_committed_for_an_application_that_commits_itself() -> None:
     g.route_changed()
     g.switched(draining=False)
     assert not g.active
-    g.commit_answered(a, *refused(KafkaError.REBALANCE_IN_PROGRESS))
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REBALANCE_IN_PROGRESS))
     assert calls(a) == []
 
 
@@ -180,14 +180,14 @@ def test_a_commit_refused_in_a_rebalance_pauses_until_the_next_assignment(code: 
     a, b = entry("A", 3), entry("B")
     g, _ = guard(a, b)
     g.route_changed()
-    g.commit_answered(a, *refused(code))
+    g.commit_answered(a.cluster_id, *refused(code))
     assert calls(a) == []  # the callback calls no client (it may run inside close())
     g.tick()
     assert calls(a) == [("pause", [("orders", 0), ("orders", 1), ("orders", 2)])]
     g.read(a)
     g.tick()
     assert ("commit", True) not in calls(a)  # nothing more is read there: nothing to commit
-    g.commit_answered(a, *refused(code))
+    g.commit_answered(a.cluster_id, *refused(code))
     g.tick()
     assert len(calls(a)) == 1  # paused once
     g.assigned(b)
@@ -203,7 +203,7 @@ def test_a_refusal_named_on_a_partition_pauses_too() -> None:
     tp = TopicPartition("orders", 0, 10)
     # confluent-kafka reports per-partition errors on the TopicPartitions
     tp_error = type("TP", (), {"error": KafkaError(KafkaError.REBALANCE_IN_PROGRESS)})()
-    g.commit_answered(a, None, [tp, tp_error])  # type: ignore[list-item]
+    g.commit_answered(a.cluster_id, None, [tp, tp_error])  # type: ignore[list-item]
     g.tick()
     assert calls(a)[0][0] == "pause"
 
@@ -213,7 +213,7 @@ def test_a_pause_ends_after_the_session_timeout_without_a_rebalance() -> None:
     g, clock = guard(a)
     g.route_changed()
     g.switched(draining=False)
-    g.commit_answered(a, *refused(KafkaError.REBALANCE_IN_PROGRESS))
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REBALANCE_IN_PROGRESS))
     g.tick()
     clock.now += PAUSE_S - 0.5
     g.tick()
@@ -229,8 +229,8 @@ def test_other_commit_errors_do_not_pause() -> None:
     a = entry("A")
     g, _ = guard(a)
     g.route_changed()
-    g.commit_answered(a, *refused(KafkaError.REQUEST_TIMED_OUT))
-    g.commit_answered(a, None, [TopicPartition("orders", 0, 10)])
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REQUEST_TIMED_OUT))
+    g.commit_answered(a.cluster_id, None, [TopicPartition("orders", 0, 10)])
     g.tick()
     assert calls(a) == []
 
@@ -238,7 +238,7 @@ def test_other_commit_errors_do_not_pause() -> None:
 def test_refusals_outside_a_move_do_not_pause() -> None:
     a = entry("A")
     g, _ = guard(a)
-    g.commit_answered(a, *refused(KafkaError.REBALANCE_IN_PROGRESS))
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REBALANCE_IN_PROGRESS))
     g.route_changed()
     g.tick()
     assert calls(a) == []
@@ -248,7 +248,7 @@ def test_a_refusal_of_the_generation_that_ended_pauses_nothing() -> None:
     a = entry("A")
     g, _ = guard(a)
     g.route_changed()
-    g.commit_answered(a, *refused(KafkaError.REBALANCE_IN_PROGRESS))
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REBALANCE_IN_PROGRESS))
     g.assigned(a)  # the rebalance completed before the next call
     g.tick()
     assert calls(a) == []
@@ -260,6 +260,6 @@ def test_a_closing_consumer_gets_no_more_commits_nor_pauses() -> None:
     g.route_changed()
     g.read(a)
     g.close()
-    g.commit_answered(a, *refused(KafkaError.REBALANCE_IN_PROGRESS))
+    g.commit_answered(a.cluster_id, *refused(KafkaError.REBALANCE_IN_PROGRESS))
     assert not g.tick()
     assert calls(a) == []

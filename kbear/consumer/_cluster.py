@@ -133,9 +133,9 @@ class ClusterRegistry:
 
     def __init__(self, native: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
         self.native = native
-        #: called as ``hook(entry, err, partitions)`` from each member client's
+        #: called as ``hook(cluster_id, err, partitions)`` from each member client's
         #: ``on_commit`` (before the application's), when set
-        self.commit_hook: Callable[[ClusterClient, Any, list[TopicPartition]], None] | None = None
+        self.commit_hook: Callable[[str, Any, list[TopicPartition]], None] | None = None
         self._factory = factory
         self.clients: dict[str, ClusterClient] = {}
         # Both lists are replaced, never changed in place: a poll loop in another
@@ -165,11 +165,9 @@ class ClusterRegistry:
         if current is not None and current.properties == dict(target.properties):
             return current, None
         conf = cluster_config(self.native, target.properties)
-        built: list[ClusterClient] = []
         if self.commit_hook is not None:
-            conf["on_commit"] = _commit_callback(self.commit_hook, built, conf.get("on_commit"))
+            conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
         entry = ClusterClient(target.cluster_id, target.properties, self._factory(conf))
-        built.append(entry)
         self.clients[target.cluster_id] = entry
         return entry, current
 
@@ -226,16 +224,15 @@ class ClusterRegistry:
 
 
 def _commit_callback(
-    hook: Callable[[ClusterClient, Any, list[TopicPartition]], None],
-    built: list[ClusterClient],
+    hook: Callable[[str, Any, list[TopicPartition]], None],
+    cluster_id: str,
     user_cb: Callable[[Any, list[TopicPartition]], None] | None,
 ) -> Callable[[Any, list[TopicPartition]], None]:
-    """``on_commit`` of a member client: kbear's ``hook`` with the client's entry
-    (``built[0]`` once built), then the application's callback, unchanged."""
+    """``on_commit`` of a member client of ``cluster_id``: kbear's ``hook``, then the
+    application's callback, unchanged."""
 
     def on_commit(err: Any, partitions: list[TopicPartition]) -> None:
-        if built:
-            hook(built[0], err, partitions)
+        hook(cluster_id, err, partitions)
         if user_cb is not None:
             user_cb(err, partitions)
 

@@ -10,6 +10,7 @@ cluster-wide calls.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -169,12 +170,8 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         try:
             self._open_home_cluster()
         except BaseException:
-            self._stop_listening()
-            self._driver.close()
-            for consumer in self._registry.clear():
-                consumer.close()
-            if self._owns_router:
-                self._router.close()
+            with contextlib.suppress(Exception):  # the construction's error is the one to see
+                self.close()
             raise
 
     def _open_home_cluster(self) -> None:

@@ -124,21 +124,20 @@ class MoveGuard:
             self._refused.discard(cluster_id)
             if cluster_id not in self._paused:
                 self._pause(cluster_id, now)
-        if self._read:
-            for cluster_id in list(self._read):
-                entry = self._registry.get(cluster_id)
-                if entry is None or cluster_id in self._paused:
-                    self._read.discard(cluster_id)
-                    continue
-                if now - self._last_commit.get(cluster_id, 0.0) < COMMIT_EVERY_S:
-                    continue
+        for cluster_id in list(self._read):
+            entry = self._registry.get(cluster_id)
+            if entry is None or cluster_id in self._paused:
                 self._read.discard(cluster_id)
-                self._last_commit[cluster_id] = now
-                try:
-                    entry.consumer.commit(asynchronous=True)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError._NO_OFFSET:
-                        log.debug("kbear: commit on cluster %r during a move: %s", cluster_id, exc)
+                continue
+            if now - self._last_commit.get(cluster_id, 0.0) < COMMIT_EVERY_S:
+                continue
+            self._read.discard(cluster_id)
+            self._last_commit[cluster_id] = now
+            try:
+                entry.consumer.commit(asynchronous=True)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    log.debug("kbear: commit on cluster %r during a move: %s", cluster_id, exc)
         for cluster_id, (_, deadline) in list(self._paused.items()):
             if now >= deadline:
                 self._resume(cluster_id)
@@ -148,18 +147,18 @@ class MoveGuard:
             return False
         return True
 
-    def commit_answered(self, entry: ClusterClient, err: Any, partitions: list[TopicPartition]) -> None:
-        """``on_commit`` of ``entry``'s client: a commit the group refused because it
+    def commit_answered(self, cluster_id: str, err: Any, partitions: list[TopicPartition]) -> None:
+        """``on_commit`` of ``cluster_id``'s client: a commit the group refused because it
         is rebalancing is noted; the next :meth:`tick` pauses the client's partitions.
         No client call here: the callback may be served inside any call on that
         client, ``close()`` included (a call on the client from there hangs)."""
-        if not self.active or entry.cluster_id in self._paused:
+        if not self.active or cluster_id in self._paused:
             return
         codes = {tp.error.code() for tp in partitions if tp.error is not None}
         if err is not None:
             codes.add(err.code())
         if codes & REFUSED_IN_REBALANCE:
-            self._refused.add(entry.cluster_id)
+            self._refused.add(cluster_id)
 
     def _pause(self, cluster_id: str, now: float) -> None:
         entry = self._registry.get(cluster_id)

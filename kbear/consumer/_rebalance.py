@@ -252,12 +252,15 @@ def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why:
     return True
 
 
-def commit_async(entry: ClusterClient, offsets: list[TopicPartition], why: str) -> None:
-    """Send a commit of ``offsets`` on ``entry``'s cluster without waiting for it; a
-    refusal at sending is logged on ``kbear.consumer`` with ``why``, never raised
-    (its outcome reaches the application's ``on_commit``, if any)."""
+def commit_async(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> None:
+    """Send a commit of ``offsets`` (None: the stored offsets) on ``entry``'s cluster
+    without waiting for it; a refusal at sending is logged on ``kbear.consumer`` with
+    ``why``, never raised (its outcome reaches the application's ``on_commit``, if any)."""
     try:
-        entry.consumer.commit(offsets=offsets, asynchronous=True)
+        if offsets is None:
+            entry.consumer.commit(asynchronous=True)
+        else:
+            entry.consumer.commit(offsets=offsets, asynchronous=True)
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError._NO_OFFSET:
             log.warning("kbear: commit on cluster %r %s failed: %s", entry.cluster_id, why, exc)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from kbear._base import RoutedClientBase
 from kbear._clients import cluster_target
@@ -23,7 +23,7 @@ from kbear._switch import StartPlan, same_route
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
-from kbear.consumer._rebalance import Rebalancer
+from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._subscription import (
     PATTERN_METADATA_TIMEOUT_S,
     RebalanceCallback,
@@ -264,13 +264,8 @@ class SubscriptionCalls(RoutedClientBase):
                 # the drain timed out: the old cluster's revocation must not wait on it
                 self._rebalancer.unresponsive.add(old.cluster_id)
                 if not self._rebalancer.commit_on_revoke:
-                    try:  # the application commits; what it stored is committed as the topic leaves
-                        old_entry.consumer.commit(asynchronous=True)
-                    except KafkaException as exc:
-                        if exc.args[0].code() != KafkaError._NO_OFFSET:
-                            log.warning(
-                                "kbear: commit on cluster %r at route switch failed: %s", old.cluster_id, exc
-                            )
+                    # the application commits: what it stored is committed as the topic leaves
+                    commit_async(old_entry, None, "at route switch")
             self._resubscribe([old_entry])
         if new is None:
             self._sub.routes.pop(topic, None)

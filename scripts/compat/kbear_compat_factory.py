@@ -86,25 +86,23 @@ def _split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ..
     return args, kwargs, router_for(servers)
 
 
-class Producer(RoutedProducer):
+class _OneCluster:
+    """The harness's construction, put before a routed client class: the test's
+    ``bootstrap.servers`` become a one-cluster configuration (its router)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if not args and not kwargs:  # no configuration at all: kbear answers as it would
+            super().__init__()
+            return
+        args, kwargs, router = _split(args, kwargs)
+        super().__init__(*args, router=router, **kwargs)  # type: ignore[call-arg]
+
+
+class Producer(_OneCluster, RoutedProducer):
     """confluent_kafka.Producer as the harness gives it: a RoutedProducer on a
     one-cluster configuration made from the test's ``bootstrap.servers``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if not args and not kwargs:  # no configuration at all: kbear answers as it would
-            super().__init__()
-            return
-        args, kwargs, router = _split(args, kwargs)
-        super().__init__(*args, router=router, **kwargs)
 
-
-class Consumer(RoutedConsumer):
+class Consumer(_OneCluster, RoutedConsumer):
     """confluent_kafka.Consumer as the harness gives it: a RoutedConsumer on a
     one-cluster configuration made from the test's ``bootstrap.servers``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if not args and not kwargs:  # no configuration at all: kbear answers as it would
-            super().__init__()
-            return
-        args, kwargs, router = _split(args, kwargs)
-        super().__init__(*args, router=router, **kwargs)
