@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from kbear.config import KBearConfig
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -45,6 +47,14 @@ def rename_metadata(md: Any, route: Route, topic: str) -> Any:
         tmd.topic = topic
         md.topics[topic] = tmd
     return md
+
+
+def not_one_cluster(call: str, client: str, cluster_ids: Iterable[str], hint: str) -> KafkaException:
+    """The ``KafkaException`` (``_STATE``) of a call that exists for one cluster only
+    (``cluster_id``, ``consumer_group_metadata``) made on a routed ``client``
+    ("RoutedConsumer reads from") that uses the clusters ``cluster_ids`` (not one)."""
+    names = ", ".join(cluster_ids) or "none"
+    return KafkaException(KafkaError(KafkaError._STATE, f"{call}: this {client} clusters {names}; {hint}"))
 
 
 #: The configuration argument when none is given (``RoutedProducer()``), told apart

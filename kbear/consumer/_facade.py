@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-
-from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, rename_metadata
+from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, not_one_cluster, rename_metadata
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._switch import SwitchEngine
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
@@ -339,15 +337,33 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         self._check_open()
         clusters = self._registry.active or list(self._registry)
         if len(clusters) != 1:
-            names = ", ".join(e.cluster_id for e in clusters) or "none"
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._STATE,
-                    f"consumer_group_metadata: this RoutedConsumer reads from clusters {names}; "
-                    "group metadata exists for one cluster only",
-                )
+            raise not_one_cluster(
+                "consumer_group_metadata",
+                "RoutedConsumer reads from",
+                (e.cluster_id for e in clusters),
+                "group metadata exists for one cluster only",
             )
         return clusters[0].consumer.consumer_group_metadata()
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        """The Kafka cluster id (KIP-78) of the one cluster this consumer reads
+        from, as ``confluent_kafka.Consumer.cluster_id`` (``timeout`` in seconds,
+        -1: infinite).
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster or from none yet; the cluster's errors (e.g. ``_TIMED_OUT``).
+        """
+        self._check_open()
+        clusters = self._registry.active or list(self._registry)
+        if len(clusters) != 1:
+            raise not_one_cluster(
+                "cluster_id",
+                "RoutedConsumer reads from",
+                (e.cluster_id for e in clusters),
+                "ask a route's cluster (routes()) or a one-cluster client",
+            )
+        return str(clusters[0].consumer.cluster_id(timeout))
 
     def close(self) -> None:
         """Close every cluster's client (committing, as confluent-kafka, when

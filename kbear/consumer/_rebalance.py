@@ -23,8 +23,8 @@ callbacks that:
 
 from __future__ import annotations
 
+import contextvars
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,6 +40,16 @@ log = logging.getLogger("kbear.consumer")
 TIMESTAMP_LOOKUP_TIMEOUT_S = 10.0
 
 
+#: (rebalancer, cluster) of the rebalance callback running in this context. A
+#: context variable, not a thread-local: the asyncio clients (:mod:`kbear.aio`) carry
+#: it, with the rest of the callback's context, to the executor thread that runs a
+#: call the callback makes (a thread-local would lose it there and deadlock on the
+#: consumer's lock, held by the thread serving the callback).
+_CURRENT: contextvars.ContextVar[tuple[Rebalancer, ClusterClient] | None] = contextvars.ContextVar(
+    "kbear_rebalance_current", default=None
+)
+
+
 def _auto_commit(native: Mapping[str, Any]) -> bool:
     return str(native.get("enable.auto.commit", "true")).lower() in ("true", "1")
 
@@ -53,9 +63,9 @@ class Rebalancer:
             ``enable.auto.commit``, ``group.protocol``, ``partition.assignment.strategy``).
 
     Attributes:
-        current: the cluster whose callback is running in the calling thread
-            (partition calls go there), or None: another thread's calls made
-            meanwhile address their topics' clusters as usual.
+        current: the cluster whose callback is running in the calling thread's
+            context (partition calls go there), or None: another thread's calls
+            made meanwhile address their topics' clusters as usual.
         assigned_in_callback: the application assigned inside the running callback.
         start_at: (cluster id, physical topic) -> where a moved topic starts on
             that cluster at its next assignment.
@@ -76,7 +86,6 @@ class Rebalancer:
             native.get("partition.assignment.strategy", "")
         )
         self.callbacks: dict[str, RebalanceCallback] = {}
-        self._local = threading.local()
         self.assigned_in_callback = False
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
@@ -87,16 +96,14 @@ class Rebalancer:
 
     @property
     def current(self) -> ClusterClient | None:
-        entry: ClusterClient | None = getattr(self._local, "entry", None)
-        return entry
+        scope = _CURRENT.get()
+        return scope[1] if scope is not None and scope[0] is self else None
 
-    def _enter(self, entry: ClusterClient) -> ClusterClient | None:
-        outer = self.current
-        self._local.entry = entry
-        return outer
+    def _enter(self, entry: ClusterClient) -> contextvars.Token[tuple[Rebalancer, ClusterClient] | None]:
+        return _CURRENT.set((self, entry))
 
-    def _leave(self, outer: ClusterClient | None) -> None:
-        self._local.entry = outer
+    def _leave(self, outer: contextvars.Token[tuple[Rebalancer, ClusterClient] | None]) -> None:
+        _CURRENT.reset(outer)
 
     def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
         """The rebalance callbacks to subscribe ``entry``'s client with."""

@@ -15,6 +15,7 @@ from kbear._base import (
     RoutedClientBase,
     check_config_argument,
     no_route,
+    not_one_cluster,
     rename_metadata,
 )
 from kbear._clients import (
@@ -25,7 +26,7 @@ from kbear._clients import (
     open_router,
     split_config,
 )
-from kbear.producer._cluster import ClusterProducer, logical_callback
+from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
 from kbear.producer._routes import RouteTable
 from kbear.producer._transactions import TransactionCalls
 from kbear.router import Client, NoRouteError, Route, Router
@@ -343,6 +344,31 @@ class RoutedProducer(TransactionCalls, RouteTable):
                 if name not in merged.topics or routed.get(name) == cluster_id:
                     merged.topics[name] = tmd
         return merged
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        """The Kafka cluster id (KIP-78) of the one cluster this producer sends to,
+        as ``confluent_kafka.Producer.cluster_id`` (``timeout`` in seconds, -1:
+        infinite). When nothing was produced yet and the configuration proves
+        every route goes to one cluster, that cluster's.
+
+        Raises:
+            KafkaException: ``_STATE`` when this producer sends to more than one
+                cluster, or to none yet and its routes may go to several; the
+                cluster's errors (e.g. ``_TIMED_OUT``).
+        """
+        clients = self._all()
+        if not clients:
+            home = single_cluster(self._router.config, self._client)
+            if home is not None and home in self._router.config.clusters:
+                clients = [self._cluster(cluster_target(home, self._router.config.clusters[home]))]
+        if len(clients) != 1:
+            raise not_one_cluster(
+                "cluster_id",
+                "RoutedProducer sends to",
+                (c.cluster_id for c in clients),
+                "ask a route's cluster (route(topic)) or a one-cluster client",
+            )
+        return str(clients[0].producer.cluster_id(timeout))
 
     def __len__(self) -> int:
         """Messages in queue or in flight, over every cluster's client (0 for an

@@ -1,0 +1,264 @@
+"""Benchmarks of the asyncio clients (issue #14), next to confluent-kafka's own ``aio`` clients.
+
+    .venv/bin/python bench/aio.py            # writes bench/RESULTS-aio.md and bench/results-aio.json
+    .venv/bin/python bench/aio.py --quick    # fewer rounds and messages (a smoke run)
+
+- produce: ``await producer.produce(...)`` for N messages then ``flush()``, one
+  cluster, ``RoutedAIOProducer`` vs ``confluent_kafka.aio.AIOProducer`` (same
+  batch size), alternating rounds, median ratio raw/routed (1.0 = as fast);
+- consume: ``await consumer.consume(1000, 1.0)`` until N messages, one cluster,
+  ``RoutedAIOConsumer`` vs ``AIOConsumer``, assigned from the beginning;
+- move: a live move of a topic under load through both asyncio clients (a
+  producer task, a consumer task), with a task scheduled every 10 ms measuring
+  the longest time the event loop was held; nothing lost, per-key order kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.aio import AIOConsumer, AIOProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import PRODUCER_CONF, VALUE, fill, global_rule, machine, topic_rule, write_config
+
+from kbear.aio import RoutedAIOConsumer, RoutedAIOProducer
+from kbear.testing import EmbeddedCluster
+
+HERE = Path(__file__).resolve().parent
+NO_WATCH = {"kbear.reload.interval.ms": 0}
+
+
+async def median_ratio(
+    raw: Callable[[], Awaitable[float]], routed: Callable[[], Awaitable[float]], rounds: int
+) -> tuple[float, float, float]:
+    raw_t: list[float] = []
+    routed_t: list[float] = []
+    for i in range(rounds):
+        order = (raw, routed) if i % 2 == 0 else (routed, raw)
+        for fn in order:
+            (raw_t if fn is raw else routed_t).append(await fn())
+    r, k = statistics.median(raw_t), statistics.median(routed_t)
+    return r, k, r / k
+
+
+async def bench_produce(n: int, rounds: int, conf_dir: Path, cluster: EmbeddedCluster) -> dict[str, Any]:
+    topic = "bench-aio-produce"
+    cluster.create_topic(topic, 4)
+
+    async def run(make: Callable[[], Any]) -> float:
+        producer = make()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await producer.produce(topic, value=VALUE)
+        await producer.flush()
+        elapsed = time.perf_counter() - t0
+        await producer.close()
+        return elapsed
+
+    async def raw() -> float:
+        return await run(
+            lambda: AIOProducer({**PRODUCER_CONF, "bootstrap.servers": cluster.bootstrap_servers})
+        )
+
+    async def routed() -> float:
+        return await run(
+            lambda: RoutedAIOProducer({**PRODUCER_CONF, "kbear.config": str(conf_dir), **NO_WATCH})
+        )
+
+    raw_s, routed_s, ratio = await median_ratio(raw, routed, rounds)
+    return {"messages": n, "raw_s": raw_s, "routed_s": routed_s, "ratio": ratio}
+
+
+async def bench_consume(total: int, rounds: int, conf_dir: Path, cluster: EmbeddedCluster) -> dict[str, Any]:
+    topic = "bench-aio-consume"
+    partitions = 4
+    fill(cluster, topic, partitions, total // partitions)
+    conf = {
+        "group.id": "bench-aio",
+        "enable.auto.commit": False,
+        "log_level": 3,
+        "queued.min.messages": 200_000,
+    }
+    parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+
+    async def run(consumer: Any) -> float:
+        await consumer.assign(parts)
+        got = 0
+        deadline = time.perf_counter() + 60
+        while got == 0 and time.perf_counter() < deadline:
+            got += len(await consumer.consume(1000, 1.0))
+        await asyncio.sleep(2.5)  # let the fetchers fill the local queue, as bench/run.py
+        t0 = time.perf_counter()
+        while got < total and time.perf_counter() < deadline:
+            got += len(await consumer.consume(1000, 1.0))
+        elapsed = time.perf_counter() - t0
+        await consumer.close()
+        if got < total:
+            raise RuntimeError(f"consumed {got} of {total}")
+        return elapsed
+
+    async def raw() -> float:
+        return await run(AIOConsumer({**conf, "bootstrap.servers": cluster.bootstrap_servers}))
+
+    async def routed() -> float:
+        return await run(RoutedAIOConsumer({**conf, "kbear.config": str(conf_dir), **NO_WATCH}))
+
+    raw_s, routed_s, ratio = await median_ratio(raw, routed, rounds)
+    return {"messages": total, "raw_s": raw_s, "routed_s": routed_s, "ratio": ratio}
+
+
+async def bench_move(
+    n: int, tmp: Path, a: EmbeddedCluster, b: EmbeddedCluster, run_id: int
+) -> dict[str, Any]:
+    """One live move of a topic from A to B under load through both asyncio clients."""
+    topic = f"bench-aio-move-{run_id}"
+    a.create_topic(topic, 4)
+    b.create_topic(topic, 4)
+    rules = [global_rule("A")]
+    conf_dir = write_config(
+        tmp / f"move{run_id}", {"A": a.bootstrap_servers, "B": b.bootstrap_servers}, rules
+    )
+    watch = {"kbear.reload.interval.ms": 100}
+    worst = 0.0
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal worst
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.01)
+            worst = max(worst, time.perf_counter() - t0 - 0.01)
+
+    beat = asyncio.create_task(heartbeat())
+    producer = RoutedAIOProducer(
+        {"kbear.config": str(conf_dir), **watch}, batch_size=200, buffer_timeout=0.05
+    )
+    consumer = RoutedAIOConsumer(
+        {
+            "kbear.config": str(conf_dir),
+            **watch,
+            "group.id": f"bench-move-{run_id}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    await consumer.subscribe([topic])
+    keys = [b"k%d" % i for i in range(16)]
+    sent: list[bytes] = []
+    moved_at = 0.0
+
+    async def produce() -> None:
+        nonlocal moved_at
+        for i in range(n):
+            key = keys[i % len(keys)]
+            value = b"%s:%07d" % (key, i)
+            await producer.produce(topic, value=value, key=key)
+            sent.append(value)
+            if i == n // 3:
+                write_config(
+                    conf_dir,
+                    {"A": a.bootstrap_servers, "B": b.bootstrap_servers},
+                    [topic_rule(topic, "B"), *rules],
+                )
+                moved_at = time.perf_counter()
+            if i % 200 == 0:
+                await asyncio.sleep(0.005)
+        await producer.flush(30)
+
+    producing = asyncio.create_task(produce())
+    got: list[bytes] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (producing.done() and len(got) >= len(sent)):
+        got.extend(m.value() for m in await consumer.consume(1000, 0.1) if m.error() is None)
+    await producing
+    stop.set()
+    await beat
+    order_ok = all(
+        [v for v in got if v.startswith(k + b":")] == sorted(v for v in got if v.startswith(k + b":"))
+        for k in keys
+    )
+    result = {
+        "messages": len(sent),
+        "consumed": len(got),
+        "lost": len(set(sent) - set(got)),
+        "duplicates": len(got) - len(set(got)),
+        "order_kept": order_ok,
+        "moved": producer.route(topic).cluster_id == "B" and consumer.routes()[topic].cluster_id == "B",
+        "loop_held_max_ms": worst * 1000,
+        "moved_at_s": moved_at,
+    }
+    await producer.close()
+    await consumer.close()
+    return result
+
+
+async def amain(quick: bool) -> dict[str, Any]:
+    rounds = 3 if quick else 7
+    n = 20_000 if quick else 200_000
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        a, b = EmbeddedCluster(), EmbeddedCluster()
+        try:
+            one = write_config(tmp / "one", {"A": a.bootstrap_servers}, [global_rule("A")])
+            produce = await bench_produce(n, rounds, one, a)
+            consume = await bench_consume(n, rounds, one, a)
+            moves = [
+                await bench_move(5_000 if quick else 30_000, tmp, a, b, i) for i in range(2 if quick else 5)
+            ]
+        finally:
+            b.close()
+            a.close()
+    return {"machine": machine(), "quick": quick, "produce": produce, "consume": consume, "moves": moves}
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [
+        "# kbear asyncio benchmarks (bench/aio.py)",
+        "",
+        f"Machine: {r['machine']}; quick run: {r['quick']}.",
+        "",
+        "| benchmark | target | measured |",
+        "|---|---|---|",
+        f"| produce, one cluster: RoutedAIOProducer / confluent_kafka.aio.AIOProducer "
+        f"({r['produce']['messages']:,} x 100 B, median of alternating rounds) | >= 0.95 | "
+        f"{r['produce']['ratio']:.2f} |",
+        f"| consume(1000), one cluster: RoutedAIOConsumer / AIOConsumer ({r['consume']['messages']:,} messages) "
+        f"| >= 0.95 | {r['consume']['ratio']:.2f} |",
+    ]
+    for i, m in enumerate(r["moves"]):
+        lines.append(
+            f"| live move {i + 1} ({m['messages']:,} messages, 16 keys): lost / duplicates / order kept / "
+            f"event loop held at most | 0 / - / yes / <= 50 ms | {m['lost']} / {m['duplicates']} / "
+            f"{'yes' if m['order_kept'] else 'NO'} / {m['loop_held_max_ms']:.1f} ms |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and messages")
+    args = parser.parse_args()
+    result = asyncio.run(amain(args.quick))
+    suffix = "-quick" if args.quick else ""
+    (HERE / f"results-aio{suffix}.json").write_text(json.dumps(result, indent=2, default=str))
+    text = render(result)
+    (HERE / f"RESULTS-aio{suffix}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

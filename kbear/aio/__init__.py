@@ -1,0 +1,19 @@
+"""asyncio clients over routed topics: :class:`RoutedAIOProducer` and
+:class:`RoutedAIOConsumer`, twins of ``confluent_kafka.aio.AIOProducer`` /
+``AIOConsumer`` (issue #14).
+
+They drive the blocking :class:`kbear.RoutedProducer` / :class:`kbear.RoutedConsumer`
+from an executor, so a topic move is the blocking clients' own switch (drain,
+commits, starts), never a second copy of it, and never runs on the event loop.
+
+- ``_calls``: executor calls in a copy of the caller's context, callbacks on the
+  loop, re-entrant calls from callbacks;
+- ``_consumer``: :class:`RoutedAIOConsumer`;
+- ``_producer``: :class:`RoutedAIOProducer`; ``_batch``: its message buffer;
+- ``_notify``: ``on_route_change`` callbacks on the loop.
+"""
+
+from kbear.aio._consumer import RoutedAIOConsumer
+from kbear.aio._producer import RoutedAIOProducer
+
+__all__ = ["RoutedAIOConsumer", "RoutedAIOProducer"]

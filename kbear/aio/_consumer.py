@@ -1,0 +1,266 @@
+"""RoutedAIOConsumer: ``confluent_kafka.aio.AIOConsumer`` over routed topics.
+
+Responsible for: the asyncio face of :class:`kbear.RoutedConsumer`. Every call
+runs the blocking routed consumer's method in an executor thread, so its switch
+engine (drains, commits during a move, the pause after a refused commit, the
+rebalance callbacks) is the blocking client's own, unchanged; nothing of a move
+runs on the event loop. What is added here: the application's callbacks as
+coroutines (run on the loop, the calling thread waiting as confluent-kafka's
+``aio`` does), and messages a cancelled ``poll()``/``consume()`` had already
+taken, handed out by the next call instead of being lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from collections.abc import Callable, Mapping
+from typing import Any, Self
+
+from confluent_kafka import Message
+
+from kbear._base import NO_CONFIG
+from kbear.aio._calls import Calls, blocking_callback, wrap_config_callbacks
+from kbear.aio._notify import loop_route_listener
+from kbear.consumer import RoutedConsumer
+from kbear.router import Client, Route, Router
+
+_CONFIG_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
+
+
+class RoutedAIOConsumer:
+    """A routed ``confluent_kafka.aio.AIOConsumer``: same constructor, methods
+    (each a coroutine), arguments, results and exceptions, over a
+    :class:`kbear.RoutedConsumer`.
+
+    Args:
+        consumer_conf: confluent-kafka configuration plus ``kbear.*`` keys, as
+            :class:`kbear.RoutedConsumer` (``bootstrap.servers`` comes from the
+            route). Callbacks (``error_cb``, ``throttle_cb``, ``stats_cb``,
+            ``on_commit``) may be coroutine functions or plain functions; they
+            run on the event loop (``oauth_cb`` stays a plain function called in
+            the client's thread, as with confluent-kafka). Not modified.
+        max_workers: threads of the executor built when ``executor`` is None
+            (confluent-kafka's default, 100).
+        executor: a ``concurrent.futures.Executor`` to run blocking calls in
+            (at least two workers when callbacks call the consumer back).
+        router, client: as :class:`kbear.RoutedConsumer`.
+
+    Must be constructed inside a running event loop.
+
+    Raises:
+        RuntimeError: no running event loop.
+        ValueError: ``max_workers`` < 1; no ``group.id`` (as confluent-kafka).
+        TypeError, KafkaException, ConfigError, NoRouteError: as
+            :class:`kbear.RoutedConsumer`.
+
+    Rebalance callbacks given to :meth:`subscribe` (``on_assign``, ``on_revoke``,
+    ``on_lost``) get this consumer as first argument and may await its methods.
+    """
+
+    def __init__(
+        self,
+        consumer_conf: Mapping[str, Any] = NO_CONFIG,
+        max_workers: int = 100,
+        executor: concurrent.futures.Executor | None = None,
+        *,
+        router: Router | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self._closed = False
+        self._calls = Calls(executor, max_workers)
+        conf = consumer_conf
+        if isinstance(consumer_conf, Mapping):
+            conf = dict(consumer_conf)
+            wrap_config_callbacks(self._calls.loop, conf, _CONFIG_CALLBACKS)
+        self._consumer = RoutedConsumer(conf, router=router, client=client)
+        #: messages a cancelled poll()/consume() took: handed out first
+        self._kept: collections.deque[Message] = collections.deque()
+
+    # ------------------------------------------------------------------ kbear additions
+
+    @property
+    def routed(self) -> RoutedConsumer:
+        """The blocking :class:`kbear.RoutedConsumer` this consumer drives (for
+        synchronous inspection; do not call it concurrently with a pending await)."""
+        return self._consumer
+
+    @property
+    def router(self) -> Router:
+        """The router the routes come from."""
+        return self._consumer.router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._consumer.client
+
+    def routes(self) -> dict[str, Route]:
+        """Logical topic -> route in use for the current subscription (no I/O)."""
+        return self._consumer.routes()
+
+    def on_route_change(self, callback: Callable[[Route, Route | None], Any]) -> None:
+        """Call ``callback(old_route, new_route)`` (a coroutine function or a plain
+        function) on the event loop when a topic in use has switched clusters;
+        the switch does not wait for it. What it raises is logged."""
+        self._consumer.on_route_change(loop_route_listener(self._calls.loop, callback))
+
+    async def memberids(self) -> dict[str, str | None]:
+        """Cluster id -> group member id on that cluster (as :meth:`kbear.RoutedConsumer.memberids`)."""
+        result: dict[str, str | None] = await self._call(self._consumer.memberids)
+        return result
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        return await self._calls.call(fn, *args, **kwargs)
+
+    async def close(self, *args: Any, **kwargs: Any) -> None:
+        """Close the consumer (as ``RoutedConsumer.close``: commits what was read
+        when ``enable.auto.commit`` is on, also during a move, and no more), then
+        shut the owned executor down. Messages a cancelled ``poll()`` kept and the
+        application never received are not committed by this close unless their
+        offsets were already stored."""
+        try:
+            await self._call(self._consumer.close, *args, **kwargs)
+        finally:
+            self._closed = True
+            await self._calls.shutdown()
+
+    # ------------------------------------------------------------------ messages
+
+    def _keep(self, result: Any) -> None:
+        if isinstance(result, list):
+            self._kept.extend(result)
+        elif result is not None:
+            self._kept.append(result)
+
+    async def poll(self, *args: Any, **kwargs: Any) -> Message | None:
+        """Consume one message (``poll(timeout=None)``, timeout in seconds), as
+        ``AIOConsumer.poll``. Cancelling the awaiting task loses no message: one
+        the routed consumer had already returned is handed out by the next call."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._kept:
+            return self._kept.popleft()
+        calls = self._calls
+        result: Message | None = await calls.call_keeping(self._consumer.poll, self._keep, *args, **kwargs)
+        return result
+
+    async def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
+        """Consume up to ``num_messages`` messages (``consume(num_messages=1,
+        timeout=-1)``, timeout in seconds), as ``AIOConsumer.consume``; messages kept
+        from a cancelled call come first (up to ``num_messages``)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._kept:
+            num_messages = args[0] if args else kwargs.get("num_messages", 1)
+            if isinstance(num_messages, int) and num_messages > 0:
+                n = min(num_messages, len(self._kept))
+                return [self._kept.popleft() for _ in range(n)]
+        result: list[Message] = await self._calls.call_keeping(
+            self._consumer.consume, self._keep, *args, **kwargs
+        )
+        return result
+
+    # ------------------------------------------------------------------ subscription
+
+    def _edit_rebalance_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (self, *args[1:])
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> None:
+        """Subscribe to logical topics (``subscribe(topics, on_assign=None,
+        on_revoke=None, on_lost=None)``), as ``AIOConsumer.subscribe``; the
+        callbacks (coroutine functions or plain functions) get this consumer."""
+        for name in ("on_assign", "on_revoke", "on_lost"):
+            cb = kwargs.get(name)
+            if cb is not None:
+                kwargs[name] = blocking_callback(self._calls.loop, cb, self._edit_rebalance_args)
+        await self._call(self._consumer.subscribe, *args, **kwargs)
+
+    async def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.unsubscribe``."""
+        await self._call(self._consumer.unsubscribe, *args, **kwargs)
+
+    # ------------------------------------------------------------------ the rest, as confluent-kafka
+
+    async def commit(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.commit`` (each offset to the cluster of its topic)."""
+        return await self._call(self._consumer.commit, *args, **kwargs)
+
+    async def seek(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.seek``."""
+        await self._call(self._consumer.seek, *args, **kwargs)
+
+    async def pause(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.pause``."""
+        await self._call(self._consumer.pause, *args, **kwargs)
+
+    async def resume(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.resume``."""
+        await self._call(self._consumer.resume, *args, **kwargs)
+
+    async def store_offsets(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.store_offsets``."""
+        await self._call(self._consumer.store_offsets, *args, **kwargs)
+
+    async def committed(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.committed``."""
+        return await self._call(self._consumer.committed, *args, **kwargs)
+
+    async def assign(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.assign``."""
+        await self._call(self._consumer.assign, *args, **kwargs)
+
+    async def unassign(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.unassign``."""
+        await self._call(self._consumer.unassign, *args, **kwargs)
+
+    async def incremental_assign(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.incremental_assign``."""
+        await self._call(self._consumer.incremental_assign, *args, **kwargs)
+
+    async def incremental_unassign(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.incremental_unassign``."""
+        await self._call(self._consumer.incremental_unassign, *args, **kwargs)
+
+    async def assignment(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.assignment``."""
+        return await self._call(self._consumer.assignment, *args, **kwargs)
+
+    async def position(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.position``."""
+        return await self._call(self._consumer.position, *args, **kwargs)
+
+    async def consumer_group_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.consumer_group_metadata``."""
+        return await self._call(self._consumer.consumer_group_metadata, *args, **kwargs)
+
+    async def set_sasl_credentials(self, *args: Any, **kwargs: Any) -> None:
+        """As ``AIOConsumer.set_sasl_credentials`` (every cluster's client)."""
+        await self._call(self._consumer.set_sasl_credentials, *args, **kwargs)
+
+    async def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.list_topics``."""
+        return await self._call(self._consumer.list_topics, *args, **kwargs)
+
+    async def cluster_id(self, *args: Any, **kwargs: Any) -> str:
+        """As ``AIOConsumer.cluster_id``."""
+        result: str = await self._call(self._consumer.cluster_id, *args, **kwargs)
+        return result
+
+    async def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.get_watermark_offsets``."""
+        return await self._call(self._consumer.get_watermark_offsets, *args, **kwargs)
+
+    async def offsets_for_times(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AIOConsumer.offsets_for_times``."""
+        return await self._call(self._consumer.offsets_for_times, *args, **kwargs)
