@@ -203,6 +203,53 @@ async def bench_move(
     return result
 
 
+async def bench_loop_baseline(n: int, a: EmbeddedCluster, run_id: int) -> dict[str, Any]:
+    """The same load through confluent-kafka's own aio clients, no routing, no move:
+    how long the event loop is held by the machine and the clients alone."""
+    topic = f"bench-aio-base-{run_id}"
+    a.create_topic(topic, 4)
+    worst = 0.0
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal worst
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.01)
+            worst = max(worst, time.perf_counter() - t0 - 0.01)
+
+    beat = asyncio.create_task(heartbeat())
+    producer = AIOProducer({"bootstrap.servers": a.bootstrap_servers}, batch_size=200, buffer_timeout=0.05)
+    consumer = AIOConsumer(
+        {
+            "bootstrap.servers": a.bootstrap_servers,
+            "group.id": f"bench-base-{run_id}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    await consumer.subscribe([topic])
+
+    async def produce() -> None:
+        for i in range(n):
+            await producer.produce(topic, value=b"%07d" % i, key=b"k%d" % (i % 16))
+            if i % 200 == 0:
+                await asyncio.sleep(0.005)
+        await producer.flush(30)
+
+    producing = asyncio.create_task(produce())
+    got = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (producing.done() and got >= n):
+        got += sum(1 for m in await consumer.consume(1000, 0.1) if m.error() is None)
+    await producing
+    stop.set()
+    await beat
+    await producer.close()
+    await consumer.close()
+    return {"messages": n, "consumed": got, "loop_held_max_ms": worst * 1000}
+
+
 async def amain(quick: bool) -> dict[str, Any]:
     rounds = 3 if quick else 7
     n = 20_000 if quick else 200_000
@@ -213,13 +260,22 @@ async def amain(quick: bool) -> dict[str, Any]:
             one = write_config(tmp / "one", {"A": a.bootstrap_servers}, [global_rule("A")])
             produce = await bench_produce(n, rounds, one, a)
             consume = await bench_consume(n, rounds, one, a)
-            moves = [
-                await bench_move(5_000 if quick else 30_000, tmp, a, b, i) for i in range(2 if quick else 5)
-            ]
+            moves: list[dict[str, Any]] = []
+            baselines: list[dict[str, Any]] = []
+            for i in range(2 if quick else 5):  # alternating: the machine's load hits both alike
+                baselines.append(await bench_loop_baseline(5_000 if quick else 30_000, a, i))
+                moves.append(await bench_move(5_000 if quick else 30_000, tmp, a, b, i))
         finally:
             b.close()
             a.close()
-    return {"machine": machine(), "quick": quick, "produce": produce, "consume": consume, "moves": moves}
+    return {
+        "machine": machine(),
+        "quick": quick,
+        "produce": produce,
+        "consume": consume,
+        "moves": moves,
+        "baselines": baselines,
+    }
 
 
 def render(r: dict[str, Any]) -> str:
@@ -241,6 +297,11 @@ def render(r: dict[str, Any]) -> str:
             f"| live move {i + 1} ({m['messages']:,} messages, 16 keys): lost / duplicates / order kept / "
             f"event loop held at most | 0 / - / yes / <= 50 ms | {m['lost']} / {m['duplicates']} / "
             f"{'yes' if m['order_kept'] else 'NO'} / {m['loop_held_max_ms']:.1f} ms |"
+        )
+    for i, m in enumerate(r["baselines"]):
+        lines.append(
+            f"| the same load through confluent_kafka.aio, no routing, no move, run {i + 1}: event loop held "
+            f"at most | (reference) | {m['loop_held_max_ms']:.1f} ms |"
         )
     return "\n".join(lines) + "\n"
 

@@ -96,6 +96,11 @@ class RoutedAIOProducer:
         return self._producer
 
     @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The executor the blocking calls run in (as confluent-kafka's ``executor`` attribute)."""
+        return self._calls.executor
+
+    @property
     def router(self) -> Router:
         """The router the routes come from."""
         return self._producer.router

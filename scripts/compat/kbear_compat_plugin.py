@@ -6,9 +6,10 @@ classes (:mod:`kbear_compat_factory`), so ``from confluent_kafka import
 Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
 defined by the tests all build kbear's routed clients.
 
-kbear has no routed asyncio clients yet: confluent-kafka's ``aio`` clients
-build ``confluent_kafka.Producer``/``Consumer`` internally, so their tests
-would run half through kbear. They are skipped here with the reason
+confluent-kafka's ``aio`` tests are unit tests of its own asyncio wiring: they
+patch its internals (the ``Consumer`` its ``AIOConsumer`` builds, ``_common``),
+so they cannot exercise kbear's asyncio clients (``kbear.aio``, compared in
+tests/test_aio_fidelity.py instead). They are skipped here with the reason
 :data:`AIO_REASON` (the harness runs them on the baseline only).
 """
 
@@ -21,7 +22,7 @@ import confluent_kafka
 import kbear_compat_factory
 import pytest
 
-AIO_REASON = "kbear-compat: aio clients not routed yet"
+AIO_REASON = "kbear-compat: unit tests of confluent-kafka's aio wiring: baseline only"
 
 ORIGINAL = {"Producer": confluent_kafka.Producer, "Consumer": confluent_kafka.Consumer}
 confluent_kafka.Producer = kbear_compat_factory.Producer
