@@ -14,7 +14,7 @@ from confluent_kafka import KafkaException
 
 from kbear import ClientBalancedConsumer, Router
 from kbear.testing import EmbeddedCluster
-from tests.conftest import committed_offsets, keyed, plain_producer, rewrite_rules, rule
+from conftest import committed_offsets, keyed, plain_producer, rewrite_rules, rule
 
 #: Fast reconciliation and reports; earliest start for a group with no commits.
 BASE = {"auto.offset.reset": "earliest", "kbear.balanced.reconcile.interval.ms": 300}
@@ -82,3 +82,142 @@ def test_three_nodes_own_disjoint_shares_covering_every_partition(spread, closin
     assert sorted(values) == sorted(sent)  # each message once, by exactly one node
     for share, msgs in zip(shares, got, strict=True):
         assert {f"{'A' if m.topic() == spread['t1'] else 'B'}:{m.topic()}:{m.partition()}" for m in msgs} <= share
+
+
+def test_a_restarted_node_resumes_from_its_commits(spread, closing, unique) -> None:
+    group = unique("g")
+    first = produce(spread["a"], spread["t1"], 120, "a") | produce(spread["b"], spread["t2"], 90, "b")
+    nodes = [node(spread, closing, group, 2, i) for i in range(2)]
+    got = read(nodes, len(first))
+    assert sorted(m.value() for msgs in got for m in msgs) == sorted(first)
+    nodes[1].close()  # commits what it read (enable.auto.commit, as confluent-kafka)
+    second = produce(spread["a"], spread["t1"], 80, "c") | produce(spread["b"], spread["t2"], 60, "d")
+    again = node(spread, closing, group, 2, 1)
+    assert again.registered() == nodes[1].registered()
+    got = read([nodes[0], again], len(second))
+    assert sorted(m.value() for msgs in got for m in msgs) == sorted(second)  # nothing of `first` again
+
+
+def test_bootstrap_offsets_are_honoured_when_the_application_assigns(spread, closing, unique) -> None:
+    group = unique("g")
+    a, t1 = spread["a"], spread["t1"]
+    p = plain_producer(a)
+    for i in range(10):
+        p.produce(t1, value=b"%d" % i, partition=0)
+    p.flush(10)
+    consumer = node(spread, closing, group, -1, 7)
+    assert consumer.registered() == []  # source_count -1: nothing registered for it
+    key = f"A:{t1}:0"
+    consumer.register(key, bootstrap_offset=6)
+    got = read([consumer], 4)[0]
+    assert [m.offset() for m in got] == [6, 7, 8, 9]
+    consumer.commit(offsets=None, asynchronous=False)
+    assert committed_offsets(a, group, t1)[0] == 10
+    assert consumer.unregister(key) is True
+    assert consumer.unregister(key) is False
+    consumer.register(key, bootstrap_offset=2)
+    assert [m.offset() for m in read([consumer], 8)[0]] == list(range(2, 10))
+    consumer.unregister(key)
+    p.produce(t1, value=b"10", partition=0)
+    p.flush(10)
+    consumer.register(key)  # -1: the group's committed offset (10, committed as it left)
+    assert [m.offset() for m in read([consumer], 1)[0]] == [10]
+    with pytest.raises(KafkaException) as info:
+        consumer.register(f"B:{t1}:0")
+    assert "read on cluster 'A'" in str(info.value)
+    with pytest.raises(KafkaException):
+        consumer.register(f"A:{t1}:4")  # t1 has 4 partitions
+    with pytest.raises(KafkaException):
+        consumer.register("A:not-balanced:0")
+    with pytest.raises(ValueError):
+        consumer.register("A-t1-0")
+
+
+def test_scaling_from_three_to_four_nodes_loses_nothing(spread, closing, unique) -> None:
+    group = unique("g")
+    sent = produce(spread["a"], spread["t1"], 300, "a") | produce(spread["b"], spread["t2"], 200, "b")
+    three = [node(spread, closing, group, 3, i) for i in range(3)]
+    got = read(three, 200)  # part of it
+    seen = [m.value() for msgs in got for m in msgs]
+    for n in three:
+        n.close()
+    more = produce(spread["a"], spread["t1"], 100, "c") | produce(spread["b"], spread["t2"], 100, "d")
+    four = [node(spread, closing, group, 4, i) for i in range(4)]
+    shares = [set(n.registered()) for n in four]
+    assert sum(map(len, shares)) == 7 and set().union(*shares) == all_keys(spread)
+    rest = len(sent | more) - len(seen)
+    got = read(four, rest)
+    seen += [m.value() for msgs in got for m in msgs]
+    assert set(seen) == sent | more  # nothing lost
+    assert len(seen) == len(sent | more)  # and nothing read twice: each node committed as it closed
+
+
+def test_duplicate_node_id_is_flagged_by_kbear_assignments(spread, closing, unique, capsys) -> None:
+    from kbear.cli import main
+
+    group, registry = unique("g"), unique("registry")
+    conf = {"kbear.balanced.registry.topic": registry}
+    nodes = [node(spread, closing, group, 3, i, **conf) for i in range(3)]
+    args = ["assignments", "--config", str(spread["dir"]), "--group", group, "--registry-topic", registry]
+    deadline = time.monotonic() + 10
+    code = main(args)
+    while code != 0 and time.monotonic() < deadline:  # the first reports are on their way
+        read(nodes, 10**9, timeout=0.5)
+        code = main(args)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "3 live node(s)" in out and "problem" not in out
+    twin = node(spread, closing, group, 3, 1, **conf)
+    assert twin.registered() == nodes[1].registered()
+    read(nodes + [twin], 10**9, timeout=1.0)
+    capsys.readouterr()
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert f"duplicate node_id 1: instances " in out and twin.instance in out
+    assert all(f"overlap: {key}" in out for key in twin.registered())
+    assert "OVERLAP" in out
+
+
+def test_a_route_change_moves_a_balanced_topic_without_loss(spread, closing, unique) -> None:
+    group = unique("g")
+    a, b, t1 = spread["a"], spread["b"], spread["t1"]
+    b.create_topic(t1, 4)
+    conf = {"kbear.switch.drain.idle.ms": 300, "kbear.reload.interval.ms": 0}
+    sent = produce(a, t1, 200, "a")
+    nodes = [node(spread, closing, group, 2, i, **conf) for i in range(2)]
+    per_node = [list(msgs) for msgs in read(nodes, 100)]
+    before = [[k.split(":")[2] for k in n.registered() if t1 in k] for n in nodes]
+    sent |= produce(a, t1, 100, "late")  # still on A when the route changes
+    rewrite_rules(spread["dir"], [*spread["rules"], rule("move", "use cluster B", topic=t1)])
+    spread["router"].reload()
+    sent |= produce(b, t1, 150, "b")  # producers moved at once
+    deadline = time.monotonic() + 30
+    while sum(map(len, per_node)) < len(sent) and time.monotonic() < deadline:
+        for mine, msgs in zip(per_node, read(nodes, 10**9, timeout=0.3), strict=True):
+            mine.extend(msgs)
+    seen = [m.value() for mine in per_node for m in mine]
+    assert set(seen) == sent and len(seen) == len(sent)  # nothing lost, nothing twice
+    keys = set(nodes[0].registered()) | set(nodes[1].registered())
+    assert {k for k in keys if t1 in k} == {f"B:{t1}:{p}" for p in range(4)}
+    assert all(n.routes()[t1].cluster_id == "B" for n in nodes)
+    assert [[k.split(":")[2] for k in n.registered() if t1 in k] for n in nodes] == before  # same owners
+    for mine in per_node:  # per partition, every message of A before any of B (the drain)
+        for p in range(4):
+            origin = [m.value().startswith(b"b") for m in mine if m.topic() == t1 and m.partition() == p]
+            assert origin == sorted(origin)
+
+
+def test_partitions_reports_state_and_lag(spread, closing, unique) -> None:
+    group = unique("g")
+    produce(spread["a"], spread["t1"], 40, "a")
+    consumer = node(spread, closing, group, 1, 0, **{"enable.auto.commit": False})
+    states = {s.key: s for s in consumer.partitions()}
+    assert set(states) == all_keys(spread)
+    t1 = [s for k, s in states.items() if spread["t1"] in k]
+    assert all(s.leader_available and s.registered and s.committed == -1 and s.lag == -1 for s in t1)
+    assert sum(s.high for s in t1) == 40
+    got = read([consumer], 40)[0]
+    consumer.commit(message=got[-1], asynchronous=False)
+    done = {s.key: s for s in consumer.partitions([spread["t1"]])}
+    last = f"A:{spread['t1']}:{got[-1].partition()}"
+    assert done[last].lag == 0 and done[last].committed == done[last].high

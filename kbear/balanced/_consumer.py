@@ -245,7 +245,7 @@ class ClientBalancedConsumer:
                 if leader:
                     marks = watcher.get_watermark_offsets(tp, timeout=timeout)
                     high = -1 if marks is None else int(marks[1])
-                done = committed.get(tp.partition, -1)
+                done = max(committed.get(tp.partition, -1), -1)  # OFFSET_INVALID: none
                 key = PartitionKey(topic, tp.partition, route.cluster_id)
                 lag = high - done if high >= 0 and done >= 0 else -1
                 out.append(PartitionState(str(key), leader, key in self._registered, done, high, lag))
