@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the registry topic (kbear.balanced.registry.topic; default: kbear.balanced.registry)",
     )
     assignments.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout in seconds (default: 10)"
+        "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout, seconds (default: 10)"
     )
     assignments.set_defaults(handler=_cmd_assignments)
     return parser

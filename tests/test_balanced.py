@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException
 
+from conftest import committed_offsets, keyed, plain_producer, rewrite_rules, rule
 from kbear import ClientBalancedConsumer, Router
 from kbear.testing import EmbeddedCluster
-from conftest import committed_offsets, keyed, plain_producer, rewrite_rules, rule
 
 #: Fast reconciliation and reports; earliest start for a group with no commits.
 BASE = {"auto.offset.reset": "earliest", "kbear.balanced.reconcile.interval.ms": 300}
@@ -56,7 +56,9 @@ def read(nodes: Sequence[ClientBalancedConsumer], want: int, timeout: float = 20
     return got
 
 
-def node(spread: dict[str, Any], closing: Callable[[Any], Any], group: str, count: int, i: int, **conf: Any) -> ClientBalancedConsumer:
+def node(
+    spread: dict[str, Any], closing: Callable[[Any], Any], group: str, count: int, i: int, **conf: Any
+) -> ClientBalancedConsumer:
     consumer = ClientBalancedConsumer(
         {**BASE, "group.id": group, **conf}, source_count=count, node_id=i, router=spread["router"]
     )
@@ -81,7 +83,9 @@ def test_three_nodes_own_disjoint_shares_covering_every_partition(spread, closin
     values = [m.value() for msgs in got for m in msgs]
     assert sorted(values) == sorted(sent)  # each message once, by exactly one node
     for share, msgs in zip(shares, got, strict=True):
-        assert {f"{'A' if m.topic() == spread['t1'] else 'B'}:{m.topic()}:{m.partition()}" for m in msgs} <= share
+        assert {
+            f"{'A' if m.topic() == spread['t1'] else 'B'}:{m.topic()}:{m.partition()}" for m in msgs
+        } <= share
 
 
 def test_a_restarted_node_resumes_from_its_commits(spread, closing, unique) -> None:
@@ -169,11 +173,11 @@ def test_duplicate_node_id_is_flagged_by_kbear_assignments(spread, closing, uniq
     assert "3 live node(s)" in out and "problem" not in out
     twin = node(spread, closing, group, 3, 1, **conf)
     assert twin.registered() == nodes[1].registered()
-    read(nodes + [twin], 10**9, timeout=1.0)
+    read([*nodes, twin], 10**9, timeout=1.0)
     capsys.readouterr()
     assert main(args) == 1
     out = capsys.readouterr().out
-    assert f"duplicate node_id 1: instances " in out and twin.instance in out
+    assert "duplicate node_id 1: instances " in out and twin.instance in out
     assert all(f"overlap: {key}" in out for key in twin.registered())
     assert "OVERLAP" in out
 
@@ -221,3 +225,25 @@ def test_partitions_reports_state_and_lag(spread, closing, unique) -> None:
     done = {s.key: s for s in consumer.partitions([spread["t1"]])}
     last = f"A:{spread['t1']}:{got[-1].partition()}"
     assert done[last].lag == 0 and done[last].committed == done[last].high
+
+
+def test_periodic_reconciliation_registers_partitions_of_a_topic_created_later(
+    spread, closing, unique
+) -> None:
+    group, late = unique("g"), unique("late")
+    consumer = ClientBalancedConsumer(
+        {**BASE, "group.id": group}, source_count=2, node_id=1, router=spread["router"]
+    )
+    closing(consumer)
+    consumer.subscribe([spread["t1"], late])  # `late` does not exist yet: no partition of it
+    assert [k for k in consumer.registered() if late in k] == []
+    spread["a"].create_topic(late, 6)
+    sent = produce(spread["a"], late, 60, "x")
+    got: list[Any] = []
+    deadline = time.monotonic() + 10
+    while len(got) < 30 and time.monotonic() < deadline:  # reconciled in the background while polling
+        got.extend(m for m in consumer.consume(100, 0.1) if m.error() is None and m.topic() == late)
+    assert [k for k in consumer.registered() if late in k] == [
+        f"A:{late}:{p}" for p in (1, 3, 5)
+    ]  # sorted first: "late" < "t1"
+    assert {m.partition() for m in got} == {1, 3, 5} and {m.value() for m in got} < sent

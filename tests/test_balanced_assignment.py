@@ -68,7 +68,7 @@ def test_bad_node_parameters_are_refused(count: object, node: object, error: typ
 
 
 def test_bad_reconcile_interval_is_refused(dead_cluster) -> None:
-    with pytest.raises(ValueError, match="kbear.balanced.reconcile.interval.ms"):
+    with pytest.raises(ValueError, match=r"kbear\.balanced\.reconcile\.interval\.ms"):
         ClientBalancedConsumer(
             {"group.id": "g", "kbear.balanced.reconcile.interval.ms": "soon"},
             source_count=1,
@@ -77,7 +77,9 @@ def test_bad_reconcile_interval_is_refused(dead_cluster) -> None:
         )
 
 
-def report(node: int, count: int, owned: list[str], instance: str | None = None, ts: int = 10_000, **kw) -> Report:
+def report(
+    node: int, count: int, owned: list[str], instance: str | None = None, ts: int = 10_000, **kw
+) -> Report:
     return Report(
         group=kw.pop("group", "g"),
         instance=instance or f"h:{node}",

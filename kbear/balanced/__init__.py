@@ -15,6 +15,7 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_report``: reading them back for ``kbear assignments``.
 """
 
-from kbear.balanced._consumer import ClientBalancedConsumer, PartitionState, Reconciliation
+from kbear.balanced._consumer import ClientBalancedConsumer, Reconciliation
+from kbear.balanced._layout import PartitionState
 
 __all__ = ["ClientBalancedConsumer", "PartitionState", "Reconciliation"]

@@ -21,10 +21,19 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
 from kbear._base import NO_CONFIG
-from kbear.balanced._assignment import APPLICATION_ASSIGNS, PartitionKey, assign_modulo, check_node, full_set, plan
+from kbear.balanced._assignment import (
+    APPLICATION_ASSIGNS,
+    PartitionKey,
+    assign_modulo,
+    check_node,
+    full_set,
+    plan,
+)
+from kbear.balanced._calls import ConsumerCalls
+from kbear.balanced._layout import Layout, PartitionState, partition_states, read_layout
 from kbear.balanced._ownership import Report
 from kbear.balanced._registry import DEFAULT_REGISTRY_TOPIC, Reporter
 from kbear.balanced._routed import AssignedConsumer
@@ -41,29 +50,6 @@ DEFAULT_RECONCILE_MS = 10_000
 #: Timeout of each broker call of a periodic reconciliation (seconds; in the background).
 LAYOUT_CALL_TIMEOUT_S = 5.0
 
-Layout = dict[str, tuple[str, int]]  # logical topic -> (cluster id, partition count)
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    """One partition as :meth:`ClientBalancedConsumer.partitions` sees it.
-
-    Attributes:
-        key: ``cluster:topic:partition`` (logical topic name).
-        leader_available: the partition has a leader in the cluster's metadata now.
-        registered: this node reads it.
-        committed: the group's committed offset there (-1: none).
-        high: the high watermark (-1: unknown, e.g. no leader).
-        lag: ``high - committed`` for the group (-1 when either is unknown).
-    """
-
-    key: str
-    leader_available: bool
-    registered: bool
-    committed: int
-    high: int
-    lag: int
-
 
 @dataclass(frozen=True)
 class Reconciliation:
@@ -73,7 +59,7 @@ class Reconciliation:
     registered: list[str]
 
 
-class ClientBalancedConsumer:
+class ClientBalancedConsumer(ConsumerCalls):
     """A routed consumer whose partitions are assigned by the application, not by
     the group coordinator (TubeMQ's client-balanced consumer over kbear routes).
 
@@ -186,7 +172,9 @@ class ClientBalancedConsumer:
                 self._release(key)
             inner._driver.forget()
             sub = Subscription(SubscriptionKind.ASSIGNED, names)
-            sub.routes = {t: inner._sub.routes.get(t, r) if t in self._topics else r for t, r in routes.items()}
+            sub.routes = {
+                t: inner._sub.routes.get(t, r) if t in self._topics else r for t, r in routes.items()
+            }
             inner._sub = sub
             self._topics = names
             self._layout = {t: v for t, v in self._layout.items() if t in routes}
@@ -227,29 +215,13 @@ class ClientBalancedConsumer:
             NoRouteError: a topic has no route.
             KafkaException: a cluster did not answer within ``timeout``.
         """
-        self._check_open()
-        inner = self._consumer
-        names = self._topics if topics is None else list(topics)
-        out: list[PartitionState] = []
-        for topic in names:
-            route = inner._route(topic)
-            watcher = inner._registry.watcher(route)
-            md = watcher.list_topics(route.topic, timeout).topics.get(route.topic)
-            if md is None or md.error is not None:
-                continue
-            parts = [TopicPartition(route.topic, p) for p in sorted(md.partitions)]
-            committed = {tp.partition: tp.offset for tp in watcher.committed(parts, timeout=timeout)}
-            for tp in parts:
-                leader = md.partitions[tp.partition].leader >= 0
-                high = -1
-                if leader:
-                    marks = watcher.get_watermark_offsets(tp, timeout=timeout)
-                    high = -1 if marks is None else int(marks[1])
-                done = max(committed.get(tp.partition, -1), -1)  # OFFSET_INVALID: none
-                key = PartitionKey(topic, tp.partition, route.cluster_id)
-                lag = high - done if high >= 0 and done >= 0 else -1
-                out.append(PartitionState(str(key), leader, key in self._registered, done, high, lag))
-        return out
+        with self._lock:
+            self._check_open()
+            inner = self._consumer
+            names = self._topics if topics is None else list(topics)
+            routes = {topic: inner._route(topic) for topic in names}
+            registered = list(self._registered)
+        return partition_states(inner._registry, routes, registered, timeout)
 
     def register(self, key: str, bootstrap_offset: int = -1) -> None:
         """Read partition ``key`` (``cluster:topic:partition``) from now on.
@@ -267,8 +239,14 @@ class ClientBalancedConsumer:
                 another cluster or the partition is beyond the known count.
         """
         parsed = PartitionKey.parse(key)
-        if isinstance(bootstrap_offset, bool) or not isinstance(bootstrap_offset, int) or bootstrap_offset < -1:
-            raise ValueError(f"register({key!r}): bootstrap_offset must be -1 or an offset >= 0, got {bootstrap_offset!r}")
+        if (
+            isinstance(bootstrap_offset, bool)
+            or not isinstance(bootstrap_offset, int)
+            or bootstrap_offset < -1
+        ):
+            raise ValueError(
+                f"register({key!r}): bootstrap_offset must be -1 or an offset >= 0, got {bootstrap_offset!r}"
+            )
         with self._lock:
             self._check_open()
             self._check_key(parsed)
@@ -308,7 +286,7 @@ class ClientBalancedConsumer:
             self._check_open()
             routes = dict(self._consumer._sub.routes)
             previous = dict(self._layout)
-        layout = self._read_layout(routes, previous, timeout)
+        layout = read_layout(self._consumer._registry, routes, previous, timeout)
         with self._lock:
             self._check_open()
             self._job = None
@@ -325,13 +303,18 @@ class ClientBalancedConsumer:
         route = self._consumer._sub.routes.get(key.topic)
         if route is None:
             raise KafkaException(
-                KafkaError(KafkaError._UNKNOWN_TOPIC, f"register({str(key)!r}): topic {key.topic!r} is not balanced by this consumer (subscribe() it first)")
+                KafkaError(
+                    KafkaError._UNKNOWN_TOPIC,
+                    f"register({str(key)!r}): topic {key.topic!r} is not balanced by this consumer "
+                    "(subscribe() it first)",
+                )
             )
         if route.cluster_id != key.cluster:
             raise KafkaException(
                 KafkaError(
                     KafkaError._UNKNOWN_PARTITION,
-                    f"register({str(key)!r}): topic {key.topic!r} is read on cluster {route.cluster_id!r}, not {key.cluster!r}",
+                    f"register({str(key)!r}): topic {key.topic!r} is read on cluster "
+                    f"{route.cluster_id!r}, not {key.cluster!r}",
                 )
             )
         known = self._layout.get(key.topic)
@@ -339,7 +322,8 @@ class ClientBalancedConsumer:
             raise KafkaException(
                 KafkaError(
                     KafkaError._UNKNOWN_PARTITION,
-                    f"register({str(key)!r}): topic {key.topic!r} has {known[1]} partitions on cluster {key.cluster!r}",
+                    f"register({str(key)!r}): topic {key.topic!r} has {known[1]} partitions on "
+                    f"cluster {key.cluster!r}",
                 )
             )
 
@@ -363,27 +347,6 @@ class ClientBalancedConsumer:
             inner._refresh_pin()
         del self._registered[key]
 
-    def _read_layout(self, routes: Mapping[str, Route], previous: Layout, timeout: float) -> Layout:
-        """Topic -> (cluster, partition count) from each route's cluster; a topic whose
-        cluster does not answer keeps its previous count there (blocking)."""
-        layout: Layout = {}
-        registry = self._consumer._registry
-        for topic, route in routes.items():
-            try:
-                md = registry.watcher(route).list_topics(route.topic, timeout).topics.get(route.topic)
-            except (KafkaException, RuntimeError) as exc:
-                md, why = None, str(exc)
-            else:
-                why = "" if md is not None and md.error is None else f"{None if md is None else md.error}"
-            if not why and md is not None:
-                layout[topic] = (route.cluster_id, len(md.partitions))
-                continue
-            before = previous.get(topic)
-            if before is not None and before[0] == route.cluster_id:
-                layout[topic] = before
-            log.warning("kbear: partitions of %r on cluster %r unknown (%s); keeping %s", topic, route.cluster_id, why, before)
-        return layout
-
     def _apply(self, layout: Layout) -> Reconciliation:
         """Apply a layout read earlier: entries whose route changed meanwhile are dropped."""
         routes = self._consumer._sub.routes
@@ -403,7 +366,13 @@ class ClientBalancedConsumer:
                 self._take(key, -1)
                 taken.append(str(key))
             if not todo.empty:
-                log.info("kbear: node %d/%d released %s, registered %s", self._node_id, self._source_count, released, taken)
+                log.info(
+                    "kbear: node %d/%d released %s, registered %s",
+                    self._node_id,
+                    self._source_count,
+                    released,
+                    taken,
+                )
         self._report()
         return Reconciliation(released, taken)
 
@@ -412,7 +381,11 @@ class ClientBalancedConsumer:
             return
         inner = self._consumer
         clusters = inner.router.config.clusters
-        where = {r.cluster_id: clusters[r.cluster_id] for r in inner._sub.routes.values() if r.cluster_id in clusters}
+        where = {
+            r.cluster_id: clusters[r.cluster_id]
+            for r in inner._sub.routes.values()
+            if r.cluster_id in clusters
+        }
         self._reporter.send(self._record("up"), where)
 
     def _record(self, state: str) -> Report:
@@ -448,7 +421,12 @@ class ClientBalancedConsumer:
             if job is None:
                 routes = dict(self._consumer._sub.routes)
                 self._job = self._consumer._driver.submit(
-                    None, self._read_layout, routes, dict(self._layout), LAYOUT_CALL_TIMEOUT_S
+                    None,
+                    read_layout,
+                    self._consumer._registry,
+                    routes,
+                    dict(self._layout),
+                    LAYOUT_CALL_TIMEOUT_S,
                 )
                 self._next = time.monotonic() + 0.01
                 return
@@ -463,83 +441,6 @@ class ClientBalancedConsumer:
                 log.warning("kbear: reconciliation skipped: %s", exc)
                 return
             self._apply(layout)
-
-    # ------------------------------------------------------------------ reading (confluent-kafka)
-
-    def poll(self, timeout: float | None = None) -> Message | None:
-        """As ``Consumer.poll``; runs the periodic reconciliation when due (never blocks on it)."""
-        if time.monotonic() >= self._next:
-            self._tick()
-        return self._consumer.poll(timeout)
-
-    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
-        """As ``Consumer.consume``; runs the periodic reconciliation when due."""
-        if time.monotonic() >= self._next:
-            self._tick()
-        return self._consumer.consume(num_messages, timeout)
-
-    def commit(
-        self,
-        message: Message | None = None,
-        offsets: list[TopicPartition] | None = None,
-        asynchronous: bool = True,
-    ) -> list[TopicPartition] | None:
-        """As ``Consumer.commit``: to the group on each partition's cluster, without joining it."""
-        return self._consumer.commit(message, offsets, asynchronous)
-
-    def committed(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        """As ``Consumer.committed`` (logical topic names, each asked of its cluster)."""
-        return self._consumer.committed(partitions, timeout)
-
-    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """As ``Consumer.position``."""
-        return self._consumer.position(partitions)
-
-    def assignment(self) -> list[TopicPartition]:
-        """The registered partitions as TopicPartitions (logical names)."""
-        return self._consumer.assignment()
-
-    def store_offsets(self, message: Message | None = None, offsets: list[TopicPartition] | None = None) -> None:
-        """As ``Consumer.store_offsets``."""
-        self._consumer.store_offsets(message, offsets)
-
-    def seek(self, partition: TopicPartition) -> None:
-        """As ``Consumer.seek`` (a registered partition, logical name)."""
-        self._consumer.seek(partition)
-
-    def pause(self, partitions: list[TopicPartition]) -> None:
-        """As ``Consumer.pause``."""
-        self._consumer.pause(partitions)
-
-    def resume(self, partitions: list[TopicPartition]) -> None:
-        """As ``Consumer.resume``."""
-        self._consumer.resume(partitions)
-
-    def get_watermark_offsets(
-        self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
-    ) -> tuple[int, int] | None:
-        """As ``Consumer.get_watermark_offsets``."""
-        return self._consumer.get_watermark_offsets(partition, timeout, cached)
-
-    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
-        """As ``Consumer.offsets_for_times``."""
-        return self._consumer.offsets_for_times(partitions, timeout)
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        """As ``RoutedConsumer.list_topics``."""
-        return self._consumer.list_topics(topic, timeout)
-
-    def consumer_group_metadata(self) -> Any:
-        """As ``RoutedConsumer.consumer_group_metadata`` (one cluster only)."""
-        return self._consumer.consumer_group_metadata()
-
-    def on_route_change(self, callback: Any) -> None:
-        """As ``RoutedConsumer.on_route_change``."""
-        self._consumer.on_route_change(callback)
-
-    def set_sasl_credentials(self, username: str, password: str) -> None:
-        """As ``Consumer.set_sasl_credentials`` (every cluster's client)."""
-        self._consumer.set_sasl_credentials(username, password)
 
     def close(self) -> None:
         """Send a last report (``left``), then close the routed consumer (committing
@@ -557,12 +458,6 @@ class ClientBalancedConsumer:
             if self._reporter is not None:
                 self._reporter.close()
 
-    def __enter__(self) -> ClientBalancedConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def _interval(value: Any) -> int:
     try:
@@ -570,5 +465,7 @@ def _interval(value: Any) -> int:
     except (TypeError, ValueError):
         ms = -1
     if ms < 100:
-        raise ValueError(f"ClientBalancedConsumer: {RECONCILE_KEY} must be an integer >= 100 (ms), got {value!r}")
+        raise ValueError(
+            f"ClientBalancedConsumer: {RECONCILE_KEY} must be an integer >= 100 (ms), got {value!r}"
+        )
     return ms

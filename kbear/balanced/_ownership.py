@@ -118,7 +118,8 @@ def live_reports(reports: Iterable[Report], group: str, now_ms: int) -> tuple[li
         seen = newest.get(report.instance)
         if seen is None or report.ts_ms >= seen.ts_ms:
             newest[report.instance] = report
-    live, stale = [], []
+    live: list[Report] = []
+    stale: list[Report] = []
     for report in sorted(newest.values(), key=lambda r: (r.node_id, r.instance)):
         fresh = now_ms - report.ts_ms <= LIVE_INTERVALS * max(report.interval_ms, 1)
         (live if fresh and report.state == "up" else stale).append(report)

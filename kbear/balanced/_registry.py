@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from kbear._clients import cluster_config
 from kbear.balanced._ownership import Report
@@ -50,16 +50,19 @@ class Reporter:
         """Send ``report`` to the registry topic of ``clusters`` and of every cluster
         reported to before (cluster id -> its configuration)."""
         value = report.encode()
-        targets = dict(clusters)
-        for cluster_id in self._producers:
-            targets.setdefault(cluster_id, None)  # type: ignore[arg-type]
+        targets: dict[str, ClusterConfig | None] = dict.fromkeys(self._producers)
+        targets.update(clusters)
         for cluster_id, cluster in targets.items():
             producer = self._producer(cluster_id, cluster)
             try:
-                producer.produce(self.topic, value=value, key=report.record_key, on_delivery=self._delivered(cluster_id))
+                producer.produce(
+                    self.topic, value=value, key=report.record_key, on_delivery=self._delivered(cluster_id)
+                )
                 producer.poll(0)
-            except (BufferError, Exception) as exc:  # advisory: logged, never raised
-                log.warning("kbear: ownership report to %r on cluster %r not sent: %s", self.topic, cluster_id, exc)
+            except (BufferError, KafkaException) as exc:  # advisory: logged, never raised
+                log.warning(
+                    "kbear: ownership report to %r on cluster %r not sent: %s", self.topic, cluster_id, exc
+                )
 
     def _producer(self, cluster_id: str, cluster: ClusterConfig | None) -> Any:
         current = self._producers.get(cluster_id)
@@ -81,7 +84,9 @@ class Reporter:
                 self._failed.discard(cluster_id)
             elif cluster_id not in self._failed:  # once per outage, not per report
                 self._failed.add(cluster_id)
-                log.warning("kbear: ownership report to %r on cluster %r failed: %s", self.topic, cluster_id, err)
+                log.warning(
+                    "kbear: ownership report to %r on cluster %r failed: %s", self.topic, cluster_id, err
+                )
 
         return on_delivery
 

@@ -107,5 +107,3 @@ def _print_problems(problems: Iterable[str], out: TextIO) -> None:
         print(f"{len(listed)} problem(s):", file=out)
         for line in listed:
             print(f"  {line}", file=out)
-
-

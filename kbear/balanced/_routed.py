@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
 from kbear._switch import StartPlan
@@ -73,7 +74,9 @@ class AssignedConsumer(RoutedConsumer):
             self.switched_hook(topic, old, new, moved)
         self._notify_route_change(old, new)
 
-    def _start_partitions(self, topic: str, new: Route, moved: list[int], start: StartPlan) -> list[TopicPartition]:
+    def _start_partitions(
+        self, topic: str, new: Route, moved: list[int], start: StartPlan
+    ) -> list[TopicPartition]:
         """``topic``'s partitions ``moved`` (logical name) with their start offsets on
         ``new``'s cluster: the group's committed offsets there (else
         ``auto.offset.reset``), the beginning, the end, or by timestamp."""
