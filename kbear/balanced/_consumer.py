@@ -170,7 +170,8 @@ class ClientBalancedConsumer(ConsumerCalls):
             routes = route_topics(inner.router, names, inner._group, inner.client, strict=True)
             for key in [k for k in self._registered if k.topic not in routes]:
                 self._release(key)
-            inner._driver.forget()
+            # a topic balanced before keeps its route in use and its move in progress
+            inner._driver.engine.forget([t for t in self._topics if t not in routes])
             sub = Subscription(SubscriptionKind.ASSIGNED, names)
             sub.routes = {
                 t: inner._sub.routes.get(t, r) if t in self._topics else r for t, r in routes.items()
