@@ -252,3 +252,29 @@ def test_periodic_reconciliation_registers_partitions_of_a_topic_created_later(
         f"A:{late}:{p}" for p in (1, 3, 5)
     ]  # sorted first: "late" < "t1"
     assert {m.partition() for m in got} == {1, 3, 5} and {m.value() for m in got} < sent
+
+
+def test_keys_and_messages_of_a_remapped_topic_carry_the_logical_name(
+    two_clusters, make_config, closing, unique
+) -> None:
+    _, b = two_clusters
+    logical, physical, group = unique("logical"), unique("physical"), unique("g")
+    b.create_topic(physical, 2)
+    rules = [
+        rule("all", "use cluster A", isGlobal=True),
+        rule("remap", f"use cluster B, topic {physical}", topic=logical),
+    ]
+    router = Router.from_path(make_config(rules))
+    closing(router)
+    consumer = ClientBalancedConsumer({**BASE, "group.id": group}, source_count=1, node_id=0, router=router)
+    closing(consumer)
+    consumer.subscribe([logical])
+    assert consumer.registered() == [f"B:{logical}:0", f"B:{logical}:1"]
+    assert [s.key for s in consumer.partitions()] == [f"B:{logical}:0", f"B:{logical}:1"]
+    sent = produce(b, physical, 20, "r")
+    got = read([consumer], 20)[0]
+    assert {m.topic() for m in got} == {logical} and {m.value() for m in got} == sent
+    assert consumer.unregister(f"B:{logical}:1") is True
+    consumer.commit(asynchronous=False)
+    # committed on B under the physical name: partition 1 as it left, partition 0 by commit()
+    assert sum(committed_offsets(b, group, physical).values()) == 20

@@ -122,6 +122,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
+        """Whether nothing changes."""
         return not self.release and not self.register
 
 

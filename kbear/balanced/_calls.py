@@ -25,9 +25,11 @@ class ConsumerCalls:
     _next: float
 
     def _tick(self) -> None:
+        """The owner's periodic work (never waits on a broker)."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Close the consumer (the owner's)."""
         raise NotImplementedError
 
     def poll(self, timeout: float | None = None) -> Message | None:

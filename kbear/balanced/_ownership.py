@@ -63,6 +63,7 @@ class Report:
 
     @property
     def record_key(self) -> bytes:
+        """The record's key, ``<group>/<instance>`` (UTF-8): one per instance, for compaction."""
         return f"{self.group}/{self.instance}".encode()
 
     def encode(self) -> bytes:
