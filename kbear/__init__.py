@@ -3,6 +3,7 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
@@ -12,6 +13,7 @@ from kbear.settings import SwitchMode, SwitchStart
 
 __all__ = [
     "Client",
+    "ClientBalancedConsumer",
     "ConfigError",
     "ConfigProblem",
     "CrrlSyntaxError",

@@ -7,6 +7,7 @@ Subcommands::
     kbear validate --config DIR
     kbear lint     --config DIR
     kbear demo     [--messages N] [--keep-config DIR]
+    kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -22,6 +23,8 @@ Exit codes:
 - 2: a configuration error (every problem is printed on stderr), or a usage
   error (argparse);
 - 3: no rule of the chain routes the request (``route``, ``explain``);
+- 1 also: ``assignments`` flagged overlaps, orphans or misconfigured nodes, or
+  found no live node of the group (see :mod:`kbear.balanced._report`);
 - 130: interrupted.
 
 ``lint`` prints one line per warning on stdout (``FILE: SUBJECT: MESSAGE [CODE]``,
@@ -202,6 +205,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-config", metavar="DIR", help="write the demo configuration to DIR and keep it afterwards"
     )
     demo.set_defaults(handler=_cmd_demo)
+
+    assignments = sub.add_parser(
+        "assignments",
+        help="print a client-balanced group's partition -> node table",
+        description=(
+            "Read the ownership reports of ClientBalancedConsumer nodes of a group from every cluster "
+            "and print the partition -> node table (exit 1 when overlaps, orphans or misconfigured nodes "
+            "are flagged, or no node reports)."
+        ),
+    )
+    _add_config(assignments)
+    assignments.add_argument("--group", required=True, type=_non_empty, help="the consumer group (group.id)")
+    assignments.add_argument(
+        "--registry-topic",
+        default="kbear.balanced.registry",
+        metavar="T",
+        help="the registry topic (kbear.balanced.registry.topic; default: kbear.balanced.registry)",
+    )
+    assignments.add_argument(
+        "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout, seconds (default: 10)"
+    )
+    assignments.set_defaults(handler=_cmd_assignments)
     return parser
 
 
@@ -425,6 +450,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
     return run_demo(messages=args.messages, config_dir=args.keep_config)
+
+
+def _cmd_assignments(args: argparse.Namespace) -> int:
+    from kbear.balanced._report import run_assignments  # lazily: it needs confluent-kafka clients
+
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    try:
+        return run_assignments(
+            router.config, args.group, sys.stdout, sys.stderr, topic=args.registry_topic, timeout=args.timeout
+        )
+    finally:
+        router.close()
 
 
 if __name__ == "__main__":
