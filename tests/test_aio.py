@@ -397,3 +397,38 @@ async def test_cluster_id_of_the_one_cluster_in_use(
             await producer.cluster_id(10)
         assert info.value.args[0].code() == KafkaError._STATE
         assert "A" in str(info.value) and "B" in str(info.value)
+
+
+async def test_closing_during_a_drain_commits_what_was_read_and_no_more(
+    conf_dir: Path, topics: Topics, two_clusters: Clusters, unique: Callable[[str], str]
+) -> None:
+    """Close while on_a drains A after a move: A's committed offset is the position
+    after the last message the application received, not A's end."""
+    a, _b = two_clusters
+    p = plain_producer(a)
+    for i in range(5000):
+        p.produce(topics.on_a, value=b"%d" % i, partition=0)
+    p.flush(10)
+    group = unique("g")
+    conf = consumer_conf(conf_dir, group, **{"kbear.switch.drain.idle.ms": 5000})
+    consumer = RoutedAIOConsumer(conf)
+    await consumer.subscribe([topics.on_a])
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 30 and time.monotonic() < deadline:
+        msg = await consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    rewrite_rules(conf_dir, topics.moved_rules())
+    while not consumer.routed._driver.busy and time.monotonic() < deadline:  # the drain has begun
+        msg = await consumer.poll(0.05)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert consumer.routed._driver.busy, "the move did not start"
+    for _ in range(5):  # read a little during the drain
+        msg = await consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) < 5000
+    await asyncio.wait_for(consumer.close(), 30)
+    assert committed_offsets(a, group, topics.on_a).get(0) == got[-1].offset() + 1
