@@ -65,7 +65,10 @@ def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tu
     if router is None:
         if settings.config_dir is None:
             raise ValueError(f"{kind}: set 'kbear.config' (a configuration directory) or pass router=")
-        router = Router.from_source(settings.config_dir, client=settings.client)
+        # A meta-service is told who asks: the kbear.client.* keys, else the
+        # environment (Client.from_environment); a directory ignores it.
+        given = settings.client.id is not None or bool(settings.client.meta)
+        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
     if settings.reload_interval_ms > 0 and router.source is not None:
         router.watch(settings.reload_interval_ms / 1000.0)
     return router, owned

@@ -96,7 +96,8 @@ def refused_value(key: str, value: str) -> str | None:
     a secret key (:func:`kbear._secrets.is_secret`) never appears in the reason."""
     if not is_client_property(key):
         return None
-    reason = _probe(key, value)
+    # A secret's value is not kept in the cache (a rotated password would stay alive there).
+    reason = _probe.__wrapped__(key, value) if is_secret(key) else _probe(key, value)
     if reason is None or reason == _UNKNOWN:
         return None
     if is_secret(key) and value:

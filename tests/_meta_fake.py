@@ -100,6 +100,9 @@ class HttpServer:
         outer = service
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.do_POST()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 status, data = outer.answer(self.path, json.loads(self.rfile.read(length) or b"null"))

@@ -496,3 +496,51 @@ def test_live_move_through_the_meta_service_loses_nothing(
         server.close()
         b.close()
         a.close()
+
+
+def test_routed_client_without_client_keys_sends_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("KBEAR_ENV", "UAT")
+    monkeypatch.setenv("KBEAR_APP_ID", "app-7")
+    service = FakeService(Router.from_path(kbear_copy(tmp_path, servers="127.0.0.1:1")))
+    server = HttpServer(service)
+    try:
+        producer = RoutedProducer({"kbear.config": server.url, "kbear.reload.interval.ms": 0})
+        try:
+            assert producer.route("other.topic").cluster_id == "uat"  # r100006: client.env=UAT
+        finally:
+            producer.close()
+    finally:
+        server.close()
+    sent = service.requests[0][1]["client"]
+    assert sent["id"] == "app-7"
+    assert sent["meta"]["env"] == "UAT"
+    assert sent["meta"]["hostName"]
+
+
+def test_lint_of_a_url_reports_cluster_meta_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = Router.from_path(kbear_copy(tmp_path)).config
+    clusters = [{"id": c.id, "meta": dict(c.meta)} for c in config.clusters.values()]
+
+    class Everything(FakeService):
+        def answer(self, path: str, body: Any) -> tuple[int, Any]:
+            what = {"/meta/clusters/all": "clusters", "/meta/topics/all": "topics"}.get(
+                path, "consumerGroups"
+            )
+            return 200, {"status": {"ack": "success"}, what: clusters if what == "clusters" else []}
+
+    service = Everything(Router.from_path(kbear_copy(tmp_path / "x")))
+    server = HttpServer(service)
+    try:
+        assert main(["validate", "--config", server.url]) == 0
+        assert "OK: 3 clusters, 0 topics" in capsys.readouterr().out
+        assert main(["lint", "--config", server.url]) == 1
+        out = capsys.readouterr().out.splitlines()
+    finally:
+        server.close()
+    assert len(out) == 3
+    assert all("meta 'zookeeper.connect': not a librdkafka client property" in line for line in out)
