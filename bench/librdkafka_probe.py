@@ -20,7 +20,12 @@ N = 2000
 
 
 def main() -> None:
-    keys = [("linger.ms", "5"), ("acks", "all"), ("security.protocol", "SSL"), ("zookeeper.connect", "zk:2181")]
+    keys = [
+        ("linger.ms", "5"),
+        ("acks", "all"),
+        ("security.protocol", "SSL"),
+        ("zookeeper.connect", "zk:2181"),
+    ]
     started = time.perf_counter()
     for i in range(N):
         key, value = keys[i % len(keys)]
