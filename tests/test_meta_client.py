@@ -544,3 +544,32 @@ def test_lint_of_a_url_reports_cluster_meta_only(
         server.close()
     assert len(out) == 3
     assert all("meta 'zookeeper.connect': not a librdkafka client property" in line for line in out)
+
+
+def test_literal_secret_in_an_answer_stays_out_of_reprs_and_logs(
+    service: FakeService, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def with_secret(acks: str) -> Any:
+        meta = {"bootstrap.servers": "east:9092", "sasl.password": "pw-PLANTED-7", "acks": acks}
+        return lambda path, body: (
+            200,
+            answer(
+                topicIdRoutes={t: {"clusterId": "east", "topicId": t} for t in body["topicIds"]},
+                clusters={"east": {"id": "east", "meta": meta}},
+            ),
+        )
+
+    caplog.set_level(logging.DEBUG)
+    service.override = with_secret("all")
+    router = Router.from_source(source(service, tmp_path, cache_file=None))
+    route = router.route_producer(HELLO)
+    assert route.properties["sasl.password"] == "pw-PLANTED-7"
+    service.override = with_secret("banana")
+    with pytest.raises(ConfigError) as info:
+        router.reload()
+    watcher = ConfigWatcher(router, router.source, 60.0)  # type: ignore[arg-type]
+    assert not watcher.check()
+    shown = [repr(route), str(route), repr(router.config.clusters["east"]), str(info.value), caplog.text]
+    assert "meta 'acks'" in caplog.text
+    for text in shown:
+        assert "pw-PLANTED-7" not in text
