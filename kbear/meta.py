@@ -254,6 +254,8 @@ class MetaServiceSource(ConfigSource):
                     router.reload()
                 except ConfigError as exc:
                     log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
+                except Exception:  # never into the application: the lookup has no route
+                    log.exception("kbear: asking meta-service %s for %s failed", self.url, key)
         return key in self._answered.get(router.config.digest, ())
 
     def close(self) -> None:
@@ -386,12 +388,14 @@ def _request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: f
                 chunks.append(chunk)
     except httpx.TimeoutException as exc:
         raise _Unavailable(f"{path}: timed out ({type(exc).__name__})") from None
-    except httpx.TransportError as exc:
+    except httpx.DecodingError as exc:  # a body its Content-Encoding cannot decode
+        raise protocol.AnswerRefused(f"{path}: {exc}") from None
+    except httpx.HTTPError as exc:
         raise _Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
     try:
         return json.loads(b"".join(chunks))
-    except ValueError as exc:
-        raise protocol.AnswerRefused(f"{path}: not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise protocol.AnswerRefused(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
 
 
 def load_everything(

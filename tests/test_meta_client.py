@@ -573,3 +573,25 @@ def test_literal_secret_in_an_answer_stays_out_of_reprs_and_logs(
     assert "meta 'acks'" in caplog.text
     for text in shown:
         assert "pw-PLANTED-7" not in text
+
+
+def not_gzip() -> httpx.Response:
+    return httpx.Response(
+        200, headers={"Content-Encoding": "gzip"}, stream=httpx.ByteStream(b"not gzip at all")
+    )
+
+
+def too_deep() -> httpx.Response:
+    return httpx.Response(200, content=b"[" * 100_000 + b"]" * 100_000)
+
+
+@pytest.mark.parametrize("bad", [not_gzip, too_deep])
+def test_undecodable_answers_are_refused(service: FakeService, tmp_path: Path, bad: Any) -> None:
+    router = Router.from_source(source(service, tmp_path))
+    route = router.route_producer(HELLO)
+    meta = router.source
+    assert isinstance(meta, MetaServiceSource)
+    meta._http._transport = httpx.MockTransport(lambda request: bad())
+    with pytest.raises(ConfigError, match="answer refused"):
+        router.reload()
+    assert router.route_producer(HELLO) == route
