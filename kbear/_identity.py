@@ -1,4 +1,5 @@
-"""Who this process is, for CRRL's ``client.*`` factors (private; :meth:`kbear.Client.from_environment`).
+"""Who asks for a route: :class:`Client` (public as ``kbear.Client``), and who this
+process is, for CRRL's ``client.*`` factors (:meth:`Client.from_environment`).
 
 KBear's Java client sends ``Client.meta`` with ``appId``, ``idc``, ``env``,
 ``subEnv``, ``ip`` and ``hostName``, and big-data jobs add ``jobType``,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from types import MappingProxyType
 
 #: meta key -> environment variables read for it, first set wins.
 ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
@@ -93,3 +95,78 @@ def identity(environ: Mapping[str, str] | None = None) -> tuple[str | None, dict
             meta["ip"] = ip
     client_id = _first(env, ("KBEAR_CLIENT_ID",)) or meta.get("appId")
     return client_id, meta
+
+
+class Client:
+    """The application asking for a route.
+
+    Args:
+        id: the client's id (CRRL factor ``client.id``), e.g. an application
+            id; None when the client has none (then ``client.id`` is absent and
+            never matches).
+        meta: string -> string (``client.<key>`` factors), e.g.
+            ``{"env": "uat", "idc": "sh"}``.
+
+    Clients are immutable and hashable: equal id and meta are the same client.
+    """
+
+    __slots__ = ("_hash", "id", "meta")
+
+    id: str | None
+    meta: Mapping[str, str]
+    _hash: int
+
+    def __init__(self, id: str | None = None, meta: Mapping[str, str] | None = None) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "meta", MappingProxyType(dict(meta or {})))
+        object.__setattr__(self, "_hash", hash((id, frozenset(self.meta.items()))))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Client is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Client) and self.id == other.id and dict(self.meta) == dict(other.meta)
+
+    def __repr__(self) -> str:
+        return f"Client(id={self.id!r}, meta={dict(self.meta)!r})"
+
+    def __reduce__(self) -> tuple[type[Client], tuple[str | None, dict[str, str]]]:
+        # pickle and copy (e.g. a Client shipped to Spark executors).
+        return type(self), (self.id, dict(self.meta))
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, *, meta: Mapping[str, str] | None = None
+    ) -> Client:
+        """The client this process is, filled as KBear's Java client fills its meta.
+
+        Args:
+            environ: environment variables to read; ``os.environ`` when None.
+            meta: extra meta entries, which win (``{"jobType": "spark"}``).
+
+        Returns:
+            A Client whose meta holds ``appId``, ``env``, ``subEnv``, ``idc``,
+            ``jobType``, ``jobName``, ``jobDepartment`` when their environment
+            variables are set (``KBEAR_APP_ID`` / ``APP_ID``, ``KBEAR_ENV`` / ``ENV``,
+            ``KBEAR_SUB_ENV``, ``KBEAR_IDC`` / ``IDC``, ``KBEAR_JOB_TYPE``,
+            ``KBEAR_JOB_NAME``, ``KBEAR_JOB_DEPARTMENT``), and always ``hostName``
+            and (when the host has one) ``ip``; its id is ``KBEAR_CLIENT_ID``, else
+            the app id, else None. See :mod:`kbear._identity` for the table.
+        """
+        client_id, found = identity(environ)
+        found.update(meta or {})
+        return cls(client_id, found)
+
+    def factors(self) -> dict[str, str]:
+        """The ``client.*`` factors of this client.
+
+        ``client.id`` is the client's id only: a meta key ``id`` never stands in
+        for it (an id-less client has no ``client.id`` factor, as the spec says).
+        """
+        out = {f"client.{k}": v for k, v in self.meta.items() if k != "id"}
+        if self.id is not None:
+            out["client.id"] = self.id
+        return out
