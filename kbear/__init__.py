@@ -10,15 +10,19 @@ from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
 from kbear.settings import SwitchMode, SwitchStart
+from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
 __all__ = [
     "Client",
     "ClientBalancedConsumer",
     "ConfigError",
     "ConfigProblem",
+    "ConfigSource",
     "CrrlSyntaxError",
+    "DirectorySource",
     "Explanation",
     "KBearConfig",
+    "MemorySource",
     "NoRouteError",
     "Route",
     "RoutedConsumer",
@@ -29,6 +33,7 @@ __all__ = [
     "SwitchStart",
     "__version__",
     "load_config",
+    "open_source",
 ]
 
 __version__ = "0.1.0"

@@ -53,16 +53,23 @@ def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tu
 
     Starts the router's watcher when ``kbear.reload.interval.ms`` > 0.
 
+    ``kbear.config`` is a configuration directory or a meta-service ``http(s)://``
+    URL (asked on behalf of the settings' client, see :mod:`kbear.meta`).
+
     Raises:
         ValueError: neither ``router=`` nor ``kbear.config`` is given.
-        ConfigError: the configuration directory is invalid.
+        ConfigError: the configuration is invalid (or a meta-service unreachable
+            with no cached answer to start from).
     """
     owned = router is None
     if router is None:
         if settings.config_dir is None:
             raise ValueError(f"{kind}: set 'kbear.config' (a configuration directory) or pass router=")
-        router = Router.from_path(settings.config_dir)
-    if settings.reload_interval_ms > 0 and router.config.directory is not None:
+        # A meta-service is told who asks: the kbear.client.* keys, else the
+        # environment (Client.from_environment); a directory ignores it.
+        given = settings.client.id is not None or bool(settings.client.meta)
+        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
+    if settings.reload_interval_ms > 0 and router.source is not None:
         router.watch(settings.reload_interval_ms / 1000.0)
     return router, owned
 
@@ -86,7 +93,7 @@ class ClusterTarget:
 
 def cluster_target(cluster_id: str, cluster: ClusterConfig) -> ClusterTarget:
     """The :class:`ClusterTarget` of ``cluster`` (clusters.yaml entry ``cluster_id``)."""
-    return ClusterTarget(cluster_id, cluster.bootstrap_servers, cluster.meta)
+    return ClusterTarget(cluster_id, cluster.bootstrap_servers, cluster.client_properties)
 
 
 def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> dict[str, Any]:

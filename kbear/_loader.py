@@ -1,15 +1,19 @@
-"""Loading a configuration directory into a validated KBearConfig (private).
+"""Loading a configuration into a validated KBearConfig (private).
 
-:func:`load_config` reads the four files (:mod:`kbear._documents`), validates
-every entry against the models of :mod:`kbear.config`, interpolates ``${NAME}``
-in cluster meta values, checks the rules across files (kinds, clusters named,
-CRRL syntax) and raises one ConfigError listing every problem.
+:func:`load_config` reads the four files of a directory (:mod:`kbear._documents`);
+:func:`load_documents` takes the same four documents already parsed (a
+meta-service answer, an in-memory configuration). Both validate every entry
+against the models of :mod:`kbear.config`, interpolate ``${NAME}`` in cluster
+meta values, ask librdkafka about every cluster's client properties
+(:mod:`kbear._librdkafka`), check the rules across documents (kinds, clusters
+named, CRRL syntax) and raise one ConfigError listing every problem.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import re
 import threading
@@ -31,6 +35,7 @@ from kbear._documents import (
     _load_yaml,
     _yaml_problem,
 )
+from kbear._librdkafka import refused_value
 from kbear.config import (
     ClusterConfig,
     ConfigError,
@@ -65,11 +70,15 @@ def _entry_id(item: Mapping[str, Any]) -> str | None:
 
 
 class _Loader:
-    def __init__(self, directory: Path, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, directory: Path | None, environ: Mapping[str, str], documents: Mapping[str, Any] | None = None
+    ) -> None:
+        # Either a directory whose files are read, or the parsed documents by file name.
         self.directory = directory
+        self.documents = documents
         self.environ = environ
         self.problems: list[ConfigProblem] = []
-        self.hash = hashlib.sha256()
+        self.hash: Any = hashlib.sha256()
         # Every cluster id written in clusters.yaml (valid entries or not), and
         # whether that file could be read as a list at all: rules are checked
         # against these ids, so an empty cluster list refuses every rule.
@@ -79,41 +88,54 @@ class _Loader:
     def problem(self, file: str, entry: str | None, message: str) -> None:
         self.problems.append(ConfigProblem(file, entry, message))
 
-    def read_entries(self, name: str) -> list[tuple[str, Any]]:
-        """The list under the file's top-level key, each with a label, or []."""
+    def read_document(self, name: str) -> tuple[bool, Any]:
+        """(True, the parsed document) or (False, None) after reporting why it cannot be read."""
+        if self.documents is not None:
+            if name not in self.documents:
+                if name in _REQUIRED:
+                    self.problem(name, None, "missing (required)")
+                return False, None
+            return True, self.documents[name]
+        assert self.directory is not None
         path = self.directory / name
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             if name in _REQUIRED:
                 self.problem(name, None, f"missing (required in {self.directory})")
-            return []
+            return False, None
         except OSError as exc:
             self.problem(name, None, f"cannot read: {exc.strerror or exc}")
-            return []
+            return False, None
         _digest_update(self.hash, name, data)
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             self.problem(name, None, f"not UTF-8 text (byte {exc.start})")
-            return []
+            return False, None
         try:
-            doc = _load_yaml(text)
+            return True, _load_yaml(text)
         except yaml.MarkedYAMLError as exc:
             self.problem(name, None, _yaml_problem(text, exc))
-            return []
+            return False, None
         except yaml.reader.ReaderError as exc:  # a control character YAML does not allow
             line = text.count("\n", 0, exc.position) + 1
             column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
             code = exc.character if isinstance(exc.character, int) else ord(exc.character)
             where = f"line {line}, column {column}"
             self.problem(name, None, f"YAML error at {where}: character #x{code:04x} is not allowed")
-            return []
+            return False, None
         except yaml.YAMLError as exc:
             self.problem(name, None, f"YAML error: {exc}")
-            return []
+            return False, None
         except RecursionError:
             self.problem(name, None, "YAML nested too deeply to read")
+            return False, None
+
+    def read_entries(self, name: str) -> list[tuple[str, Any]]:
+        """The list under the document's top-level key, each with a label, or []."""
+        ok, doc = self.read_document(name)
+        if not ok:
             return []
         top = _TOP_KEYS[name]
         if doc is None:
@@ -201,6 +223,12 @@ class _Loader:
                 self.problem(
                     CLUSTERS_FILE, entry, "meta 'bootstrap.servers' is empty once read from the environment"
                 )
+                continue
+            for key, value in meta.items():
+                reason = refused_value(key, value)
+                if reason is not None:
+                    self.problem(CLUSTERS_FILE, entry, f"meta '{key}': librdkafka refuses it: {reason}")
+            if len(self.problems) > before:
                 continue
             out[cluster.id] = ClusterConfig(id=cluster.id, meta=meta)
         return out
@@ -383,18 +411,71 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _load(directory: Path, environ: Mapping[str, str]) -> KBearConfig:
-    loader = _Loader(directory, environ)
+    return _finish(_Loader(directory, environ), str(directory), None)
+
+
+def _finish(loader: _Loader, location: str, origin: str | None) -> KBearConfig:
     clusters = loader.clusters()
     topics = loader.topics()
     groups = loader.consumer_groups()
     rules = loader.rules()
     if loader.problems:
-        raise ConfigError(loader.problems, str(directory))
+        raise ConfigError(loader.problems, location)
     return KBearConfig(
-        directory=directory,
+        directory=loader.directory,
         clusters=clusters,
         topics=topics,
         consumer_groups=groups,
         rules=rules,
         digest=loader.hash.hexdigest(),
+        origin=origin,
     )
+
+
+def documents_digest(documents: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of parsed documents: their canonical JSON (sorted keys), by file name.
+
+    Raises:
+        TypeError: a document holds something JSON cannot write.
+    """
+    h = hashlib.sha256()
+    for name in sorted(documents):
+        data = json.dumps(documents[name], sort_keys=True, separators=(",", ":"), default=str)
+        _digest_update(h, name, data.encode())
+    return h.hexdigest()
+
+
+def load_documents(
+    documents: Mapping[str, Any], *, origin: str = "memory", environ: Mapping[str, str] | None = None
+) -> KBearConfig:
+    """Validate the four documents of a configuration given already parsed.
+
+    Args:
+        documents: file name (``clusters.yaml``, ``topics.yaml``,
+            ``consumer-groups.yaml``, ``route-rules.yaml``) -> the document as
+            the file would hold it (``{"clusters": [...]}``); ``clusters.yaml``
+            and ``route-rules.yaml`` are required.
+        origin: where the documents come from, for messages (a URL, ``memory``).
+        environ: where ``${NAME}`` is read; ``os.environ`` by default.
+
+    Returns:
+        The :class:`KBearConfig` (``directory`` None, ``origin`` set, ``digest``
+        of :func:`documents_digest`).
+
+    Raises:
+        ConfigError: every problem, as :func:`load_config` reports them.
+    """
+    loader = _Loader(None, os.environ if environ is None else environ, documents)
+    loader.hash = _Preset(documents_digest(documents))
+    with _collector_paused():
+        return _finish(loader, origin, origin)
+
+
+class _Preset:
+    """A digest already computed, in place of the loader's running hash."""
+
+    def __init__(self, hexdigest: str) -> None:
+        self._hex = hexdigest
+
+    def hexdigest(self) -> str:
+        return self._hex

@@ -2,10 +2,21 @@
 
 Subcommands::
 
-    kbear route    --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
-    kbear explain  --config DIR --topic T [--group G] [--client-id ID] [--client-meta KEY=VALUE ...] [--json]
-    kbear validate --config DIR
-    kbear lint     --config DIR
+    kbear route    --config DIR|URL --topic T [--group G] [--client-id ID]
+                   [--client-meta KEY=VALUE ...] [--json]
+    kbear explain  --config DIR|URL --topic T [--group G] [--client-id ID]
+                   [--client-meta KEY=VALUE ...] [--json]
+    kbear validate --config DIR|URL
+    kbear lint     --config DIR|URL
+
+``--config`` takes a configuration directory or a meta-service ``http(s)://``
+URL (the ``meta`` extra). With a URL, ``route`` and ``explain`` ask the service
+for the route of the lookup's client (one request); the chain shown by
+``explain`` is then the service's answer (one rule per route), not the
+service's rules. ``validate`` and ``lint`` with a URL check what the service
+holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
+``/meta/consumer-groups/all``): clusters, topics and consumer groups, not the
+rules (the protocol does not carry their statements).
     kbear demo     [--messages N] [--keep-config DIR]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear --version
@@ -48,6 +59,7 @@ from typing import Any, TextIO
 import kbear
 from kbear.config import ConfigError, KBearConfig
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
+from kbear.sources import is_url
 
 __all__ = ["EXIT_CONFIG_ERROR", "EXIT_LINT_WARNINGS", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
 
@@ -118,8 +130,11 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         required=True,
-        metavar="DIR",
-        help="configuration directory (clusters.yaml, route-rules.yaml, topics.yaml, consumer-groups.yaml)",
+        metavar="DIR|URL",
+        help=(
+            "configuration directory (clusters.yaml, route-rules.yaml, topics.yaml, consumer-groups.yaml) "
+            "or a meta-service http(s):// URL"
+        ),
     )
 
 
@@ -260,12 +275,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- commands
 
 
-def _load(directory: str) -> Router | None:
-    """The router of ``directory``, or None after printing every problem on stderr."""
+def _load(location: str, client: Client | None = None) -> Router | None:
+    """The router of ``location`` (a directory or a meta-service URL asked on behalf of
+    ``client``), or None after printing every problem on stderr."""
     try:
-        return Router.from_path(directory)
+        if is_url(location) and client is None:
+            # validate / lint: no client to route for; what the service holds is checked.
+            from kbear.meta import load_everything
+
+            return Router(load_everything(location))
+        if is_url(location):
+            return Router.from_source(location, client=client, cache_file=None)
+        return Router.from_path(location)
     except ConfigError as exc:
-        _print_config_error(exc, directory)
+        _print_config_error(exc, location)
         return None
 
 
@@ -309,7 +332,7 @@ def _route_line(route: Route) -> str:
 
 def _cmd_route(args: argparse.Namespace) -> int:
     client = _client(args)
-    router = _load(args.config)
+    router = _load(args.config, client)
     if router is None:
         return EXIT_CONFIG_ERROR
     try:
@@ -397,7 +420,7 @@ def _explain_lines(explanation: Explanation, topic: str, group: str | None, clie
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     client = _client(args)
-    router = _load(args.config)
+    router = _load(args.config, client)
     if router is None:
         return EXIT_CONFIG_ERROR
     if args.group is None:
@@ -437,6 +460,9 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     if router is None:
         return EXIT_CONFIG_ERROR
     warnings = lint(router.config)
+    if is_url(args.config):
+        # What a meta-service holds has no rule statements: only the checks of clusters apply.
+        warnings = [w for w in warnings if w.code == "meta-only"]
     if not warnings:
         print(f"OK: no warnings ({_summary(router.config).removeprefix('OK: ')})")
         return EXIT_OK

@@ -58,7 +58,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from kbear import crrl
 from kbear._secrets import redact
@@ -207,8 +207,19 @@ class ClusterConfig(_Model):
 
     @property
     def client_properties(self) -> dict[str, str]:
-        """librdkafka properties for every client of this cluster, ``bootstrap.servers`` included."""
-        return dict(self.meta)
+        """librdkafka properties for every client of this cluster, ``bootstrap.servers``
+        included: the meta keys librdkafka knows as client properties (it is asked,
+        see :mod:`kbear._librdkafka`); other keys (``zookeeper.connect``) stay meta only."""
+        from kbear._librdkafka import client_properties
+
+        return client_properties(self.meta)
+
+    @property
+    def meta_only_keys(self) -> list[str]:
+        """The meta keys that are not librdkafka client properties, never passed to clients."""
+        from kbear._librdkafka import meta_only_keys
+
+        return meta_only_keys(self.meta)
 
     def __repr_args__(self) -> Any:
         yield "id", self.id
@@ -229,11 +240,41 @@ class ConsumerGroupId(_Model):
     topic_id: _Id = Field(alias="topicId")
 
 
+def _flat_group_id(value: Any) -> Any:
+    """KBear's own files write a consumer group's id flat (``groupName: g`` and
+    ``topicId: t`` in the entry, CRRL spec "Where the data lives"): the same as
+    ``id: {groupName: g, topicId: t}``. Both forms in one entry, or only one of
+    the two parts written flat, is an error."""
+    if not isinstance(value, Mapping):
+        return value
+    flat = [k for k in ("groupName", "topicId") if k in value]
+    if not flat:
+        return value
+    if "id" in value:
+        both = ", ".join(repr(k) for k in flat)
+        raise ValueError(f"the id is written twice: 'id' and {both}; use one form")
+    if len(flat) == 1:
+        missing = "topicId" if flat[0] == "groupName" else "groupName"
+        raise ValueError(f"'{flat[0]}' without '{missing}': a consumer group id needs both")
+    out = {k: v for k, v in value.items() if k not in ("groupName", "topicId")}
+    out["id"] = {"groupName": value["groupName"], "topicId": value["topicId"]}
+    return out
+
+
 class ConsumerGroupConfig(_Model):
-    """A consumer group of ``consumer-groups.yaml``; ``meta`` feeds ``consumerGroup.<key>`` factors."""
+    """A consumer group of ``consumer-groups.yaml``; ``meta`` feeds ``consumerGroup.<key>`` factors.
+
+    The id is written ``id: {groupName: g, topicId: t}`` or, as in KBear's own
+    files, flat: ``groupName: g`` and ``topicId: t`` beside ``meta``.
+    """
 
     id: ConsumerGroupId
     meta: _Meta = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_id(cls, value: Any) -> Any:
+        return _flat_group_id(value)
 
     @property
     def group_name(self) -> str:
@@ -318,7 +359,10 @@ class KBearConfig:
         topics: topic id -> :class:`TopicConfig`.
         consumer_groups: (groupName, topicId) -> :class:`ConsumerGroupConfig`.
         rules: every :class:`RouteRule`, in file order.
-        digest: SHA-256 (hex) of the files' bytes, see :func:`config_digest`.
+        digest: SHA-256 (hex) of the files' bytes, see :func:`config_digest` (of
+            the documents' canonical JSON for a configuration not read from files).
+        origin: where it came from, for messages: the directory, a meta-service
+            URL, or ``"memory"``; None when not given (then the directory).
     """
 
     directory: Path | None
@@ -327,6 +371,14 @@ class KBearConfig:
     consumer_groups: Mapping[tuple[str, str], ConsumerGroupConfig]
     rules: tuple[RouteRule, ...]
     digest: str
+    origin: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where this configuration came from (directory, URL or ``memory``), for messages."""
+        if self.origin is not None:
+            return self.origin
+        return str(self.directory) if self.directory is not None else "memory"
 
     def topic_meta(self, topic_id: str) -> Mapping[str, str]:
         """The meta of ``topic_id`` in topics.yaml (empty when it is not there), without

@@ -32,6 +32,10 @@ Checks (``code`` of :class:`LintWarning`):
     always matches, so a client without id and meta gets :class:`kbear.NoRouteError`.
 ``unused-cluster``
     A cluster of clusters.yaml that no rule names.
+``meta-only``
+    A cluster meta key that librdkafka does not take as a client property
+    (``zookeeper.connect``, a misspelt ``sasl.pasword``, a Java-only
+    ``sasl.jaas.config``): it is kept as meta and never reaches a client.
 
 Example::
 
@@ -67,8 +71,8 @@ class LintWarning:
     """One warning of :func:`lint`.
 
     Attributes:
-        code: ``never-matches``, ``shadowed``, ``order-dependent``, ``no-route`` or
-            ``unused-cluster``.
+        code: ``never-matches``, ``shadowed``, ``order-dependent``, ``no-route``,
+            ``unused-cluster`` or ``meta-only``.
         file: the file the subject is written in (``route-rules.yaml``, ...).
         subject: what the warning is about: ``rule 'r2'``, ``rules 'r3' and 'r4'``,
             ``topic 'orders'``, ``consumer group 'billing' on topic 'orders'``,
@@ -352,8 +356,31 @@ def lint(config: KBearConfig) -> list[LintWarning]:
 
     Returns:
         The warnings: rule checks in route-rules.yaml order, then order-dependent
-        pairs, topics, consumer groups and clusters; empty when there is nothing to say.
+        pairs, topics, consumer groups, clusters and meta-only cluster keys;
+        empty when there is nothing to say.
     """
     contexts = _contexts(config)
     by_name = {ctx.name: ctx for ctx in contexts}
-    return _rule_checks(config, contexts) + _reach_checks(config, by_name)
+    return _rule_checks(config, contexts) + _reach_checks(config, by_name) + _meta_only_checks(config)
+
+
+def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:
+    from kbear._librdkafka import property_kind
+
+    out = []
+    for cluster in config.clusters.values():
+        for key in cluster.meta_only_keys:
+            why = (
+                "librdkafka does not support it (a Java client property)"
+                if property_kind(key) == "unsupported"
+                else "not a librdkafka client property"
+            )
+            out.append(
+                LintWarning(
+                    "meta-only",
+                    CLUSTERS_FILE,
+                    f"cluster '{cluster.id}'",
+                    f"meta '{key}': {why}; kept as meta, never passed to clients",
+                )
+            )
+    return out

@@ -1,4 +1,10 @@
-"""Configuration watcher: reloads a router when its directory's content changes.
+"""Configuration watcher: reloads a router when its source's content changes.
+
+The source is a directory (below) or any :class:`~kbear.sources.ConfigSource`:
+each check asks it for its digest (a meta-service source refreshes its answer
+then); a source that cannot be read (a service down) is logged at ERROR level
+and the last good configuration stays in force. Sources whose state changes
+atomically (``settle`` False) are loaded at the check that sees the change.
 
 The watcher compares a SHA-256 digest of the files' bytes (not their mtimes), so
 a touched but unchanged file does nothing and a change within the same second
@@ -32,7 +38,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kbear.config import ConfigError, config_digest, load_config
+from kbear.config import ConfigError
+from kbear.sources import ConfigSource, DirectorySource
 
 if TYPE_CHECKING:
     from kbear.router import Router
@@ -67,21 +74,21 @@ def replace_file(path: str | os.PathLike[str], text: str) -> None:
 
 
 class ConfigWatcher:
-    """A daemon thread that checks ``directory`` every ``interval_s`` seconds.
+    """A daemon thread that checks a configuration source every ``interval_s`` seconds.
 
     Args:
         router: the router to reload; its listeners are notified on change.
-        directory: the configuration directory.
+        source: the configuration directory, or a :class:`~kbear.sources.ConfigSource`.
         interval_s: seconds between checks (> 0).
 
     Use :meth:`Router.watch` rather than building one yourself.
     """
 
-    def __init__(self, router: Router, directory: Path, interval_s: float) -> None:
+    def __init__(self, router: Router, source: ConfigSource | Path, interval_s: float) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._router = router
-        self._directory = directory
+        self._source = source if isinstance(source, ConfigSource) else DirectorySource(source)
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-config-watcher", daemon=True)
@@ -110,7 +117,12 @@ class ConfigWatcher:
         A new content digest is only noted the first time it is seen; it is
         loaded (and applied, or refused) when a later check sees it again.
         """
-        digest = config_digest(self._directory)
+        source = self._source
+        try:
+            digest = source.digest()
+        except ConfigError as exc:
+            log.error("kbear configuration source unreadable, the previous configuration stays: %s", exc)
+            return False
         if digest == self._router.config.digest:
             # Back to the configuration in force: a later repeat of a refused
             # change is refused (and logged) again.
@@ -119,19 +131,20 @@ class ConfigWatcher:
             return False
         if digest == self._refused_digest:
             return False
-        if digest != self._pending_digest:
+        if source.settle and digest != self._pending_digest:
             self._pending_digest = digest
-            log.debug("kbear configuration change seen in %s; applied once it holds still", self._directory)
+            log.debug("kbear configuration change seen in %s; applied once it holds still", source.location)
             return False
         try:
-            new = load_config(self._directory)
+            new = source.load()
         except ConfigError as exc:
             self._refused_digest = digest
             log.error("kbear configuration change refused, the previous one stays: %s", exc)
             return False
         if new.digest != digest:
-            # The files changed while they were read: wait for them to hold still.
-            self._pending_digest = new.digest
+            # The files changed while they were read (or the service answered
+            # anew): wait for them to hold still.
+            self._pending_digest = new.digest if source.settle else None
             return False
         self._refused_digest = None
         self._pending_digest = None

@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from heapq import merge
 from operator import attrgetter
-from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from kbear._identity import Client
 from kbear._secrets import redact
-from kbear.config import KBearConfig, RouteRule, RuleKind, config_digest, load_config
+from kbear.config import KBearConfig, RouteRule, RuleKind, load_config
+from kbear.sources import ConfigSource, DirectorySource, open_source
 
 if TYPE_CHECKING:
     from kbear.reload import ConfigWatcher
@@ -40,58 +41,6 @@ __all__ = ["Client", "Explanation", "NoRouteError", "Route", "Router", "RuleVerd
 log = logging.getLogger("kbear.router")
 
 _CACHE_LIMIT = 100_000
-
-
-class Client:
-    """The application asking for a route.
-
-    Args:
-        id: the client's id (CRRL factor ``client.id``), e.g. an application
-            id; None when the client has none (then ``client.id`` is absent and
-            never matches).
-        meta: string -> string (``client.<key>`` factors), e.g.
-            ``{"env": "uat", "idc": "sh"}``.
-
-    Clients are immutable and hashable: equal id and meta are the same client.
-    """
-
-    __slots__ = ("_hash", "id", "meta")
-
-    id: str | None
-    meta: Mapping[str, str]
-    _hash: int
-
-    def __init__(self, id: str | None = None, meta: Mapping[str, str] | None = None) -> None:
-        object.__setattr__(self, "id", id)
-        object.__setattr__(self, "meta", MappingProxyType(dict(meta or {})))
-        object.__setattr__(self, "_hash", hash((id, frozenset(self.meta.items()))))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Client is immutable")
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Client) and self.id == other.id and dict(self.meta) == dict(other.meta)
-
-    def __repr__(self) -> str:
-        return f"Client(id={self.id!r}, meta={dict(self.meta)!r})"
-
-    def __reduce__(self) -> tuple[type[Client], tuple[str | None, dict[str, str]]]:
-        # pickle and copy (e.g. a Client shipped to Spark executors).
-        return type(self), (self.id, dict(self.meta))
-
-    def factors(self) -> dict[str, str]:
-        """The ``client.*`` factors of this client.
-
-        ``client.id`` is the client's id only: a meta key ``id`` never stands in
-        for it (an id-less client has no ``client.id`` factor, as the spec says).
-        """
-        out = {f"client.{k}": v for k, v in self.meta.items() if k != "id"}
-        if self.id is not None:
-            out["client.id"] = self.id
-        return out
 
 
 _ANONYMOUS = Client()
@@ -335,15 +284,23 @@ class Router:
 
     Args:
         config: a loaded configuration (see :func:`kbear.load_config`).
+        source: where :meth:`reload` and :meth:`watch` read new configurations
+            (:mod:`kbear.sources`); by default the directory ``config`` was read
+            from, none for an in-memory configuration.
 
     Thread-safe: lookups read an immutable snapshot; :meth:`reload` swaps it.
     """
 
-    def __init__(self, config: KBearConfig) -> None:
+    def __init__(self, config: KBearConfig, source: ConfigSource | None = None) -> None:
         self._snapshot = _Snapshot(config)
         self._listeners: list[RouteChangeListener] = []
         self._lock = threading.Lock()
         self._watcher: ConfigWatcher | None = None
+        if source is None and config.directory is not None:
+            source = DirectorySource(config.directory)
+        self._source = source
+        self._on_demand = source if source is not None and source.on_demand else None
+        self._owns_source = False
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> Router:
@@ -353,6 +310,40 @@ class Router:
             ConfigError: the directory's configuration is invalid (every problem listed).
         """
         return cls(load_config(path))
+
+    @classmethod
+    def from_source(
+        cls, source: str | os.PathLike[str] | ConfigSource, *, client: Client | None = None, **options: object
+    ) -> Router:
+        """A router over a configuration source: a directory, an ``http(s)://``
+        meta-service URL, or a :class:`~kbear.sources.ConfigSource`
+        (see :func:`kbear.sources.open_source`).
+
+        Args:
+            source: the directory, URL or source.
+            client: who asks a meta-service; the service evaluates the chain for
+                this client, so lookups with another client are refused (a
+                directory ignores it).
+            options: keyword arguments of :class:`kbear.meta.MetaServiceSource`.
+
+        Raises:
+            ConfigError: the configuration is invalid (every problem listed), or a
+                meta-service is unreachable and no cached answer can stand in.
+        """
+        opened = open_source(source, client=client, **options)
+        try:
+            router = cls(opened.load(), opened)
+        except BaseException:
+            if opened is not source:
+                opened.close()
+            raise
+        router._owns_source = opened is not source
+        return router
+
+    @property
+    def source(self) -> ConfigSource | None:
+        """Where :meth:`reload` and the watcher read new configurations, if anywhere."""
+        return self._source
 
     @property
     def config(self) -> KBearConfig:
@@ -373,6 +364,8 @@ class Router:
             NoRouteError: no rule matches (naming client, topic and group).
         """
         client = client or _ANONYMOUS
+        if self._on_demand is not None and not self._on_demand.prepare(self, topic, group, client):
+            raise NoRouteError(client, topic, group)
         route = self._snapshot.lookup(topic, group, client)
         if route is None:
             raise NoRouteError(client, topic, group)
@@ -409,11 +402,17 @@ class Router:
 
     def explain_producer(self, topic: str, client: Client | None = None) -> Explanation:
         """The producer chain of ``topic`` with each rule's verdict (never raises NoRouteError)."""
-        return self._snapshot.explain(topic, None, client or _ANONYMOUS)
+        client = client or _ANONYMOUS
+        if self._on_demand is not None:
+            self._on_demand.prepare(self, topic, None, client)
+        return self._snapshot.explain(topic, None, client)
 
     def explain_consumer(self, topic: str, group: str, client: Client | None = None) -> Explanation:
         """The consumer chain of (``group``, ``topic``) with each rule's verdict."""
-        return self._snapshot.explain(topic, group, client or _ANONYMOUS)
+        client = client or _ANONYMOUS
+        if self._on_demand is not None:
+            self._on_demand.prepare(self, topic, group, client)
+        return self._snapshot.explain(topic, group, client)
 
     # ------------------------------------------------------------------ reload
 
@@ -434,22 +433,24 @@ class Router:
                 self._listeners.remove(listener)
 
     def reload(self) -> bool:
-        """Re-read the configuration directory and apply it if it changed.
+        """Re-read the configuration source (directory, meta-service) and apply it if it changed.
 
         Returns:
-            True when a new configuration was applied, False when the files are
+            True when a new configuration was applied, False when the source is
             unchanged (same content digest).
 
         Raises:
-            ConfigError: the new configuration is invalid; the old one stays in force.
-            RuntimeError: the router was built from an in-memory configuration.
+            ConfigError: the new configuration is invalid, or the source cannot
+                be read (a meta-service unreachable); the old one stays in force.
+            RuntimeError: the router was built from an in-memory configuration
+                without a source.
         """
-        directory = self.config.directory
-        if directory is None:
+        source = self._source
+        if source is None:
             raise RuntimeError("this Router has no configuration directory to reload")
-        if config_digest(directory) == self.config.digest:
+        if source.digest() == self.config.digest:
             return False  # unchanged files: not even parsed (the Spark source reloads per batch)
-        return self.apply(load_config(directory))
+        return self.apply(source.load())
 
     def apply(self, new: KBearConfig) -> bool:
         """Put ``new`` in force and notify listeners; False if its digest equals the current one."""
@@ -459,7 +460,7 @@ class Router:
                 return False
             self._snapshot = _Snapshot(new)
             listeners = list(self._listeners)
-        log.info("kbear configuration reloaded from %s", new.directory)
+        log.info("kbear configuration reloaded from %s", new.directory or new.location)
         for listener in listeners:
             try:
                 listener(old, new)
@@ -471,7 +472,8 @@ class Router:
         """Start (once) a background watcher that reloads on change.
 
         Args:
-            interval_s: seconds between checks of the files' content digest.
+            interval_s: seconds between checks of the source (the files' content
+                digest, or one refresh from a meta-service).
 
         Returns:
             The running :class:`~kbear.reload.ConfigWatcher`; calling again returns it
@@ -485,16 +487,18 @@ class Router:
 
         with self._lock:
             if self._watcher is None or not self._watcher.running:
-                directory = self.config.directory
-                if directory is None:
+                if self._source is None:
                     raise RuntimeError("this Router has no configuration directory to watch")
-                self._watcher = ConfigWatcher(self, Path(directory), interval_s)
+                self._watcher = ConfigWatcher(self, self._source, interval_s)
                 self._watcher.start()
             return self._watcher
 
     def close(self) -> None:
-        """Stop the watcher, if any."""
+        """Stop the watcher, if any, and close the source :meth:`from_source`
+        opened from a directory or URL (a source passed in stays open)."""
         with self._lock:
             watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
+        if self._owns_source and self._source is not None:
+            self._source.close()

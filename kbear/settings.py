@@ -9,7 +9,7 @@ field's alias is the key); its default is the field's default, and
 ==================================== ============= ==========================================
 key                                  default       meaning
 ==================================== ============= ==========================================
-``kbear.config``                     none          configuration directory
+``kbear.config``                     none          configuration directory or meta-service URL
 ``kbear.client.id``                  none          the Client's id (``client.id`` factor)
 ``kbear.client.meta.<k>``            none          the Client's meta (``client.<k>`` factors)
 ``kbear.reload.interval.ms``         10000         clients: watch interval, ms; 0: no watcher
@@ -113,7 +113,8 @@ class KBearSettings(BaseModel):
     check which keys their reader takes. Defaults are the fields' defaults here.
 
     Attributes:
-        config_dir: ``kbear.config`` (str): the configuration directory; None
+        config_dir: ``kbear.config`` (str): the configuration directory or a
+            meta-service ``http(s)://`` URL (:mod:`kbear.meta`); None
             (default) when the client is given ``router=`` instead.
         client: the :class:`~kbear.Client` of ``kbear.client.id`` (str) and
             ``kbear.client.meta.<k>`` (str values), or the ``client=`` argument;

@@ -223,7 +223,7 @@ class SubscriptionCalls(RoutedClientBase):
         clusters = self._router.config.clusters
         for entry in self._registry:
             cluster = clusters.get(entry.cluster_id)
-            if cluster is not None and dict(cluster.meta) != entry.properties:
+            if cluster is not None and cluster.client_properties != entry.properties:
                 self._client_for(cluster_target(entry.cluster_id, cluster))
         for topic, old in list(self._sub.routes.items()):
             try:

@@ -96,12 +96,13 @@ def check_options(options: Mapping[str, Any], forbidden: Mapping[str, str]) -> N
 # --------------------------------------------------------------------------- routing
 
 
-def _router(router: Router | None, config: str | None) -> Router:
+def _router(router: Router | None, config: str | None, client: Client | None = None) -> Router:
     if router is not None:
         return router
     if config is None:
         raise ValueError("pass router= (a kbear.Router) or config= (a configuration directory)")
-    return Router.from_path(config)
+    # a directory, or a meta-service URL asked on behalf of ``client``
+    return Router.from_source(config, client=client)
 
 
 def route_topics(
@@ -170,7 +171,7 @@ def kafka_options(
         ConfigError: ``config`` is an invalid configuration directory.
     """
     check_options(extra, FORBIDDEN_READ_OPTIONS)
-    routes = route_topics(topics, group=group, client=client, router=_router(router, config))
+    routes = route_topics(topics, group=group, client=client, router=_router(router, config, client))
     clusters = sorted({r.cluster_id for r in routes.values()})
     if len(clusters) > 1:
         where = ", ".join(f"{t} -> {r.cluster_id}" for t, r in routes.items())
@@ -217,7 +218,7 @@ def write_options(
         NoRouteError: the topic has no route.
     """
     check_options(extra, FORBIDDEN_WRITE_OPTIONS)
-    route = _router(router, config).route_producer(topic, client)
+    route = _router(router, config, client).route_producer(topic, client)
     out = translate_properties(route.properties, cluster=route.cluster_id)
     out["topic"] = route.topic
     out.update({k: str(v) for k, v in extra.items()})
@@ -255,7 +256,7 @@ def checkpoint_location(
     Raises:
         NoRouteError: a topic has no route.
     """
-    routes = route_topics(topics, group=group, client=client, router=_router(router, config))
+    routes = route_topics(topics, group=group, client=client, router=_router(router, config, client))
     triples = sorted((t, r.cluster_id, r.topic) for t, r in routes.items())
     digest = hashlib.sha256(repr(triples).encode()).hexdigest()[:12]
     clusters = "+".join(sorted({_UNSAFE_PATH.sub("_", r.cluster_id) for r in routes.values()}))

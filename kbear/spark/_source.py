@@ -138,7 +138,9 @@ class KBearStreamReader(DataSourceStreamReader):
 
     def __init__(self, settings: SourceSettings) -> None:
         self._s = settings
-        self._router = Router.from_path(settings.config_dir) if settings.config_dir else None
+        self._router = (
+            Router.from_source(settings.config_dir, client=settings.client) if settings.config_dir else None
+        )
         self._meta: dict[str, tuple[dict[str, str], Consumer]] = {}
         self._last: Offsets | None = None
 
@@ -160,7 +162,7 @@ class KBearStreamReader(DataSourceStreamReader):
         """Logical topic -> route now (routed) or the fixed cluster (direct)."""
         s = self._s
         if self._router is None and s.config_dir is not None:
-            self._router = Router.from_path(s.config_dir)
+            self._router = Router.from_source(s.config_dir, client=s.client)
         if self._router is None:
             props = {"bootstrap.servers": str(s.bootstrap)}
             return {t: Route(s.cluster, t, t, str(s.bootstrap), "-", props) for t in s.topics}
@@ -181,7 +183,7 @@ class KBearStreamReader(DataSourceStreamReader):
 
     def _properties(self, cluster: str) -> dict[str, str]:
         if self._router is None and self._s.config_dir is not None:
-            self._router = Router.from_path(self._s.config_dir)
+            self._router = Router.from_source(self._s.config_dir, client=self._s.client)
         if self._router is None:
             props = {"bootstrap.servers": str(self._s.bootstrap)}
         else:

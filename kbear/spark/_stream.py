@@ -140,7 +140,7 @@ def read_stream(
         if group is not None:
             reader = reader.option("kbear.group", group)
         return reader.options(**_client_options(client), **opts).load()
-    return _read_jvm(spark, topics, group, client, _router(router, config), opts)
+    return _read_jvm(spark, topics, group, client, _router(router, config, client), opts)
 
 
 def _read_jvm(
@@ -297,7 +297,7 @@ def write_stream(
             .start()
         )
     if chosen == "kafka":
-        route_source = _router(router, config)
+        route_source = _router(router, config, client)
 
         def write_batch_jvm(batch: DataFrame, _batch_id: int) -> None:
             _write_split(batch, route_source, client, opts)

@@ -1,0 +1,435 @@
+"""A configuration source that asks a meta-service for routes (the ``meta`` extra: httpx).
+
+With ``kbear.config=https://meta.example:8080`` (or ``Router.from_source(url)``),
+a client does not read rules: it tells the service who it is (the ``Client``
+message: :meth:`kbear.Client.from_environment` or the ``kbear.client.*`` keys)
+and which topics and consumer groups it needs, and the service answers with
+routes and the clusters' connection data (``../shared/spec/meta-service.md``).
+
+Requests (JSON, ``POST``), one per endpoint per refresh, batched over every
+lookup this source has seen so far:
+
+- ``/route/producer``: ``{"client": {"id", "meta"}, "topicIds": [topic, ...]}``;
+- ``/route/consumer``: ``{"client": {"id", "meta"}, "consumerGroupIds":
+  [{"groupName", "topicId"}, ...]}``.
+
+A lookup the source has not seen yet triggers a refresh at once (the first
+``produce`` to a topic, a ``subscribe``); the watcher (``kbear.reload.interval.ms``)
+refreshes every interval, and a changed answer is applied as a change of files
+is: the router notifies its listeners and the clients switch (drain, no loss).
+
+Faults never take the application down:
+
+- every request has a deadline (``timeout_s`` for connecting and for each
+  read, and for the whole answer: a server sending its body byte by byte is
+  cut off within about twice ``timeout_s``) and a body size bound
+  (``max_body_bytes``, decoded bytes); transport errors, timeouts and HTTP 5xx are retried
+  (``attempts``, exponential backoff from ``backoff_s``, tenacity);
+- an answer that cannot be used (HTTP 4xx, not JSON, wrong types,
+  ``ack: fail``, a route naming a cluster the answer does not describe, a
+  cluster property librdkafka refuses, an unset ``${NAME}``) is refused with
+  the reason logged, and the last good routes stay in force;
+- the last good answer is kept in a local cache file (``cache_file``); a client
+  starting while the service is unreachable starts from it, logged at ERROR
+  level. Secrets: ``${NAME}`` in a cluster's meta is resolved here, from this
+  process's environment, after the answer arrives; the cache file holds the
+  answer as received (placeholders, not values) and is written mode 0600.
+
+Partial answers (``ack: partial_fail``) are used: the lookups without a route
+raise :class:`~kbear.NoRouteError`, and are asked again at the next refresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import httpx
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from kbear import _meta_protocol as protocol
+from kbear._loader import documents_digest, load_documents
+from kbear.config import ConfigError, ConfigProblem, KBearConfig
+from kbear.router import Client
+from kbear.sources import ConfigSource
+
+if TYPE_CHECKING:
+    from kbear.router import Router
+
+__all__ = ["MetaServiceSource", "default_cache_file", "load_everything"]
+
+log = logging.getLogger("kbear.meta")
+
+_DEFAULT = object()
+_CACHE_VERSION = 1
+
+
+class _Unavailable(Exception):
+    """The service could not be asked (transport error, timeout, HTTP 5xx): retried."""
+
+
+def default_cache_file(url: str, client: Client) -> Path:
+    """Where the last good answer for (``url``, ``client``) is kept by default:
+    ``$XDG_CACHE_HOME/kbear`` (``~/.cache/kbear``), one file per service and client."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbear"
+    key = json.dumps([url, client.id, sorted(client.meta.items())])
+    return base / f"meta-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+class MetaServiceSource(ConfigSource):
+    """Routes from a meta-service (see the module docstring).
+
+    Args:
+        url: the service's base URL (``https://meta:8080``; the endpoint paths
+            are appended).
+        client: who asks (the ``Client`` message); :meth:`Client.from_environment`
+            when None. The service evaluates the chain for this client: a lookup
+            with another (non-anonymous) client is refused with ValueError.
+        cache_file: where the last good answer is kept; the default is
+            :func:`default_cache_file`; None keeps none.
+        timeout_s: deadline of one request in seconds, connecting and reading
+            the whole answer (default 5).
+        attempts: tries per request (default 3); transport errors, timeouts and
+            HTTP 5xx are retried.
+        backoff_s: first wait between tries in seconds, doubled each time, at
+            most 2 s (default 0.2).
+        max_body_bytes: largest answer accepted (default 16 MiB).
+        token: sent as ``Authorization: Bearer <token>``; ``KBEAR_META_TOKEN``
+            from the environment when None.
+        transport: an httpx transport (``httpx.MockTransport`` in tests).
+        environ: where ``${NAME}`` in cluster meta is read; ``os.environ`` when None.
+        verify: TLS verification, as httpx takes it (True, False, an SSL context).
+    """
+
+    on_demand: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        url: str,
+        client: Client | None = None,
+        *,
+        cache_file: str | os.PathLike[str] | Any | None = _DEFAULT,
+        timeout_s: float = 5.0,
+        attempts: int = 3,
+        backoff_s: float = 0.2,
+        max_body_bytes: int = 16 * 1024 * 1024,
+        token: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        environ: Mapping[str, str] | None = None,
+        verify: Any = True,
+    ) -> None:
+        if timeout_s <= 0 or attempts < 1 or max_body_bytes < 1:
+            raise ValueError("timeout_s must be > 0, attempts >= 1 and max_body_bytes >= 1")
+        self.url = url.rstrip("/")
+        self.client = client if client is not None else Client.from_environment(environ)
+        self._client_message = protocol.client_message(self.client.id, self.client.meta)
+        self.cache_file = (
+            default_cache_file(self.url, self.client)
+            if cache_file is _DEFAULT
+            else (Path(cache_file) if cache_file is not None else None)
+        )
+        self._timeout_s = timeout_s
+        self._max_body = max_body_bytes
+        self._environ = environ
+        token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=self.url,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            verify=verify,
+            follow_redirects=False,
+        )
+        self._retrying = retry(
+            retry=retry_if_exception_type(_Unavailable),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=backoff_s, max=2.0),
+            reraise=True,
+        )
+        self._lock = threading.RLock()
+        # What lookups asked for, in order: producer topics and (group, topic) pairs.
+        self._topics: dict[str, None] = {}
+        self._groups: dict[tuple[str, str], None] = {}
+        # The last answer fetched: (digest, Answer); load() validates it.
+        self._fetched: tuple[str, protocol.Answer] | None = None
+        # The lookups answered in each configuration built (by digest), newest last.
+        self._answered: OrderedDict[str, frozenset[protocol.Interest]] = OrderedDict()
+        self._read_cache_interests()
+
+    # ------------------------------------------------------------------ ConfigSource
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    def digest(self) -> str:
+        """Ask the service now (one request per endpoint with lookups) and return the
+        digest of the answer's documents.
+
+        Raises:
+            ConfigError: the service is unreachable after every try, or its answer
+                cannot be used (the reason is the problem's message).
+        """
+        with self._lock:
+            answer = self._fetch()
+            digest = documents_digest(answer.documents)
+            self._fetched = (digest, answer)
+            return digest
+
+    def load(self) -> KBearConfig:
+        """The configuration of the last answer (asking first if none is pending),
+        validated as files are; on success it becomes the cached answer.
+
+        At the first load, a service that cannot be asked or whose answer is
+        refused is replaced by the cache file when there is one (logged at ERROR
+        level).
+
+        Raises:
+            ConfigError: the answer is invalid, or the service is unreachable; at
+                the first load only when no cached answer stands in.
+        """
+        with self._lock:
+            try:
+                if self._fetched is None:
+                    self.digest()
+                assert self._fetched is not None
+                answer = self._fetched[1]
+                self._fetched = None
+                config = load_documents(answer.documents, origin=self.url, environ=self._environ)
+            except ConfigError as exc:
+                self._fetched = None
+                cached = self._cached_answer() if not self._answered else None
+                if cached is None:
+                    raise
+                log.error(
+                    "kbear: meta-service %s unusable, STARTING FROM THE CACHED ANSWER in %s saved at %s: %s",
+                    self.url,
+                    self.cache_file,
+                    cached[1],
+                    exc,
+                )
+                answer = cached[0]
+                config = load_documents(answer.documents, origin=self.url, environ=self._environ)
+            else:
+                self._write_cache(answer)
+            for note in answer.notes:
+                log.warning("kbear: meta-service %s: %s", self.url, note)
+            self._answered[config.digest] = frozenset(answer.answered)
+            while len(self._answered) > 8:
+                self._answered.popitem(last=False)
+            return config
+
+    def prepare(self, router: Router, topic: str, group: str | None, client: Client) -> bool:
+        """Register the lookup; a new one refreshes at once. False when the
+        configuration in force has no route for it.
+
+        Raises:
+            ValueError: ``client`` is neither anonymous nor this source's client.
+        """
+        if client != self.client and (client.id is not None or client.meta):
+            raise ValueError(
+                f"this router asks the meta-service {self.url} for {self.client!r}; "
+                f"a lookup for {client!r} needs a router of its own"
+            )
+        key: protocol.Interest = (topic, group)
+        known = self._groups if group is not None else self._topics
+        if (topic if group is None else (group, topic)) not in known:
+            with self._lock:
+                if group is None:
+                    self._topics[topic] = None
+                else:
+                    self._groups[(group, topic)] = None
+                try:
+                    router.reload()
+                except ConfigError as exc:
+                    log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
+                except Exception:  # never into the application: the lookup has no route
+                    log.exception("kbear: asking meta-service %s for %s failed", self.url, key)
+        return key in self._answered.get(router.config.digest, ())
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _fetch(self) -> protocol.Answer:
+        producer = consumer = None
+        topics, groups = list(self._topics), list(self._groups)
+        try:
+            if topics:
+                body = protocol.producer_request(self._client_message, topics)
+                data = self._retrying(self._post)(protocol.PRODUCER_PATH, body)
+                producer = protocol.parse_answer(protocol.ProducerAnswer, data, protocol.PRODUCER_PATH)
+            if groups:
+                body = protocol.consumer_request(self._client_message, groups)
+                data = self._retrying(self._post)(protocol.CONSUMER_PATH, body)
+                consumer = protocol.parse_answer(protocol.ConsumerAnswer, data, protocol.CONSUMER_PATH)
+            return protocol.answer_documents(producer, consumer, topics, groups)
+        except _Unavailable as exc:
+            raise _problem(self.url, f"meta-service unreachable: {exc}") from None
+        except protocol.AnswerRefused as exc:
+            raise _problem(self.url, f"meta-service answer refused: {exc}") from None
+
+    def _post(self, path: str, body: Any) -> Any:
+        return _request(self._http, "POST", path, body, self._timeout_s, self._max_body)
+
+    # ------------------------------------------------------------------ cache
+
+    def _read_cache(self) -> dict[str, Any] | None:
+        if self.cache_file is None:
+            return None
+        try:
+            data = json.loads(self.cache_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.error("kbear: meta-service cache %s unreadable, ignored: %s", self.cache_file, exc)
+            return None
+        if not isinstance(data, dict) or data.get("version") != _CACHE_VERSION or data.get("url") != self.url:
+            log.error("kbear: meta-service cache %s is not for %s, ignored", self.cache_file, self.url)
+            return None
+        if data.get("client") != self._client_message:
+            log.error("kbear: meta-service cache %s is for another client, ignored", self.cache_file)
+            return None
+        return data
+
+    def _read_cache_interests(self) -> None:
+        data = self._read_cache()
+        if data is None:
+            return
+        for topic in data.get("topicIds", []):
+            if isinstance(topic, str):
+                self._topics[topic] = None
+        for pair in data.get("consumerGroupIds", []):
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
+                self._groups[(pair[0], pair[1])] = None
+
+    def _cached_answer(self) -> tuple[protocol.Answer, str] | None:
+        data = self._read_cache()
+        if data is None or not isinstance(data.get("documents"), dict):
+            return None
+        answered: set[protocol.Interest] = set()
+        for item in data.get("answered", []):
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+                answered.add((item[0], item[1] if isinstance(item[1], str) else None))
+        return protocol.Answer(data["documents"], answered), str(data.get("savedAt", "?"))
+
+    def _write_cache(self, answer: protocol.Answer) -> None:
+        if self.cache_file is None:
+            return
+        data = {
+            "version": _CACHE_VERSION,
+            "url": self.url,
+            "client": self._client_message,
+            "savedAt": datetime.now(UTC).isoformat(timespec="seconds"),
+            "topicIds": list(self._topics),
+            "consumerGroupIds": [list(g) for g in self._groups],
+            "answered": sorted(([t, g] for t, g in answer.answered), key=lambda i: (i[0], i[1] or "")),
+            "documents": answer.documents,
+        }
+        try:
+            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.cache_file.parent, prefix=".meta-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, self.cache_file)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            log.warning("kbear: meta-service cache %s not written: %s", self.cache_file, exc)
+
+
+def _problem(location: str, message: str) -> ConfigError:
+    return ConfigError([ConfigProblem(location, None, message)], location)
+
+
+def _request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: float, max_body: int) -> Any:
+    """One request; the decoded JSON answer.
+
+    Raises:
+        _Unavailable: transport error, timeout (the whole answer must arrive
+            within ``timeout_s``), HTTP 5xx.
+        protocol.AnswerRefused: HTTP status other than 200 and 5xx, a body larger
+            than ``max_body`` bytes, not JSON.
+    """
+    deadline = time.monotonic() + timeout_s
+    try:
+        with http.stream(method, path, json=body) as response:
+            if response.status_code >= 500:
+                raise _Unavailable(f"{path}: HTTP {response.status_code}")
+            if response.status_code != 200:
+                raise protocol.AnswerRefused(f"{path}: HTTP {response.status_code}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_body:
+                raise protocol.AnswerRefused(f"{path}: body of {declared} bytes, more than {max_body}")
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > max_body:
+                    raise protocol.AnswerRefused(f"{path}: body larger than {max_body} bytes")
+                if time.monotonic() > deadline:
+                    raise _Unavailable(f"{path}: answer not complete within {timeout_s} s")
+                chunks.append(chunk)
+    except httpx.TimeoutException as exc:
+        raise _Unavailable(f"{path}: timed out ({type(exc).__name__})") from None
+    except httpx.DecodingError as exc:  # a body its Content-Encoding cannot decode
+        raise protocol.AnswerRefused(f"{path}: {exc}") from None
+    except httpx.HTTPError as exc:
+        raise _Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as exc:
+        raise protocol.AnswerRefused(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
+
+
+def load_everything(
+    url: str,
+    *,
+    timeout_s: float = 5.0,
+    max_body_bytes: int = 64 * 1024 * 1024,
+    token: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> KBearConfig:
+    """What a meta-service holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
+    ``/meta/consumer-groups/all``), validated as files are: clusters (with their
+    client properties asked of librdkafka), topics and consumer groups. No rules:
+    the protocol does not carry their statements. ``kbear validate`` and ``kbear
+    lint`` use it for a URL.
+
+    Raises:
+        ConfigError: unreachable, an answer refused, or the documents invalid.
+    """
+    token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = url.rstrip("/")
+    with httpx.Client(
+        base_url=base, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers
+    ) as http:
+        try:
+            answers = [
+                _request(http, "GET", f"/meta/{what}/all", None, timeout_s, max_body_bytes)
+                for what in ("clusters", "topics", "consumer-groups")
+            ]
+            documents = protocol.everything_documents(*answers)
+        except _Unavailable as exc:
+            raise _problem(base, f"meta-service unreachable: {exc}") from None
+        except protocol.AnswerRefused as exc:
+            raise _problem(base, f"meta-service answer refused: {exc}") from None
+    return load_documents(documents, origin=base, environ=environ)

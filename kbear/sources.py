@@ -1,0 +1,201 @@
+"""Configuration sources: where a router's configuration comes from.
+
+A source hands the same four documents (clusters, topics, consumer groups,
+route rules: ``../shared/spec/crrl.md``, "Where the data lives") to the same
+validation, whatever it reads them from:
+
+- :class:`DirectorySource`: a configuration directory (the four YAML files);
+- :class:`MemorySource`: documents given in memory (tests, generated setups);
+- :class:`kbear.meta.MetaServiceSource`: a meta-service (``meta-service.md``)
+  that evaluates the chain for this client and answers with routes (the
+  ``meta`` extra: ``pip install kbear[meta]``).
+
+:func:`open_source` picks one from a string: an ``http://`` or ``https://`` URL
+is a meta-service, anything else a directory. A :class:`~kbear.Router` keeps its
+source: :meth:`Router.reload` and the watcher (:meth:`Router.watch`) ask it for
+its current state, and a change is applied (listeners notified, clients switch)
+exactly as a change of files is.
+
+Writing a source: subclass :class:`ConfigSource` and implement
+:attr:`~ConfigSource.location`, :meth:`~ConfigSource.digest` and
+:meth:`~ConfigSource.load`.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kbear._loader import documents_digest, load_documents
+from kbear.config import KBearConfig, config_digest, load_config
+
+if TYPE_CHECKING:
+    from kbear.router import Client, Router
+
+__all__ = ["ConfigSource", "DirectorySource", "MemorySource", "is_url", "open_source"]
+
+
+class ConfigSource(ABC):
+    """Where a configuration comes from (see the module docstring).
+
+    Attributes:
+        settle: whether a new state must be seen twice, one settle time apart,
+            before it is loaded (files being written in place); False for
+            sources whose state changes atomically.
+    """
+
+    settle: ClassVar[bool] = False
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """The directory or URL, for messages and logs."""
+
+    @abstractmethod
+    def digest(self) -> str:
+        """A fingerprint (hex string) of the source's current state: equal to the
+        ``digest`` of the :class:`~kbear.KBearConfig` that :meth:`load` would return
+        now. May do I/O (read files, ask a service).
+
+        Raises:
+            ConfigError: the state cannot be read at all (a service unreachable).
+        """
+
+    @abstractmethod
+    def load(self) -> KBearConfig:
+        """Read and validate the current state.
+
+        Raises:
+            ConfigError: every problem found; the caller keeps what it had.
+        """
+
+    def prepare(self, router: Router, topic: str, group: str | None, client: Client) -> bool:
+        """Called by the router before a lookup of a source that routes on demand
+        (a meta-service learns which topics a client needs from its lookups).
+
+        Returns:
+            False when this source has no answer for the lookup (the router then
+            raises :class:`~kbear.NoRouteError`), True otherwise.
+        """
+        return True
+
+    #: Whether :meth:`prepare` must be called before lookups (see there).
+    on_demand: ClassVar[bool] = False
+
+    def close(self) -> None:  # noqa: B027 (optional hook, nothing to release by default)
+        """Release what the source holds (connections); the default does nothing."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+
+class DirectorySource(ConfigSource):
+    """A configuration directory: ``clusters.yaml``, ``route-rules.yaml`` and
+    optionally ``topics.yaml`` and ``consumer-groups.yaml``.
+
+    Args:
+        path: the directory.
+        environ: where ``${NAME}`` is read; ``os.environ`` (at each load) when None.
+
+    Its digest is the SHA-256 of the files' names and bytes
+    (:func:`kbear.config.config_digest`); a new digest is loaded only once the
+    files held still (``settle``), as the watcher always did.
+    """
+
+    settle: ClassVar[bool] = True
+
+    def __init__(self, path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> None:
+        self.directory = Path(path)
+        self._environ = environ
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    def digest(self) -> str:
+        return config_digest(self.directory)
+
+    def load(self) -> KBearConfig:
+        """:func:`kbear.load_config` of the directory."""
+        return load_config(self.directory, environ=self._environ)
+
+
+class MemorySource(ConfigSource):
+    """A configuration given as documents in memory, validated like files.
+
+    Args:
+        documents: file name -> document as the file would hold it, e.g.
+            ``{"clusters.yaml": {"clusters": [...]}, "route-rules.yaml":
+            {"route-rules": [...]}}``; ``topics.yaml`` and
+            ``consumer-groups.yaml`` are optional.
+        environ: where ``${NAME}`` is read; ``os.environ`` when None.
+        name: the location shown in messages (default ``memory``).
+
+    :meth:`replace` puts other documents in place; a watching router then applies
+    them as it would a change of files.
+    """
+
+    def __init__(
+        self,
+        documents: Mapping[str, Any],
+        *,
+        environ: Mapping[str, str] | None = None,
+        name: str = "memory",
+    ) -> None:
+        self._documents = dict(documents)
+        self._environ = environ
+        self._name = name
+
+    @property
+    def location(self) -> str:
+        return self._name
+
+    def replace(self, documents: Mapping[str, Any]) -> None:
+        """Use ``documents`` from now on (not validated until the next load)."""
+        self._documents = dict(documents)
+
+    def digest(self) -> str:
+        return documents_digest(self._documents)
+
+    def load(self) -> KBearConfig:
+        return load_documents(self._documents, origin=self._name, environ=self._environ)
+
+
+def is_url(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is an ``http://`` or ``https://`` URL (a meta-service)."""
+    return isinstance(location, str) and location.lower().startswith(("http://", "https://"))
+
+
+def open_source(
+    location: str | os.PathLike[str] | ConfigSource, *, client: Client | None = None, **options: Any
+) -> ConfigSource:
+    """The source of ``location``: a meta-service for an ``http(s)://`` URL, else a directory.
+
+    Args:
+        location: a directory, a URL, or a source (returned as is).
+        client: who asks the meta-service (its ``Client`` message); ignored for
+            a directory.
+        options: keyword arguments of :class:`kbear.meta.MetaServiceSource`
+            (``cache_file``, ``timeout_s``, ``transport``, ...); refused for a
+            directory.
+
+    Raises:
+        ImportError: a URL, and the ``meta`` extra (httpx) is not installed.
+        TypeError: ``options`` given for a directory.
+    """
+    if isinstance(location, ConfigSource):
+        return location
+    if is_url(location):
+        try:
+            from kbear.meta import MetaServiceSource
+        except ImportError as exc:  # pragma: no cover - depends on the installed extras
+            raise ImportError(
+                f"kbear: a meta-service URL needs httpx: pip install 'kbear[meta]' ({exc})"
+            ) from exc
+        return MetaServiceSource(str(location), client, **options)
+    if options:
+        raise TypeError(f"options {sorted(options)} only apply to a meta-service URL, not to a directory")
+    return DirectorySource(location)
