@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -62,6 +63,8 @@ _TOP_KEYS = {
 }
 _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
+log = logging.getLogger("kbear.config")
+
 
 def _entry_id(item: Mapping[str, Any]) -> str | None:
     """The entry's ``id`` as the loader will read it, when it is a non-empty scalar."""
@@ -84,6 +87,8 @@ class _Loader:
         # against these ids, so an empty cluster list refuses every rule.
         self.cluster_ids: set[str] = set()
         self.clusters_listed = False
+        #: (entry, reason) of rules of no kind: they take part in no lookup
+        self.ignored: list[tuple[str, str]] = []
 
     def problem(self, file: str, entry: str | None, message: str) -> None:
         self.problems.append(ConfigProblem(file, entry, message))
@@ -310,6 +315,12 @@ class _Loader:
                 out.append(RouteRule(raw.id, raw.priority, raw.meta, statement, kind, position))
         return tuple(out)
 
+    def ignore(self, entry: str, reason: str) -> None:
+        """A rule that takes part in no lookup (CRRL spec, "Kinds of rule"): left out
+        with a warning, as the reference system does, not refused."""
+        self.ignored.append((entry, reason))
+        log.warning("kbear: %s %s takes part in no lookup, ignored: %s", ROUTE_RULES_FILE, entry, reason)
+
     def rule_kind(self, entry: str, meta: Mapping[str, str]) -> RuleKind | None:
         kinds = []
         is_global = meta.get("rule.isGlobal")
@@ -329,16 +340,17 @@ class _Loader:
             kinds.append(RuleKind.CONSUMER_GROUP)
         elif group_keys:
             missing = {"consumerGroup.groupName", "consumerGroup.topicId"} - set(group_keys)
-            self.problem(
-                ROUTE_RULES_FILE,
-                entry,
+            why = (
                 f"a consumer-group rule needs both consumerGroup.groupName and "
-                f"consumerGroup.topicId in meta; missing {missing.pop()}",
+                f"consumerGroup.topicId in meta; missing {missing.pop()}"
             )
+            if kinds:  # a global or topic rule with half a consumer group: ambiguous
+                self.problem(ROUTE_RULES_FILE, entry, why)
+            else:
+                self.ignore(entry, why)
             return None
         if not kinds:
-            self.problem(
-                ROUTE_RULES_FILE,
+            self.ignore(
                 entry,
                 "rule of no kind: meta needs 'rule.isGlobal: true', 'topic.id', or both "
                 "'consumerGroup.groupName' and 'consumerGroup.topicId'",
@@ -429,6 +441,7 @@ def _finish(loader: _Loader, location: str, origin: str | None) -> KBearConfig:
         rules=rules,
         digest=loader.hash.hexdigest(),
         origin=origin,
+        ignored_rules=tuple(loader.ignored),
     )
 
 

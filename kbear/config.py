@@ -363,6 +363,11 @@ class KBearConfig:
             the documents' canonical JSON for a configuration not read from files).
         origin: where it came from, for messages: the directory, a meta-service
             URL, or ``"memory"``; None when not given (then the directory).
+        ignored_rules: (entry, reason) of the rules that take part in no lookup
+            (their meta makes them of no kind: no ``rule.isGlobal: true``, no
+            ``topic.id``, not both consumer-group keys; CRRL spec, "Kinds of
+            rule"): loaded and left out, as the reference system does (its own
+            test files hold such rules); ``kbear lint`` reports them.
     """
 
     directory: Path | None
@@ -372,6 +377,7 @@ class KBearConfig:
     rules: tuple[RouteRule, ...]
     digest: str
     origin: str | None = None
+    ignored_rules: tuple[tuple[str, str], ...] = ()
 
     @property
     def location(self) -> str:

@@ -10,6 +10,10 @@ client's id and meta are only known at lookup time) never produces a warning.
 
 Checks (``code`` of :class:`LintWarning`):
 
+``ignored-rule``
+    A rule of no kind (no ``rule.isGlobal: true``, no ``topic.id``, not both
+    consumer-group keys, e.g. a misspelt ``topic.idXX``): it takes part in no lookup
+    (CRRL spec, "Kinds of rule"); it loads and is ignored, as in the reference system.
 ``never-matches``
     A rule whose conditions are false in every lookup it takes part in: a factor that
     does not exist (``when env=prod`` instead of ``client.env=prod``), a topic rule
@@ -71,8 +75,8 @@ class LintWarning:
     """One warning of :func:`lint`.
 
     Attributes:
-        code: ``never-matches``, ``shadowed``, ``order-dependent``, ``no-route``,
-            ``unused-cluster`` or ``meta-only``.
+        code: ``ignored-rule``, ``never-matches``, ``shadowed``, ``order-dependent``,
+            ``no-route``, ``unused-cluster`` or ``meta-only``.
         file: the file the subject is written in (``route-rules.yaml``, ...).
         subject: what the warning is about: ``rule 'r2'``, ``rules 'r3' and 'r4'``,
             ``topic 'orders'``, ``consumer group 'billing' on topic 'orders'``,
@@ -361,7 +365,19 @@ def lint(config: KBearConfig) -> list[LintWarning]:
     """
     contexts = _contexts(config)
     by_name = {ctx.name: ctx for ctx in contexts}
-    return _rule_checks(config, contexts) + _reach_checks(config, by_name) + _meta_only_checks(config)
+    return (
+        _ignored_rule_checks(config)
+        + _rule_checks(config, contexts)
+        + _reach_checks(config, by_name)
+        + _meta_only_checks(config)
+    )
+
+
+def _ignored_rule_checks(config: KBearConfig) -> list[LintWarning]:
+    return [
+        LintWarning("ignored-rule", ROUTE_RULES_FILE, entry, f"takes part in no lookup ({reason}); ignored")
+        for entry, reason in config.ignored_rules
+    ]
 
 
 def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:

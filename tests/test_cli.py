@@ -442,7 +442,11 @@ def test_validate_lists_every_problem(capsys: pytest.CaptureFixture[str], tmp_pa
         *RULES,
         {"id": "r-ghost", "meta": {"rule.isGlobal": True}, "rule": "use cluster ghost"},
         {"id": "r-syntax", "meta": {"rule.isGlobal": True}, "rule": "use cluster prod when a=b AND c=d"},
-        {"id": "r-nokind", "meta": {"owner": "me"}, "rule": "use cluster prod"},
+        {
+            "id": "r-twokinds",
+            "meta": {"owner": "me", "topic.id": "t", "rule.isGlobal": True},
+            "rule": "use cluster prod",
+        },
         {"id": "g-prod", "meta": {"rule.isGlobal": True}, "rule": "use cluster prod"},
         {"id": "r-prio", "priority": -1, "meta": {"rule.isGlobal": True}, "rule": "use cluster prod"},
     ]
@@ -454,11 +458,11 @@ def test_validate_lists_every_problem(capsys: pytest.CaptureFixture[str], tmp_pa
     assert len(problems) == 5, err
     assert all("route-rules.yaml" in p for p in problems)
     by_rule = {
-        rule: next(p for p in problems if rule in p) for rule in ("ghost", "r-syntax", "r-nokind", "r-prio")
+        rule: next(p for p in problems if rule in p) for rule in ("ghost", "r-syntax", "r-twokinds", "r-prio")
     }
     assert "not in clusters.yaml" in by_rule["ghost"]
     assert "column" in by_rule["r-syntax"] and "'AND'" in by_rule["r-syntax"]
-    assert "no kind" in by_rule["r-nokind"]
+    assert "more than one kind" in by_rule["r-twokinds"]
     assert "priority" in by_rule["r-prio"]
     assert any("g-prod" in p and "duplicate" in p for p in problems)
     assert "5 problem(s)" in err
@@ -492,7 +496,8 @@ def test_secret_never_printed(capsys: pytest.CaptureFixture[str], conf: str, tmp
     assert run(capsys, "route", "--config", conf, "--topic", "orders")[0] == 3
 
     broken = write_config(
-        tmp_path / "broken", rules=[*RULES, {"id": "x", "meta": {}, "rule": "use cluster prod"}]
+        tmp_path / "broken",
+        rules=[*RULES, {"id": "x", "meta": {"topic.id": "t"}, "rule": "use cluster ghost"}],
     )
     assert run(capsys, "validate", "--config", str(broken))[0] == 2
     assert run(capsys, "route", "--config", str(broken), *prod)[0] == 2

@@ -325,11 +325,30 @@ def test_duplicate_yaml_keys_are_refused(
     assert file in text
 
 
-def test_rule_of_no_kind(tmp_path: Path) -> None:
+def ignored(directory: Path, caplog: pytest.LogCaptureFixture, rule_id: str) -> str:
+    """The reason ``rule_id`` is ignored in the configuration of ``directory``: it
+    loads, the rule is left out of the chain, and a warning names it."""
+    with caplog.at_level("WARNING", logger="kbear.config"):
+        config = load_config(directory)
+    assert rule_id not in {r.id for r in config.rules}
+    (entry, reason), *others = config.ignored_rules
+    assert not others and entry == f"rule '{rule_id}'"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"rule '{rule_id}'" in m and "no lookup" in m for m in messages)
+    return reason
+
+
+def test_rule_of_no_kind_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A rule of no kind takes part in no lookup (CRRL spec, "Kinds of rule"): loaded
+    and ignored with a warning, as the reference system does with its own test files."""
     full(
         tmp_path,
         rules="""
         route-rules:
+          - id: r0
+            meta:
+              rule.isGlobal: true
+            rule: use cluster fws
           - id: r9
             meta:
               rule.isGlobal: false
@@ -337,17 +356,19 @@ def test_rule_of_no_kind(tmp_path: Path) -> None:
             rule: use cluster fws
         """,
     )
-    problem, text = only_problem(tmp_path)
-    assert (problem.file, problem.entry) == ("route-rules.yaml", "rule 'r9'")
-    assert "rule of no kind" in problem.message
-    assert "route-rules.yaml: rule 'r9': rule of no kind" in text
+    assert "rule of no kind" in ignored(tmp_path, caplog, "r9")
 
 
-def test_rule_without_meta_is_of_no_kind(tmp_path: Path) -> None:
+def test_rule_without_meta_is_of_no_kind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     full(tmp_path, rules="route-rules:\n  - id: r9\n    rule: use cluster fws\n")
+    assert "rule of no kind" in ignored(tmp_path, caplog, "r9")
+
+
+def test_an_ignored_rule_must_still_be_valid(tmp_path: Path) -> None:
+    """Ignored, not unchecked: its CRRL and its cluster are checked like any rule's."""
+    full(tmp_path, rules="route-rules:\n  - id: r9\n    rule: use cluster nowhere\n")
     problem, _ = only_problem(tmp_path)
-    assert problem.entry == "rule 'r9'"
-    assert "rule of no kind" in problem.message
+    assert problem.entry == "rule 'r9'" and "nowhere" in problem.message
 
 
 @pytest.mark.parametrize(
@@ -357,7 +378,9 @@ def test_rule_without_meta_is_of_no_kind(tmp_path: Path) -> None:
         ("consumerGroup.topicId: t", "consumerGroup.groupName"),
     ],
 )
-def test_half_consumer_group_rule(tmp_path: Path, present: str, missing: str) -> None:
+def test_half_consumer_group_rule_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, present: str, missing: str
+) -> None:
     full(
         tmp_path,
         rules=f"""
@@ -368,10 +391,25 @@ def test_half_consumer_group_rule(tmp_path: Path, present: str, missing: str) ->
             rule: use cluster fws
         """,
     )
+    reason = ignored(tmp_path, caplog, "r5")
+    assert "consumer-group rule needs both" in reason
+    assert f"missing {missing}" in reason
+
+
+def test_half_consumer_group_on_a_topic_rule_is_refused(tmp_path: Path) -> None:
+    full(
+        tmp_path,
+        rules="""
+        route-rules:
+          - id: r5
+            meta:
+              topic.id: t
+              consumerGroup.groupName: g
+            rule: use cluster fws
+        """,
+    )
     problem, _ = only_problem(tmp_path)
-    assert (problem.file, problem.entry) == ("route-rules.yaml", "rule 'r5'")
-    assert "consumer-group rule needs both" in problem.message
-    assert f"missing {missing}" in problem.message
+    assert problem.entry == "rule 'r5'" and "consumer-group rule needs both" in problem.message
 
 
 def test_rule_of_two_kinds_is_refused(tmp_path: Path) -> None:
@@ -596,7 +634,7 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
             meta: {rule.isGlobal: true}
             rule: use cluster fws when x=y AND z=w
           - id: b
-            meta: {}
+            meta: {topic.id: t, rule.isGlobal: true}
             rule: use cluster fws
           - id: c
             priority: -2
@@ -606,7 +644,7 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
             meta: {topic.id: t}
             rule: use cluster nowhere
           - id: d
-            meta: {consumerGroup.groupName: g}
+            meta: {consumerGroup.groupName: g, topic.id: t}
             rule: use cluster fws
         """,
     )
@@ -617,7 +655,7 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
     assert "duplicate cluster id" in fws_messages
     assert "YAML syntax error" in found[("topics.yaml", None)]
     assert "column 26" in found[("route-rules.yaml", "rule 'a'")]
-    assert "no kind" in found[("route-rules.yaml", "rule 'b'")]
+    assert "more than one kind" in found[("route-rules.yaml", "rule 'b'")]
     assert any("non-negative" in p.message and "'c'" in (p.entry or "") for p in problems)
     d_messages = [p.message for p in problems if p.entry == "rule 'd'"]
     assert any("nowhere" in m for m in d_messages)

@@ -22,14 +22,10 @@ HELLO = "fx.kafka.demo.hello.run"
 
 
 def kbear_copy(tmp_path: Path, *, servers: str | None = None) -> Path:
-    """KBear's files, unchanged but for route-rules.yaml without the five rules KBear's
-    tests mark "should be ignored, negative case" (and, when ``servers`` is given,
-    every cluster's bootstrap.servers pointed there)."""
+    """KBear's files, unchanged (when ``servers`` is given, every cluster's
+    bootstrap.servers pointed there)."""
     target = tmp_path / "kbear"
     shutil.copytree(KBEAR_DATA, target)
-    rules = yaml.safe_load((KBEAR_DATA / "route-rules.yaml").read_text())
-    rules["route-rules"] = [r for r in rules["route-rules"] if r["id"] not in NEGATIVE_CASES]
-    (target / "route-rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     if servers is not None:
         clusters = yaml.safe_load((KBEAR_DATA / "clusters.yaml").read_text())
         for entry in clusters["clusters"]:
@@ -38,16 +34,19 @@ def kbear_copy(tmp_path: Path, *, servers: str | None = None) -> Path:
     return target
 
 
-def test_kbear_files_unchanged_only_the_negative_rules_are_refused() -> None:
-    with pytest.raises(ConfigError) as info:
-        load_config(KBEAR_DATA)
-    problems = info.value.problems
-    assert {p.entry for p in problems} == {f"rule '{r}'" for r in NEGATIVE_CASES}
-    assert all(p.file == "route-rules.yaml" for p in problems)
-    kindless = {p.entry for p in problems if "rule of no kind" in p.message}
-    half_group = {p.entry for p in problems if "needs both consumerGroup.groupName and" in p.message}
+def test_kbear_files_load_unchanged_and_the_negative_rules_are_ignored() -> None:
+    """The five rules KBear's tests mark "no required meta key, should be ignored,
+    negative case" take part in no lookup: ignored, and each named by ``kbear lint``."""
+    config = load_config(KBEAR_DATA)
+    assert not NEGATIVE_CASES & {r.id for r in config.rules}
+    reasons = dict(config.ignored_rules)
+    assert set(reasons) == {f"rule '{r}'" for r in NEGATIVE_CASES}
+    kindless = {e for e, why in reasons.items() if "rule of no kind" in why}
+    half_group = {e for e, why in reasons.items() if "needs both consumerGroup.groupName and" in why}
     assert kindless == {"rule 'r100101'", "rule 'r100102'", "rule 'r100105'"}
     assert half_group == {"rule 'r100103'", "rule 'r100104'"}
+    ignored = {w.subject for w in lint(config) if w.code == "ignored-rule"}
+    assert ignored == {f"rule '{r}'" for r in NEGATIVE_CASES}
 
 
 def test_flat_consumer_groups_and_zookeeper_meta_load(tmp_path: Path) -> None:
