@@ -3,6 +3,7 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear.admin import RoutedAdminClient
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
@@ -19,6 +20,7 @@ __all__ = [
     "KBearConfig",
     "NoRouteError",
     "Route",
+    "RoutedAdminClient",
     "RoutedConsumer",
     "RoutedProducer",
     "Router",
