@@ -7,6 +7,7 @@ Subcommands::
     kbear validate --config DIR
     kbear lint     --config DIR
     kbear demo     [--messages N] [--keep-config DIR]
+    kbear move     --config DIR --topic T [--group G ...] --to CLUSTER [--create] [--apply] [--json]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -202,6 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-config", metavar="DIR", help="write the demo configuration to DIR and keep it afterwards"
     )
     demo.set_defaults(handler=_cmd_demo)
+
+    from kbear.admin._move_cli import DESCRIPTION, add_arguments
+
+    move = sub.add_parser("move", help="plan, prepare and apply the move of a topic", description=DESCRIPTION)
+    _add_config(move)
+    add_arguments(move, _non_empty, _key_value, _MetaAction)
+    move.set_defaults(handler=_cmd_move)
     return parser
 
 
@@ -425,6 +433,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
     return run_demo(messages=args.messages, config_dir=args.keep_config)
+
+
+def _cmd_move(args: argparse.Namespace) -> int:
+    from kbear.admin._move_cli import run
+
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    return run(args, router, _client(args))
 
 
 if __name__ == "__main__":
