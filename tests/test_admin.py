@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
 
 from conftest import keyed, plain_producer, rule
 from kbear import NoRouteError, RoutedAdminClient, Router
@@ -214,6 +214,8 @@ def test_unroutable_topics_and_unknown_clusters_raise_before_sending(
             admin.list_topics(timeout=1, cluster="C")
         with pytest.raises(ValueError, match=r"pass cluster="):
             admin.describe_user_scram_credentials()
+        with pytest.raises(ValueError, match=r"ResourceType.BROKER resources are not routed: pass cluster="):
+            admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
 
 
 def test_cluster_wide_calls_are_tagged_by_cluster(

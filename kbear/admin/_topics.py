@@ -73,6 +73,7 @@ class TopicCalls:
     _names: Callable[..., Names]
     _admin: Callable[[str], AdminClient]
     _target: Callable[[str | None], str | None]
+    _cluster_wide: Callable[[str | None], list[str]]
 
     def _shares(
         self,
@@ -212,15 +213,17 @@ class TopicCalls:
         target = self._target(cluster)
         topics = {r: r for r in resources if r.restype == ResourceType.TOPIC}
         if target is None and len(topics) < len(resources):
-            kinds = sorted({str(r.restype) for r in resources if r.restype != ResourceType.TOPIC})
-            raise ValueError(
-                f"RoutedAdminClient: {', '.join(kinds)} resources are not routed: pass cluster= "
-                "(the configuration names several clusters)"
-            )
-        shares = self._shares(topics, lambda r: str(r.name), _config_resource, _config_key, cluster)
+            clusters = self._cluster_wide(None)
+            if len(clusters) > 1:
+                kinds = sorted({str(r.restype) for r in resources if r.restype != ResourceType.TOPIC})
+                raise ValueError(
+                    f"RoutedAdminClient: {', '.join(kinds)} resources are not routed: pass cluster= "
+                    "(the routes of this client name several clusters)"
+                )
+            target = clusters[0]
         if target is not None:
-            shares = {r: Share(target, r, _config_key(r, r.name)) for r in resources}
-        return shares
+            return {r: Share(target, r, _config_key(r, r.name)) for r in resources}
+        return self._shares(topics, lambda r: str(r.name), _config_resource, _config_key, None)
 
     def describe_configs(
         self, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
