@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import FAST_GROUP, rule
 from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear.admin._move_rules import plan_rule_change
@@ -245,3 +247,23 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(
     assert "move-" in (conf / "route-rules.yaml").read_text()
     assert delivered and not set(delivered) - set(consumed)
     assert max(Counter(consumed).values()) == 1  # drain mode, consumer protocol: no duplicates either
+
+
+def test_cluster_reads_are_retried_on_connection_errors_only() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from kbear.admin._move_state import retried
+
+    calls: list[int] = []
+
+    def flaky(code: int, fail: int) -> str:
+        calls.append(code)
+        if len(calls) <= fail:
+            raise KafkaException(KafkaError(code))
+        return "answer"
+
+    assert retried(5.0, flaky, KafkaError._TRANSPORT, 2) == "answer" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(KafkaException):
+        retried(5.0, flaky, KafkaError.UNKNOWN_TOPIC_OR_PART, 1)
+    assert len(calls) == 1

@@ -26,7 +26,15 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move_rules import RULES_FILE, RuleChange, plan_rule_change
-from kbear.admin._move_state import TopicState, committed, config_differences, lag, read_topic
+from kbear.admin._move_state import (
+    TopicState,
+    committed,
+    config_differences,
+    lag,
+    read_topic,
+    retried,
+    watermarks,
+)
 from kbear.admin._move_watch import Watched, WatchResult, watch_switch
 from kbear.reload import replace_file
 from kbear.router import Client, Route, Router
@@ -250,13 +258,13 @@ def _plan_group(
         else read_topic(admin, now.cluster_id, now.topic, timeout_s)
     )
     if source.partitions:
-        entry.source_offsets = committed(
-            admin, now.cluster_id, group, now.topic, source.partitions, timeout_s
+        entry.source_offsets = retried(
+            timeout_s, committed, admin, now.cluster_id, group, now.topic, source.partitions, timeout_s
         )
         entry.source_lag = lag(entry.source_offsets, source)
     if plan.target.partitions:
-        entry.target_offsets = committed(
-            admin, plan.to, group, after.topic, plan.target.partitions, timeout_s
+        entry.target_offsets = retried(
+            timeout_s, committed, admin, plan.to, group, after.topic, plan.target.partitions, timeout_s
         )
         entry.target_lag = lag(entry.target_offsets, plan.target)
     entry.switch_start = _switch_start(plan, entry)
@@ -349,12 +357,23 @@ def apply_move(
     path = plan.directory / RULES_FILE
     if path.read_text(encoding="utf-8") != plan.change.old_text:
         raise ValueError(f"{path} changed since the plan was made: plan again")
+    source = plan.source
+    if source.partitions:  # the watermarks at the write: "messages after the write" counts from them
+        low, high = retried(
+            request_timeout_s,
+            watermarks,
+            admin,
+            source.cluster,
+            source.topic,
+            source.partitions,
+            request_timeout_s,
+        )
+        source = TopicState(source.cluster, source.topic, source.partitions, low, high)
     replace_file(path, plan.change.new_text)
     written_at = time.monotonic()
     groups = [
         Watched(g.group, g.now.cluster_id, g.now.topic) for g in plan.groups if g.now.cluster_id != plan.to
     ]
-    source = plan.source
     watch = watch_switch(
         admin,
         source,

@@ -9,13 +9,15 @@ unknown topic makes some brokers create it (noida, Tansu, the mock cluster).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin._config import ConfigResource, ConfigSource
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.admin._resource import ResourceType
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from kbear.admin._facade import RoutedAdminClient
 
@@ -86,6 +88,29 @@ def watermarks(
     return out[0], out[1]
 
 
+T = TypeVar("T")
+
+#: errors of a connection being set up or lost: worth another try within the timeout
+_TRANSIENT = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() in _TRANSIENT
+
+
+def retried(timeout_s: float, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)``, tried again (tenacity) while it fails with a
+    connection error (a new client's first requests can meet ``_TRANSPORT``), for
+    at most ``timeout_s`` seconds; other errors are raised at once."""
+    retrying = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_exponential(multiplier=0.1, max=1.0),
+        retry=retry_if_exception(_transient),
+        reraise=True,
+    )
+    return retrying(call, *args, **kwargs)
+
+
 def read_topic(admin: RoutedAdminClient, cluster: str, topic: str, timeout_s: float) -> TopicState:
     """The state of ``topic`` on ``cluster`` (configuration errors recorded, not raised).
 
@@ -93,11 +118,11 @@ def read_topic(admin: RoutedAdminClient, cluster: str, topic: str, timeout_s: fl
         KafkaException: the cluster did not answer the metadata or offsets requests.
     """
     state = TopicState(cluster, topic)
-    md = admin.list_topics(timeout=timeout_s, cluster=cluster).topics.get(topic)
+    md = retried(timeout_s, admin.list_topics, timeout=timeout_s, cluster=cluster).topics.get(topic)
     if md is None or md.error is not None:
         return state
     state.partitions = len(md.partitions)
-    state.low, state.high = watermarks(admin, cluster, topic, state.partitions, timeout_s)
+    state.low, state.high = retried(timeout_s, watermarks, admin, cluster, topic, state.partitions, timeout_s)
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
         future = admin.describe_configs([resource], cluster=cluster, request_timeout=timeout_s)[resource]
