@@ -267,3 +267,66 @@ def test_cluster_reads_are_retried_on_connection_errors_only() -> None:
     with pytest.raises(KafkaException):
         retried(5.0, flaky, KafkaError.UNKNOWN_TOPIC_OR_PART, 1)
     assert len(calls) == 1
+
+
+class _Scripted:
+    """A stand-in for RoutedAdminClient answering the watch's two calls from a
+    script: per observation, the high watermark of partition 0 and the group's
+    committed offset there (both on the old cluster)."""
+
+    def __init__(self, script: list[tuple[int, int]]) -> None:
+        self.script = script
+        self.step = -1
+
+    def list_offsets(self, request: dict[Any, Any], **_kw: Any) -> dict[Any, Any]:
+        from types import SimpleNamespace
+
+        from kbear.admin._futures import completed
+
+        (tp, spec), *_ = request.items()
+        if spec._value == -2:  # earliest: the first call of an observation
+            self.step = min(self.step + 1, len(self.script) - 1)
+            return {tp: completed(SimpleNamespace(offset=0))}
+        return {tp: completed(SimpleNamespace(offset=self.script[self.step][0]))}
+
+    def list_consumer_group_offsets(self, request: list[Any], **_kw: Any) -> dict[str, Any]:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        from kbear.admin._futures import completed
+
+        group = request[0].group_id
+        tp = TopicPartition(request[0].topic_partitions[0].topic, 0, self.script[self.step][1])
+        return {group: completed(ConsumerGroupTopicPartitions(group, [tp]))}
+
+
+def _watch(script: list[tuple[int, int]], stable_s: float, timeout_s: float) -> Any:
+    from kbear.admin._move_state import TopicState
+    from kbear.admin._move_watch import Watched, watch_switch
+
+    now = [100.0]
+    source = TopicState("A", "t", 1, {0: 0}, {0: script[0][0]})
+    return watch_switch(
+        _Scripted(script),  # type: ignore[arg-type]
+        source,
+        [Watched("g", "A", "t")],
+        written_at=100.0,
+        stable_s=stable_s,
+        timeout_s=timeout_s,
+        interval_s=0.5,
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+    )
+
+
+def test_the_watch_reports_when_the_old_cluster_went_quiet_and_stayed() -> None:
+    # producers stop at 1.0 s (end offset 30), the group commits its end at 2.0 s
+    script = [(10, 5), (20, 15), (30, 25), (30, 28), (30, 30)] + [(30, 30)] * 20
+    result = _watch(script, stable_s=2.0, timeout_s=30)
+    assert result.switched and result.switch_s == 2.0
+    assert result.produced_after_write == 20 and result.lags == {"g": 0}
+
+
+def test_the_watch_gives_up_at_its_timeout_while_the_old_cluster_moves() -> None:
+    script = [(i * 10, i * 10) for i in range(100)]  # lag 0 but producers still write there
+    result = _watch(script, stable_s=1.0, timeout_s=5)
+    assert not result.switched and result.switch_s is None and result.waited_s >= 5

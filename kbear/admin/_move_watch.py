@@ -88,13 +88,21 @@ def watch_switch(
         drained = False
         try:
             low, high = watermarks(admin, source.cluster, source.topic, partitions, request_timeout_s)
-            state = TopicState(source.cluster, source.topic, partitions, low, high)
+            states = {
+                (source.cluster, source.topic): TopicState(
+                    source.cluster, source.topic, partitions, low, high
+                )
+            }
             result.lags = {}
-            for watched in groups:
+            for watched in groups:  # a group may read the topic on another cluster (a rule of its own)
+                where = (watched.cluster, watched.topic)
+                if where not in states:
+                    marks = watermarks(admin, watched.cluster, watched.topic, partitions, request_timeout_s)
+                    states[where] = TopicState(watched.cluster, watched.topic, partitions, *marks)
                 offsets = committed(
                     admin, watched.cluster, watched.group, watched.topic, partitions, request_timeout_s
                 )
-                result.lags[watched.group] = lag(offsets, state)
+                result.lags[watched.group] = lag(offsets, states[where])
             result.produced_after_write = sum(high[p] - start_high.get(p, 0) for p in high)
             drained = not any(result.lags.values())
             quiet = high == last_high and drained
