@@ -8,6 +8,7 @@ Tansu lacks CreatePartitions and DeleteRecords.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,3 +187,22 @@ def test_groups_across_two_clusters_with_a_remap(
         assert isinstance(gone, KafkaException) and gone.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
     again = admin.delete_consumer_groups([group])[group].exception(T)
     assert isinstance(again, KafkaException) and again.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_a_member_assignment_of_a_remapped_topic_carries_the_logical_name(
+    admin_it: Harness, admin: RoutedAdminClient, names: Names
+) -> None:
+    it = admin_it
+    results(admin.create_topics([NewTopic(names.logical, 2, 1)], operation_timeout=10))
+    conf = it.config(names.rules())
+    consumer = it.consumer(conf, names.group)
+    consumer.subscribe([names.logical])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    assert consumer.assignment()
+    description = admin.describe_consumer_groups([names.group])[names.group].result(T)
+    assigned = {tp.topic for m in description.members for tp in m.assignment.topic_partitions}
+    assert assigned == {names.logical}
+    raw = admin.describe_consumer_groups([names.group], cluster="B")[names.group].result(T)
+    assert {tp.topic for m in raw.members for tp in m.assignment.topic_partitions} == {names.physical}

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from conftest import keyed, plain_producer, rule
 from kbear import NoRouteError, RoutedAdminClient, Router
@@ -166,6 +166,19 @@ def test_errors_are_confluent_kafkas(
     routed_dr = admin.delete_records([tp])[tp].exception(10)
     native_dr = plain_b.delete_records([TopicPartition(topics.physical, 0, 1)])
     assert code(routed_dr) == code(next(iter(native_dr.values())).exception(10))
+
+
+def test_requests_the_mock_cannot_serve_fail_per_topic_as_plain(
+    admin: RoutedAdminClient, topics: Topics, two_clusters: Clusters
+) -> None:
+    """CreateTopics times out on the mock: each routed future (two clusters, a
+    remapped name) fails with a plain client's error code, under the name given."""
+    _a, b = two_clusters
+    plain_b = plain(b)
+    native = plain_b.create_topics([NewTopic("x", 1)], request_timeout=1)["x"].exception(10)
+    routed = admin.create_topics([NewTopic("new-a", 1), NewTopic(topics.logical, 1)], request_timeout=1)
+    assert set(routed) == {"new-a", topics.logical}
+    assert [code(f.exception(10)) for f in routed.values()] == [code(native)] * 2
 
 
 @pytest.mark.parametrize(
