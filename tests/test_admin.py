@@ -273,3 +273,24 @@ def test_construction_like_the_other_routed_clients(make_config: Callable[..., P
     admin.close()
     with pytest.raises(RuntimeError):
         admin.list_topics(timeout=1)
+
+
+def test_poll_serves_error_callbacks_in_the_callers_thread(dead_cluster: Router) -> None:
+    import threading
+    import time
+
+    seen: list[tuple[int, str]] = []
+    admin = RoutedAdminClient(
+        {**NO_WATCH, "error_cb": lambda err: seen.append((err.code(), threading.current_thread().name))},
+        router=dead_cluster,
+    )
+    try:
+        assert admin.poll(0) == 0  # no cluster client yet: nothing to serve
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=0.5)
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            admin.poll(0.1)
+        assert seen and {name for _code, name in seen} == {threading.current_thread().name}
+    finally:
+        admin.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,9 +135,14 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
             timeout: maximum time to block in seconds (None or -1: infinite).
 
         Returns:
-            The number of events served.
+            The number of events served. Before any call has built a cluster's
+            client there is nothing to serve: it waits ``timeout`` (at most 1 s
+            when infinite) and returns 0, so a polling loop does not spin.
         """
         clients = self._native_clients()
+        if not clients:
+            time.sleep(1.0 if timeout is None or timeout < 0 else timeout)
+            return 0
         if len(clients) == 1:
             return int(clients[0].poll(-1 if timeout is None else timeout))
         served = sum(int(c.poll(0)) for c in clients)
