@@ -276,6 +276,8 @@ def test_construction_like_the_other_routed_clients(make_config: Callable[..., P
 
 
 def test_poll_serves_error_callbacks_in_the_callers_thread(dead_cluster: Router) -> None:
+    """One cluster: its client exists from construction on, as a plain AdminClient's,
+    so connection errors reach error_cb at the first polls."""
     import threading
     import time
 
@@ -285,12 +287,29 @@ def test_poll_serves_error_callbacks_in_the_callers_thread(dead_cluster: Router)
         router=dead_cluster,
     )
     try:
-        assert admin.poll(0) == 0  # no cluster client yet: nothing to serve
-        with pytest.raises(KafkaException):
-            admin.list_topics(timeout=0.5)
         deadline = time.monotonic() + 10
         while not seen and time.monotonic() < deadline:
             admin.poll(0.1)
         assert seen and {name for _code, name in seen} == {threading.current_thread().name}
     finally:
         admin.close()
+
+
+def test_several_clusters_build_their_clients_at_first_use(dead_clusters: Router) -> None:
+    with RoutedAdminClient(NO_WATCH, router=dead_clusters) as admin:
+        assert admin.poll(0) == 0 and len(admin) == 0  # nothing built, nothing to serve
+        with pytest.raises(KafkaException):
+            admin.list_topics("b", timeout=0.2)
+        assert len(admin._native_clients()) == 1
+
+
+def test_after_close_every_call_raises_confluent_kafkas_runtime_error(dead_cluster: Router) -> None:
+    with RoutedAdminClient(NO_WATCH, router=dead_cluster) as admin:
+        pass
+    with pytest.raises(RuntimeError, match="AdminClient has been closed"):
+        admin.create_topics([NewTopic("t", 1)])
+    with pytest.raises(RuntimeError, match="AdminClient has been closed"):
+        admin.poll(0)
+    with pytest.raises(RuntimeError, match="Handle has been closed"):
+        admin.list_topics()
+    assert len(admin) == 0

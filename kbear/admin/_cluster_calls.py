@@ -52,6 +52,8 @@ class ClusterCalls:
     _names: Callable[..., Names]
     _admin: Callable[[str], AdminClient]
     _target: Callable[[str | None], str | None]
+    _check_open: Callable[..., None]
+    _handle_closed_message: str
 
     def _cluster_wide(self, cluster: str | None) -> list[str]:
         """The clusters a cluster-wide call goes to: ``cluster``, else the one cluster
@@ -100,6 +102,7 @@ class ClusterCalls:
             NoRouteError: ``topic`` has no route.
             KafkaException: a cluster did not answer within ``timeout`` seconds.
         """
+        self._check_open(self._handle_closed_message)
         if topic is not None:
             target = self._target(cluster)
             if target is not None:
@@ -141,6 +144,7 @@ class ClusterCalls:
         Raises:
             KafkaException: a cluster failed or did not answer within ``timeout`` seconds.
         """
+        self._check_open(self._handle_closed_message)
         warnings.warn(
             "list_groups() is deprecated, use list_consumer_groups() and describe_consumer_groups() instead.",
             category=DeprecationWarning,
@@ -194,6 +198,7 @@ class ClusterCalls:
     def cluster_id(self, timeout: float = -1, *, cluster: str | None = None) -> Any:
         """``AdminClient.cluster_id`` of ``cluster`` (or of the one cluster every route
         names): a str. With several clusters: ``{kbear cluster id: cluster id}``."""
+        self._check_open(self._handle_closed_message)
         clusters = self._cluster_wide(cluster)
         deadline = Deadline(timeout)
         ids = {c: self._admin(c).cluster_id(deadline.as_arg()) for c in clusters}

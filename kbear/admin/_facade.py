@@ -61,7 +61,10 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
     an unroutable name raises :class:`~kbear.NoRouteError` before anything is sent.
     """
 
-    _closed_message = "Admin client has been closed"
+    _closed_message = "AdminClient has been closed"
+    #: confluent-kafka's words for its C methods (list_topics, list_groups,
+    #: cluster_id, set_sasl_credentials) on a closed client
+    _handle_closed_message = "Handle has been closed"
 
     def __init__(
         self,
@@ -85,6 +88,11 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         self._retired: list[AdminClient] = []
         self._closed = False
         self._listen(self._owns_router)
+        # As a confluent-kafka AdminClient has its client (callbacks, logger, error_cb on
+        # connection errors) from construction: when every route names one cluster.
+        only = self._cluster_wide(None)
+        if len(only) == 1:
+            self._admin(only[0])
 
     # ------------------------------------------------------------------ clusters
 
@@ -109,11 +117,18 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         with self._lock:
             return [admin for _props, admin in self._admins.values()] + list(self._retired)
 
+    def _check_open(self, message: str | None = None) -> None:
+        """Raises RuntimeError (confluent-kafka's words) once closed."""
+        if self._closed:
+            raise RuntimeError(message or self._closed_message)
+
     def _names(self, group: str | None = None) -> Names:
+        self._check_open()
         return Names(self._router, self._client, group)
 
     def _target(self, cluster: str | None) -> str | None:
         """``cluster`` checked against clusters.yaml, or None (route each name)."""
+        self._check_open()
         if cluster is None:
             return None
         known = self._router.config.clusters
@@ -129,7 +144,8 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
     # ------------------------------------------------------------------ lifecycle
 
     def poll(self, timeout: float | None = None) -> int:
-        """Serve the callbacks (``error_cb``, ``stats_cb``...) of every cluster's client.
+        """Serve the callbacks (``error_cb``, ``stats_cb``...) of every cluster's client;
+        a callback's exception reaches the caller, as with confluent-kafka.
 
         Args:
             timeout: maximum time to block in seconds (None or -1: infinite).
@@ -139,6 +155,7 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
             client there is nothing to serve: it waits ``timeout`` (at most 1 s
             when infinite) and returns 0, so a polling loop does not spin.
         """
+        self._check_open()
         clients = self._native_clients()
         if not clients:
             time.sleep(1.0 if timeout is None or timeout < 0 else timeout)
@@ -152,11 +169,31 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
             served = sum(int(c.poll(0.01 if left is None else min(0.01, left))) for c in clients)
         return served
 
+    def __len__(self) -> int:
+        """Requests and callbacks waiting in every cluster's client (0 once closed, or
+        for an instance whose ``__init__`` never ran, as confluent-kafka)."""
+        if not self._initialized or self._closed:
+            return 0
+        return sum(len(client) for client in self._native_clients())
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
+        built later (``AdminClient.set_sasl_credentials``).
+
+        Raises:
+            TypeError: ``username`` or ``password`` is not a str.
+            RuntimeError: the client is closed ("Handle has been closed").
+        """
+        self._check_open(self._handle_closed_message)
+        super().set_sasl_credentials(username, password)
+
     def close(self) -> None:
         """Stop following the configuration (and close an owned router) and drop the
-        cluster clients. Not in confluent-kafka's AdminClient (which has no close);
-        idempotent. Futures still pending when the clients are dropped fail with
-        ``_DESTROY``, as when a confluent-kafka AdminClient is collected."""
+        cluster clients: what leaving a ``with`` block does (confluent-kafka's
+        AdminClient has no ``close()``; kbear's is that). Idempotent; afterwards every
+        call raises RuntimeError with confluent-kafka's words. Futures still pending
+        when the clients are dropped fail with ``_DESTROY``, as when a confluent-kafka
+        AdminClient is collected."""
         with self._lock:
             if self._closed:
                 return
@@ -171,4 +208,6 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close (as confluent-kafka's AdminClient after a ``with`` block: every call
+        then raises RuntimeError); exceptions of the block propagate."""
         self.close()

@@ -22,7 +22,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from kbear._clients import renamed
 from kbear.admin._names import Names
-from kbear.admin._split import Share, fan_out
+from kbear.admin._split import Send, Share, fan_out
 from kbear.router import Route
 
 
@@ -102,6 +102,13 @@ class TopicCalls:
             after = transform(item, topic) if transform is not None and route.remapped else None
             shares[key] = Share(route.cluster_id, shaped, key_of(shaped, physical), after)
         return shares
+
+    def _fan_out(self, shares: dict[Any, Share], cluster: str | None, send: Send) -> dict[Any, Future[Any]]:
+        """:func:`fan_out`; an empty request goes to one cluster's client as it is
+        (confluent-kafka checks its keyword arguments and answers ``{}``)."""
+        if not shares:
+            return dict(send(self._admin(self._cluster_wide(cluster)[0]), []))
+        return fan_out(shares, self._admin, send)
 
     def create_topics(
         self, new_topics: list[NewTopic], *, cluster: str | None = None, **kwargs: Any
@@ -199,10 +206,8 @@ class TopicCalls:
             cluster,
             lambda _t, logical: _renaming(logical),
         )
-        if not shares:
-            return {}
-        return fan_out(
-            shares, self._admin, lambda a, items: a.describe_topics(TopicCollection(items), **kwargs)
+        return self._fan_out(
+            shares, cluster, lambda a, items: a.describe_topics(TopicCollection(items), **kwargs)
         )
 
     def _config_shares(self, resources: list[ConfigResource], cluster: str | None) -> dict[Any, Share]:
@@ -296,9 +301,7 @@ class TopicCalls:
             lambda pair, topic: TopicPartition(topic, pair[0].partition),
             cluster,
         )
-        if not shares:
-            return {}
-        return fan_out(shares, self._admin, lambda a, items: a.list_offsets(dict(items), **kwargs))
+        return self._fan_out(shares, cluster, lambda a, items: a.list_offsets(dict(items), **kwargs))
 
     def delete_records(
         self, topic_partition_offsets: list[TopicPartition], *, cluster: str | None = None, **kwargs: Any
@@ -321,9 +324,7 @@ class TopicCalls:
             lambda tp, topic: TopicPartition(topic, tp.partition),
             cluster,
         )
-        if not shares:
-            return {}
-        return fan_out(shares, self._admin, lambda a, items: a.delete_records(items, **kwargs))
+        return self._fan_out(shares, cluster, lambda a, items: a.delete_records(items, **kwargs))
 
 
 def _config_key(resource: Any, name: str) -> ConfigResource:
