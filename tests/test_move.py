@@ -134,6 +134,9 @@ def test_plan_reports_missing_topic_and_partition_mismatch(
 
     # unknown cluster: a usage error naming the clusters
     assert move_code(conf, "--topic", same, "--to", "C") == 2
+    # a topic no rule routes: exit 3, as kbear route
+    only_b = make_config([rule("only-b", "use cluster B", topic="b")])
+    assert move_code(only_b, "--topic", "x", "--to", "B") == 3
 
 
 def move_code(conf: Path, *args: str) -> int:
