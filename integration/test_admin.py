@@ -206,3 +206,36 @@ def test_a_member_assignment_of_a_remapped_topic_carries_the_logical_name(
     assert assigned == {names.logical}
     raw = admin.describe_consumer_groups([names.group], cluster="B")[names.group].result(T)
     assert {tp.topic for m in raw.members for tp in m.assignment.topic_partitions} == {names.physical}
+
+
+def test_acl_calls_go_to_every_cluster_with_confluent_kafkas_errors(
+    admin_it: Harness, admin: RoutedAdminClient
+) -> None:
+    """noida has no authorizer: each cluster refuses CreateAcls; the routed future
+    raises the same code as a plain client's; DescribeAcls answers every cluster's (empty) list."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        ResourcePatternType.LITERAL,
+        "User:u",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    plain = admin_client(admin_it.bootstrap("A"))
+    native = plain.create_acls([binding])[binding].exception(T)
+    routed = admin.create_acls([binding])[binding].exception(T)
+    assert isinstance(native, KafkaException) and isinstance(routed, KafkaException)
+    assert routed.args[0].code() == native.args[0].code()
+    anything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    assert admin.describe_acls(anything).result(T) == plain.describe_acls(anything).result(T) == []
