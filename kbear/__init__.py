@@ -3,6 +3,7 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
@@ -25,6 +26,7 @@ __all__ = [
     "MemorySource",
     "NoRouteError",
     "Route",
+    "RoutedAdminClient",
     "RoutedConsumer",
     "RoutedProducer",
     "Router",

@@ -19,6 +19,7 @@ holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
 rules (the protocol does not carry their statements).
     kbear demo     [--messages N] [--keep-config DIR]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
+    kbear move     --config DIR --topic T [--group G ...] --to CLUSTER [--create] [--apply] [--json]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -242,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout, seconds (default: 10)"
     )
     assignments.set_defaults(handler=_cmd_assignments)
+
+    from kbear.admin._move_cli import DESCRIPTION, add_arguments
+
+    move = sub.add_parser("move", help="plan, prepare and apply the move of a topic", description=DESCRIPTION)
+    _add_config(move)
+    add_arguments(move, _non_empty, _key_value, _MetaAction)
+    move.set_defaults(handler=_cmd_move)
     return parser
 
 
@@ -490,6 +498,15 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
         )
     finally:
         router.close()
+
+
+def _cmd_move(args: argparse.Namespace) -> int:
+    from kbear.admin._move_cli import run
+
+    router = _load(args.config)
+    if router is None:
+        return EXIT_CONFIG_ERROR
+    return run(args, router, _client(args))
 
 
 if __name__ == "__main__":

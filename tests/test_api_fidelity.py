@@ -6,6 +6,7 @@ threading)."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 import time
@@ -952,3 +953,61 @@ def test_revoke_callback_after_a_move_acts_on_the_old_cluster(
         p: e for p, e in ends.items() if e
     }
     assert all(o < 0 or o <= 3 for o in committed_offsets(b, group, topic).values())
+
+
+# =========================================================================== admin client
+
+
+def _accepts(routed: inspect.Signature, param: inspect.Parameter) -> bool:
+    """Whether ``routed`` takes ``param`` of a confluent-kafka signature the same way."""
+    own = routed.parameters.get(param.name)
+    kinds = {p.kind for p in routed.parameters.values()}
+    if param.kind is inspect.Parameter.VAR_POSITIONAL:
+        return inspect.Parameter.VAR_POSITIONAL in kinds
+    if param.kind is inspect.Parameter.VAR_KEYWORD:
+        return inspect.Parameter.VAR_KEYWORD in kinds
+    if own is None:
+        return inspect.Parameter.VAR_KEYWORD in kinds and param.kind is inspect.Parameter.KEYWORD_ONLY
+    if own.kind is not param.kind:
+        return False
+    return param.default is inspect.Parameter.empty or own.default == param.default
+
+
+def test_admin_client_has_every_public_method_with_a_compatible_signature() -> None:
+    """Every public method of confluent_kafka.admin.AdminClient is on RoutedAdminClient
+    and takes the same arguments (same names, kinds and defaults; kbear adds
+    keyword-only ``cluster=``); confluent-kafka's C methods (no Python signature)
+    are matched against their documented arguments."""
+    from confluent_kafka.admin import AdminClient
+
+    from kbear import RoutedAdminClient
+
+    # the C methods' arguments (also behind AdminClient's (*args, **kwargs) wrappers),
+    # from their docstrings
+    c_methods = {
+        "poll": ["timeout"],
+        "list_topics": ["topic", "timeout"],
+        "list_groups": ["group", "timeout"],
+        "cluster_id": ["timeout"],
+    }
+    public = [n for n in dir(AdminClient) if not n.startswith("_")]
+    assert len(public) >= 26
+    for name in public:
+        plain_method = getattr(AdminClient, name)
+        routed_method = getattr(RoutedAdminClient, name, None)
+        assert callable(routed_method), f"RoutedAdminClient.{name} is missing"
+        routed = inspect.signature(routed_method)
+        try:
+            plain_params = list(inspect.signature(plain_method).parameters.values())[1:]
+        except ValueError:  # a C method
+            plain_params = []
+        passthrough = [p.kind for p in plain_params] == [
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+        ]
+        if not plain_params or passthrough:  # the C method's arguments
+            params = list(routed.parameters)[1:]
+            assert params[: len(c_methods[name])] == c_methods[name], (name, params)
+            continue
+        for param in plain_params:
+            assert _accepts(routed, param), f"RoutedAdminClient.{name}{routed} does not take {param}"

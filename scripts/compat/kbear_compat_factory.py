@@ -1,7 +1,7 @@
 """The factory the compatibility harness puts in place of confluent-kafka's clients.
 
-``Producer`` and ``Consumer`` here are subclasses of kbear's
-``RoutedProducer`` / ``RoutedConsumer`` that take a confluent-kafka
+``Producer``, ``Consumer`` and ``AdminClient`` here are subclasses of kbear's
+``RoutedProducer`` / ``RoutedConsumer`` / ``RoutedAdminClient`` that take a confluent-kafka
 configuration as a plain client does: they turn its ``bootstrap.servers`` (or
 ``metadata.broker.list``; or none) into a one-cluster kbear configuration
 (``clusters.yaml`` with that cluster, one global rule ``use cluster compat``)
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from kbear import RoutedConsumer, RoutedProducer, Router, load_config
+from kbear import RoutedAdminClient, RoutedConsumer, RoutedProducer, Router, load_config
 
 _SERVER_KEYS = ("bootstrap.servers", "metadata.broker.list")
 _CLUSTER = "compat"
@@ -106,3 +106,8 @@ class Producer(_OneCluster, RoutedProducer):
 class Consumer(_OneCluster, RoutedConsumer):
     """confluent_kafka.Consumer as the harness gives it: a RoutedConsumer on a
     one-cluster configuration made from the test's ``bootstrap.servers``."""
+
+
+class AdminClient(_OneCluster, RoutedAdminClient):
+    """confluent_kafka.admin.AdminClient as the harness gives it: a RoutedAdminClient
+    on a one-cluster configuration made from the test's ``bootstrap.servers``."""

@@ -4,7 +4,10 @@ Loaded before the test modules are imported, it replaces
 ``confluent_kafka.Producer`` and ``confluent_kafka.Consumer`` with the factory's
 classes (:mod:`kbear_compat_factory`), so ``from confluent_kafka import
 Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
-defined by the tests all build kbear's routed clients.
+defined by the tests all build kbear's routed clients. ``AdminClient`` is
+replaced in the test modules that import it (``from confluent_kafka.admin import
+AdminClient``), once collected: confluent-kafka's own class refers to itself by
+that module name.
 
 confluent-kafka's ``aio`` tests are unit tests of its own asyncio wiring: they
 patch its internals (the ``Consumer`` its ``AIOConsumer`` builds, ``_common``),
@@ -19,6 +22,7 @@ import inspect
 from typing import Any
 
 import confluent_kafka
+import confluent_kafka.admin
 import kbear_compat_factory
 import pytest
 
@@ -27,6 +31,9 @@ AIO_REASON = "kbear-compat: unit tests of confluent-kafka's aio wiring: baseline
 ORIGINAL = {"Producer": confluent_kafka.Producer, "Consumer": confluent_kafka.Consumer}
 confluent_kafka.Producer = kbear_compat_factory.Producer
 confluent_kafka.Consumer = kbear_compat_factory.Consumer
+# confluent_kafka.admin.AdminClient stays: its own methods name it (super(AdminClient,
+# self), AdminClient._make_futures); test modules' imported name is replaced instead
+ORIGINAL["AdminClient"] = confluent_kafka.admin.AdminClient
 
 
 def _aio_names(module: Any) -> set[str]:
@@ -57,8 +64,17 @@ def _is_aio(item: pytest.Item) -> bool:
     return any(name in source for name in names)
 
 
+def _route_admin(module: Any) -> None:
+    """A test module's ``AdminClient`` (imported from confluent_kafka.admin) becomes the factory's."""
+    for name, value in list(vars(module).items()):
+        if value is ORIGINAL["AdminClient"]:
+            setattr(module, name, kbear_compat_factory.AdminClient)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason=AIO_REASON)
+    for module in {getattr(item, "module", None) for item in items} - {None}:
+        _route_admin(module)
     for item in items:
         if _is_aio(item):
             item.add_marker(skip)
@@ -67,4 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     import kbear
 
-    return f"kbear-compat: confluent_kafka.Producer/Consumer are the routed clients of {kbear.__file__}"
+    return (
+        "kbear-compat: confluent_kafka.Producer/Consumer/admin.AdminClient are the routed clients of "
+        f"{kbear.__file__}"
+    )

@@ -1,0 +1,246 @@
+"""``kbear move`` on the command line (private): arguments, the run, the report.
+
+Exit codes: 0 ready (plan), created and ready (``--create``), switched
+(``--apply``); 1 not ready, a cluster refused or did not answer, or the watch
+timed out; 2 configuration or usage error; 3 no route.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from confluent_kafka import KafkaException
+
+from kbear.admin._facade import RoutedAdminClient
+from kbear.admin._move import ApplyResult, MovePlan, apply_move, create_on_target, plan_move
+from kbear.config import ConfigError
+from kbear.router import Client, NoRouteError, Route, Router
+
+EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR, EXIT_NO_ROUTE = 0, 1, 2, 3
+
+
+DESCRIPTION = (
+    "Plan the move of a topic to another cluster: routes now and after, the rule change (a diff of "
+    "route-rules.yaml), the topic and the groups' offsets on both clusters; exit 0 ready, 1 not ready. "
+    "--create makes the target topic match the source; --apply writes the rule and waits until the old "
+    "cluster is left, then reports the time it took."
+)
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    non_empty: Callable[[str], str],
+    key_value: Callable[[str], tuple[str, str]],
+    meta_action: type[argparse.Action],
+) -> None:
+    """The ``move`` subcommand's options but ``--config`` (cli.py's helpers passed in:
+    the ``--client-meta`` parsing is the other subcommands')."""
+    parser.add_argument("--topic", required=True, type=non_empty, help="the topic to move (logical name)")
+    parser.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        type=non_empty,
+        metavar="G",
+        help="a consumer group of it (repeat)",
+    )
+    parser.add_argument(
+        "--to", required=True, type=non_empty, metavar="CLUSTER", help="the target cluster id"
+    )
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="create the topic on the target (source's partition count and configuration) or fix it",
+    )
+    parser.add_argument(
+        "--apply", action="store_true", help="write the rule change, then wait until the old cluster is left"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--client-id", metavar="ID", help="the client the routes are shown for (client.id)")
+    parser.add_argument(
+        "--client-meta",
+        metavar="KEY=VALUE",
+        type=key_value,
+        nargs="+",
+        action=meta_action,
+        default={},
+        help="client meta (factors client.KEY) the routes are shown for",
+    )
+    parser.add_argument(
+        "--stable", type=float, default=5.0, metavar="S", help="--apply: quiet time on the old cluster, s (5)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, metavar="S", help="--apply: longest wait, s (300)"
+    )
+    parser.add_argument(
+        "--request-timeout", type=float, default=10.0, metavar="S", help="per admin request, s (10)"
+    )
+
+
+def _route(route: Route) -> str:
+    name = route.cluster_id + "/" + route.topic
+    return f"{name} (rule {route.rule_id})"
+
+
+def _offsets(offsets: dict[int, int | None]) -> str:
+    have = sum(1 for o in offsets.values() if o is not None)
+    return f"{have}/{len(offsets)} partitions committed" if offsets else "no partitions"
+
+
+def print_plan(plan: MovePlan, out: TextIO) -> None:
+    """The plan as text."""
+
+    def w(line: str = "") -> None:
+        print(line, file=out)
+
+    w(f"move '{plan.topic}' to {plan.to}")
+    w(f"  producers: {_route(plan.now)} -> {_route(plan.after)}")
+    for g in plan.groups:
+        w(f"  group {g.group}: {_route(g.now)} -> {_route(g.after)}")
+    if plan.change is not None:
+        how = "added" if plan.change.added else "changed"
+        w(
+            f"rule change: rule '{plan.change.rule_id}' {how} "
+            f"(priority {plan.change.priority}): {plan.change.statement}"
+        )
+        for line in plan.change.diff.splitlines():
+            w(f"  {line}")
+    for label, state in (("now", plan.source), ("target", plan.target)):
+        if state.partitions is None:
+            w(f"topic on {state.cluster} ({label}): '{state.topic}' does not exist")
+            continue
+        conf = (
+            "not read"
+            if state.overrides is None
+            else (", ".join(f"{k}={v}" for k, v in sorted(state.overrides.items())) or "none set")
+        )
+        w(
+            f"topic on {state.cluster} ({label}): '{state.topic}', {state.partitions} partitions, "
+            f"{state.messages} messages, configuration: {conf}"
+        )
+    for g in plan.groups:
+        w(
+            f"group {g.group}: on {g.now.cluster_id} lag {g.source_lag} ({_offsets(g.source_offsets)}); "
+            f"on {plan.to} lag {g.target_lag} ({_offsets(g.target_offsets)})"
+        )
+        w(f"  kbear.switch.start: {g.switch_start}")
+    for title, lines in (("problems", plan.problems), ("notes", plan.notes)):
+        if lines:
+            w(f"{title}:")
+            for line in lines:
+                w(f"  - {line}")
+    w(f"ready: {'yes' if plan.ready else 'no'}")
+
+
+def run(args: argparse.Namespace, router: Router, client: Client) -> int:
+    """Run ``kbear move`` with parsed ``args`` on ``router``'s configuration."""
+    out = sys.stdout
+    report: dict[str, Any] = {}
+    admin = RoutedAdminClient({"kbear.reload.interval.ms": 0}, router=router, client=client)
+    try:
+        plan = _plan(args, router, admin, client)
+        if args.create and not plan.ready:
+            try:
+                report["created"] = created = create_on_target(admin, plan, args.request_timeout)
+            except (KafkaException, ValueError) as exc:
+                report["create_error"] = str(exc)
+                return _finish(args, plan, report, EXIT_NOT_READY, f"--create failed: {exc}")
+            if not args.json:
+                for line in created:
+                    print(f"--create: {line}", file=out)
+            plan = _plan(args, router, admin, client)
+        if not args.apply or not plan.ready or plan.change is None:
+            return _finish(args, plan, report, EXIT_OK if plan.ready else EXIT_NOT_READY)
+        if not args.json:
+            print_plan(plan, out)
+            print(
+                f"--apply: writing {plan.directory / 'route-rules.yaml'}, watching {plan.now.cluster_id}",
+                file=out,
+            )
+        result = apply_move(
+            admin,
+            plan,
+            stable_s=args.stable,
+            timeout_s=args.timeout,
+            request_timeout_s=args.request_timeout,
+            on_tick=None if args.json else _progress(out),
+        )
+        report["apply"] = _apply_json(result)
+        code = EXIT_OK if result.watch.switched else EXIT_NOT_READY
+        if args.json:
+            return _finish(args, plan, report, code)
+        print(_apply_line(plan, result), file=out)
+        return code
+    except NoRouteError as exc:
+        print(f"kbear: {exc}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    except ConfigError as exc:
+        print(f"kbear: the changed route-rules.yaml would be invalid: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except ValueError as exc:
+        print(f"kbear: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    except KafkaException as exc:
+        print(f"kbear: a cluster did not answer: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return EXIT_NOT_READY
+    finally:
+        admin.close()
+
+
+def _plan(args: argparse.Namespace, router: Router, admin: RoutedAdminClient, client: Client) -> MovePlan:
+    return plan_move(router, admin, args.topic, args.to, list(args.group), client, args.request_timeout)
+
+
+def _finish(
+    args: argparse.Namespace, plan: MovePlan, report: dict[str, Any], code: int, error: str = ""
+) -> int:
+    if args.json:
+        print(json.dumps({"plan": plan.as_json(), **report}, indent=2))
+    else:
+        print_plan(plan, sys.stdout)
+        if error:
+            print(error, file=sys.stderr)
+    return code
+
+
+def _apply_json(result: ApplyResult) -> dict[str, Any]:
+    watch = result.watch
+    return {
+        "rule_file": str(result.rule_file),
+        "switched": watch.switched,
+        "switch_s": None if watch.switch_s is None else round(watch.switch_s, 2),
+        "waited_s": round(watch.waited_s, 2),
+        "old_cluster_messages_after_write": watch.produced_after_write,
+        "lags": watch.lags,
+    }
+
+
+def _apply_line(plan: MovePlan, result: ApplyResult) -> str:
+    watch = result.watch
+    if watch.switched:
+        return (
+            f"switched: {plan.now.cluster_id} quiet and every group's lag 0 "
+            f"from {watch.switch_s:.1f} s after the "
+            f"rule write (held {watch.waited_s - (watch.switch_s or 0):.1f} s; {watch.produced_after_write} "
+            "message(s) reached the old cluster after the write)"
+        )
+    return f"not switched after {watch.waited_s:.1f} s: lags on {plan.now.cluster_id} {watch.lags}"
+
+
+def _progress(out: TextIO) -> Callable[[float, int, dict[str, int]], None]:
+    last = [0.0]
+
+    def tick(elapsed: float, produced: int, lags: dict[str, int]) -> None:
+        if time.monotonic() - last[0] >= 2.0:
+            last[0] = time.monotonic()
+            print(
+                f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, lag {lags}",
+                file=out,
+            )
+
+    return tick
