@@ -29,10 +29,11 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kbear.config import ConfigError, config_digest, load_config
+from kbear.config import ConfigError, KBearConfig, config_digest, load_config
 
 if TYPE_CHECKING:
     from kbear.router import Router
@@ -73,11 +74,19 @@ class ConfigWatcher:
         router: the router to reload; its listeners are notified on change.
         directory: the configuration directory.
         interval_s: seconds between checks (> 0).
+        load: reads the directory into a configuration; :func:`kbear.load_config` by
+            default (``kbear serve`` passes one that keeps ``${NAME}`` unresolved).
 
     Use :meth:`Router.watch` rather than building one yourself.
     """
 
-    def __init__(self, router: Router, directory: Path, interval_s: float) -> None:
+    def __init__(
+        self,
+        router: Router,
+        directory: Path,
+        interval_s: float,
+        load: Callable[[Path], KBearConfig] = load_config,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._router = router
@@ -85,7 +94,9 @@ class ConfigWatcher:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-config-watcher", daemon=True)
+        self._load = load
         self._refused_digest: str | None = None
+        self._refused: ConfigError | None = None
         # A new digest seen once: loaded at the next check if it is still the same.
         self._pending_digest: str | None = None
 
@@ -93,6 +104,12 @@ class ConfigWatcher:
     def running(self) -> bool:
         """Whether the watcher thread is alive."""
         return self._thread.is_alive()
+
+    @property
+    def refused(self) -> ConfigError | None:
+        """The error of the change refused last, while the directory still holds it
+        (None once the files are back to the configuration in force or a change is applied)."""
+        return self._refused
 
     def start(self) -> None:
         """Start the thread."""
@@ -115,6 +132,7 @@ class ConfigWatcher:
             # Back to the configuration in force: a later repeat of a refused
             # change is refused (and logged) again.
             self._refused_digest = None
+            self._refused = None
             self._pending_digest = None
             return False
         if digest == self._refused_digest:
@@ -124,9 +142,10 @@ class ConfigWatcher:
             log.debug("kbear configuration change seen in %s; applied once it holds still", self._directory)
             return False
         try:
-            new = load_config(self._directory)
+            new = self._load(self._directory)
         except ConfigError as exc:
             self._refused_digest = digest
+            self._refused = exc
             log.error("kbear configuration change refused, the previous one stays: %s", exc)
             return False
         if new.digest != digest:
@@ -134,6 +153,7 @@ class ConfigWatcher:
             self._pending_digest = new.digest
             return False
         self._refused_digest = None
+        self._refused = None
         self._pending_digest = None
         return self._router.apply(new)
 
