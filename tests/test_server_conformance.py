@@ -6,8 +6,10 @@ run of the real command on a local port."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -585,3 +587,49 @@ def test_kbear_serve_refuses_to_start_on_a_bad_directory(conf: Path) -> None:
     )
     assert done.returncode == 2
     assert "route-rules.yaml: rule 'r100006': uses cluster 'nowhere'" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_kbear_serve_over_tls(conf: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    ec_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    subprocess.run(
+        ["openssl", "req", "-x509", *ec_key, "-keyout", str(key), "-out", str(cert), "-days", "1", *subject],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
+    proc = subprocess.Popen(
+        [*command, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    trusted = ssl.create_default_context(cafile=str(cert))
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if (
+                    httpx.get(f"https://127.0.0.1:{port}/readyz", verify=trusted, timeout=1).status_code
+                    == 200
+                ):
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate(timeout=5)
+            time.sleep(0.1)
+        body = {"client": PROD, "topicIds": ["orders"]}
+        answer = httpx.post(f"https://127.0.0.1:{port}/route/producer", json=body, verify=trusted, timeout=5)
+        assert answer.json()["topicIdRoutes"] == {"orders": {"clusterId": "prod", "topicId": "orders.v2"}}
+        with pytest.raises(httpx.TransportError):  # plain HTTP is not served on a TLS port
+            httpx.post(f"http://127.0.0.1:{port}/route/producer", json=body, timeout=5).raise_for_status()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "on https://127.0.0.1" in err
