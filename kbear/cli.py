@@ -238,6 +238,13 @@ def _add_serve(sub: Any) -> None:
         metavar="SECONDS",
         help="seconds between checks of DIR for changes (default: 0.5)",
     )
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port, each loading and watching DIR (default: 1)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"

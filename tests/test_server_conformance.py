@@ -532,14 +532,14 @@ def _free_port() -> int:
         return port
 
 
-def test_kbear_serve_runs_on_a_local_port(conf: Path, tmp_path: Path) -> None:
+def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("# rotate by adding a line\ns3rve-t0ken\n")
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
     proc = subprocess.Popen(
-        [*command, "--token-file", str(token_file)],
+        [*command, "--token-file", str(token_file), "--workers", "2"],  # each worker reads the token
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -570,8 +570,8 @@ def test_kbear_serve_runs_on_a_local_port(conf: Path, tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=20)
     # uvicorn stops gracefully, then ends by the signal it received, as the default handler would.
     assert proc.returncode in (0, -signal.SIGTERM), err
-    assert "Application shutdown complete" in err
-    assert "kbear serve:" in err and "bearer token required" in err
+    assert err.count("Application shutdown complete") == 2  # one per worker
+    assert "kbear serve:" in err and "2 worker process(es), bearer token required" in err
     assert "s3rve-t0ken" not in out + err
 
 
