@@ -30,6 +30,9 @@ from collections.abc import Iterable, Sequence
 from kbear.config import KBearConfig, RouteRule
 from kbear.router import Client, NoRouteError
 from kbear.server.holder import Served
+# Messages built here from a validated configuration skip pydantic's validation
+# (model_construct): a 1,000-topic answer would otherwise spend most of its time
+# re-checking strings the loader already checked.
 from kbear.server.protocol import (
     Ack,
     ClientMessage,
@@ -91,17 +94,17 @@ def _client(message: ClientMessage) -> Client:
 
 
 def _cluster(config: KBearConfig, cluster_id: str) -> ClusterMessage:
-    return ClusterMessage(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
+    return ClusterMessage.model_construct(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
 
 
 def _topic(config: KBearConfig, topic_id: str) -> TopicMessage:
-    return TopicMessage(id=topic_id, meta=dict(config.topic_meta(topic_id)))
+    return TopicMessage.model_construct(id=topic_id, meta=dict(config.topic_meta(topic_id)))
 
 
 def _group(config: KBearConfig, group_id: ConsumerGroupIdMessage) -> ConsumerGroupMessage:
     known = config.consumer_groups.get((group_id.group_name, group_id.topic_id))
     meta = {} if known is None else dict(known.meta)
-    return ConsumerGroupMessage(id=group_id, meta=meta)
+    return ConsumerGroupMessage.model_construct(id=group_id, meta=meta)
 
 
 def _group_label(group_id: ConsumerGroupIdMessage) -> str:
@@ -127,7 +130,7 @@ def producer_route(served: Served, request: ProducerRouteRequest) -> ProducerRou
         except NoRouteError:
             missing.append(topic_id)
             continue
-        routes[topic_id] = RouteMessage(cluster_id=route.cluster_id, topic_id=route.topic)
+        routes[topic_id] = RouteMessage.model_construct(cluster_id=route.cluster_id, topic_id=route.topic)
         if route.cluster_id not in clusters:
             clusters[route.cluster_id] = _cluster(config, route.cluster_id)
         if route.topic not in topics:
@@ -156,8 +159,8 @@ def consumer_route(served: Served, request: ConsumerRouteRequest) -> ConsumerRou
         except NoRouteError:
             missing.append(_group_label(group_id))
             continue
-        message = RouteMessage(cluster_id=route.cluster_id, topic_id=route.topic)
-        answered.append(ConsumerGroupIdRoute(consumer_group_id=group_id, route=message))
+        message = RouteMessage.model_construct(cluster_id=route.cluster_id, topic_id=route.topic)
+        answered.append(ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
         if route.cluster_id not in clusters:
             clusters[route.cluster_id] = _cluster(config, route.cluster_id)
         if route.topic not in topics:
