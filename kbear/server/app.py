@@ -57,6 +57,7 @@ from kbear.server.protocol import (
     ResponseError,
     ResponseStatus,
     RouteRulesRequest,
+    StatusResponse,
     TopicsRequest,
 )
 
@@ -71,7 +72,6 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 OPEN_PATHS = ("/healthz", "/readyz")
 
 _Req = TypeVar("_Req", bound=BaseModel)
-_Answer = Callable[[Served, Any], BaseModel]
 
 
 class _BadRequest(Exception):
@@ -133,9 +133,9 @@ class _Endpoints:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
 
-    def post(self, model: type[_Req], answer: Callable[[Served, _Req], BaseModel]) -> Callable[..., Any]:
+    def post(self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]) -> Callable[..., Any]:
         async def endpoint(request: Request) -> Response:
-            path = request.url.path
+            path: str = request.scope["path"]
             try:
                 _check_content_type(request)
                 parsed = _parse(model, await _read_body(request, self.max_body_bytes))
@@ -146,14 +146,16 @@ class _Endpoints:
 
         return endpoint
 
-    def get_all(self, model: type[_Req], answer: Callable[[Served, _Req], BaseModel]) -> Callable[..., Any]:
+    def get_all(
+        self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]
+    ) -> Callable[..., Any]:
         async def endpoint(request: Request) -> Response:
             empty = model()
-            return self.answer(request.url.path, lambda served: answer(served, empty))
+            return self.answer(request.scope["path"], lambda served: answer(served, empty))
 
         return endpoint
 
-    def answer(self, path: str, produce: Callable[[Served], BaseModel]) -> Response:
+    def answer(self, path: str, produce: Callable[[Served], StatusResponse]) -> Response:
         served = self.holder.served  # one configuration for the whole answer
         try:
             response = produce(served)
@@ -162,8 +164,7 @@ class _Endpoints:
             self.metrics.answers.labels(path, Ack.FAIL.value).inc()
             body = _status_body(Ack.FAIL, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
             return _json(body, 500)
-        ack = response.status.ack  # type: ignore[attr-defined]
-        self.metrics.answers.labels(path, ack.value).inc()
+        self.metrics.answers.labels(path, response.status.ack.value).inc()
         body = response.model_dump_json(by_alias=True, exclude_none=True).encode()
         return _json(body, 200, served.config.digest)
 
@@ -227,7 +228,7 @@ def create_app(
         ``starlette.testclient.TestClient``). Its ``state.metrics`` is the
         :class:`ServerMetrics`.
     """
-    protocol: list[tuple[str, type[Any], Callable[[Served, Any], BaseModel]]] = [
+    protocol: list[tuple[str, type[Any], Callable[[Served, Any], StatusResponse]]] = [
         ("/route/producer", ProducerRouteRequest, service.producer_route),
         ("/route/consumer", ConsumerRouteRequest, service.consumer_route),
         ("/route/rules", RouteRulesRequest, service.route_rules),

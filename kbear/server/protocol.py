@@ -39,6 +39,7 @@ __all__ = [
     "RouteRuleInfo",
     "RouteRulesRequest",
     "RouteRulesResponse",
+    "StatusResponse",
     "TopicMessage",
     "TopicsRequest",
     "TopicsResponse",
@@ -202,7 +203,13 @@ class ConsumerGroupsRequest(_Message):
 # --------------------------------------------------------------------------- responses
 
 
-class ProducerRouteResponse(_Message):
+class StatusResponse(_Message):
+    """What every response has: ``status``."""
+
+    status: ResponseStatus
+
+
+class ProducerRouteResponse(StatusResponse):
     """``{status, topicIdRoutes, clusters, topics}``; ``topicIdRoutes`` is keyed by the
     **requested** topic id (the reference's remap defect fixed), ``topics`` by the
     physical topic of each route."""
@@ -220,7 +227,7 @@ class ConsumerGroupIdRoute(_Message):
     route: RouteMessage
 
 
-class ConsumerRouteResponse(_Message):
+class ConsumerRouteResponse(StatusResponse):
     """``{status, consumerGroupIdRoutes, clusters, topics, consumerGroups}``."""
 
     status: ResponseStatus
@@ -230,28 +237,28 @@ class ConsumerRouteResponse(_Message):
     consumer_groups: list[ConsumerGroupMessage] = Field(default_factory=list)
 
 
-class RouteRulesResponse(_Message):
+class RouteRulesResponse(StatusResponse):
     """``{status, routeRules}``."""
 
     status: ResponseStatus
     route_rules: list[RouteRuleInfo] = Field(default_factory=list)
 
 
-class ClustersResponse(_Message):
+class ClustersResponse(StatusResponse):
     """``{status, clusters}``."""
 
     status: ResponseStatus
     clusters: list[ClusterMessage] = Field(default_factory=list)
 
 
-class TopicsResponse(_Message):
+class TopicsResponse(StatusResponse):
     """``{status, topics}``."""
 
     status: ResponseStatus
     topics: list[TopicMessage] = Field(default_factory=list)
 
 
-class ConsumerGroupsResponse(_Message):
+class ConsumerGroupsResponse(StatusResponse):
     """``{status, consumerGroups}``."""
 
     status: ResponseStatus

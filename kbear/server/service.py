@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from kbear.config import KBearConfig, RouteRule
 from kbear.router import Client, NoRouteError
 from kbear.server.holder import Served
+
 # Messages built here from a validated configuration skip pydantic's validation
 # (model_construct): a 1,000-topic answer would otherwise spend most of its time
 # re-checking strings the loader already checked.
