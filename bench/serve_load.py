@@ -235,6 +235,7 @@ async def _client(
 
 
 async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid: int) -> dict[str, object]:
+    loadavg_at_start = Path("/proc/loadavg").read_text().split()[:3]
     stats = _Stats()
     change: dict[str, float] = {}
     tls = ssl.create_default_context()  # shared: one context for every client, not one each
@@ -291,6 +292,7 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
         "change_seen_by": f"{len(delays)}/{len(routed)}",
         "change_max_delay_s": round(max(delays), 2) if delays else None,
         "change_p50_delay_s": round(statistics.median(delays), 2) if delays else None,
+        "loadavg_at_start": loadavg_at_start,
         "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3],
     }
 
