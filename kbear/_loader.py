@@ -74,12 +74,15 @@ def _entry_id(item: Mapping[str, Any]) -> str | None:
 
 class _Loader:
     def __init__(
-        self, directory: Path | None, environ: Mapping[str, str], documents: Mapping[str, Any] | None = None
+        self,
+        directory: Path | None,
+        environ: Mapping[str, str] | None,
+        documents: Mapping[str, Any] | None = None,
     ) -> None:
         # Either a directory whose files are read, or the parsed documents by file name.
         self.directory = directory
         self.documents = documents
-        self.environ = environ
+        self.environ = environ  # None: ``${NAME}`` and ``$${`` kept as written
         self.problems: list[ConfigProblem] = []
         self.hash: Any = hashlib.sha256()
         # Every cluster id written in clusters.yaml (valid entries or not), and
@@ -184,14 +187,18 @@ class _Loader:
             return None, failed
 
     def interpolate(self, label: str, key: str, value: str) -> str:
+        environ = self.environ
+        if environ is None:
+            return value
+
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
             if name is None:
                 return "${"
-            if name not in self.environ:
+            if name not in environ:
                 self.problem(CLUSTERS_FILE, label, f"key '{key}': environment variable {name} is not set")
                 return ""
-            return self.environ[name]
+            return environ[name]
 
         return _ENV_REF.sub(sub, value)
 
@@ -230,6 +237,8 @@ class _Loader:
                 )
                 continue
             for key, value in meta.items():
+                if self.environ is None and "${" in value:
+                    continue  # a placeholder kept for the client to resolve: checked there
                 reason = refused_value(key, value)
                 if reason is not None:
                     self.problem(CLUSTERS_FILE, entry, f"meta '{key}': librdkafka refuses it: {reason}")
@@ -363,13 +372,19 @@ class _Loader:
         return kinds[0]
 
 
-def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> KBearConfig:
+def load_config(
+    path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None, resolve_env: bool = True
+) -> KBearConfig:
     """Read and validate a kbear configuration directory.
 
     Args:
         path: the directory holding ``clusters.yaml``, ``route-rules.yaml`` and
             optionally ``topics.yaml`` and ``consumer-groups.yaml``.
         environ: where ``${NAME}`` references are read; ``os.environ`` by default.
+        resolve_env: False keeps ``${NAME}`` (and ``$${``) in cluster meta values as
+            written, unresolved: what ``kbear serve`` does, so that secrets are read
+            from each client's environment, never from the server's (``environ``
+            is then ignored).
 
     Returns:
         The validated :class:`KBearConfig`.
@@ -389,7 +404,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
             [ConfigProblem(str(directory), None, "not a directory (kbear configuration expected)")]
         )
     with _collector_paused():
-        return _load(directory, os.environ if environ is None else environ)
+        return _load(directory, None if not resolve_env else os.environ if environ is None else environ)
 
 
 _pause_lock = threading.Lock()
@@ -422,7 +437,7 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-def _load(directory: Path, environ: Mapping[str, str]) -> KBearConfig:
+def _load(directory: Path, environ: Mapping[str, str] | None) -> KBearConfig:
     return _finish(_Loader(directory, environ), str(directory), None)
 
 

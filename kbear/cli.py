@@ -20,6 +20,7 @@ rules (the protocol does not carry their statements).
     kbear demo     [--messages N] [--keep-config DIR]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear move     --config DIR --topic T [--group G ...] --to CLUSTER [--create] [--apply] [--json]
+    kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -250,7 +251,53 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(move)
     add_arguments(move, _non_empty, _key_value, _MetaAction)
     move.set_defaults(handler=_cmd_move)
+    _add_serve(sub)
     return parser
+
+
+def _add_serve(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the meta-service (KBear's protocol) over a configuration directory",
+        description=(
+            "Answer route and meta requests (the KBear meta-service protocol, JSON) from DIR, "
+            "watched: a valid edit is served, a bad one refused (see GET /health). "
+            "Needs the server extra: pip install 'kbear[server]'."
+        ),
+    )
+    _add_config(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer TOKEN', TOKEN one of FILE's lines "
+        "(default: the KBEAR_SERVE_TOKEN environment variable; none: no authentication)",
+    )
+    serve.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    serve.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM)")
+    serve.add_argument(
+        "--ssl-ca-certs", metavar="FILE", help="require client certificates signed by these CAs (PEM)"
+    )
+    serve.add_argument(
+        "--watch-interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="seconds between checks of DIR for changes (default: 0.5)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes sharing the port, each loading and watching DIR (default: 1)",
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"
+    )
+    serve.set_defaults(handler=_cmd_serve)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -507,6 +554,15 @@ def _cmd_move(args: argparse.Namespace) -> int:
     if router is None:
         return EXIT_CONFIG_ERROR
     return run(args, router, _client(args))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from kbear.server.command import run  # lazily: the optional server extra
+    except ImportError as exc:
+        print(f"kbear serve needs the server extra: pip install 'kbear[server]' ({exc})", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,7 +93,9 @@ class ConfigWatcher:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-config-watcher", daemon=True)
+        self._load = load
         self._refused_digest: str | None = None
+        self._refused: ConfigError | None = None
         # A new digest seen once: loaded at the next check if it is still the same.
         self._pending_digest: str | None = None
 
@@ -100,6 +103,12 @@ class ConfigWatcher:
     def running(self) -> bool:
         """Whether the watcher thread is alive."""
         return self._thread.is_alive()
+
+    @property
+    def refused(self) -> ConfigError | None:
+        """The error of the change refused last, while the directory still holds it
+        (None once the files are back to the configuration in force or a change is applied)."""
+        return self._refused
 
     def start(self) -> None:
         """Start the thread."""
@@ -127,6 +136,7 @@ class ConfigWatcher:
             # Back to the configuration in force: a later repeat of a refused
             # change is refused (and logged) again.
             self._refused_digest = None
+            self._refused = None
             self._pending_digest = None
             return False
         if digest == self._refused_digest:
@@ -139,6 +149,7 @@ class ConfigWatcher:
             new = source.load()
         except ConfigError as exc:
             self._refused_digest = digest
+            self._refused = exc
             log.error("kbear configuration change refused, the previous one stays: %s", exc)
             return False
         if new.digest != digest:
@@ -147,6 +158,7 @@ class ConfigWatcher:
             self._pending_digest = new.digest if source.settle else None
             return False
         self._refused_digest = None
+        self._refused = None
         self._pending_digest = None
         return self._router.apply(new)
 

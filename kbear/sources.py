@@ -99,6 +99,8 @@ class DirectorySource(ConfigSource):
     Args:
         path: the directory.
         environ: where ``${NAME}`` is read; ``os.environ`` (at each load) when None.
+        resolve_env: False keeps ``${NAME}`` (and ``$${``) in cluster meta as written
+            (``kbear serve``: secrets are resolved by each client, never by the server).
 
     Its digest is the SHA-256 of the files' names and bytes
     (:func:`kbear.config.config_digest`); a new digest is loaded only once the
@@ -107,9 +109,16 @@ class DirectorySource(ConfigSource):
 
     settle: ClassVar[bool] = True
 
-    def __init__(self, path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        environ: Mapping[str, str] | None = None,
+        resolve_env: bool = True,
+    ) -> None:
         self.directory = Path(path)
         self._environ = environ
+        self._resolve_env = resolve_env
 
     @property
     def location(self) -> str:
@@ -120,7 +129,7 @@ class DirectorySource(ConfigSource):
 
     def load(self) -> KBearConfig:
         """:func:`kbear.load_config` of the directory."""
-        return load_config(self.directory, environ=self._environ)
+        return load_config(self.directory, environ=self._environ, resolve_env=self._resolve_env)
 
 
 class MemorySource(ConfigSource):

@@ -1,0 +1,271 @@
+"""The ``kbear serve`` web application (Starlette): endpoints, probes, metrics.
+
+Endpoints (``../shared/spec/meta-service.md``; request and response shapes in
+:mod:`kbear.server.protocol`, answers in :mod:`kbear.server.service`):
+
+=======================================  ==========================================
+``POST /route/producer``                 ``{client, topicIds}`` -> routes by requested topic
+``POST /route/consumer``                 ``{client, consumerGroupIds}`` -> routes by group
+``POST /route/rules``                    ``{routeRuleIds}`` (empty: all)
+``POST /meta/clusters``                  ``{clusterIds}`` (empty: all)
+``POST /meta/topics``                    ``{topicIds}`` (empty: all)
+``POST /meta/consumer-groups``           ``{consumerGroupIds}`` (empty: all)
+``GET /route/rules/all``, ``GET /meta/clusters/all``, ``GET /meta/topics/all``,
+``GET /meta/consumer-groups/all``        everything the server holds
+``GET /healthz``                         liveness: ``{"status": "ok"}`` (no token needed)
+``GET /readyz``                          readiness: 200 while a configuration is served
+                                         and its directory watched, else 503 (no token needed)
+``GET /health``                          the configuration in force and any refused change
+``GET /metrics``                         Prometheus text (:mod:`kbear.server.metrics`)
+=======================================  ==========================================
+
+HTTP status codes: 200 for every protocol answer, ``fail`` included (an
+empty request, as the reference server answers it); 400 with a ``fail`` /
+``bad_request`` status for a body that is not JSON or not of the message's
+shape; 413 for a body over ``max_body_bytes``; 415 for a Content-Type other
+than JSON (protobuf is not served); 401 without the token (:mod:`kbear.server.auth`);
+500 with ``fail`` / ``service_exception`` on a server error (logged, not echoed).
+Every protocol answer carries ``X-KBear-Config-Digest``, the SHA-256 of the
+files it was answered from, so replicas can be compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Collection
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kbear.server import service
+from kbear.server.auth import BearerAuth
+from kbear.server.holder import ConfigHolder, Served
+from kbear.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
+from kbear.server.protocol import (
+    Ack,
+    ClustersRequest,
+    ConsumerGroupsRequest,
+    ConsumerRouteRequest,
+    ErrorCode,
+    ProducerRouteRequest,
+    ResponseError,
+    ResponseStatus,
+    RouteRulesRequest,
+    StatusResponse,
+    TopicsRequest,
+)
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "OPEN_PATHS", "create_app"]
+
+log = logging.getLogger("kbear.server")
+
+#: Largest request body read (bytes): 10,000 topic ids of 100 characters fit.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+#: The probes, answered without a token: they carry no configuration data.
+OPEN_PATHS = ("/healthz", "/readyz")
+
+_Req = TypeVar("_Req", bound=BaseModel)
+
+
+class _BadRequest(Exception):
+    def __init__(self, http_status: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.message = message
+
+
+def _status_body(ack: Ack, code: ErrorCode, message: str) -> bytes:
+    status = ResponseStatus(ack=ack, error=ResponseError(code=code, message=message))
+    return b'{"status":' + status.model_dump_json(by_alias=True, exclude_none=True).encode() + b"}"
+
+
+def _json(body: bytes, http_status: int = 200, digest: str | None = None) -> Response:
+    headers = {"X-KBear-Config-Digest": digest} if digest else None
+    return Response(body, status_code=http_status, media_type="application/json", headers=headers)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BadRequest(413, f"request body over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BadRequest(413, f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(model: type[_Req], body: bytes) -> _Req:
+    try:
+        return model.model_validate_json(body or b"{}")
+    except ValidationError as exc:
+        # Locations and reasons only: pydantic's input values are not echoed.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()[:10]
+        )
+        raise _BadRequest(400, f"request is not a valid {model.__name__}: {problems}") from None
+
+
+def _check_content_type(request: Request) -> None:
+    content_type = request.headers.get("content-type")
+    if content_type is None:
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise _BadRequest(415, f"Content-Type {media!r} is not served; use application/json")
+
+
+class _Endpoints:
+    """The request handlers over one :class:`ConfigHolder`."""
+
+    def __init__(self, holder: ConfigHolder, metrics: ServerMetrics, max_body_bytes: int) -> None:
+        self.holder = holder
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    def post(self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            path: str = request.scope["path"]
+            try:
+                _check_content_type(request)
+                parsed = _parse(model, await _read_body(request, self.max_body_bytes))
+            except _BadRequest as exc:
+                self.metrics.answers.labels(path, Ack.FAIL.value).inc()
+                return _json(_status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, exc.message), exc.http_status)
+            return self.answer(path, lambda served: answer(served, parsed))
+
+        return endpoint
+
+    def get_all(
+        self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]
+    ) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            empty = model()
+            return self.answer(request.scope["path"], lambda served: answer(served, empty))
+
+        return endpoint
+
+    def answer(self, path: str, produce: Callable[[Served], StatusResponse]) -> Response:
+        served = self.holder.served  # one configuration for the whole answer
+        try:
+            response = produce(served)
+        except Exception:
+            log.exception("kbear serve: answering %s failed", path)
+            self.metrics.answers.labels(path, Ack.FAIL.value).inc()
+            body = _status_body(Ack.FAIL, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
+            return _json(body, 500)
+        self.metrics.answers.labels(path, response.status.ack.value).inc()
+        body = response.model_dump_json(by_alias=True, exclude_none=True).encode()
+        return _json(body, 200, served.config.digest)
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        ready = self.holder.watching
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    async def health(self, request: Request) -> Response:
+        served = self.holder.served
+        config = served.config
+        refused = self.holder.refused
+        body: dict[str, Any] = {
+            "status": "ok" if refused is None else "refused_change",
+            "config": {
+                "directory": str(self.holder.directory),
+                "digest": config.digest,
+                "loadedAt": _iso(served.loaded_at),
+                "clusters": len(config.clusters),
+                "topics": len(config.topics),
+                "consumerGroups": len(config.consumer_groups),
+                "routeRules": len(config.rules),
+            },
+            "refusedChange": None
+            if refused is None
+            else {"problems": [str(p) for p in refused.problems], "message": str(refused)},
+            "watching": self.holder.watching,
+            "watchIntervalSeconds": self.holder.watch_interval_s,
+        }
+        return JSONResponse(body)
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+def _iso(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")
+
+
+def create_app(
+    holder: ConfigHolder,
+    *,
+    tokens: Collection[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    watch: bool = True,
+) -> Starlette:
+    """The meta-service ASGI application over ``holder``.
+
+    Args:
+        holder: the configuration to answer from (see :class:`ConfigHolder`).
+        tokens: accepted bearer tokens; empty serves without authentication.
+        max_body_bytes: largest request body read; larger ones get 413.
+        watch: start watching the directory when the application starts (its
+            lifespan) and stop when it stops; False leaves the holder alone
+            (tests drive ``holder.check()`` themselves).
+
+    Returns:
+        A Starlette application (run it with uvicorn, or test it with
+        ``starlette.testclient.TestClient``). Its ``state.metrics`` is the
+        :class:`ServerMetrics`.
+    """
+    protocol: list[tuple[str, type[Any], Callable[[Served, Any], StatusResponse]]] = [
+        ("/route/producer", ProducerRouteRequest, service.producer_route),
+        ("/route/consumer", ConsumerRouteRequest, service.consumer_route),
+        ("/route/rules", RouteRulesRequest, service.route_rules),
+        ("/meta/clusters", ClustersRequest, service.clusters),
+        ("/meta/topics", TopicsRequest, service.topics),
+        ("/meta/consumer-groups", ConsumerGroupsRequest, service.consumer_groups),
+    ]
+    with_all = [entry for entry in protocol if entry[0] not in ("/route/producer", "/route/consumer")]
+    probes = ["/healthz", "/readyz", "/health", "/metrics"]
+    paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes
+    metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
+    endpoints = _Endpoints(holder, metrics, max_body_bytes)
+    routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
+    routes += [
+        Route(f"{p}/all", endpoints.get_all(model, answer), methods=["GET"]) for p, model, answer in with_all
+    ]
+    routes += [
+        Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/readyz", endpoints.readyz, methods=["GET"]),
+        Route("/health", endpoints.health, methods=["GET"]),
+        Route("/metrics", endpoints.metrics_text, methods=["GET"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if watch:
+            holder.start()
+        try:
+            yield
+        finally:
+            if watch:
+                holder.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.metrics = metrics
+    app.state.holder = holder
+    # add_middleware puts the last one outermost: every request is measured, 401s included.
+    app.add_middleware(BearerAuth, tokens=tokens, open_paths=OPEN_PATHS)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,144 @@
+"""``kbear serve``: load the directory, then run the application under uvicorn.
+
+The arguments are defined by :mod:`kbear.cli` (``kbear serve --help``); this
+module turns them into a running server. A configuration that does not load
+at start is an error (exit 2, every problem printed); once running, a bad edit
+is refused and the last good configuration stays served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import ssl
+import sys
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from kbear.config import ConfigError
+from kbear.server.app import create_app
+from kbear.server.auth import TOKEN_ENV, read_tokens
+from kbear.server.holder import ConfigHolder
+
+__all__ = ["run", "worker_app"]
+
+log = logging.getLogger("kbear.server")
+
+_EXIT_OK = 0
+_EXIT_CONFIG_ERROR = 2
+# How run() hands its arguments to worker processes (--workers N > 1).
+_WORKER_ENV = "KBEAR_SERVE_WORKER_SETTINGS"
+
+
+def _fail(message: str) -> int:
+    print(f"kbear serve: {message}", file=sys.stderr)
+    return _EXIT_CONFIG_ERROR
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted (SIGINT / SIGTERM end it gracefully).
+
+    Args:
+        args: ``config``, ``host``, ``port``, ``token_file``, ``ssl_certfile``,
+            ``ssl_keyfile``, ``ssl_ca_certs``, ``watch_interval`` (seconds),
+            ``workers``, ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
+
+    Returns:
+        0 after a graceful stop (on SIGTERM uvicorn ends the process by that
+        signal once stopped gracefully; SIGINT ends as ``kbear``'s 130); 2 when
+        the configuration, the token or the TLS options are unusable (the
+        reason on stderr).
+    """
+    try:
+        tokens = read_tokens(args.token_file, os.environ)
+    except (OSError, ValueError) as exc:
+        return _fail(f"cannot read the token: {exc}")
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        return _fail("--ssl-certfile and --ssl-keyfile go together")
+    if args.ssl_ca_certs is not None and args.ssl_certfile is None:
+        return _fail("--ssl-ca-certs needs --ssl-certfile and --ssl-keyfile")
+    try:
+        holder = ConfigHolder(args.config, args.watch_interval)
+    except ConfigError as exc:
+        print(
+            f"kbear serve: invalid configuration in {args.config}: {len(exc.problems)} problem(s)",
+            file=sys.stderr,
+        )
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return _EXIT_CONFIG_ERROR
+    except ValueError as exc:
+        return _fail(str(exc))
+    _configure_logging(args.log_level)
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_config": None,  # kbear's and uvicorn's records go through the root logger
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+        "ssl_certfile": args.ssl_certfile,
+        "ssl_keyfile": args.ssl_keyfile,
+        "ssl_ca_certs": args.ssl_ca_certs,
+        "ssl_cert_reqs": ssl.CERT_REQUIRED if args.ssl_ca_certs else ssl.CERT_NONE,
+        "server_header": False,
+    }
+    served = holder.served.config
+    scheme = "https" if args.ssl_certfile else "http"
+    log.info(
+        "kbear serve: %s (digest %s: %d clusters, %d topics, %d consumer groups, %d rules) on %s://%s:%d, "
+        "%d worker process(es), bearer token %s",
+        args.config,
+        served.digest[:12],
+        len(served.clusters),
+        len(served.topics),
+        len(served.consumer_groups),
+        len(served.rules),
+        scheme,
+        args.host,
+        args.port,
+        args.workers,
+        "required" if tokens else f"not required (set --token-file or {TOKEN_ENV})",
+    )
+    try:
+        if args.workers == 1:
+            uvicorn.Server(uvicorn.Config(create_app(holder, tokens=tokens), **options)).run()
+        else:
+            # Each worker process loads and watches the directory itself (see worker_app).
+            os.environ[_WORKER_ENV] = json.dumps(
+                {
+                    "config": args.config,
+                    "watch_interval": args.watch_interval,
+                    "token_file": args.token_file,
+                    "log_level": args.log_level,
+                }
+            )
+            uvicorn.run(f"{__name__}:worker_app", factory=True, workers=args.workers, **options)
+    except (OSError, ssl.SSLError) as exc:
+        return _fail(str(exc))
+    return _EXIT_OK
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+
+
+def worker_app() -> Starlette:
+    """The application of one worker process of ``kbear serve --workers N`` (N > 1),
+    built from what :func:`run` put in the environment: uvicorn starts each worker
+    with ``worker_app`` as its application factory. Each worker loads the directory,
+    reads the token file (or ``KBEAR_SERVE_TOKEN``) and watches the directory itself.
+
+    Raises:
+        ConfigError: the directory no longer loads (the worker does not start).
+    """
+    settings = json.loads(os.environ[_WORKER_ENV])
+    _configure_logging(settings["log_level"])
+    holder = ConfigHolder(settings["config"], settings["watch_interval"])
+    return create_app(holder, tokens=read_tokens(settings["token_file"], os.environ))
