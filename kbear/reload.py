@@ -35,7 +35,6 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,7 +92,6 @@ class ConfigWatcher:
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-config-watcher", daemon=True)
-        self._load = load
         self._refused_digest: str | None = None
         self._refused: ConfigError | None = None
         # A new digest seen once: loaded at the next check if it is still the same.
