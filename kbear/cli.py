@@ -59,8 +59,9 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import kbear
+from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
 from kbear.config import ConfigError, KBearConfig
-from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
+from kbear.router import Client, NoRouteError, Router
 from kbear.sources import is_url
 
 __all__ = ["EXIT_CONFIG_ERROR", "EXIT_LINT_WARNINGS", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
@@ -359,30 +360,7 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(args.client_id, args.client_meta)
 
 
-def _lookup_name(topic: str, group: str | None, client: Client) -> str:
-    who = f"client id={client.id!r} meta={dict(client.meta)!r}"
-    if group is None:
-        return f"producer lookup: topic {topic!r}, {who}"
-    return f"consumer lookup: topic {topic!r}, group {group!r}, {who}"
 
-
-def _route_json(route: Route) -> dict[str, str]:
-    return {
-        "cluster": route.cluster_id,
-        "topic": route.topic,
-        "bootstrap_servers": route.bootstrap_servers,
-        "rule": route.rule_id,
-    }
-
-
-def _route_line(route: Route) -> str:
-    topic = route.topic
-    if route.remapped:
-        topic = f"{route.topic} (remapped from {route.requested_topic})"
-    return (
-        f"cluster={route.cluster_id} topic={topic} "
-        f"bootstrap.servers={route.bootstrap_servers} rule={route.rule_id}"
-    )
 
 
 def _cmd_route(args: argparse.Namespace) -> int:
@@ -393,84 +371,19 @@ def _cmd_route(args: argparse.Namespace) -> int:
     try:
         route = router.route(args.topic, args.group, client)
     except NoRouteError as exc:
-        print(f"kbear: no route: {_no_route_message(exc)}", file=sys.stderr)
+        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
         return EXIT_NO_ROUTE
     if args.json:
-        print(json.dumps(_route_json(route)))
+        print(json.dumps(route_json(route)))
     else:
-        print(_route_line(route))
+        print(route_line(route))
     return EXIT_OK
 
 
-def _no_route_message(exc: NoRouteError) -> str:
-    kind = "producer lookup, no consumer group" if exc.group is None else "consumer lookup"
-    return f"{exc} ({kind})"
 
 
-def _kind_name(verdict: RuleVerdict) -> str:
-    return verdict.rule.kind.name.lower().replace("_", "-")
 
 
-def _verdict_state(index: int, verdict: RuleVerdict, explanation: Explanation) -> str:
-    if index >= explanation.evaluated:
-        return "not evaluated"
-    return "match" if verdict.matched else "no match"
-
-
-def _verdict_text(index: int, verdict: RuleVerdict, explanation: Explanation) -> str:
-    state = _verdict_state(index, verdict, explanation)
-    if state == "no match" and verdict.failed:
-        return f"no match: {'; '.join(verdict.failed)}"
-    if state == "match" and explanation.route is not None and explanation.route.rule_id == verdict.rule.id:
-        return "match (winner)"
-    return state
-
-
-def _explain_json(explanation: Explanation, topic: str, group: str | None, client: Client) -> dict[str, Any]:
-    return {
-        "lookup": "producer" if group is None else "consumer",
-        "topic": topic,
-        "group": group,
-        "client": {"id": client.id, "meta": dict(client.meta)},
-        "factors": dict(explanation.factors),
-        "chain": [
-            {
-                "rule": v.rule.id,
-                "kind": _kind_name(v),
-                "priority": v.rule.priority,
-                "statement": str(v.rule.statement),
-                "verdict": _verdict_state(i, v, explanation),
-                "failed": list(v.failed),
-            }
-            for i, v in enumerate(explanation.verdicts)
-        ],
-        "winner": None if explanation.route is None else _route_json(explanation.route),
-    }
-
-
-def _explain_lines(explanation: Explanation, topic: str, group: str | None, client: Client) -> list[str]:
-    verdicts = explanation.verdicts
-    lines = [f"{_lookup_name(topic, group, client)}"]
-    if not verdicts:
-        lines.append("chain: empty (no rule applies to this lookup)")
-    else:
-        lines.append(f"chain: {len(verdicts)} rule(s), first match wins")
-        width_n = len(str(len(verdicts)))
-        width_id = max(len(v.rule.id) for v in verdicts)
-        width_kind = max(len(_kind_name(v)) for v in verdicts)
-        width_prio = max(len(f"priority {v.rule.priority}") for v in verdicts)
-        for i, v in enumerate(verdicts):
-            lines.append(
-                f"  {i + 1:>{width_n}}. {v.rule.id:<{width_id}}  {_kind_name(v):<{width_kind}}  "
-                f"{f'priority {v.rule.priority}':<{width_prio}}  {v.rule.statement}  "
-                f"-> {_verdict_text(i, v, explanation)}"
-            )
-    route = explanation.route
-    if route is None:
-        lines.append("winner: none: no rule of the chain matches")
-    else:
-        lines.append(f"winner: {route.rule_id}: {_route_line(route)}")
-    return lines
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -483,12 +396,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         explanation = router.explain_consumer(args.topic, args.group, client)
     if args.json:
-        print(json.dumps(_explain_json(explanation, args.topic, args.group, client)))
+        print(json.dumps(explain_json(explanation, args.topic, args.group, client)))
     else:
-        print("\n".join(_explain_lines(explanation, args.topic, args.group, client)))
+        print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
     if explanation.route is None:
         exc = NoRouteError(client, args.topic, args.group)
-        print(f"kbear: no route: {_no_route_message(exc)}", file=sys.stderr)
+        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
         return EXIT_NO_ROUTE
     return EXIT_OK
 
