@@ -133,6 +133,80 @@ def bench_produce(
     }
 
 
+def bench_produce_dispatch(
+    n: int,
+    rounds: int,
+    router_dir: Path,
+    clusters: dict[str, EmbeddedCluster],
+    topics: list[str],
+    spread: dict[str, str],
+) -> dict[str, Any]:
+    """Produce n messages over ``topics`` on several clusters, three ways in the same run:
+    hand-written (a dict of plain Producers, ``producers[topic].produce(topic, value)``
+    inline: the reference), RoutedProducer with the compiled dispatcher (when built) and
+    RoutedProducer with the pure-Python one. Each round runs the three in a rotating
+    order; medians of the rounds. Ratios are hand-written/routed (1.0 = as fast)."""
+    from kbear.producer import _dispatch
+
+    producers = {
+        c: Producer({**PRODUCER_CONF, "bootstrap.servers": cl.bootstrap_servers})
+        for c, cl in clusters.items()
+    }
+    by_topic = {t: producers[spread[t]] for t in topics}
+    conf = {**PRODUCER_CONF, "kbear.config": str(router_dir), "kbear.reload.interval.ms": 0}
+    routed: dict[str, RoutedProducer] = {}
+    compiled = _dispatch._Dispatcher
+    if compiled is not None:
+        routed["compiled"] = RoutedProducer(conf, topics=topics)
+    _dispatch._Dispatcher = None  # the pure-Python dispatcher, as with KBEAR_PURE_PYTHON=1
+    try:
+        routed["pure"] = RoutedProducer(conf, topics=topics)
+    finally:
+        _dispatch._Dispatcher = compiled
+    seq = [topics[i % len(topics)] for i in range(n)]
+    calls: dict[str, list[float]] = {"hand": [], **{k: [] for k in routed}}
+    totals: dict[str, list[float]] = {k: [] for k in calls}
+
+    def run_hand() -> None:
+        t0 = time.perf_counter()
+        for t in seq:
+            by_topic[t].produce(t, VALUE)
+        calls["hand"].append(time.perf_counter() - t0)
+        for p in producers.values():
+            p.flush()
+        totals["hand"].append(time.perf_counter() - t0)
+
+    def run_routed(kind: str) -> None:
+        p = routed[kind]
+        t0 = time.perf_counter()
+        produce = p.produce
+        for t in seq:
+            produce(t, VALUE)
+        calls[kind].append(time.perf_counter() - t0)
+        p.flush()
+        totals[kind].append(time.perf_counter() - t0)
+
+    runs: list[Callable[[], None]] = [run_hand, *(lambda k=k: run_routed(k) for k in routed)]
+    for i in range(rounds):
+        for j in range(len(runs)):
+            runs[(i + j) % len(runs)]()
+    kinds = {k: type(p.produce).__name__ for k, p in routed.items()}
+    for p in routed.values():
+        p.close()
+    med = {k: statistics.median(v) for k, v in calls.items()}
+    med_total = {k: statistics.median(v) for k, v in totals.items()}
+    out: dict[str, Any] = {"messages": n, "rounds": rounds, "hand_ns_per_call": med["hand"] / n * 1e9}
+    for k in routed:
+        out[k] = {
+            "dispatcher_type": kinds[k],
+            "ratio": med["hand"] / med[k],
+            "ratio_with_flush": med_total["hand"] / med_total[k],
+            "ns_per_call": med[k] / n * 1e9,
+            "overhead_ns_per_call": (med[k] - med["hand"]) / n * 1e9,
+        }
+    return out
+
+
 def fill(cluster: EmbeddedCluster, topic: str, partitions: int, per_partition: int) -> None:
     p = Producer({**PRODUCER_CONF, "bootstrap.servers": cluster.bootstrap_servers})
     for part in range(partitions):
@@ -427,7 +501,10 @@ def main() -> int:
         return 0
     rounds = 3 if args.quick else 9
     n = 50_000 if args.quick else 200_000
-    want = set(args.only or ["produce1", "produce2", "consume1", "consume2", "lookup", "switch", "memory"])
+    want = set(
+        args.only
+        or ["produce1", "produce2", "dispatch", "consume1", "consume2", "lookup", "switch", "memory"]
+    )
     name = "results-quick" if args.quick else "results"
     results: dict[str, Any] = {}
     if args.only and (HERE / f"{name}.json").exists():
@@ -458,6 +535,16 @@ def main() -> int:
                 n, rounds, two, clusters, ["p1", "p2", "p3"], {"p1": "A", "p2": "A", "p3": "B"}
             )
             print("produce, 3 topics on 2 clusters:", results["produce_two_clusters"], flush=True)
+        if "dispatch" in want:
+            results["produce_dispatch"] = bench_produce_dispatch(
+                n,
+                rounds if args.quick else 15,
+                two,
+                clusters,
+                ["p1", "p2", "p3"],
+                {"p1": "A", "p2": "A", "p3": "B"},
+            )
+            print("produce, 3 topics on 2 clusters, by dispatcher:", results["produce_dispatch"], flush=True)
         per_part = 5_000 if args.quick else 20_000  # 20k x 100 B a partition: under the mock's ~5 MB
         if {"consume1", "consume2"} & want:
             fill(a, "c1", parts_n, per_part)
@@ -587,6 +674,23 @@ def render_markdown(r: dict[str, Any]) -> str:
                 v["ratio"] >= 0.90 and v["overhead_ns_per_call"] <= 150,
             )
         )
+    if "produce_dispatch" in r:
+        v = r["produce_dispatch"]
+        for kind, label, target in (
+            ("compiled", "compiled dispatcher", 0.95),
+            ("pure", "pure-Python dispatcher", None),
+        ):
+            if kind in v:
+                w = v[kind]
+                rows.append(
+                    _row(
+                        f"produce, 3 topics on 2 clusters, {label}, vs hand-written dict of Producers",
+                        "(none: the fallback)" if target is None else f">= {target:.2f} x hand-written",
+                        f"{w['ratio']:.3f} x hand-written ({w['overhead_ns_per_call']:+.0f} ns per call; "
+                        f"{w['ratio_with_flush']:.3f} with the flush)",
+                        None if target is None else w["ratio"] >= target,
+                    )
+                )
     ratio("consume_one_cluster", "consume(1000), one cluster", 0.97)
     ratio("poll_one_cluster", "poll(), one cluster", 0.95)
     ratio("consume_two_clusters", "consume(1000), two clusters", 0.90)
