@@ -7,6 +7,7 @@ from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
+from kbear.producer._dispatch import produce_dispatcher
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
 from kbear.settings import SwitchMode, SwitchStart
 
@@ -27,6 +28,7 @@ __all__ = [
     "SwitchStart",
     "__version__",
     "load_config",
+    "produce_dispatcher",
 ]
 
 __version__ = "0.1.0"

@@ -24,12 +24,19 @@ __all__ = ["PURE_PYTHON_ENV", "make_dispatcher", "produce_dispatcher"]
 #: one is built.
 PURE_PYTHON_ENV = "KBEAR_PURE_PYTHON"
 
-_Dispatcher: Any = None
-if os.environ.get(PURE_PYTHON_ENV, "") in ("", "0"):
+
+def _compiled() -> Any:
+    """The compiled dispatcher's type, or None (not built, or not wanted)."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
     try:
-        from kbear._cdispatch import Dispatcher as _Dispatcher
+        from kbear._cdispatch import Dispatcher
     except ImportError:  # not built (no compiler at install): the pure-Python dispatcher
-        _Dispatcher = None
+        return None
+    return Dispatcher
+
+
+_Dispatcher: Any = _compiled()
 
 
 def produce_dispatcher() -> str:
