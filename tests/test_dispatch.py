@@ -5,6 +5,7 @@ route-change guarantees."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -109,7 +110,8 @@ def test_the_environment_variable_forces_the_pure_python_dispatcher(value: str) 
     if value == "1":
         assert out == "pure-python"
     else:  # "0" is as unset
-        assert out == ("compiled" if _dispatch._Dispatcher is not None else "pure-python")
+        built = importlib.util.find_spec("kbear._cdispatch") is not None
+        assert out == ("compiled" if built else "pure-python")
 
 
 def test_produce_is_the_chosen_dispatcher(
