@@ -3,11 +3,11 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear._compiled import dispatcher
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
-from kbear.producer._dispatch import produce_dispatcher
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
 from kbear.settings import SwitchMode, SwitchStart
 
@@ -27,8 +27,8 @@ __all__ = [
     "SwitchMode",
     "SwitchStart",
     "__version__",
+    "dispatcher",
     "load_config",
-    "produce_dispatcher",
 ]
 
 __version__ = "0.1.0"

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 import types
 import weakref
 from collections.abc import Callable
@@ -18,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from conftest import read_all, rewrite_rules, rule
-from kbear import NoRouteError, RoutedProducer, Router, produce_dispatcher
+from conftest import FAST_GROUP, plain_producer, read_all, rewrite_rules, rule
+from kbear import NoRouteError, RoutedConsumer, RoutedProducer, Router, _compiled
+from kbear import dispatcher as active_dispatcher
+from kbear.consumer import _turns
 from kbear.producer import _dispatch
 from kbear.testing import EmbeddedCluster
 
@@ -42,10 +46,11 @@ def _can_compile() -> bool:
 def dispatcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The dispatcher the producers built in the test use."""
     if request.param == "compiled":
-        if _dispatch._Dispatcher is None:
+        if _dispatch._Dispatcher is None or _turns._TurnTaker is None:
             pytest.skip("compiled dispatcher not active (not built, or KBEAR_PURE_PYTHON set)")
     else:
         monkeypatch.setattr(_dispatch, "_Dispatcher", None)
+        monkeypatch.setattr(_turns, "_TurnTaker", None)
     return str(request.param)
 
 
@@ -84,12 +89,12 @@ def error_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[type[Ba
 
 
 def test_the_compiled_dispatcher_is_active_where_it_can_be_built() -> None:
-    if os.environ.get(_dispatch.PURE_PYTHON_ENV, "") not in ("", "0"):
-        assert produce_dispatcher() == "pure-python"
+    if os.environ.get(_compiled.PURE_PYTHON_ENV, "") not in ("", "0"):
+        assert active_dispatcher() == "pure-python"
     elif _dispatch._Dispatcher is not None:
-        assert produce_dispatcher() == "compiled"
+        assert active_dispatcher() == "compiled"
     else:
-        assert produce_dispatcher() == "pure-python"
+        assert active_dispatcher() == "pure-python"
         assert not _can_compile(), (
             "a C compiler and Python.h are here but kbear._cdispatch is not built: "
             "`pip install -e .` (or `python setup.py build_ext --inplace`) builds it"
@@ -98,9 +103,9 @@ def test_the_compiled_dispatcher_is_active_where_it_can_be_built() -> None:
 
 @pytest.mark.parametrize("value", ["1", "0"])
 def test_the_environment_variable_forces_the_pure_python_dispatcher(value: str) -> None:
-    env = {**os.environ, _dispatch.PURE_PYTHON_ENV: value, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, _compiled.PURE_PYTHON_ENV: value, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-c", "import kbear; print(kbear.produce_dispatcher())"],
+        [sys.executable, "-c", "import kbear; print(kbear.dispatcher())"],
         env=env,
         capture_output=True,
         text=True,
@@ -291,6 +296,122 @@ def test_an_unclosed_producer_is_collected(dispatcher: str, router: Router, topi
     p.produce(topics[1], b"v")
     p.flush(10)
     p = None
+    for _ in range(3):
+        gc.collect()
+    assert ref() is None
+
+
+# --------------------------------------------------------------------------- consumer: poll/consume
+
+
+@pytest.fixture
+def filled(two_clusters: Clusters, topics: Topics) -> dict[str, list[bytes]]:
+    """12 messages in each of on_a (cluster A, 3 partitions) and on_b (cluster B)."""
+    a, b = two_clusters
+    on_a, on_b, _remapped, _physical = topics
+    sent: dict[str, list[bytes]] = {}
+    for cluster, topic in ((a, on_a), (b, on_b)):
+        p = plain_producer(cluster)
+        sent[topic] = [f"{topic}-{i}".encode() for i in range(12)]
+        for i, v in enumerate(sent[topic]):
+            p.produce(topic, v, partition=i % 3)
+        assert p.flush(10) == 0
+    return sent
+
+
+def two_cluster_consumer(
+    router: Router, closing: Callable[[Any], Any], unique: Callable[[str], str], topics: list[str]
+) -> RoutedConsumer:
+    c = closing(RoutedConsumer({"group.id": unique("g"), **FAST_GROUP, **NO_WATCH}, router=router))
+    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in topics for p in range(3)])
+    return c
+
+
+def test_poll_and_consume_take_turns_over_the_clusters(
+    dispatcher: str,
+    router: Router,
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+    filled: dict[str, list[bytes]],
+) -> None:
+    """Every call shape of poll()/consume() returns the messages of both clusters."""
+    c = two_cluster_consumer(router, closing, unique, list(filled))
+    calls: list[Callable[[], list[Any]]] = [
+        lambda: [m for m in [c.poll(0.2)] if m is not None],
+        lambda: [m for m in [c.poll()] if m is not None] if got else [],  # after the first: no wait
+        lambda: [m for m in [c.poll(timeout=0.2)] if m is not None],
+        lambda: c.consume(),
+        lambda: c.consume(3),
+        lambda: c.consume(3, 0.2),
+        lambda: c.consume(num_messages=2, timeout=0.2),
+        lambda: c.consume(timeout=0.2),
+        lambda: c.consume(2, timeout=0.2),
+    ]
+    got: list[Any] = []
+    kinds: set[str] = set()
+    deadline = time.monotonic() + 20
+    i = 0
+    while len(got) < 24 and time.monotonic() < deadline:
+        got += [m for m in calls[i % len(calls)]() if m.error() is None]
+        kinds.add(type(c.__dict__.get("poll")).__name__)
+        i += 1
+    assert sorted(m.value() for m in got) == sorted(v for vs in filled.values() for v in vs)
+    # the bound path was in use (not only the class methods)
+    assert ("TurnTaker" if dispatcher == "compiled" else "function") in kinds
+
+
+def test_poll_and_consume_errors_are_those_of_the_pure_python_turn_taking(
+    dispatcher: str,
+    router: Router,
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+    filled: dict[str, list[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    c = two_cluster_consumer(router, closing, unique, list(filled))
+    with monkeypatch.context() as m:
+        m.setattr(_turns, "_TurnTaker", None)
+        reference = two_cluster_consumer(router, closing, unique, list(filled))
+    for consumer in (c, reference):  # until both are on the bound (turn-taking) path
+        deadline = time.monotonic() + 10
+        while "poll" not in consumer.__dict__ and time.monotonic() < deadline:
+            consumer.poll(0.05)
+        assert "poll" in consumer.__dict__
+    assert isinstance(reference.poll, types.FunctionType)
+    bad: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+        ("poll", (0.1, 2), {}),
+        ("poll", (), {"nosuch": 1}),
+        ("poll", (0.1,), {"timeout": 0.1}),
+        ("consume", (-1,), {}),
+        ("consume", (1_000_001, 0.1), {}),
+        ("consume", ("x",), {}),
+        ("consume", (1, 0.1, 3), {}),
+        ("consume", (1,), {"num_messages": 1}),
+        ("consume", (), {"nosuch": 1}),
+        ("consume", (10**30,), {}),
+    ]
+    for name, args, kwargs in bad:
+        expected = error_of(getattr(reference, name), *args, **kwargs)
+        assert error_of(getattr(c, name), *args, **kwargs) == expected, (name, args, kwargs)
+    assert c.poll.__doc__ == RoutedConsumer.poll.__doc__
+    assert c.consume.__doc__ == RoutedConsumer.consume.__doc__
+
+
+def test_an_unclosed_consumer_is_collected(
+    dispatcher: str, router: Router, unique: Callable[[str], str], filled: dict[str, list[bytes]]
+) -> None:
+    c: RoutedConsumer | None = RoutedConsumer(
+        {"group.id": unique("g"), **FAST_GROUP, **NO_WATCH}, router=router
+    )
+    assert c is not None
+    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in filled for p in range(3)])
+    deadline = time.monotonic() + 10
+    while "poll" not in c.__dict__ and time.monotonic() < deadline:
+        c.poll(0.05)
+    assert "poll" in c.__dict__
+    ref = weakref.ref(c)
+    c.close()  # closing does not unbind what the collector must free
+    c = None
     for _ in range(3):
         gc.collect()
     assert ref() is None

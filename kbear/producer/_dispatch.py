@@ -1,54 +1,26 @@
 """Which dispatcher ``RoutedProducer.produce()`` uses over several clusters.
 
-Responsible for: choosing, once at import, between the compiled dispatcher
-(``kbear._cdispatch``, built from kbear/_dispatch.c when kbear is installed with a
-C compiler) and the pure-Python one, and building a producer's dispatcher.
+Responsible for: building a producer's dispatcher: the compiled one
+(``kbear._cdispatch.Dispatcher``, see kbear._compiled) in front of the
+pure-Python one, or the pure-Python one alone.
 
 The compiled dispatcher looks the topic up in a table of the clusters' bound
 ``produce`` methods and forwards the call untouched; whatever that table does not
 serve goes to the pure-Python dispatcher, which stays the reference of the
-behaviour (errors included). ``KBEAR_PURE_PYTHON=1`` in the environment when
-kbear is imported forces the pure-Python dispatcher.
+behaviour (errors included).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PURE_PYTHON_ENV", "make_dispatcher", "produce_dispatcher"]
+from kbear._compiled import EXTENSION
 
-#: Environment variable that, set to anything but "" or "0" when kbear is
-#: imported, makes produce() use the pure-Python dispatcher even if the compiled
-#: one is built.
-PURE_PYTHON_ENV = "KBEAR_PURE_PYTHON"
+__all__ = ["make_dispatcher"]
 
-
-def _compiled() -> Any:
-    """The compiled dispatcher's type, or None (not built, or not wanted)."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from kbear._cdispatch import Dispatcher
-    except ImportError:  # not built (no compiler at install): the pure-Python dispatcher
-        return None
-    return Dispatcher
-
-
-_Dispatcher: Any = _compiled()
-
-
-def produce_dispatcher() -> str:
-    """The dispatcher ``RoutedProducer.produce()`` uses over several clusters.
-
-    Returns:
-        ``"compiled"`` when the C extension ``kbear._cdispatch`` was built at install
-        and ``KBEAR_PURE_PYTHON`` was unset (or "0") when kbear was imported,
-        else ``"pure-python"``. (With one cluster, produce() is that cluster's own
-        ``confluent_kafka.Producer.produce`` either way.)
-    """
-    return "compiled" if _Dispatcher is not None else "pure-python"
+#: The compiled dispatcher's type, or None (not built, or KBEAR_PURE_PYTHON set).
+_Dispatcher: Any = None if EXTENSION is None else EXTENSION.Dispatcher
 
 
 def make_dispatcher(direct: dict[str, Callable[..., None]], pure: Callable[..., None]) -> Callable[..., None]:
