@@ -828,6 +828,21 @@ FINDINGS = """
   `poll`/`consume` are closures taking turns over the clusters' clients without
   waiting, falling back to the full path only when the client whose turn it is
   has nothing: >= raw. With one cluster they are the client's own bound methods.
+- **poll()/consume() over several clusters (2026-11-23), measured first**: with
+  the whole-run method of the `consume2` rows (wall clock, 9 rounds), two runs
+  gave consume(1000) 1.48 / 1.43 and poll() 0.94 / 1.51 x the hand-written round
+  robin: too noisy under the load of the day to say. Timed per call instead
+  (clients with full queues, `poll(0)` / `consume(100, 0)`, CPU time of the
+  calling thread, 9 rounds, a one-off script), the pure-Python turn taking read
+  0.895 / 0.884 of an inline hand-written round robin for poll() (one Python
+  frame, ~150-200 ns, per message) and 0.944 / 1.30 for consume(100) (that frame
+  shared by 100 messages). poll() was not at the limit, so `poll`/`consume` over
+  several clusters are now `kbear._cdispatch.TurnTaker` objects doing the same
+  turn taking in C, in front of the pure-Python closures (calls of another
+  shape go to them). `--only turns` (blocks of calls taking turns, CPU time, 15
+  rounds), two runs: poll() compiled **1.029 / 1.012**, pure-Python 0.890 /
+  0.897; consume(100) compiled **0.978 / 1.017**, pure-Python 0.943 / 0.983 x
+  hand-written.
 - **load of 10,000 rules / 100,000 topics** (block-style YAML) took 17.8 s: PyYAML's composer and
   constructor were 29 of 34 s under the profiler (even libyaml's CSafeLoader takes
   12 s on the 3.9 MB topics file here), pydantic per entry most of the rest. Then
