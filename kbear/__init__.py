@@ -3,6 +3,7 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear._compiled import dispatcher
 from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
@@ -34,6 +35,7 @@ __all__ = [
     "SwitchMode",
     "SwitchStart",
     "__version__",
+    "dispatcher",
     "load_config",
     "open_source",
 ]

@@ -18,7 +18,9 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_guard``: the commits during a move and the pause after a commit the group
   refused while it rebalances (group moves without duplicate storms);
 - ``_mover``: the driver of the switch engine (:mod:`kbear._switch`): route
-  changes in, probes in the background, switches out.
+  changes in, probes in the background, switches out;
+- ``_turns``: ``poll``/``consume`` over several clusters with nothing to
+  translate: compiled (``kbear._cdispatch``) or pure-Python turn taking.
 """
 
 from kbear.consumer._facade import RoutedConsumer

@@ -29,6 +29,7 @@ from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer, commit_sync
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.consumer._turns import turn_taking
 from kbear.router import Client, Route, Router
 
 log = logging.getLogger("kbear.consumer")
@@ -259,34 +260,9 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             self._unpin()
 
     def _turn_taking(self, consumers: list[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """poll() and consume() over several clusters' clients with nothing to translate:
-        each call first asks the next client in turn without waiting, and only when it
-        has nothing falls back to the class method (every client, then the wait)."""
-        polls = [c.poll for c in consumers]
-        consumes = [c.consume for c in consumers]
-        n = len(consumers)
-        turn = [0]
-        slow_poll, slow_consume = RoutedConsumer.poll, RoutedConsumer.consume
-
-        def poll(timeout: float | None = None) -> Any:
-            i = turn[0] = (turn[0] + 1) % n
-            msg = polls[i](0)
-            if msg is not None:
-                return msg
-            return slow_poll(self, timeout)
-
-        def consume(num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
-            i = turn[0] = (turn[0] + 1) % n
-            if 1 <= num_messages <= 1_000_000:
-                msgs: list[Any] = consumes[i](num_messages, 0)
-                if msgs:
-                    return msgs
-            got: list[Any] = slow_consume(self, num_messages, timeout)
-            return got
-
-        poll.__doc__ = RoutedConsumer.poll.__doc__
-        consume.__doc__ = RoutedConsumer.consume.__doc__
-        return poll, consume
+        """poll() and consume() over several clusters' clients with nothing to translate
+        (kbear.consumer._turns: compiled when built, else pure-Python closures)."""
+        return turn_taking(consumers, RoutedConsumer.poll.__get__(self), RoutedConsumer.consume.__get__(self))
 
     # ------------------------------------------------------------------ cluster-wide calls
 

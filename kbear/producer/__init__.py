@@ -4,7 +4,10 @@ The package's parts:
 
 - ``_facade``: :class:`RoutedProducer`, routing, produce, poll/flush, moves;
 - ``_transactions``: the transactional API (a transaction spans one cluster);
-- ``_cluster``: one cluster's client, the one-cluster proof of the fast path.
+- ``_cluster``: one cluster's client, the one-cluster proof of the fast path;
+- ``_dispatch``: produce() over several clusters: the compiled dispatcher
+  (``kbear._cdispatch``, from kbear/_dispatch.c, see kbear._compiled) or the
+  pure-Python one.
 """
 
 from kbear.producer._facade import RoutedProducer

@@ -104,6 +104,9 @@ class RoutedProducer(TransactionCalls, RouteTable):
         self._generation = 0  # reloads applied
         # logical topic -> produce function with the physical topic bound; the hot path
         self._send: dict[str, Callable[..., None]] = {}
+        # logical topic -> its cluster client's produce, for topics not remapped: the
+        # compiled dispatcher's table (kbear.producer._dispatch)
+        self._direct: dict[str, Callable[..., None]] = {}
         self._routes: dict[str, Route] = {}
         self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
         self._txn_init_called = False

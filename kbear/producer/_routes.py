@@ -4,8 +4,9 @@ Responsible for: routing a topic at first use, the send function bound per
 topic (the physical topic and, for a remapped topic, delivery reports renamed
 to the logical name), binding ``produce`` to the cheapest correct path (one
 cluster's own method when the configuration proves every route goes there, else
-a closure over the table), and applying a reload: a topic that moves waits for
-its old cluster's in-flight messages before it is sent to the new one.
+a dispatcher over the table: ``_dispatch``'s compiled one in front of a closure,
+or the closure alone), and applying a reload: a topic that moves waits for its
+old cluster's in-flight messages before it is sent to the new one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from kbear._base import RoutedClientBase
 from kbear._clients import ClusterTarget, cluster_target
 from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
+from kbear.producer._dispatch import make_dispatcher
 from kbear.router import NoRouteError, Route
 from kbear.settings import KBearSettings
 
@@ -38,6 +40,7 @@ class RouteTable(RoutedClientBase):
     _retired: list[ClusterProducer]
     _generation: int
     _send: dict[str, Callable[..., None]]
+    _direct: dict[str, Callable[..., None]]
     _routes: dict[str, Route]
     _txn_open: bool
     _closed: bool
@@ -75,6 +78,8 @@ class RouteTable(RoutedClientBase):
             send = produce
         self._routes[topic] = route
         self._send[topic] = partial(send, route.topic)
+        if not route.remapped:  # the compiled dispatcher's table: the call forwarded as is
+            self._direct[topic] = produce
 
     @staticmethod
     def _remapped_send(produce: Callable[..., None], logical: str) -> Callable[..., None]:
@@ -117,8 +122,9 @@ class RouteTable(RoutedClientBase):
             self.__dict__.pop("produce", None)
 
     def _routing_produce(self) -> Callable[..., None]:
-        """produce() over the route table with nothing else to check: the closure the
-        instance uses while no reload is pending and no transaction is open."""
+        """produce() over the route table with nothing else to check, used while no reload
+        is pending and no transaction is open: the compiled dispatcher over ``_direct``
+        in front of this closure when it is built, else this closure."""
         send_table = self._send
         route_and_produce = type(self).produce
 
@@ -131,7 +137,7 @@ class RouteTable(RoutedClientBase):
             send(*args, **kwargs)
 
         produce.__doc__ = type(self).produce.__doc__
-        return produce
+        return make_dispatcher(self._direct, produce)
 
     def _apply_changes(self) -> None:
         with self._lock:
@@ -162,6 +168,7 @@ class RouteTable(RoutedClientBase):
                 # Unbind the topic before draining: other threads producing to it now
                 # miss it in the table, take the slow path and wait on the lock for the
                 # new route, instead of adding to the old cluster after its flush.
+                self._direct.pop(topic, None)
                 self._send.pop(topic, None)
                 self._drain(old.cluster_id)
                 del self._routes[topic]

@@ -1,0 +1,27 @@
+"""Type stub of the optional C extension built from kbear/_dispatch.c."""
+
+from collections.abc import Callable
+from typing import Any
+
+class Dispatcher:
+    """produce() over several clusters: ``table[topic](*args, **kwargs)``, else ``fallback``."""
+
+    table: dict[str, Callable[..., None]]
+    fallback: Callable[..., None]
+    def __init__(self, table: dict[str, Callable[..., None]], fallback: Callable[..., None]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+
+class TurnTaker:
+    """poll()/consume() taking turns over several clusters' clients (kbear.consumer._turns)."""
+
+    methods: tuple[Callable[..., Any], ...]
+    slow: Callable[..., Any]
+    pure: Callable[..., Any]
+    def __init__(
+        self,
+        kind: str,
+        methods: tuple[Callable[..., Any], ...],
+        slow: Callable[..., Any],
+        pure: Callable[..., Any],
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...

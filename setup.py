@@ -1,0 +1,11 @@
+"""Build of kbear's optional C extension (everything else is in pyproject.toml).
+
+``kbear._cdispatch`` (kbear/_dispatch.c) is the compiled RoutedProducer.produce() and
+RoutedConsumer.poll()/consume() over several clusters. It is optional: without a working C compiler (or
+Python headers) the build warns and goes on, and kbear uses its pure-Python
+dispatcher (kbear.dispatcher() says which one is active).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("kbear._cdispatch", ["kbear/_dispatch.c"], optional=True)])
