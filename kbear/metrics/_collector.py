@@ -116,6 +116,7 @@ class KBearMetrics(Collector):
             ).inc()
         elif isinstance(event, _events.DrainStarted):
             self.drains_started.labels(event.kind, event.topic, event.cluster).inc()
+            self.switch_timeouts.labels(event.kind, event.topic, event.cluster)  # a series at 0
             if event.kind == "producer":
                 with self._lock:
                     self._producer_drains += 1

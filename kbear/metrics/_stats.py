@@ -44,7 +44,7 @@ _COUNTERS = ("msgs", "txmsgs", "txbytes", "rxmsgs", "rxbytes")
 class _Slot:
     """The latest statistics of one cluster client, and its per-partition counters."""
 
-    __slots__ = ("at", "client_id", "cluster", "counters", "interval_s", "kind", "lock", "stats")
+    __slots__ = ("at", "client_id", "cluster", "counters", "interval_s", "kind", "lock", "rtt", "stats")
 
     def __init__(self, kind: str, cluster: str, cid: str, interval_s: float) -> None:
         self.kind = kind
@@ -55,6 +55,8 @@ class _Slot:
         self.at = 0.0
         #: (physical topic, partition, field) -> [counted before a restart, last value]
         self.counters: dict[tuple[str, str, str], list[float]] = {}
+        #: broker name -> (avg, p99) round-trip time in µs of the last interval that had one
+        self.rtt: dict[str, tuple[float, float]] = {}
         self.lock = threading.Lock()
 
     def update(self, text: str) -> None:
@@ -76,6 +78,10 @@ class _Slot:
                         if value < kept[1]:  # the partition's counters restarted
                             kept[0] += kept[1]
                         kept[1] = value
+            for name, broker in (stats.get("brokers") or {}).items():
+                rtt = broker.get("rtt") or {}
+                if _num(rtt.get("cnt")) > 0:  # an interval without a response has no figure
+                    self.rtt[name] = (_num(rtt.get("avg")), _num(rtt.get("p99")))
             self.stats = stats
             self.at = time.monotonic()
 
@@ -235,7 +241,8 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
         ),
         "rtt": _gauge(
             "kbear_rdkafka_broker_rtt_seconds",
-            "Broker round-trip time, average and 99th percentile over the last interval (librdkafka rtt)",
+            "Broker round-trip time, average and 99th percentile over the last interval that "
+            "had a response (librdkafka rtt)",
             [*_CB, "stat"],
         ),
         "outbuf": _gauge(
@@ -285,7 +292,7 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
             for physical, topic_stats in (stats.get("topics") or {}).items():
                 logical = names.get((kind, cid, cluster, physical), physical)
                 _gauges(f, kind, (cid, cluster, logical, physical), topic_stats)
-        for broker in (stats.get("brokers") or {}).values():
+        for bname, broker in (stats.get("brokers") or {}).items():
             if broker.get("source") not in ("learned", "configured"):
                 continue  # the internal and logical (coordinator) brokers
             blabels = (kind, cid, cluster, str(broker.get("nodename") or broker.get("name")))
@@ -296,10 +303,10 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
             if fresh:
                 f["outbuf"].add(blabels, _num(broker.get("outbuf_cnt")))
                 f["waitresp"].add(blabels, _num(broker.get("waitresp_cnt")))
-                rtt = broker.get("rtt") or {}
-                if _num(rtt.get("cnt")) > 0:
-                    f["rtt"].add((*blabels, "avg"), _num(rtt.get("avg")) / 1e6)
-                    f["rtt"].add((*blabels, "p99"), _num(rtt.get("p99")) / 1e6)
+                rtt = slot.rtt.get(bname)
+                if rtt is not None:
+                    f["rtt"].add((*blabels, "avg"), rtt[0] / 1e6)
+                    f["rtt"].add((*blabels, "p99"), rtt[1] / 1e6)
     for family in f.values():
         yield family.metric()
 
