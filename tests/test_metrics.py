@@ -3,6 +3,7 @@ what the clients reported; events are structured log records without secrets."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -19,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
 from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear._events import FIELDS
+from kbear.demo import run_demo
 from kbear.metrics import instrument, serve, uninstrument
 from kbear.reload import ConfigWatcher
 from kbear.testing import EmbeddedCluster
@@ -368,3 +370,14 @@ def test_no_secret_in_events_logs_or_metrics(
     for secret in SECRETS:
         assert secret not in text
     router.close()
+
+
+def test_the_demo_serves_metrics_that_agree_with_its_table() -> None:
+    out = io.StringIO()
+    try:
+        assert run_demo(messages=40, out=out, metrics_port=0) == 0, out.getvalue()
+    finally:
+        uninstrument()
+    text = out.getvalue()
+    assert re.search(r"^metrics: http://127\.0\.0\.1:\d+/metrics$", text, re.M)
+    assert "metrics: the scrape agrees with the table" in text
