@@ -19,9 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
 from kbear import RoutedConsumer, RoutedProducer, Router
-from kbear._events import FIELDS
+from kbear._events import FIELDS, location
 from kbear.demo import run_demo
 from kbear.metrics import instrument, serve, uninstrument
+from kbear.metrics._stats import StatsStore, families
 from kbear.reload import ConfigWatcher
 from kbear.testing import EmbeddedCluster
 
@@ -381,3 +382,28 @@ def test_the_demo_serves_metrics_that_agree_with_its_table() -> None:
     text = out.getvalue()
     assert re.search(r"^metrics: http://127\.0\.0\.1:\d+/metrics$", text, re.M)
     assert "metrics: the scrape agrees with the table" in text
+
+
+def test_a_meta_service_url_is_shown_without_credentials_or_query() -> None:
+    url = "https://app:pw-PLANTED-1@meta.example:8443/kbear?token=jaas-PLANTED-2#frag"
+    assert location(url) == "https://meta.example:8443/kbear"
+    assert location("/etc/kbear") == "/etc/kbear"
+
+
+def test_partition_counters_keep_counting_across_a_client_restart_of_them() -> None:
+    """A partition that leaves a client and comes back restarts librdkafka's counters:
+    the exported total keeps what was counted before."""
+    store = StatsStore(100)
+    conf: dict[str, Any] = {"client.id": "c1"}
+    store.configure("producer", "A", conf)
+    assert conf["statistics.interval.ms"] == 100
+    for txmsgs in (5, 7, 2):
+        part = {"msgs": txmsgs, "txmsgs": txmsgs, "msgq_cnt": 0, "xmit_msgq_cnt": 0}
+        conf["stats_cb"](json.dumps({"type": "producer", "topics": {"t": {"partitions": {"0": part}}}}))
+    sent = {
+        tuple(s.labels.values()): s.value
+        for family in families(store, {("producer", "c1", "A", "t"): "logical"})
+        for s in family.samples
+        if s.name == "kbear_producer_transmitted_messages_total"
+    }
+    assert sent == {("c1", "A", "logical", "t"): 9}
