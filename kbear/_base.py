@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from kbear import _events
 from kbear.config import KBearConfig
 from kbear.router import Client, NoRouteError, Route, Router
 
@@ -102,6 +103,8 @@ class RoutedClientBase:
     _router: Router
     _client: Client
     _fast_paths: tuple[str, ...] = ()
+    #: ``"producer"`` or ``"consumer"``: the kind of client in events and metrics
+    _kind = "client"
     #: The RuntimeError message of a call on a client that is closed or was never
     #: initialized (confluent-kafka's: "Producer has been closed", "Consumer closed").
     _closed_message = "client has been closed"
@@ -110,6 +113,7 @@ class RoutedClientBase:
         self._route_listeners: list[RouteChangeCallback] = []
         self._pending = False
         self._listener: Callable[[KBearConfig, KBearConfig], None] | None = None
+        _events.emit(_events.ClientOpened(self))
 
     if not TYPE_CHECKING:  # (for mypy, attributes stay checked)
 
@@ -168,6 +172,8 @@ class RoutedClientBase:
         self._route_listeners.append(callback)
 
     def _notify_route_change(self, old: Route, new: Route | None) -> None:
+        client_id = _events.client_id(self._native)
+        _events.emit(_events.RouteChanged(self._kind, client_id, old.requested_topic, old, new))
         for callback in list(self._route_listeners):
             try:
                 callback(old, new)

@@ -45,6 +45,10 @@ def split_config(
     kbear_conf = {k: v for k, v in merged.items() if k.startswith(KBEAR_PREFIX)}
     native = {k: v for k, v in merged.items() if not k.startswith(KBEAR_PREFIX)}
     settings = parse_settings(kbear_conf, client, kind)
+    if settings.metrics_enable:
+        from kbear.metrics import instrument  # the optional extra, imported only when asked for
+
+        instrument()
     return native, settings
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
+from kbear import _events
 from kbear.router import Route
 from kbear.settings import SwitchMode, SwitchStart
 
@@ -248,9 +249,20 @@ class SwitchEngine:
             return []
         if self.mode is SwitchMode.IMMEDIATE:
             return [self._switch(topic, old, new)]
-        log.info("kbear: draining topic %r on cluster %r before the move", topic, old.cluster_id)
+        self._start_drain(topic, old)
         self._drains[topic] = _Drain(old, new, now, now, next_probe=now + self.first_probe_s)
         return []
+
+    @staticmethod
+    def _start_drain(topic: str, old: Route, next_move: bool = False) -> None:
+        log.info(
+            "kbear: draining topic %r on cluster %r before the %s",
+            topic,
+            old.cluster_id,
+            "next move" if next_move else "move",
+            extra=_events.fields("drain_started", topic, cluster=old.cluster_id),
+        )
+        _events.emit(_events.DrainStarted("consumer", topic, old.cluster_id))
 
     def message(self, topic: str, cluster_id: str, partition: int, timestamp_ms: int, now: float) -> None:
         """A message of ``topic`` (logical) was read from ``cluster_id``.
@@ -293,21 +305,11 @@ class SwitchEngine:
         for topic, drain in list(self._drains.items()):
             timed_out = self.timeout_s is not None and now - drain.started >= self.timeout_s
             if drain.done or timed_out:
-                if timed_out and not drain.done:
-                    log.warning(
-                        "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
-                        "switching with what was read",
-                        topic,
-                        drain.old.cluster_id,
-                    )
+                self._end_drain(topic, drain, now, timed_out and not drain.done)
                 del self._drains[topic]
                 actions.append(self._switch(topic, drain.old, drain.new, timed_out and not drain.done))
                 if drain.then and drain.new is not None:
-                    log.info(
-                        "kbear: draining topic %r on cluster %r before the next move",
-                        topic,
-                        drain.new.cluster_id,
-                    )
+                    self._start_drain(topic, drain.new, next_move=True)
                     self._drains[topic] = _Drain(
                         drain.new,
                         drain.then[0],
@@ -326,6 +328,24 @@ class SwitchEngine:
             drain.probe_sent = now
             actions.append(Probe(topic, drain.old, self._seq))
         return actions
+
+    @staticmethod
+    def _end_drain(topic: str, drain: _Drain, now: float, timed_out: bool) -> None:
+        cluster = drain.old.cluster_id
+        extra = _events.fields(
+            "drain_finished", topic, cluster=cluster, reason="timeout" if timed_out else "complete"
+        )
+        if timed_out:
+            log.warning(
+                "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
+                "switching with what was read",
+                topic,
+                cluster,
+                extra=extra,
+            )
+        else:
+            log.info("kbear: drain of topic %r on cluster %r complete", topic, cluster, extra=extra)
+        _events.emit(_events.DrainFinished("consumer", topic, cluster, now - drain.started, timed_out))
 
     def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:
         return Switch(topic, old, new, self._plan_start(topic, old), timed_out)

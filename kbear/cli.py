@@ -17,7 +17,7 @@ service's rules. ``validate`` and ``lint`` with a URL check what the service
 holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
 ``/meta/consumer-groups/all``): clusters, topics and consumer groups, not the
 rules (the protocol does not carry their statements).
-    kbear demo     [--messages N] [--keep-config DIR]
+    kbear demo     [--messages N] [--keep-config DIR] [--metrics-port N]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear move     --config DIR --topic T [--group G ...] --to CLUSTER [--create] [--apply] [--json]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
@@ -221,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--keep-config", metavar="DIR", help="write the demo configuration to DIR and keep it afterwards"
+    )
+    demo.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="N",
+        help="serve kbear's metrics on 127.0.0.1:N while the demo runs (needs the 'metrics' extra)",
     )
     demo.set_defaults(handler=_cmd_demo)
 
@@ -443,7 +449,7 @@ def _cmd_lint(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
-    return run_demo(messages=args.messages, config_dir=args.keep_config)
+    return run_demo(messages=args.messages, config_dir=args.keep_config, metrics_port=args.metrics_port)
 
 
 def _cmd_assignments(args: argparse.Namespace) -> int:

@@ -15,6 +15,10 @@
 5. prints, per environment, topic and cluster, the messages produced, delivered
    and consumed, and fails (exit 1) if any count differs or any message was
    consumed twice or never.
+
+With ``--metrics-port N`` (``metrics_port``) it serves kbear's metrics on
+127.0.0.1:N while it runs (the ``metrics`` extra) and also fails if a scrape
+does not agree with its final table.
 """
 
 from __future__ import annotations
@@ -150,7 +154,12 @@ def _print_table(tally: _Tally, out: TextIO) -> bool:
     return ok and not missing and not duplicated
 
 
-def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | None = None) -> int:
+def run_demo(
+    messages: int = 1000,
+    config_dir: str | None = None,
+    out: TextIO | None = None,
+    metrics_port: int | None = None,
+) -> int:
     """Run the demo and return its exit code (0: every count matches, 1: a mismatch).
 
     Args:
@@ -159,6 +168,12 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
         config_dir: where to write the example configuration (kept afterwards);
             a temporary directory, removed at the end, when None.
         out: where to print (stdout when None).
+        metrics_port: serve kbear's metrics on this port of 127.0.0.1 while the demo
+            runs (0: a free port), and compare them with the final table.
+
+    Raises:
+        ImportError: ``metrics_port`` is given without the ``metrics`` extra.
+        OSError: the metrics port is taken.
     """
     out = out or sys.stdout
     started = time.monotonic()
@@ -167,7 +182,12 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
     east, west = EmbeddedCluster(), EmbeddedCluster()
     producers: dict[str, RoutedProducer] = {}
     consumers: dict[str, RoutedConsumer] = {}
+    server = None
     try:
+        if metrics_port is not None:
+            from kbear.metrics import _demo as metrics
+
+            server = metrics.start(metrics_port, out)
         for cluster in (east, west):
             for topic in _PHYSICAL_TOPICS:
                 cluster.create_topic(topic, _PARTITIONS)
@@ -178,7 +198,7 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
         print(f"configuration: {directory}", file=out)
         common = {"kbear.config": str(directory), "kbear.reload.interval.ms": _RELOAD_MS}
         for env in _ENVS:
-            client = {"kbear.client.id": "demo-app", "kbear.client.meta.env": env}
+            client = {"kbear.client.id": "demo-app", "kbear.client.meta.env": env, "client.id": f"demo-{env}"}
             producers[env] = RoutedProducer({**common, **client, "linger.ms": 5}, topics=_TOPICS)
             consumer = RoutedConsumer(
                 {
@@ -231,6 +251,10 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
         )
         print(file=out)
         ok = _print_table(tally, out)
+        if server is not None:
+            ok &= metrics.agree(
+                tally.delivered, tally.consumed, [*producers.values(), *consumers.values()], out
+            )
         print(
             f"\n{'OK: nothing lost, nothing duplicated' if ok else 'FAILED'} "
             f"({time.monotonic() - started:.1f} s)",
@@ -244,5 +268,8 @@ def run_demo(messages: int = 1000, config_dir: str | None = None, out: TextIO | 
             producer.close(5)
         east.close()
         west.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -38,6 +38,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kbear import _events
 from kbear.config import ConfigError
 from kbear.sources import ConfigSource, DirectorySource
 
@@ -128,7 +129,11 @@ class ConfigWatcher:
         try:
             digest = source.digest()
         except ConfigError as exc:
-            log.error("kbear configuration source unreadable, the previous configuration stays: %s", exc)
+            self._refuse(
+                "unreadable",
+                "kbear configuration source unreadable, the previous configuration stays: %s",
+                exc,
+            )
             return False
         if digest == self._router.config.digest:
             # Back to the configuration in force: a later repeat of a refused
@@ -148,7 +153,7 @@ class ConfigWatcher:
         except ConfigError as exc:
             self._refused_digest = digest
             self._refused = exc
-            log.error("kbear configuration change refused, the previous one stays: %s", exc)
+            self._refuse("invalid", "kbear configuration change refused, the previous one stays: %s", exc)
             return False
         if new.digest != digest:
             # The files changed while they were read (or the service answered
@@ -159,6 +164,12 @@ class ConfigWatcher:
         self._refused = None
         self._pending_digest = None
         return self._router.apply(new)
+
+    def _refuse(self, reason: str, message: str, exc: ConfigError) -> None:
+        location = _events.location(self._source.location)
+        extra = _events.fields("reload_refused", reason=reason)
+        log.error(message, exc, extra={**extra, "location": location})
+        _events.emit(_events.ReloadRefused(location, reason))
 
     def _run(self) -> None:
         settle_s = min(SETTLE_S, self._interval_s)

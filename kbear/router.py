@@ -28,6 +28,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from kbear import _events
 from kbear._identity import Client
 from kbear._secrets import redact
 from kbear.config import KBearConfig, RouteRule, RuleKind, load_config
@@ -461,6 +462,7 @@ class Router:
             self._snapshot = _Snapshot(new)
             listeners = list(self._listeners)
         log.info("kbear configuration reloaded from %s", new.directory or new.location)
+        _events.emit(_events.ReloadApplied(_events.location(new.directory or new.location), new.digest))
         for listener in listeners:
             try:
                 listener(old, new)

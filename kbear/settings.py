@@ -143,6 +143,9 @@ class KBearSettings(BaseModel):
         cluster: ``kbear.cluster`` (str): the cluster's name in offsets and the
             ``cluster`` column when the Spark source reads one cluster
             (``kafka.bootstrap.servers``). Default ``"kafka"``. Spark source only.
+        metrics_enable: ``kbear.metrics.enable`` (bool, or ``"true"``/``"false"``):
+            turn kbear's metrics on for the process (as :func:`kbear.metrics.instrument`
+            with its defaults; needs the ``metrics`` extra). Default False. Clients only.
 
     Raises (at validation):
         pydantic.ValidationError: a bad value; :func:`parse_settings` and
@@ -163,6 +166,7 @@ class KBearSettings(BaseModel):
     timestamp_margin_ms: int = Field(0, alias="kbear.switch.timestamp.margin.ms")
     group: str | None = Field(None, alias="kbear.group")
     cluster: str = Field("kafka", alias="kbear.cluster")
+    metrics_enable: bool = Field(False, alias="kbear.metrics.enable")
 
     @field_validator(
         "reload_interval_ms", "drain_timeout_ms", "drain_idle_ms", "timestamp_margin_ms", mode="before"
@@ -198,6 +202,16 @@ class KBearSettings(BaseModel):
         except ValueError:
             names = ", ".join(s.value for s in SwitchStart)
             raise ValueError(f"kbear.switch.start must be one of {names}, got {str(value)!r}") from None
+
+    @field_validator("metrics_enable", mode="before")
+    @classmethod
+    def _flag(cls, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text not in ("true", "false"):
+            raise ValueError(f"kbear.metrics.enable must be true or false, got {value!r}")
+        return text == "true"
 
     @field_validator("config_dir", "group", "cluster", mode="before")
     @classmethod

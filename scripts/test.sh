@@ -3,7 +3,7 @@
 # integration tests (integration/, on the best broker backend available here).
 # Extra arguments go to pytest.
 set -euo pipefail
-KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
 echo "== pytest"

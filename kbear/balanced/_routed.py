@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
+from kbear import _events
 from kbear._switch import StartPlan
 from kbear.consumer import RoutedConsumer
 from kbear.consumer._rebalance import TIMESTAMP_LOOKUP_TIMEOUT_S, commit_async
@@ -69,7 +70,14 @@ class AssignedConsumer(RoutedConsumer):
                 self.incremental_assign(self._start_partitions(topic, new, moved, start))
         self._guard.switched(self._driver.engine.draining)
         self._refresh_pin()
-        log.info("kbear: assigned topic %r (partitions %s) switched from %r to %r", topic, moved, old, new)
+        log.info(
+            "kbear: assigned topic %r (partitions %s) switched from %r to %r",
+            topic,
+            moved,
+            old,
+            new,
+            extra=_events.fields("route_change", topic, old, new, reason="reload"),
+        )
         if self.switched_hook is not None:
             self.switched_hook(topic, old, new, moved)
         self._notify_route_change(old, new)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, TopicPartition
 
+from kbear import _events
 from kbear._clients import cluster_config, renamed
 from kbear.router import Route
 
@@ -165,6 +166,7 @@ class ClusterRegistry:
         if current is not None and current.properties == dict(target.properties):
             return current, None
         conf = cluster_config(self.native, target.properties)
+        _events.configure("consumer", target.cluster_id, conf)
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
         entry = ClusterClient(target.cluster_id, target.properties, self._factory(conf))

@@ -95,6 +95,7 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
 
     _fast_paths = ("poll", "consume")
     _closed_message = "Consumer closed"
+    _kind = "consumer"
 
     def __init__(
         self,

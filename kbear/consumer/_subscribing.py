@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
 
+from kbear import _events
 from kbear._base import RoutedClientBase
 from kbear._clients import cluster_target
 from kbear._switch import StartPlan, same_route
@@ -277,5 +278,6 @@ class SubscriptionCalls(RoutedClientBase):
             self._resubscribe([entry])
         self._guard.switched(self._driver.engine.draining)
         self._refresh_pin()
-        log.info("kbear: topic %r switched from %r to %r", topic, old, new)
+        extra = _events.fields("route_change", topic, old, new, reason="reload")
+        log.info("kbear: topic %r switched from %r to %r", topic, old, new, extra=extra)
         self._notify_route_change(old, new)

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from kbear import _events
 from kbear._base import (
     NO_CONFIG,
     RouteChangeCallback,
@@ -78,6 +79,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
 
     _fast_paths = ("produce",)
     _closed_message = "Producer has been closed"
+    _kind = "producer"
 
     def __init__(
         self,
@@ -178,6 +180,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
             self._retired.append(current)
         logical: dict[str, str] = {}
         conf = cluster_config(self._native, route.properties)
+        _events.configure("producer", route.cluster_id, conf)
         if self._on_delivery is not None:
             conf["on_delivery"] = self._config_callback(self._on_delivery, logical)
         entry = ClusterProducer(route.cluster_id, route.properties, Producer(conf), logical)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kbear import _events
 from kbear._base import RoutedClientBase
 from kbear._clients import ClusterTarget, cluster_target
 from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
@@ -151,7 +153,7 @@ class RouteTable(RoutedClientBase):
                 # drain the whole cluster before any topic goes elsewhere.
                 entry = self._clusters.get(pinned)
                 if entry is not None:
-                    self._drain(pinned)
+                    self._drain(pinned, "")
             for topic, old in list(self._routes.items()):
                 try:
                     new: Route | None = self._router.route_producer(topic, self._client)
@@ -170,21 +172,32 @@ class RouteTable(RoutedClientBase):
                 # new route, instead of adding to the old cluster after its flush.
                 self._direct.pop(topic, None)
                 self._send.pop(topic, None)
-                self._drain(old.cluster_id)
+                self._drain(old.cluster_id, topic)
                 del self._routes[topic]
                 if new is not None:
                     self._install(topic, new)
-                log.info("kbear: topic %r moved from %r to %r", topic, old, new)
+                extra = _events.fields("route_change", topic, old, new, reason="reload")
+                log.info("kbear: topic %r moved from %r to %r", topic, old, new, extra=extra)
                 self._notify_route_change(old, new)
             self._pin()
             self._retire_unused()
 
-    def _drain(self, cluster_id: str) -> None:
-        """Flush ``cluster_id``'s client (and retired ones) before a topic leaves it."""
+    def _drain(self, cluster_id: str, topic: str) -> None:
+        """Flush ``cluster_id``'s client (and retired ones) before ``topic`` (``""``:
+        every topic of a pinned producer) leaves it."""
         entry = self._clusters.get(cluster_id)
         candidates = [e for e in (entry, *self._retired) if e is not None]
+        started, timed_out = time.monotonic(), False
+        log.info(
+            "kbear: draining cluster %r before topic %r moves",
+            cluster_id,
+            topic,
+            extra=_events.fields("drain_started", topic, cluster=cluster_id),
+        )
+        _events.emit(_events.DrainStarted("producer", topic, cluster_id))
         for e in candidates:
             left = e.producer.flush(self._settings.drain_timeout_ms / 1000.0)
+            timed_out = timed_out or left > 0
             if left:
                 log.warning(
                     "kbear: %d message(s) still in flight on cluster %r after "
@@ -193,6 +206,18 @@ class RouteTable(RoutedClientBase):
                     left,
                     e.cluster_id,
                 )
+        took = time.monotonic() - started
+        log.info(
+            "kbear: drain of cluster %r for topic %r ended after %.3f s%s",
+            cluster_id,
+            topic,
+            took,
+            " (timed out)" if timed_out else "",
+            extra=_events.fields(
+                "drain_finished", topic, cluster=cluster_id, reason="timeout" if timed_out else "complete"
+            ),
+        )
+        _events.emit(_events.DrainFinished("producer", topic, cluster_id, took, timed_out))
 
     def _retire_unused(self) -> None:
         """Drop clients no longer needed, never at the reload that stopped using them.

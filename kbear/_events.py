@@ -1,0 +1,190 @@
+"""kbear's slow-path events and the listeners that follow them (private).
+
+Responsible for: the events kbear's slow paths report (a routed client opened,
+a topic's route changed, a drain started or finished, a configuration reload
+applied or refused), their structured log fields, and a process-wide registry of
+listeners (the metrics of :mod:`kbear.metrics` subscribe here) and of client
+configurers (which may add ``statistics.interval.ms`` and a ``stats_cb`` to the
+configuration of each cluster's confluent-kafka client as it is built).
+
+Nothing here runs per message: events come from reloads, switches and client
+construction only. With no listener, :func:`emit` is a check of an empty list.
+A listener or configurer that raises is logged (``kbear.events``) and skipped;
+the slow path it was called from goes on.
+
+Structured log fields (``logging`` ``extra=``) are :data:`FIELDS`: ``event``,
+``cluster``, ``topic``, ``rule``, ``reason`` (and ``old_cluster``), never a
+cluster's properties (where credentials live).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from kbear.router import Route
+
+log = logging.getLogger("kbear.events")
+
+#: the ``extra=`` keys of kbear's structured log records (all may be None)
+FIELDS = ("event", "cluster", "old_cluster", "topic", "rule", "reason")
+
+
+@dataclass(frozen=True)
+class ClientOpened:
+    """A routed client (RoutedProducer, RoutedConsumer) was constructed: ``client``."""
+
+    client: Any
+
+
+@dataclass(frozen=True)
+class RouteChanged:
+    """``topic`` of a routed client of ``kind`` (``"producer"``, ``"consumer"``) and
+    confluent-kafka ``client.id`` ``client_id`` left ``old`` for ``new`` (None: no route)."""
+
+    kind: str
+    client_id: str
+    topic: str
+    old: Route
+    new: Route | None
+
+
+@dataclass(frozen=True)
+class DrainStarted:
+    """A drain of ``topic`` on cluster ``cluster`` began (``kind``: ``"producer"``, a
+    flush before the topic moves; ``"consumer"``, reading the old cluster to its end)."""
+
+    kind: str
+    topic: str
+    cluster: str
+
+
+@dataclass(frozen=True)
+class DrainFinished:
+    """The drain of :class:`DrainStarted` ended after ``duration_s`` seconds;
+    ``timed_out``: by ``kbear.switch.drain.timeout.ms``, not complete."""
+
+    kind: str
+    topic: str
+    cluster: str
+    duration_s: float
+    timed_out: bool
+
+
+@dataclass(frozen=True)
+class ReloadApplied:
+    """A configuration (content digest ``digest``) from ``location`` is in force."""
+
+    location: str
+    digest: str
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class ReloadRefused:
+    """A configuration change from ``location`` was refused (``reason``: ``"invalid"``
+    or ``"unreadable"``); the previous configuration stays."""
+
+    location: str
+    reason: str
+
+
+Event = ClientOpened | RouteChanged | DrainStarted | DrainFinished | ReloadApplied | ReloadRefused
+Listener = Callable[[Event], None]
+#: ``configurer(kind, cluster_id, conf)``: may change ``conf`` (a cluster client's
+#: configuration, before the client is built)
+Configurer = Callable[[str, str, MutableMapping[str, Any]], None]
+
+_listeners: list[Listener] = []
+_configurers: list[Configurer] = []
+#: every routed client constructed and still alive (for listeners subscribing late)
+_clients: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def subscribe(listener: Listener | None = None, configurer: Configurer | None = None) -> None:
+    """Add ``listener`` (called with every event) and/or ``configurer`` (called with
+    every cluster client configuration as it is built)."""
+    if listener is not None and listener not in _listeners:
+        _listeners.append(listener)
+    if configurer is not None and configurer not in _configurers:
+        _configurers.append(configurer)
+
+
+def unsubscribe(listener: Listener | None = None, configurer: Configurer | None = None) -> None:
+    """Remove what :func:`subscribe` added; unknown ones are ignored."""
+    if listener in _listeners:
+        _listeners.remove(listener)
+    if configurer in _configurers:
+        _configurers.remove(configurer)
+
+
+def open_clients() -> list[Any]:
+    """The routed clients constructed so far and not yet collected."""
+    return list(_clients)
+
+
+def emit(event: Event) -> None:
+    """Hand ``event`` to every listener (in the calling thread)."""
+    if isinstance(event, ClientOpened):
+        _clients.add(event.client)
+    for listener in list(_listeners):
+        try:
+            listener(event)
+        except Exception:
+            log.exception("kbear: event listener %r failed", listener)
+
+
+def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """``conf``, the configuration of the confluent-kafka client of ``kind``
+    (``"producer"``, ``"consumer"``) for cluster ``cluster_id``, as every configurer
+    leaves it; returned for chaining."""
+    for configurer in list(_configurers):
+        try:
+            configurer(kind, cluster_id, conf)
+        except Exception:
+            log.exception("kbear: client configurer %r failed", configurer)
+    return conf
+
+
+def fields(
+    event: str,
+    topic: str | None = None,
+    old: Route | None = None,
+    new: Route | None = None,
+    *,
+    cluster: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The ``extra=`` of a structured log record (:data:`FIELDS`): ``cluster`` and
+    ``rule`` from ``new`` (else ``cluster``), ``old_cluster`` from ``old``. Cluster
+    properties (credentials) never enter a record."""
+    return {
+        "event": event,
+        "cluster": new.cluster_id if new is not None else cluster,
+        "old_cluster": None if old is None else old.cluster_id,
+        "topic": topic,
+        "rule": None if new is None else new.rule_id,
+        "reason": reason,
+    }
+
+
+def location(where: object) -> str:
+    """A configuration's directory or URL as events and metrics show it: a URL's
+    user information, query and fragment (where tokens may hide) are dropped."""
+    text = str(where)
+    if "://" not in text:
+        return text
+    parts = urlsplit(text)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def client_id(conf: MutableMapping[str, Any] | dict[str, Any]) -> str:
+    """The confluent-kafka ``client.id`` of a configuration (librdkafka's default ``rdkafka``)."""
+    return str(conf.get("client.id", "rdkafka"))

@@ -1,0 +1,227 @@
+"""KBearMetrics: kbear's events and librdkafka's statistics as Prometheus metrics (private).
+
+Responsible for: following :mod:`kbear._events` (route changes, drains, reloads:
+counters and a histogram updated as they happen), giving each cluster client a
+statistics callback (:mod:`kbear.metrics._stats`), and, at scrape time, reading
+the routes in use and the configuration in force of the live routed clients
+(an info metric each) and the clients' latest statistics.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kbear import _events
+from kbear.metrics._stats import StatsStore, families
+from kbear.router import Route
+
+#: drain duration buckets (seconds): drains last from a flush (ms) to
+#: ``kbear.switch.drain.timeout.ms`` (30 s by default) and beyond
+DRAIN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class KBearMetrics(Collector):
+    """kbear's metrics in one Prometheus registry; build it with :func:`kbear.metrics.instrument`.
+
+    Args:
+        registry: where the metrics are registered.
+        stats_interval_ms: ``statistics.interval.ms`` given to cluster clients
+            whose configuration does not set it (ms).
+    """
+
+    def __init__(self, registry: CollectorRegistry, stats_interval_ms: int) -> None:
+        self.registry = registry
+        self.stats = StatsStore(stats_interval_ms)
+        self._lock = threading.Lock()
+        #: (kind, client id, cluster, physical topic) -> logical topic, of every route seen
+        self._names: dict[tuple[str, str, str, str], str] = {}
+        #: location -> (digest, wall time) of the last configuration applied there
+        self._applied: dict[str, tuple[str, float]] = {}
+        #: location -> wall time kbear's metrics first saw a configuration from there
+        self._first_seen: dict[str, float] = {}
+        self._producer_drains = 0
+        self.route_changes = Counter(
+            "kbear_route_changes",
+            "Topics that switched clusters (or lost their route) after a reload",
+            ["kind", "client", "topic", "old_cluster", "new_cluster"],
+            registry=registry,
+        )
+        self.drains_started = Counter(
+            "kbear_drains_started",
+            "Drains begun before a topic moves (producer: a flush; consumer: reading the old cluster out)",
+            ["kind", "topic", "cluster"],
+            registry=registry,
+        )
+        self.drains_finished = Counter(
+            "kbear_drains_finished",
+            "Drains ended, complete or timed out (kbear.switch.drain.timeout.ms)",
+            ["kind", "topic", "cluster", "outcome"],
+            registry=registry,
+        )
+        self.switch_timeouts = Counter(
+            "kbear_switch_timeouts",
+            "Switches made when kbear.switch.drain.timeout.ms ran out, before the drain was complete",
+            ["kind", "topic", "cluster"],
+            registry=registry,
+        )
+        self.drain_seconds = Histogram(
+            "kbear_drain_duration_seconds",
+            "How long drains took, in seconds",
+            ["kind", "cluster"],
+            buckets=DRAIN_BUCKETS,
+            registry=registry,
+        )
+        self.reloads = Counter(
+            "kbear_config_reloads",
+            "Configuration changes applied, or refused (the last good configuration stays)",
+            ["result", "reason", "location"],
+            registry=registry,
+        )
+        registry.register(self)
+        _events.subscribe(self.on_event, self.stats.configure)
+
+    def close(self) -> None:
+        """Stop following kbear's events and unregister from the registry (clients
+        built from now on get no statistics callback)."""
+        _events.unsubscribe(self.on_event, self.stats.configure)
+        for metric in (
+            self,
+            self.route_changes,
+            self.drains_started,
+            self.drains_finished,
+            self.switch_timeouts,
+            self.drain_seconds,
+            self.reloads,
+        ):
+            self.registry.unregister(metric)
+
+    # ------------------------------------------------------------------ events
+
+    def on_event(self, event: _events.Event) -> None:
+        """Count ``event`` (called by :mod:`kbear._events`, in the slow path's thread)."""
+        if isinstance(event, _events.RouteChanged):
+            self._remember(event.kind, event.client_id, event.old)
+            if event.new is not None:
+                self._remember(event.kind, event.client_id, event.new)
+            new = "" if event.new is None else event.new.cluster_id
+            self.route_changes.labels(
+                event.kind, event.client_id, event.topic, event.old.cluster_id, new
+            ).inc()
+        elif isinstance(event, _events.DrainStarted):
+            self.drains_started.labels(event.kind, event.topic, event.cluster).inc()
+            self.switch_timeouts.labels(event.kind, event.topic, event.cluster)  # a series at 0
+            if event.kind == "producer":
+                with self._lock:
+                    self._producer_drains += 1
+        elif isinstance(event, _events.DrainFinished):
+            outcome = "timed_out" if event.timed_out else "complete"
+            self.drains_finished.labels(event.kind, event.topic, event.cluster, outcome).inc()
+            self.drain_seconds.labels(event.kind, event.cluster).observe(event.duration_s)
+            if event.timed_out:
+                self.switch_timeouts.labels(event.kind, event.topic, event.cluster).inc()
+            if event.kind == "producer":
+                with self._lock:
+                    self._producer_drains -= 1
+        elif isinstance(event, _events.ReloadApplied):
+            self.reloads.labels("applied", "", event.location).inc()
+            with self._lock:
+                self._applied[event.location] = (event.digest, event.at)
+        elif isinstance(event, _events.ReloadRefused):
+            self.reloads.labels("refused", event.reason, event.location).inc()
+
+    def _remember(self, kind: str, client_id: str, route: Route) -> None:
+        with self._lock:
+            self._names[(kind, client_id, route.cluster_id, route.topic)] = route.requested_topic
+
+    # ------------------------------------------------------------------ scrape
+
+    def collect(self) -> Iterator[Metric]:
+        """The scrape-time families: routes in use, drains in progress, configuration
+        in force, librdkafka statistics (called by the registry)."""
+        info = GaugeMetricFamily(
+            "kbear_route_info",
+            "The route each routed client uses for a topic: cluster, physical topic, rule id (value 1)",
+            labels=["kind", "client", "group", "topic", "cluster", "physical_topic", "rule"],
+        )
+        draining = GaugeMetricFamily("kbear_drains_in_progress", "Drains in progress", labels=["kind"])
+        config = GaugeMetricFamily(
+            "kbear_config_info",
+            "The configuration in force: its location and content digest (value 1)",
+            labels=["location", "digest"],
+        )
+        age = GaugeMetricFamily(
+            "kbear_config_seconds_since_reload",
+            "Seconds since the last configuration change was applied (or since kbear's metrics "
+            "first saw the configuration, when none was applied since)",
+            labels=["location"],
+        )
+        consumer_drains = 0
+        configs: dict[str, str] = {}
+        for client in _events.open_clients():
+            kind = str(getattr(client, "_kind", "client"))
+            native = getattr(client, "_native", None)
+            if native is None or getattr(client, "_closed", True):
+                continue
+            cid = _events.client_id(native)
+            group = str(native.get("group.id", "")) if kind == "consumer" else ""
+            for topic, route in _routes_of(client):
+                self._remember(kind, cid, route)
+                info.add_metric([kind, cid, group, topic, route.cluster_id, route.topic, route.rule_id], 1)
+            consumer_drains += _drains_of(client)
+            router = getattr(client, "_router", None)
+            if router is not None:
+                conf = router.config
+                configs[_events.location(conf.directory or conf.location)] = conf.digest
+        now = time.time()
+        with self._lock:
+            producer_drains = self._producer_drains
+            names = dict(self._names)
+            for location in configs:
+                self._first_seen.setdefault(location, now)
+            applied = dict(self._applied)
+            first_seen = dict(self._first_seen)
+        draining.add_metric(["producer"], producer_drains)
+        draining.add_metric(["consumer"], consumer_drains)
+        for location, digest in configs.items():
+            config.add_metric([location, digest], 1)
+            last = applied.get(location)
+            since = last[1] if last is not None and last[0] == digest else first_seen[location]
+            age.add_metric([location], max(0.0, now - since))
+        yield info
+        yield draining
+        yield config
+        yield age
+        yield from families(self.stats, names)
+
+
+def _routes_of(client: Any) -> Iterable[tuple[str, Route]]:
+    """(logical topic, route) of every topic ``client`` uses now, and of every topic a
+    consumer still drains on its old cluster (read from another thread: a table
+    changed meanwhile is read again, a few times at most)."""
+    for _ in range(5):
+        try:
+            table = dict(getattr(client, "_routes", None) or {})
+            sub = getattr(client, "_sub", None)
+            if sub is not None:
+                table.update(sub.routes)
+            return list(table.items())
+        except RuntimeError:  # changed during the copy
+            continue
+    return []
+
+
+def _drains_of(client: Any) -> int:
+    driver = getattr(client, "_driver", None)
+    if driver is None:
+        return 0
+    try:
+        return len(driver.engine.drains())
+    except RuntimeError:
+        return 0
