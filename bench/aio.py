@@ -77,7 +77,14 @@ async def bench_produce(n: int, rounds: int, conf_dir: Path, cluster: EmbeddedCl
         )
 
     raw_s, routed_s, ratio = await median_ratio(raw, routed, rounds)
-    return {"messages": n, "raw_s": raw_s, "routed_s": routed_s, "ratio": ratio}
+    per_message_ns = (routed_s - raw_s) / n * 1e9
+    return {
+        "messages": n,
+        "raw_s": raw_s,
+        "routed_s": routed_s,
+        "ratio": ratio,
+        "overhead_ns_per_message": per_message_ns,
+    }
 
 
 async def bench_consume(total: int, rounds: int, conf_dir: Path, cluster: EmbeddedCluster) -> dict[str, Any]:
@@ -116,7 +123,14 @@ async def bench_consume(total: int, rounds: int, conf_dir: Path, cluster: Embedd
         return await run(RoutedAIOConsumer({**conf, "kbear.config": str(conf_dir), **NO_WATCH}))
 
     raw_s, routed_s, ratio = await median_ratio(raw, routed, rounds)
-    return {"messages": total, "raw_s": raw_s, "routed_s": routed_s, "ratio": ratio}
+    per_message_ns = (routed_s - raw_s) / total * 1e9
+    return {
+        "messages": total,
+        "raw_s": raw_s,
+        "routed_s": routed_s,
+        "ratio": ratio,
+        "overhead_ns_per_message": per_message_ns,
+    }
 
 
 async def bench_move(

@@ -669,7 +669,8 @@ def main() -> int:
     ap.add_argument(
         "--only",
         nargs="*",
-        help="run only these benchmarks (produce1, produce2, consume1, consume2, lookup, switch, memory) "
+        help="run only these benchmarks (produce1, produce2, dispatch, turns, consume1, consume2, aio, lookup, "
+        "switch, memory) "
         "and update their figures in the existing results",
     )
     args = ap.parse_args()
@@ -680,7 +681,7 @@ def main() -> int:
     n = 50_000 if args.quick else 200_000
     want = set(
         args.only
-        or ["produce1", "produce2", "dispatch", "turns", "consume1", "consume2", "lookup", "switch", "memory"]
+        or ["produce1", "produce2", "dispatch", "turns", "consume1", "consume2", "aio", "lookup", "switch", "memory"]
     )
     name = "results-quick" if args.quick else "results"
     results: dict[str, Any] = {}
@@ -761,6 +762,16 @@ def main() -> int:
                     rounds, two, clusters, {"c1": "A", "c2": "B"}, parts_n, 2 * parts_n * per_part, mode
                 )
                 print(key, results[key], flush=True)
+        if "aio" in want:
+            # The asyncio clients next to confluent_kafka.aio's (bench/aio.py has the live-move rows).
+            import asyncio
+
+            import aio
+
+            one_dir = write_config(tmp / "aio-one", {"A": a.bootstrap_servers}, [global_rule("A")])
+            results["aio_produce"] = asyncio.run(aio.bench_produce(n, rounds, one_dir, a))
+            results["aio_consume"] = asyncio.run(aio.bench_consume(min(n, 160_000), rounds, one_dir, a))
+            print("aio:", results["aio_produce"], results["aio_consume"], flush=True)
         if "lookup" in want:
             lookups = 2_000 if args.quick else 20_000
             results["lookup"] = [
@@ -956,6 +967,8 @@ def render_markdown(r: dict[str, Any]) -> str:
     ratio("poll_one_cluster", "poll(), one cluster", 0.95)
     ratio("consume_two_clusters", "consume(1000), two clusters", 0.90)
     ratio("poll_two_clusters", "poll(), two clusters", 0.90)
+    ratio("aio_produce", "asyncio produce, one cluster (raw: confluent_kafka.aio.AIOProducer)", 0.95)
+    ratio("aio_consume", "asyncio consume(1000), one cluster (raw: confluent_kafka.aio.AIOConsumer)", 0.95)
     for v in r.get("lookup", []):
         rows.append(
             _row(
