@@ -68,13 +68,16 @@ class DrainStarted:
 @dataclass(frozen=True)
 class DrainFinished:
     """The drain of :class:`DrainStarted` ended after ``duration_s`` seconds;
-    ``timed_out``: by ``kbear.switch.drain.timeout.ms``, not complete."""
+    ``timed_out``: by ``kbear.switch.drain.timeout.ms``, not complete;
+    ``messages``: read from the old cluster during the drain (consumer; 0 for a
+    producer's flush)."""
 
     kind: str
     topic: str
     cluster: str
     duration_s: float
     timed_out: bool
+    messages: int = 0
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ class _Drain:
     probe_sent: float = 0.0
     next_probe: float = 0.0
     done: bool = False
+    messages: int = 0  # read from the old cluster during the drain
 
 
 def same_route(a: Route | None, b: Route | None) -> bool:
@@ -274,6 +275,7 @@ class SwitchEngine:
         drain = self._drains.get(topic)
         if drain is not None and drain.old.cluster_id == cluster_id:
             drain.last_activity = now
+            drain.messages += 1
 
     def progress(self, topic: str, answer: Progress, now: float) -> None:
         """The answer to a :class:`Probe` of ``topic``. A stale answer (another probe
@@ -345,7 +347,9 @@ class SwitchEngine:
             )
         else:
             log.info("kbear: drain of topic %r on cluster %r complete", topic, cluster, extra=extra)
-        _events.emit(_events.DrainFinished("consumer", topic, cluster, now - drain.started, timed_out))
+        _events.emit(
+            _events.DrainFinished("consumer", topic, cluster, now - drain.started, timed_out, drain.messages)
+        )
 
     def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:
         return Switch(topic, old, new, self._plan_start(topic, old), timed_out)

@@ -205,6 +205,8 @@ def test_a_routed_run_with_a_live_move_is_scraped_as_the_clients_reported(
     assert value(after, "kbear_drain_duration_seconds_count", kind="consumer", cluster="A") == 1
     assert value(after, "kbear_drain_duration_seconds_sum", kind="consumer", cluster="A") >= 0.2
     assert value(after, "kbear_drains_in_progress", kind="consumer") == 0
+    # everything on A was read before the move: the drain read nothing more there
+    assert value(after, "kbear_drain_messages_total", kind="consumer", topic=topic, cluster="A") == 0
     assert value(after, "kbear_switch_timeouts_total", topic=topic) == 0
     # the producer's drain (a flush of A) too
     assert value(after, "kbear_drains_finished_total", kind="producer", topic=topic, cluster="A") == 1

@@ -278,3 +278,31 @@ def test_forget_drops_drains() -> None:
     assert engine.drains() == {T: (route("A"), route("B"))}
     engine.forget([T])
     assert not engine.draining and engine.step(100.0) == []
+
+
+def test_a_finished_drain_reports_the_messages_read_on_the_old_cluster() -> None:
+    """``DrainFinished.messages`` (the ``kbear_drain_messages`` metric): messages of the
+    old cluster read during the drain; the new cluster's are not counted."""
+    from kbear import _events
+
+    seen: list[_events.Event] = []
+    _events.subscribe(seen.append)
+    try:
+        engine = SwitchEngine("drain", "committed", idle_s=1.0, timeout_s=30.0)
+        run(
+            engine,
+            [
+                (0.0, ("move", "B")),
+                (0.1, ("msg", "A")),
+                (0.2, ("msg", "A")),
+                (0.3, ("msg", "B")),
+                (0.4, ("msg", "A")),
+                (1.5, ("step", ["probe A"])),
+                (1.6, ("answer", DONE)),
+                (1.6, ("step", ["switch A->B"])),
+            ],
+        )
+    finally:
+        _events.unsubscribe(seen.append)
+    finished = [e for e in seen if isinstance(e, _events.DrainFinished)]
+    assert [(e.cluster, e.messages, e.timed_out) for e in finished] == [("A", 3, False)]

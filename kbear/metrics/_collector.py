@@ -65,6 +65,12 @@ class KBearMetrics(Collector):
             ["kind", "topic", "cluster", "outcome"],
             registry=registry,
         )
+        self.drain_messages = Counter(
+            "kbear_drain_messages",
+            "Messages a consumer read from the old cluster during its drains",
+            ["kind", "topic", "cluster"],
+            registry=registry,
+        )
         self.switch_timeouts = Counter(
             "kbear_switch_timeouts",
             "Switches made when kbear.switch.drain.timeout.ms ran out, before the drain was complete",
@@ -124,6 +130,8 @@ class KBearMetrics(Collector):
             outcome = "timed_out" if event.timed_out else "complete"
             self.drains_finished.labels(event.kind, event.topic, event.cluster, outcome).inc()
             self.drain_seconds.labels(event.kind, event.cluster).observe(event.duration_s)
+            if event.kind == "consumer":
+                self.drain_messages.labels(event.kind, event.topic, event.cluster).inc(event.messages)
             if event.timed_out:
                 self.switch_timeouts.labels(event.kind, event.topic, event.cluster).inc()
             if event.kind == "producer":
