@@ -121,11 +121,10 @@ def bench_consume(conf_dir: Path, total: int, rounds: int, registry: CollectorRe
     return alternate(run(False), run(True), rounds)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 50000 messages")
-    args = parser.parse_args(argv)
-    n, rounds = (50_000, 3) if args.quick else (200_000, 7)
+def measure(quick: bool) -> dict[str, Any]:
+    """Both rows: ``{"produce": {...}, "consume": {...}, "rounds": n}`` (each with
+    ``off_s``, ``on_s``, ``ratio``; ``bench/run.py --only metrics`` uses it)."""
+    n, rounds = (50_000, 3) if quick else (200_000, 7)
     cluster = EmbeddedCluster()
     cluster.create_topic("bench", PARTITIONS)
     cluster.create_topic("bench-consume", PARTITIONS)  # only the filler's messages
@@ -157,16 +156,26 @@ def main(argv: list[str] | None = None) -> int:
     scraper.join()
     cluster.close()
     consume["messages"] = kept
+    produce["messages"] = n
+    return {"produce": produce, "consume": consume, "rounds": rounds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 50000 messages")
+    args = parser.parse_args(argv)
+    measured = measure(args.quick)
+    rounds = measured["rounds"]
     rows: list[tuple[str, dict[str, Any]]] = [
-        ("produce, one cluster", produce),
-        ("consume (poll), one cluster", consume),
+        ("produce, one cluster", measured["produce"]),
+        ("consume (poll), one cluster", measured["consume"]),
     ]
     print(
         f"| benchmark ({rounds} rounds) | messages | metrics off (s) | metrics on (s) | throughput on / off |"
     )
     print("|---|---|---|---|---|")
     for name, r in rows:
-        count = int(r.get("messages", n))
+        count = int(r["messages"])
         print(f"| {name} | {count} | {r['off_s']:.3f} | {r['on_s']:.3f} | {r['ratio']:.3f} |")
     return 0
 

@@ -669,8 +669,8 @@ def main() -> int:
     ap.add_argument(
         "--only",
         nargs="*",
-        help="run only these benchmarks (produce1, produce2, dispatch, turns, consume1, consume2, aio, lookup, "
-        "switch, memory) "
+        help="run only these benchmarks (produce1, produce2, dispatch, turns, consume1, consume2, aio, metrics, "
+        "lookup, switch, memory) "
         "and update their figures in the existing results",
     )
     args = ap.parse_args()
@@ -681,7 +681,19 @@ def main() -> int:
     n = 50_000 if args.quick else 200_000
     want = set(
         args.only
-        or ["produce1", "produce2", "dispatch", "turns", "consume1", "consume2", "aio", "lookup", "switch", "memory"]
+        or [
+            "produce1",
+            "produce2",
+            "dispatch",
+            "turns",
+            "consume1",
+            "consume2",
+            "aio",
+            "metrics",
+            "lookup",
+            "switch",
+            "memory",
+        ]
     )
     name = "results-quick" if args.quick else "results"
     results: dict[str, Any] = {}
@@ -772,6 +784,12 @@ def main() -> int:
             results["aio_produce"] = asyncio.run(aio.bench_produce(n, rounds, one_dir, a))
             results["aio_consume"] = asyncio.run(aio.bench_consume(min(n, 160_000), rounds, one_dir, a))
             print("aio:", results["aio_produce"], results["aio_consume"], flush=True)
+        if "metrics" in want:
+            # kbear.metrics on / off (bench/metrics.py; its own cluster, statistics every 1 s, scraped every 1 s)
+            import metrics as metrics_bench
+
+            results["metrics"] = metrics_bench.measure(args.quick)
+            print("metrics:", results["metrics"], flush=True)
         if "lookup" in want:
             lookups = 2_000 if args.quick else 20_000
             results["lookup"] = [
@@ -968,6 +986,17 @@ def render_markdown(r: dict[str, Any]) -> str:
     ratio("consume_two_clusters", "consume(1000), two clusters", 0.90)
     ratio("poll_two_clusters", "poll(), two clusters", 0.90)
     ratio("aio_produce", "asyncio produce, one cluster (raw: confluent_kafka.aio.AIOProducer)", 0.95)
+    if "metrics" in r:
+        for kind in ("produce", "consume"):
+            v = r["metrics"][kind]
+            rows.append(
+                _row(
+                    f"{kind}{' (poll)' if kind == 'consume' else ''}, one cluster: kbear.metrics on / off",
+                    ">= 0.97",
+                    f"{v['ratio']:.3f} (off {v['off_s']:.2f} s, on {v['on_s']:.2f} s, {v['messages']:,} messages)",
+                    v["ratio"] >= 0.97,
+                )
+            )
     ratio("aio_consume", "asyncio consume(1000), one cluster (raw: confluent_kafka.aio.AIOConsumer)", 0.95)
     for v in r.get("lookup", []):
         rows.append(
