@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -37,6 +38,27 @@ from kbear.testing import EmbeddedCluster
 
 HERE = Path(__file__).resolve().parent
 NO_WATCH = {"kbear.reload.interval.ms": 0}
+
+
+class Heartbeat:
+    """A task scheduled every 10 ms; ``worst``: its longest lateness, seconds (how long
+    the event loop was held)."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.01)
+            self.worst = max(self.worst, time.perf_counter() - t0 - 0.01)
+
+    async def stop(self) -> float:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        return self.worst
 
 
 async def median_ratio(
@@ -145,16 +167,6 @@ async def bench_move(
         tmp / f"move{run_id}", {"A": a.bootstrap_servers, "B": b.bootstrap_servers}, rules
     )
     watch = {"kbear.reload.interval.ms": 100}
-    worst = 0.0
-    stop = asyncio.Event()
-
-    async def heartbeat() -> None:
-        nonlocal worst
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.01)
-            worst = max(worst, time.perf_counter() - t0 - 0.01)
-
     producer = RoutedAIOProducer(
         {"kbear.config": str(conf_dir), **watch}, batch_size=200, buffer_timeout=0.05
     )
@@ -170,7 +182,7 @@ async def bench_move(
     await consumer.subscribe([topic])
     # Measured from here: construction is synchronous, as confluent-kafka's (it
     # builds the clients and starts the configuration watcher's thread).
-    beat = asyncio.create_task(heartbeat())
+    beat = Heartbeat()
     keys = [b"k%d" % i for i in range(16)]
     sent: list[bytes] = []
     moved_at = 0.0
@@ -199,8 +211,7 @@ async def bench_move(
     while time.monotonic() < deadline and not (producing.done() and len(got) >= len(sent)):
         got.extend(m.value() for m in await consumer.consume(1000, 0.1) if m.error() is None)
     await producing
-    stop.set()
-    await beat
+    worst = await beat.stop()
     order_ok = all(
         [v for v in got if v.startswith(k + b":")] == sorted(v for v in got if v.startswith(k + b":"))
         for k in keys
@@ -225,16 +236,6 @@ async def bench_loop_baseline(n: int, a: EmbeddedCluster, run_id: int) -> dict[s
     how long the event loop is held by the machine and the clients alone."""
     topic = f"bench-aio-base-{run_id}"
     a.create_topic(topic, 4)
-    worst = 0.0
-    stop = asyncio.Event()
-
-    async def heartbeat() -> None:
-        nonlocal worst
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.01)
-            worst = max(worst, time.perf_counter() - t0 - 0.01)
-
     producer = AIOProducer({"bootstrap.servers": a.bootstrap_servers}, batch_size=200, buffer_timeout=0.05)
     consumer = AIOConsumer(
         {
@@ -245,7 +246,7 @@ async def bench_loop_baseline(n: int, a: EmbeddedCluster, run_id: int) -> dict[s
         }
     )
     await consumer.subscribe([topic])
-    beat = asyncio.create_task(heartbeat())
+    beat = Heartbeat()
 
     async def produce() -> None:
         for i in range(n):
@@ -260,8 +261,7 @@ async def bench_loop_baseline(n: int, a: EmbeddedCluster, run_id: int) -> dict[s
     while time.monotonic() < deadline and not (producing.done() and got >= n):
         got += sum(1 for m in await consumer.consume(1000, 0.1) if m.error() is None)
     await producing
-    stop.set()
-    await beat
+    worst = await beat.stop()
     await producer.close()
     await consumer.close()
     return {"messages": n, "consumed": got, "loop_held_max_ms": worst * 1000}
