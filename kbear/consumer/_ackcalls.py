@@ -34,9 +34,7 @@ _INDIVIDUAL_ONLY = {
 
 
 def _not_individual(call: str) -> KafkaException:
-    return KafkaException(
-        KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual")
-    )
+    return KafkaException(KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual"))
 
 
 class AckCalls:
