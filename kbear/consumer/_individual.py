@@ -47,7 +47,6 @@ from kbear.consumer._letters import (
     producer_config,
 )
 from kbear.consumer._polling import PollLoop
-from kbear.consumer._rebalance import commit_async
 from kbear.consumer._redelivery import AckTimer, Backoff, Schedule, next_delivery
 from kbear.settings import KBearSettings
 
@@ -460,7 +459,15 @@ class AckLayer:
         try:
             entry.consumer.store_offsets(offsets=[tp])
         except KafkaException:
-            commit_async(entry, [tp], "of messages acknowledged after their partition left")
+            # The partition left this member (its topic moved away): the member client
+            # may have left the group there, so the commit is sent by the cluster's
+            # background client, which never joins it. Best effort: a cluster whose
+            # group still has members refuses it (UNKNOWN_MEMBER_ID); the committed
+            # offset then stays behind (read again there, never skipped).
+            try:
+                self._owner._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("kbear: commit of %s after its partition left failed: %s", key, exc)
 
     # ------------------------------------------------------------------ partitions
 
