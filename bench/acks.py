@@ -31,10 +31,10 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import global_rule, write_config  # noqa: E402
+from run import global_rule, write_config
 
-from kbear import RoutedConsumer, Router  # noqa: E402
-from kbear.testing import EmbeddedCluster  # noqa: E402
+from kbear import RoutedConsumer, Router
+from kbear.testing import EmbeddedCluster
 
 VALUE = b"x" * 100
 BASE = {
