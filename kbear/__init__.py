@@ -8,9 +8,10 @@ from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
-from kbear.settings import SwitchMode, SwitchStart
+from kbear.settings import AckMode, SwitchMode, SwitchStart
 
 __all__ = [
+    "AckMode",
     "Client",
     "ConfigError",
     "ConfigProblem",
