@@ -274,12 +274,14 @@ def test_nack_goes_to_the_dead_letter_topic_after_max_redeliver_count(
 
 
 def test_delayed_delivery_is_not_delivered_before_its_time(
+    two_clusters: Clusters,
     on_a: Router,
     consumer_of: Callable[..., RoutedConsumer],
     closing: Callable[[Any], Any],
     unique: Callable[[str], str],
 ) -> None:
     topic = unique("t")
+    two_clusters[0].create_topic(topic, 3)
     p = closing(RoutedProducer({"kbear.delay.enable": True, "kbear.reload.interval.ms": 0}, router=on_a))
     c = consumer_of(on_a)
     c.subscribe([topic])
@@ -341,9 +343,13 @@ def test_a_5_mb_value_through_chunking_with_a_1_mb_limit(
 
 
 def test_incomplete_chunks_expire(
-    on_a: Router, consumer_of: Callable[..., RoutedConsumer], unique: Callable[[str], str]
+    two_clusters: Clusters,
+    on_a: Router,
+    consumer_of: Callable[..., RoutedConsumer],
+    unique: Callable[[str], str],
 ) -> None:
     topic = unique("t")
+    two_clusters[0].create_topic(topic, 1)
     c = consumer_of(on_a, **{"kbear.chunking.enable": True, "kbear.chunking.expire.ms": 300})
     c.subscribe([topic])
     p = RoutedProducer({"kbear.reload.interval.ms": 0}, router=on_a)

@@ -23,6 +23,7 @@ clock, delivery times (``kbear-deliver-at``) the wall clock; both are injectable
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -116,6 +117,7 @@ class AckLayer:
         self._by_id: dict[int, Delivery] = {}  # id(message handed out) -> its delivery
         self._origin: dict[int, tuple[str, str]] = {}  # id(message) -> (cluster, physical topic)
         self._stored: dict[PartitionKey, int] = {}
+        self._dirty: dict[PartitionKey, int] = {}  # prefixes noted, not yet stored
         self._backoff = Backoff(
             settings.nack_backoff_min_ms / 1000.0,
             settings.nack_backoff_max_ms / 1000.0,
@@ -194,10 +196,15 @@ class AckLayer:
         return d.message
 
     def _service(self, now: float) -> None:
-        """Letters' reports, redeliveries due, ack timeouts, held messages due, chunks expired."""
-        self._letters.poll()
-        for d in self._redeliver.pop_due(now):
-            self._ready.append(d)
+        """Stores, letters' reports, redeliveries due, ack timeouts, held messages due,
+        chunks expired."""
+        if self._dirty:
+            self.flush_stores()
+        if self._letters.in_flight:
+            self._letters.poll()
+        if self._redeliver:
+            for d in self._redeliver.pop_due(now):
+                self._ready.append(d)
         if self._timer is not None:
             for d, deadline in self._timer.expired(now):
                 self._fail(d, deadline, "its ack timeout ran out")
@@ -215,7 +222,7 @@ class AckLayer:
 
     def _wake(self, now: float) -> float | None:
         """Seconds until something is due (None: nothing)."""
-        times = [self._redeliver.next_due()]
+        times = [self._redeliver.next_due()] if self._redeliver else []
         if self._timer is not None:
             times.append(self._timer.next_check())
         if self._held:
@@ -365,8 +372,8 @@ class AckLayer:
             if limit > 0 and times > limit:
                 self._letter(d, self._s.dlq_topic, times - 1, 0, None, properties)
                 return
-            delay_ms = int(delay_s * 1000)
-            at = int(self._wall() * 1000) + delay_ms
+            delay_ms = math.ceil(delay_s * 1000)
+            at = math.ceil(self._wall() * 1000) + delay_ms
             self._letter(d, self._s.retry_topic, times, delay_ms, at, properties)
 
     # ------------------------------------------------------------------ outcomes
@@ -446,28 +453,48 @@ class AckLayer:
             self._settle(d)
 
     def _store(self, key: PartitionKey, point: int | None) -> None:
-        """Store ``point`` (the acknowledged prefix) for the next commit of ``key``'s cluster;
-        a partition this member no longer has (its topic moved away) is committed instead."""
+        """Note ``point`` (the acknowledged prefix) of ``key``: stored for the next
+        commit of its cluster at the next :meth:`flush_stores`."""
         if point is None or point <= self._stored.get(key, -1):
             return
         self._stored[key] = point
-        cluster, topic, partition = key
-        entry = self._owner._registry.get(cluster)
-        if entry is None:
-            return
-        tp = TopicPartition(topic, partition, point)
-        try:
-            entry.consumer.store_offsets(offsets=[tp])
-        except KafkaException:
-            # The partition left this member (its topic moved away): the member client
-            # may have left the group there, so the commit is sent by the cluster's
-            # background client, which never joins it. Best effort: a cluster whose
-            # group still has members refuses it (UNKNOWN_MEMBER_ID); the committed
-            # offset then stays behind (read again there, never skipped).
+        self._dirty[key] = point
+
+    def flush_stores(self) -> None:
+        """Store the acknowledged prefixes noted since the last call (``store_offsets``,
+        one call per cluster); a partition this member no longer has (its topic moved
+        away) is committed instead. Run at every ``poll()``/``consume()``, before
+        ``commit()`` and at ``close()``."""
+        with self._lock:
+            if not self._dirty:
+                return
+            by_cluster: dict[str, list[TopicPartition]] = {}
+            for (cluster, topic, partition), point in self._dirty.items():
+                by_cluster.setdefault(cluster, []).append(TopicPartition(topic, partition, point))
+            self._dirty.clear()
+        for cluster, parts in by_cluster.items():
+            entry = self._owner._registry.get(cluster)
+            if entry is None:
+                continue
             try:
-                self._owner._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("kbear: commit of %s after its partition left failed: %s", key, exc)
+                entry.consumer.store_offsets(offsets=parts)
+            except KafkaException:
+                self._store_one_by_one(entry, parts)
+
+    def _store_one_by_one(self, entry: ClusterClient, parts: list[TopicPartition]) -> None:
+        for tp in parts:
+            try:
+                entry.consumer.store_offsets(offsets=[tp])
+            except KafkaException:
+                # The partition left this member (its topic moved away): the member
+                # client may have left the group there, so the commit is sent by the
+                # cluster's background client, which never joins it. Best effort: a
+                # cluster whose group still has members refuses it (UNKNOWN_MEMBER_ID);
+                # the committed offset then stays behind (read again, never skipped).
+                try:
+                    self._owner._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
+                except (KafkaException, RuntimeError) as exc:
+                    log.warning("kbear: commit of %s after its partition left failed: %s", tp, exc)
 
     # ------------------------------------------------------------------ partitions
 
@@ -519,6 +546,7 @@ class AckLayer:
     def _forget(self, key: PartitionKey) -> None:
         self._tracker.forget(key)
         self._stored.pop(key, None)
+        self._dirty.pop(key, None)
         gone = self._open.pop(key, {})
         for d in gone.values():
             self._discard(d)
@@ -555,3 +583,4 @@ class AckLayer:
         messages they stand for are acknowledged before the final commit."""
         with self._lock:
             self._letters.close(self._s.drain_timeout_ms / 1000.0)
+        self.flush_stores()

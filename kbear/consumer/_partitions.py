@@ -166,6 +166,8 @@ class PartitionCalls:
         return self._commit_all(asynchronous)
 
     def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        if self._acks is not None:  # kbear.ack.mode=individual: the acknowledged prefixes
+            self._acks.flush_stores()
         out: list[TopicPartition] = []
         no_offset: KafkaException | None = None
         committed_any = False

@@ -13,6 +13,7 @@ Pure logic: no I/O.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -132,7 +133,8 @@ def prepare(
     if after is not None or at is not None:
         if after is not None and after < 0:
             raise ValueError(f"produce: deliver_after must be >= 0 seconds, got {after!r}")
-        due_ms = int((now_s + after) * 1000) if after is not None else int(at * 1000)
+        # rounded up: never delivered before the time asked
+        due_ms = math.ceil((now_s + after) * 1000) if after is not None else math.ceil(at * 1000)
         headers = [*(headers or []), (DELIVER_AT, str(due_ms).encode())]
     if headers is not None:
         call["headers"] = headers
