@@ -143,6 +143,12 @@ def test_nack_redelivers_after_the_backoff(
     # 100, 200, 400 ms (kbear.nack.backoff.min.ms=100, multiplier 2, max 400)
     assert times[0] >= 0.09 and times[1] >= 0.19 and times[2] >= 0.39
     assert times[2] < 2.0
+    # acknowledged while waiting for its redelivery: not delivered again
+    (m,) = read(c, 1, timeout=5)
+    c.nack(m)
+    time.sleep(0.5)  # its redelivery is due
+    c.ack(m)
+    assert read(c, 1, timeout=0.8) == []
 
 
 def test_ack_timeout_redelivers_what_was_not_acked(

@@ -75,6 +75,8 @@ class Delivery:
     redeliveries: int = 0
     due_ms: int | None = None
     lettering: bool = field(default=False)
+    #: acknowledged or forgotten: not handed out again (it may still sit in a queue)
+    done: bool = field(default=False)
 
     @property
     def origin(self) -> str:
@@ -188,6 +190,15 @@ class AckLayer:
             return
         self._ready.append(d)
 
+    def _next_ready(self) -> Delivery | None:
+        """The next delivery to hand out (skipping those acknowledged meanwhile), or None."""
+        ready = self._ready
+        while ready:
+            d = ready.popleft()
+            if not d.done:
+                return d
+        return None
+
     def _hand_out(self, d: Delivery, now: float) -> Any:
         if d.offsets:
             self._by_id[id(d.message)] = d
@@ -249,8 +260,9 @@ class AckLayer:
             now = self._clock()
             with self._lock:
                 self._service(now)
-                if self._ready:
-                    return self._hand_out(self._ready.popleft(), now)
+                d = self._next_ready()
+                if d is not None:
+                    return self._hand_out(d, now)
                 wait = self._wait(deadline, now)
             msg = PollLoop.poll(owner, wait)
             if msg is not None:
@@ -258,8 +270,9 @@ class AckLayer:
                     return msg
                 with self._lock:
                     self._take(msg)
-                    if self._ready:
-                        return self._hand_out(self._ready.popleft(), self._clock())
+                    d = self._next_ready()
+                    if d is not None:
+                        return self._hand_out(d, self._clock())
             if deadline.expired():
                 return None
 
@@ -274,8 +287,8 @@ class AckLayer:
             now = self._clock()
             with self._lock:
                 self._service(now)
-                while self._ready and len(out) < num_messages:
-                    out.append(self._hand_out(self._ready.popleft(), now))
+                while len(out) < num_messages and (d := self._next_ready()) is not None:
+                    out.append(self._hand_out(d, now))
                 if len(out) >= num_messages:
                     return out
                 wait = 0.0 if out else self._wait(deadline, now)
@@ -287,8 +300,8 @@ class AckLayer:
                     else:
                         self._take(msg)
                 now = self._clock()
-                while self._ready and len(out) < num_messages:
-                    out.append(self._hand_out(self._ready.popleft(), now))
+                while len(out) < num_messages and (d := self._next_ready()) is not None:
+                    out.append(self._hand_out(d, now))
             if out or deadline.expired():
                 return out
 
@@ -432,6 +445,7 @@ class AckLayer:
             self._timer.stop(d)
 
     def _discard(self, d: Delivery) -> None:
+        d.done = True
         self._redeliver.discard(d)
         if self._timer is not None:
             self._timer.stop(d)
