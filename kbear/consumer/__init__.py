@@ -18,7 +18,14 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_guard``: the commits during a move and the pause after a commit the group
   refused while it rebalances (group moves without duplicate storms);
 - ``_mover``: the driver of the switch engine (:mod:`kbear._switch`): route
-  changes in, probes in the background, switches out.
+  changes in, probes in the background, switches out;
+- message-level acknowledgement (``kbear.ack.mode=individual``, issue #15):
+  ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
+  the wiring), ``_individual`` (the layer over poll/consume: tracking,
+  redelivery, holds, letters, stores), ``_acks`` (the acknowledged prefix),
+  ``_redelivery`` (backoff, schedule, ack timer), ``_letters`` (retry and
+  dead-letter topics), ``_chunks`` (joining chunked values); the last four do no I/O
+  except ``_letters.LetterSender``.
 """
 
 from kbear.consumer._facade import RoutedConsumer
