@@ -21,8 +21,8 @@ The package's parts (each module's docstring says what it is responsible for):
   changes in, probes in the background, switches out;
 - message-level acknowledgement (``kbear.ack.mode=individual``, issue #15):
   ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
-  the wiring), ``_individual`` (the layer over poll/consume: tracking,
-  redelivery, holds, letters, stores), ``_acks`` (the acknowledged prefix),
+  the wiring), ``_individual`` (the layer: verdicts, letters, stores) and
+  ``_delivering`` (its poll/consume: tracking, redelivery, holds), ``_acks`` (the acknowledged prefix),
   ``_redelivery`` (backoff, schedule, ack timer), ``_letters`` (retry and
   dead-letter topics), ``_chunks`` (joining chunked values); the last four do no I/O
   except ``_letters.LetterSender``.
