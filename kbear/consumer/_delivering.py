@@ -37,6 +37,10 @@ log = logging.getLogger("kbear.consumer")
 _WAIT_SLICE_S = 0.2
 #: Wait while letters are in flight (seconds): their delivery reports acknowledge.
 _LETTER_SLICE_S = 0.02
+#: Shortest time between two stores of acknowledged prefixes from poll()/consume()
+#: (seconds); commit() and close() store at once, the auto-commit runs every
+#: auto.commit.interval.ms (5000 by default).
+STORE_EVERY_S = 0.01
 
 
 @dataclass(eq=False)
@@ -72,6 +76,7 @@ class DeliveryLoop:
     _by_id: dict[int, Delivery]
     _origin: dict[int, tuple[str, str]]
     _dirty: dict[PartitionKey, int]
+    _next_flush: float = 0.0
     _redeliver: Schedule[Delivery]
     _timer: AckTimer[Delivery] | None
     _chunks: ChunkAssembler[Delivery] | None
@@ -156,7 +161,9 @@ class DeliveryLoop:
     def _service(self, now: float) -> None:
         """Stores, letters' reports, redeliveries due, ack timeouts, held messages due,
         chunks expired."""
-        if self._dirty:
+        if self._dirty and now >= self._next_flush:
+            # at most every STORE_EVERY_S: a poll() per message does not store each time
+            self._next_flush = now + STORE_EVERY_S
             self.flush_stores()
         if self._letters.in_flight:
             self._letters.poll()
