@@ -111,7 +111,19 @@ class Rebalancer:
         if self.commit_on_revoke or "on_revoke" in self.callbacks or self.revoked_hook is not None:
             out["on_revoke"] = self._revoke(entry)
         if "on_lost" in self.callbacks:
-            out["on_lost"] = self._wrap(entry, self.callbacks["on_lost"])
+            lost = self._wrap(entry, self.callbacks["on_lost"])
+            hook = self.revoked_hook
+            if hook is not None:  # lost partitions are forgotten as revoked ones are
+
+                def lost_then_hook(consumer: Any, partitions: list[TopicPartition]) -> None:
+                    try:
+                        lost(consumer, partitions)
+                    finally:
+                        hook(entry, partitions)
+
+                out["on_lost"] = lost_then_hook
+            else:
+                out["on_lost"] = lost
         return out
 
     def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
@@ -137,9 +149,9 @@ class Rebalancer:
                     commit_async(entry, positions, why)
                 elif positions and not commit_sync(entry, positions, why):
                     self._remember(entry, positions)
-                if self.revoked_hook is not None:
-                    self.revoked_hook(entry, partitions)
             finally:
+                if self.revoked_hook is not None:  # also when the application's callback raised
+                    self.revoked_hook(entry, partitions)
                 self._leave(outer)
 
         return callback
