@@ -11,10 +11,11 @@ from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
-from kbear.settings import SwitchMode, SwitchStart
+from kbear.settings import AckMode, SwitchMode, SwitchStart
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
 __all__ = [
+    "AckMode",
     "Client",
     "ClientBalancedConsumer",
     "ConfigError",

@@ -22,6 +22,20 @@ key                                  default       meaning
 ``kbear.switch.timestamp.margin.ms`` 0             consumer, ``timestamp`` start: margin, ms
 ``kbear.group``                      none          Spark source: group of consumer lookups
 ``kbear.cluster``                    ``kafka``     Spark source, one cluster: its name
+``kbear.ack.mode``                   ``offset``    consumer: :class:`AckMode`
+``kbear.nack.backoff.min.ms``        1000          consumer, individual: first redelivery delay
+``kbear.nack.backoff.max.ms``        60000         consumer, individual: longest redelivery delay
+``kbear.nack.backoff.multiplier``    2.0           consumer, individual: delay growth per redelivery
+``kbear.ack.timeout.ms``             0             consumer, individual: redeliver unacked, ms; 0 off
+``kbear.ack.timeout.tick.ms``        1000          consumer, individual: ack timeout check interval
+``kbear.retry.enable``               False         consumer, individual: read the retry topics
+``kbear.retry.topic``                see right     ``{topic}-{group}-RETRY`` (template)
+``kbear.dlq.topic``                  see right     ``{topic}-{group}-DLQ`` (template)
+``kbear.max.redeliver.count``        0             consumer, individual: redeliveries before DLQ
+``kbear.chunking.enable``            False         producer: split large values; consumer: join
+``kbear.chunking.expire.ms``         60000         consumer: incomplete chunked message expiry
+``kbear.chunking.max.pending``       10            consumer: chunked messages held at once
+``kbear.delay.enable``               False         producer: ``deliver_after`` / ``deliver_at``
 ==================================== ============= ==========================================
 
 Which reader takes which key: :data:`CLIENT_KEYS` (:func:`parse_settings`) and
@@ -40,7 +54,15 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from kbear.router import Client
 
@@ -51,6 +73,7 @@ __all__ = [
     "SPARK_SOURCE_KEYS",
     "SPARK_SWITCH_START",
     "SPARK_SWITCH_STARTS",
+    "AckMode",
     "KBearSettings",
     "SwitchMode",
     "SwitchStart",
@@ -93,6 +116,21 @@ class SwitchStart(StrEnum):
     EARLIEST = "earliest"
     LATEST = "latest"
     TIMESTAMP = "timestamp"
+
+
+class AckMode(StrEnum):
+    """``kbear.ack.mode``: how a RoutedConsumer's progress is committed.
+
+    ``offset`` (default): as confluent-kafka (offsets stored and committed per
+    partition; ``ack``/``nack`` are refused); ``individual``: message-level
+    acknowledgement (:meth:`~kbear.RoutedConsumer.ack`, ``nack``,
+    ``reconsume_later``): per partition only the contiguous prefix of
+    acknowledged offsets is committed (see the README's "Message-level
+    acknowledgement"). A ``StrEnum``: ``AckMode.OFFSET == "offset"``.
+    """
+
+    OFFSET = "offset"
+    INDIVIDUAL = "individual"
 
 
 #: ``kbear.switch.start`` of the Spark source when the option is absent. Not the
@@ -146,6 +184,47 @@ class KBearSettings(BaseModel):
         metrics_enable: ``kbear.metrics.enable`` (bool, or ``"true"``/``"false"``):
             turn kbear's metrics on for the process (as :func:`kbear.metrics.instrument`
             with its defaults; needs the ``metrics`` extra). Default False. Clients only.
+        ack_mode: ``kbear.ack.mode`` (:class:`AckMode`), default ``offset``.
+            Consumer only. The keys below marked "individual" act only with
+            ``individual``.
+        nack_backoff_min_ms, nack_backoff_max_ms: ``kbear.nack.backoff.min.ms``
+            / ``.max.ms`` (int, ms, >= 0; max >= min): delay of the first
+            redelivery after a ``nack`` (or an ack timeout) and the longest
+            delay. Defaults 1000 and 60000 (the issue's reference table).
+        nack_backoff_multiplier: ``kbear.nack.backoff.multiplier`` (float,
+            >= 1): the n-th redelivery (n from 0) waits
+            ``min(min_ms * multiplier**n, max_ms)``. Default 2.0.
+        ack_timeout_ms: ``kbear.ack.timeout.ms`` (int, ms, >= 0): a message not
+            acknowledged this long after its delivery is redelivered (after
+            the backoff delay too); 0 (default) turns it off. Individual.
+        ack_timeout_tick_ms: ``kbear.ack.timeout.tick.ms`` (int, ms, > 0): how
+            often unacknowledged messages are checked against the ack timeout.
+            Default 1000 (Pulsar's ``tickDurationMillis``). Individual.
+        retry_enable: ``kbear.retry.enable`` (bool): ``reconsume_later`` may be
+            used and the consumer also reads the retry topics of its topics.
+            Default False. Individual.
+        retry_topic: ``kbear.retry.topic`` (str): the retry-letter topic's name;
+            ``{topic}`` and ``{group}`` are replaced by the message's topic and
+            the consumer group. Default ``{topic}-{group}-RETRY`` (Pulsar's).
+        dlq_topic: ``kbear.dlq.topic`` (str): the dead-letter topic's name, as
+            ``retry_topic``. Default ``{topic}-{group}-DLQ`` (Pulsar's).
+        max_redeliver_count: ``kbear.max.redeliver.count`` (int, >= 0): after
+            this many redeliveries (nack, ack timeout, reconsume_later) the
+            message goes to the dead-letter topic and is acknowledged; 0
+            (default): no dead-letter topic, redelivered for ever. Individual.
+        chunking_enable: ``kbear.chunking.enable`` (bool): producer: a value
+            larger than ``message.max.bytes`` is sent in chunks; consumer
+            (individual only): chunks are joined into one message. Default False.
+        chunking_expire_ms: ``kbear.chunking.expire.ms`` (int, ms, >= 0): an
+            incomplete chunked message older than this is dropped (its chunks
+            acknowledged). Default 60000 (Pulsar's
+            ``expireTimeOfIncompleteChunkedMessage``).
+        chunking_max_pending: ``kbear.chunking.max.pending`` (int, >= 1): most
+            incomplete chunked messages held; the oldest is dropped (acknowledged)
+            beyond it. Default 10 (Pulsar's ``maxPendingChunkedMessage``).
+        delay_enable: ``kbear.delay.enable`` (bool): the producer's ``produce``
+            takes ``deliver_after`` / ``deliver_at`` (its one-cluster fast path
+            is then a Python function). Default False. Producer only.
 
     Raises (at validation):
         pydantic.ValidationError: a bad value; :func:`parse_settings` and
@@ -167,9 +246,34 @@ class KBearSettings(BaseModel):
     group: str | None = Field(None, alias="kbear.group")
     cluster: str = Field("kafka", alias="kbear.cluster")
     metrics_enable: bool = Field(False, alias="kbear.metrics.enable")
+    ack_mode: AckMode = Field(AckMode.OFFSET, alias="kbear.ack.mode")
+    nack_backoff_min_ms: int = Field(1_000, alias="kbear.nack.backoff.min.ms")
+    nack_backoff_max_ms: int = Field(60_000, alias="kbear.nack.backoff.max.ms")
+    nack_backoff_multiplier: float = Field(2.0, alias="kbear.nack.backoff.multiplier")
+    ack_timeout_ms: int = Field(0, alias="kbear.ack.timeout.ms")
+    ack_timeout_tick_ms: int = Field(1_000, alias="kbear.ack.timeout.tick.ms")
+    retry_enable: bool = Field(False, alias="kbear.retry.enable")
+    retry_topic: str = Field("{topic}-{group}-RETRY", alias="kbear.retry.topic")
+    dlq_topic: str = Field("{topic}-{group}-DLQ", alias="kbear.dlq.topic")
+    max_redeliver_count: int = Field(0, alias="kbear.max.redeliver.count")
+    chunking_enable: bool = Field(False, alias="kbear.chunking.enable")
+    chunking_expire_ms: int = Field(60_000, alias="kbear.chunking.expire.ms")
+    chunking_max_pending: int = Field(10, alias="kbear.chunking.max.pending")
+    delay_enable: bool = Field(False, alias="kbear.delay.enable")
 
     @field_validator(
-        "reload_interval_ms", "drain_timeout_ms", "drain_idle_ms", "timestamp_margin_ms", mode="before"
+        "reload_interval_ms",
+        "drain_timeout_ms",
+        "drain_idle_ms",
+        "timestamp_margin_ms",
+        "nack_backoff_min_ms",
+        "nack_backoff_max_ms",
+        "ack_timeout_ms",
+        "ack_timeout_tick_ms",
+        "max_redeliver_count",
+        "chunking_expire_ms",
+        "chunking_max_pending",
+        mode="before",
     )
     @classmethod
     def _milliseconds(cls, value: Any, info: ValidationInfo) -> int:
@@ -179,10 +283,73 @@ class KBearSettings(BaseModel):
                 raise ValueError
             number = int(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{key} must be an integer number of milliseconds, got {value!r}") from None
+            what = "an integer number of milliseconds" if str(key).endswith(".ms") else "an integer"
+            raise ValueError(f"{key} must be {what}, got {value!r}") from None
         if number < 0:
             raise ValueError(f"{key} must be >= 0, got {number}")
         return number
+
+    @field_validator("ack_mode", mode="before")
+    @classmethod
+    def _ack_mode(cls, value: Any) -> AckMode:
+        try:
+            return AckMode(str(value))
+        except ValueError:
+            raise ValueError(f"kbear.ack.mode must be 'offset' or 'individual', got {str(value)!r}") from None
+
+    @field_validator("nack_backoff_multiplier", mode="before")
+    @classmethod
+    def _multiplier(cls, value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"kbear.nack.backoff.multiplier must be a number, got {value!r}") from None
+        if not number >= 1.0 or number == float("inf"):
+            raise ValueError(f"kbear.nack.backoff.multiplier must be >= 1, got {value!r}")
+        return number
+
+    @field_validator("retry_enable", "chunking_enable", "delay_enable", mode="before")
+    @classmethod
+    def _flag(cls, value: Any, info: ValidationInfo) -> bool:
+        key = cls.model_fields[str(info.field_name)].alias
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1"):
+            return True
+        if text in ("false", "0"):
+            return False
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+
+    @field_validator("retry_topic", "dlq_topic", mode="before")
+    @classmethod
+    def _template(cls, value: Any, info: ValidationInfo) -> str:
+        key = cls.model_fields[str(info.field_name)].alias
+        text = str(value)
+        try:
+            name = text.format(topic="t", group="g")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(
+                f"{key} may use only the placeholders {{topic}} and {{group}}, got {text!r}"
+            ) from None
+        if not name:
+            raise ValueError(f"{key} must not be empty")
+        return text
+
+    @model_validator(mode="after")
+    def _ranges(self) -> KBearSettings:
+        if self.nack_backoff_max_ms < self.nack_backoff_min_ms:
+            raise ValueError(
+                f"kbear.nack.backoff.max.ms ({self.nack_backoff_max_ms}) must be >= "
+                f"kbear.nack.backoff.min.ms ({self.nack_backoff_min_ms})"
+            )
+        if self.ack_timeout_tick_ms == 0:
+            raise ValueError("kbear.ack.timeout.tick.ms must be > 0")
+        if self.chunking_max_pending == 0:
+            raise ValueError("kbear.chunking.max.pending must be >= 1")
+        return self
 
     @field_validator("switch_mode", mode="before")
     @classmethod

@@ -20,7 +20,14 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_mover``: the driver of the switch engine (:mod:`kbear._switch`): route
   changes in, probes in the background, switches out;
 - ``_turns``: ``poll``/``consume`` over several clusters with nothing to
-  translate: compiled (``kbear._cdispatch``) or pure-Python turn taking.
+  translate: compiled (``kbear._cdispatch``) or pure-Python turn taking;
+- message-level acknowledgement (``kbear.ack.mode=individual``, issue #15):
+  ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
+  the wiring), ``_individual`` (the layer: verdicts, letters, stores) and
+  ``_delivering`` (its poll/consume: tracking, redelivery, holds), ``_acks`` (the acknowledged prefix),
+  ``_redelivery`` (backoff, schedule, ack timer), ``_letters`` (retry and
+  dead-letter topics), ``_chunks`` (joining chunked values); the last four do no I/O
+  except ``_letters.LetterSender``.
 """
 
 from kbear.consumer._facade import RoutedConsumer

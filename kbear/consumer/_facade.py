@@ -21,6 +21,7 @@ from typing import Any
 from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, not_one_cluster, rename_metadata
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._switch import SwitchEngine
+from kbear.consumer._ackcalls import AckCalls
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
@@ -35,7 +36,7 @@ from kbear.router import Client, Route, Router
 log = logging.getLogger("kbear.consumer")
 
 
-class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
+class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
     """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -48,7 +49,11 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
             ``immediate``), ``kbear.switch.drain.idle.ms``,
             ``kbear.switch.drain.timeout.ms``, ``kbear.switch.start``
             (``committed``, ``earliest``, ``latest``, ``timestamp``),
-            ``kbear.switch.timestamp.margin.ms``.
+            ``kbear.switch.timestamp.margin.ms``; message-level acknowledgement
+            (:meth:`ack`, :meth:`nack`...): ``kbear.ack.mode`` and the
+            ``kbear.nack.*``, ``kbear.ack.timeout.*``, ``kbear.retry.*``,
+            ``kbear.dlq.topic``, ``kbear.max.redeliver.count``,
+            ``kbear.chunking.*`` keys (README, "Message-level acknowledgement").
         router: a :class:`~kbear.Router` to share; the consumer does not close it.
         client: who consumes (``client.*`` factors); or use ``kbear.client.*`` keys.
         **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).
@@ -116,6 +121,7 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
                 "looked up per consumer group, CRRL consumerGroup.groupName)"
             )
         self._group = str(group)
+        individual = self._check_ack_settings(self._settings, native)
         self._native = native
         self._log = log
         # Checked before the router (and its watcher thread) exists: nothing to clean up.
@@ -166,6 +172,8 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         self._lock = threading.RLock()
         self._rr = 0
         self._closed = False
+        if individual:
+            self._open_acks(native)
         self._listen(self._owns_router)
         try:
             self._open_home_cluster()
@@ -237,6 +245,8 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         kbear to do per message (no remap, drain, pattern, pending reload...), that
         cluster's client's own bound methods; with several such clusters, closures that
         take turns over them; otherwise the class methods."""
+        if self._acks is not None:  # poll/consume are the acknowledgement layer's for good
+            return
         active = self._registry.active
         if (
             not active
@@ -359,6 +369,8 @@ class RoutedConsumer(PollLoop, SubscriptionCalls, PartitionCalls):
         """
         if not self._initialized:  # a subclass that never called __init__: nothing to close
             return
+        if self._acks is not None and not self._closed:
+            self._acks.close()  # letters in flight acknowledge their messages before the last commit
         with self._lock:
             if self._closed:
                 return

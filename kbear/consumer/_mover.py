@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
+from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.router import Route
 
@@ -39,10 +40,17 @@ class _Mover(Protocol):
     ) -> None: ...
 
 
-def commit_reached(entry: ClusterClient, physical: str, commit_positions: bool) -> dict[int, int]:
+def commit_reached(
+    entry: ClusterClient,
+    physical: str,
+    commit_positions: bool,
+    points: CommitPoints | None = None,
+) -> dict[int, int]:
     """This member's positions on ``physical`` (partition -> next offset, -1: none),
     committed asynchronously (or, when ``commit_positions`` is off, its stored
-    offsets). Local calls only: run in the polling thread, on the member's client.
+    offsets); ``points`` lowers the positions committed (the acknowledged prefix of
+    ``kbear.ack.mode=individual``). Local calls only: run in the polling thread, on
+    the member's client.
 
     Raises:
         KafkaException: the commit was refused (not ``_NO_OFFSET``).
@@ -51,6 +59,8 @@ def commit_reached(entry: ClusterClient, physical: str, commit_positions: bool) 
     mine = [tp for tp in consumer.assignment() if tp.topic == physical]
     positions = consumer.position(mine) if mine else []
     reached = [tp for tp in positions if tp.offset >= 0]
+    if points is not None and reached:
+        reached = points(entry, reached)
     try:
         if not commit_positions:
             consumer.commit(asynchronous=True)
@@ -116,6 +126,8 @@ class SwitchDriver:
         #: logical topics switched and not yet read on their new cluster
         self.stale_commits: set[str] = set()
         self._wake = 0.0
+        #: ``kbear.ack.mode=individual``: the acknowledged prefix the probes commit
+        self.commit_points: CommitPoints | None = None
 
     @property
     def busy(self) -> bool:
@@ -174,7 +186,9 @@ class SwitchDriver:
             self.engine.progress(action.topic, Progress(action.seq), self._clock())
             return
         try:
-            positions = commit_reached(entry, action.route.topic, self._commit_positions)
+            positions = commit_reached(
+                entry, action.route.topic, self._commit_positions, self.commit_points
+            )
         except KafkaException as exc:
             self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
             return

@@ -57,9 +57,21 @@ def next_offset(message: Any) -> TopicPartition:
     )
 
 
+def _individual_refusal(call: str) -> KafkaException:
+    """The error of an explicit offset given to ``call`` with ``kbear.ack.mode=individual``."""
+    return KafkaException(
+        KafkaError(
+            KafkaError._INVALID_ARG,
+            f"{call}: kbear.ack.mode=individual commits the acknowledged prefix only; "
+            "use ack()/ack_cumulative(), and commit() without message or offsets",
+        )
+    )
+
+
 class PartitionCalls:
     """The partition-addressed half of :class:`~kbear.RoutedConsumer` (a base class)."""
 
+    _acks: Any = None  # the AckLayer with kbear.ack.mode=individual
     _registry: ClusterRegistry
     _rebalancer: Rebalancer
     _driver: SwitchDriver
@@ -140,6 +152,8 @@ class PartitionCalls:
         self._check_open()
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
+        if self._acks is not None and (message is not None or offsets is not None):
+            raise _individual_refusal("commit")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
                 return None if asynchronous else []
@@ -152,6 +166,8 @@ class PartitionCalls:
         return self._commit_all(asynchronous)
 
     def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
+        if self._acks is not None:  # kbear.ack.mode=individual: the acknowledged prefixes
+            self._acks.flush_stores()
         out: list[TopicPartition] = []
         no_offset: KafkaException | None = None
         committed_any = False
@@ -256,6 +272,8 @@ class PartitionCalls:
             raise ValueError("message and offsets are mutually exclusive")
         if message is None and offsets is None:
             raise ValueError("expected either message or offsets")
+        if self._acks is not None:
+            raise _individual_refusal("store_offsets")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
                 return

@@ -10,6 +10,7 @@ broker), the logical names of messages read, and the clients still leaving.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message
@@ -36,6 +37,9 @@ class PollLoop:
     _rr: int
     _pattern_job: Any
     _lock: Any
+    #: called with (entry, message) for each message read, before its logical name
+    #: is set (``kbear.ack.mode=individual``: :meth:`AckLayer.tap`); None otherwise
+    _tap: Callable[[ClusterClient, Any], None] | None = None
 
     # ------------------------------------------------------------------ messages
 
@@ -65,6 +69,8 @@ class PollLoop:
                 self._refresh_patterns()
 
     def _out(self, entry: ClusterClient, msg: Any) -> Any:
+        if self._tap is not None:
+            self._tap(entry, msg)
         if self._guard.active:
             self._guard.read(entry)
         if entry.renames:
@@ -114,7 +120,9 @@ class PollLoop:
         ):
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and (entry.renames or self._driver.engine.tracks_timestamps):
+            if msg is not None and (
+                entry.renames or self._driver.engine.tracks_timestamps or self._tap is not None
+            ):
                 self._out(entry, msg)
             return msg
         if not active:
@@ -183,7 +191,7 @@ class PollLoop:
         ):
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.renames or self._driver.engine.tracks_timestamps:
+            if entry.renames or self._driver.engine.tracks_timestamps or self._tap is not None:
                 return [self._out(entry, m) for m in msgs]
             return msgs
         if not 0 <= num_messages <= 1_000_000:

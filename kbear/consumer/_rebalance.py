@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 from kbear._switch import StartPlan
+from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._subscription import RebalanceCallback
 
@@ -93,6 +94,12 @@ class Rebalancer:
         self.resume_at: dict[str, dict[tuple[str, int], int]] = {}
         #: called with the entry once an ``on_assign`` of its client was served
         self.assigned_hook: Callable[[ClusterClient], None] | None = None
+        #: ``kbear.ack.mode=individual``: lowers the positions committed at a
+        #: revocation to the acknowledged prefix (``AckLayer.commit_points``)
+        self.commit_points: CommitPoints | None = None
+        #: ``kbear.ack.mode=individual``: called with the entry and the revoked
+        #: partitions (physical names) after the revocation's commit
+        self.revoked_hook: Callable[[ClusterClient, list[TopicPartition]], None] | None = None
 
     @property
     def current(self) -> ClusterClient | None:
@@ -108,10 +115,22 @@ class Rebalancer:
     def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
         """The rebalance callbacks to subscribe ``entry``'s client with."""
         out: dict[str, Callable[..., None]] = {"on_assign": self._assign(entry)}
-        if self.commit_on_revoke or "on_revoke" in self.callbacks:
+        if self.commit_on_revoke or "on_revoke" in self.callbacks or self.revoked_hook is not None:
             out["on_revoke"] = self._revoke(entry)
         if "on_lost" in self.callbacks:
-            out["on_lost"] = self._wrap(entry, self.callbacks["on_lost"])
+            lost = self._wrap(entry, self.callbacks["on_lost"])
+            hook = self.revoked_hook
+            if hook is not None:  # lost partitions are forgotten as revoked ones are
+
+                def lost_then_hook(consumer: Any, partitions: list[TopicPartition]) -> None:
+                    try:
+                        lost(consumer, partitions)
+                    finally:
+                        hook(entry, partitions)
+
+                out["on_lost"] = lost_then_hook
+            else:
+                out["on_lost"] = lost
         return out
 
     def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
@@ -138,6 +157,8 @@ class Rebalancer:
                 elif positions and not commit_sync(entry, positions, why):
                     self._remember(entry, positions)
             finally:
+                if self.revoked_hook is not None:  # also when the application's callback raised
+                    self.revoked_hook(entry, partitions)
                 self._leave(outer)
 
         return callback
@@ -162,9 +183,10 @@ class Rebalancer:
         if not keep:
             return []
         try:
-            return [tp for tp in entry.consumer.position(keep) if tp.offset >= 0]
+            positions = [tp for tp in entry.consumer.position(keep) if tp.offset >= 0]
         except KafkaException:
             return []
+        return positions if self.commit_points is None else self.commit_points(entry, positions)
 
     def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:

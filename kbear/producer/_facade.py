@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from kbear._clients import (
     open_router,
     split_config,
 )
+from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
 from kbear.producer._routes import RouteTable
 from kbear.producer._transactions import TransactionCalls
@@ -49,7 +51,11 @@ class RoutedProducer(TransactionCalls, RouteTable):
             - ``kbear.client.id``, ``kbear.client.meta.<key>``: the :class:`~kbear.Client`;
             - ``kbear.reload.interval.ms``: watch interval in ms (default 10000, 0 disables);
             - ``kbear.switch.drain.timeout.ms``: how long a topic move waits, in ms,
-              for the old cluster's in-flight messages (default 30000).
+              for the old cluster's in-flight messages (default 30000);
+            - ``kbear.delay.enable``: ``produce`` takes ``deliver_after`` / ``deliver_at``;
+            - ``kbear.chunking.enable``: values larger than ``message.max.bytes``
+              are sent in chunks, joined by kbear consumers (README,
+              "Message-level acknowledgement").
         router: a :class:`~kbear.Router` to share; the producer does not close it.
         client: who produces (``client.*`` factors); or use ``kbear.client.*`` keys.
         topics: topics to route now: unroutable ones fail here, and the clients
@@ -119,6 +125,8 @@ class RoutedProducer(TransactionCalls, RouteTable):
         # When every route of this client is one cluster without remap, produce() is
         # that cluster's own bound method (an instance attribute), rebound on reload.
         self._pinned: str | None = None
+        # deliver_after / deliver_at, chunking: produce() is the class method's
+        self._features = self._settings.delay_enable or self._settings.chunking_enable
         self._listen(self._owns_router)
         try:
             if topics is not None:
@@ -214,11 +222,22 @@ class RoutedProducer(TransactionCalls, RouteTable):
         ``produce(topic, [value], [key], [partition], [on_delivery], [timestamp], [headers])``
         (``callback`` is an alias of ``on_delivery``).
 
+        With ``kbear.delay.enable``: ``deliver_after=s`` (seconds from now) or
+        ``deliver_at=t`` (epoch seconds): kbear consumers with
+        ``kbear.ack.mode=individual`` do not deliver the message before then
+        (header ``kbear-deliver-at``, epoch ms). With ``kbear.chunking.enable``: a
+        value larger than ``message.max.bytes`` is sent as chunks to one partition
+        (one delivery report, after the last chunk: the first error, if any).
+
         Raises:
             NoRouteError: the topic has no route (a ``LookupError``).
             BufferError: the cluster's client queue is full (``queue.buffering.max.messages``).
             KafkaException: other errors of confluent-kafka.
+            ValueError: both ``deliver_after`` and ``deliver_at``, or a negative ``deliver_after``.
         """
+        if self._features:
+            self._produce_prepared(topic, args, kwargs)
+            return
         if self._pending or self._txn_open:
             self._before_produce(topic)
         try:
@@ -226,6 +245,24 @@ class RoutedProducer(TransactionCalls, RouteTable):
         except KeyError:
             send = self._add_route(topic)
         send(*args, **kwargs)
+
+    def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
+        calls = prepare(
+            args,
+            kwargs,
+            chunking=self._settings.chunking_enable,
+            max_bytes=max_message_bytes(self._native),
+            now_s=time.time(),
+        )
+        for call in calls:
+            if self._pending or self._txn_open:
+                self._before_produce(topic)
+            try:
+                send = self._send[topic]
+            except KeyError:
+                send = self._add_route(topic)
+            send(**call)
 
     def _before_produce(self, topic: str) -> None:
         if self._pending:

@@ -47,6 +47,7 @@ class RouteTable(RoutedClientBase):
     _txn_open: bool
     _closed: bool
     _pinned: str | None
+    _features: bool
 
     if TYPE_CHECKING:
 
@@ -106,7 +107,7 @@ class RouteTable(RoutedClientBase):
         there unremapped, else to a closure over the route table; unbind it while a
         reload is pending or a transaction is open (the class method's slow path)."""
         self._pinned = None
-        if self._pending or self._txn_open or self._closed:
+        if self._pending or self._txn_open or self._closed or self._features:
             self.__dict__.pop("produce", None)
             return
         # Hooks need to know every topic produced: the pinned path does not record them.
