@@ -310,7 +310,7 @@ class KBearSettings(BaseModel):
             raise ValueError(f"kbear.nack.backoff.multiplier must be >= 1, got {value!r}")
         return number
 
-    @field_validator("retry_enable", "chunking_enable", "delay_enable", mode="before")
+    @field_validator("retry_enable", "chunking_enable", "delay_enable", "metrics_enable", mode="before")
     @classmethod
     def _flag(cls, value: Any, info: ValidationInfo) -> bool:
         key = cls.model_fields[str(info.field_name)].alias
@@ -369,16 +369,6 @@ class KBearSettings(BaseModel):
         except ValueError:
             names = ", ".join(s.value for s in SwitchStart)
             raise ValueError(f"kbear.switch.start must be one of {names}, got {str(value)!r}") from None
-
-    @field_validator("metrics_enable", mode="before")
-    @classmethod
-    def _flag(cls, value: Any) -> bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text not in ("true", "false"):
-            raise ValueError(f"kbear.metrics.enable must be true or false, got {value!r}")
-        return text == "true"
 
     @field_validator("config_dir", "group", "cluster", mode="before")
     @classmethod
