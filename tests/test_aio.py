@@ -432,3 +432,43 @@ async def test_closing_during_a_drain_commits_what_was_read_and_no_more(
     assert len(got) < 5000
     await asyncio.wait_for(consumer.close(), 30)
     assert committed_offsets(a, group, topics.on_a).get(0) == got[-1].offset() + 1
+
+
+async def test_message_level_acks_through_the_asyncio_consumer(
+    conf_dir: Path, topics: Topics, two_clusters: Clusters, unique: Callable[[str], str]
+) -> None:
+    """``kbear.ack.mode=individual`` (issue #15) through RoutedAIOConsumer: acks in any
+    order commit only the contiguous prefix; a nack redelivers after its backoff."""
+    a, _b = two_clusters
+    p = plain_producer(a)
+    for i in range(3):
+        p.produce(topics.on_a, value=b"v%d" % i, partition=0)
+    p.flush(10)
+    group = unique("g")
+    conf = consumer_conf(
+        conf_dir,
+        group,
+        **{
+            "kbear.ack.mode": "individual",
+            "kbear.nack.backoff.min.ms": 100,
+            "kbear.nack.backoff.max.ms": 400,
+        },
+    )
+    consumer = RoutedAIOConsumer(conf)
+    try:
+        await consumer.subscribe([topics.on_a])
+        first = await read(consumer, 3)
+        assert [m.offset() for m in first] == [0, 1, 2]
+        await consumer.ack(first[0])
+        await consumer.ack(first[2])
+        t0 = time.monotonic()
+        await consumer.nack(first[1])
+        (again,) = await read(consumer, 1, timeout=5)
+        assert again.offset() == 1 and time.monotonic() - t0 >= 0.09
+        await consumer.commit(asynchronous=False)
+        assert committed_offsets(a, group, topics.on_a).get(0) == 1  # not past the unacked offset 1
+        await consumer.ack(again)
+        await consumer.commit(asynchronous=False)
+        assert committed_offsets(a, group, topics.on_a).get(0) == 3
+    finally:
+        await consumer.close()

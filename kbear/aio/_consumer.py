@@ -176,6 +176,45 @@ class RoutedAIOConsumer:
         )
         return result
 
+    # ------------------------------------------------------------------ message-level acknowledgement
+
+    async def ack(self, message: Message) -> None:
+        """As :meth:`kbear.RoutedConsumer.ack` (``kbear.ack.mode=individual``).
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
+        await self._call(self._consumer.ack, message)
+
+    async def ack_cumulative(self, message: Message) -> None:
+        """As :meth:`kbear.RoutedConsumer.ack_cumulative`.
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
+        await self._call(self._consumer.ack_cumulative, message)
+
+    async def nack(self, message: Message) -> None:
+        """As :meth:`kbear.RoutedConsumer.nack`: redelivered after the backoff delay
+        (or sent to the dead-letter topic after ``kbear.max.redeliver.count``).
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
+        await self._call(self._consumer.nack, message)
+
+    async def reconsume_later(
+        self, message: Message, delay_s: float, properties: Mapping[str, str | bytes] | None = None
+    ) -> None:
+        """As :meth:`kbear.RoutedConsumer.reconsume_later` (``delay_s`` in seconds):
+        the message goes to its retry topic and comes back no earlier than the delay.
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset`` or
+                ``kbear.retry.enable`` is off; errors of the letter producer.
+        """
+        await self._call(self._consumer.reconsume_later, message, delay_s, properties)
+
     # ------------------------------------------------------------------ subscription
 
     def _edit_rebalance_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
