@@ -102,6 +102,7 @@ class KBearMetrics(Collector):
             self.route_changes,
             self.drains_started,
             self.drains_finished,
+            self.drain_messages,
             self.switch_timeouts,
             self.drain_seconds,
             self.reloads,
