@@ -32,6 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 
+# librdkafka's own client class, bound at import: a name rebound later in
+# ``confluent_kafka`` (a test harness's stand-in) must not answer the probe.
+from confluent_kafka.cimpl import KafkaException, Producer
+
 from kbear._secrets import REDACTED, is_secret
 
 # A property every librdkafka knows, with a value it always refuses.
@@ -43,8 +47,6 @@ _UNKNOWN = "No such configuration property"
 def _probe(key: str, value: str) -> str | None:
     """librdkafka's complaint about ``key: value`` on its own; None when accepted,
     ``_UNKNOWN`` when the key is not a property."""
-    from confluent_kafka import KafkaException, Producer
-
     try:
         Producer({key: value, _SENTINEL[0]: _SENTINEL[1]})
     except KafkaException as exc:

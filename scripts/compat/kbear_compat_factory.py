@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import itertools
 import shutil
 import tempfile
 import threading
@@ -38,6 +39,7 @@ _NO_SERVERS = "no-bootstrap-servers.invalid:9092"
 
 _lock = threading.Lock()
 _routers: dict[str, Router] = {}
+_dirs = itertools.count()
 _root = Path(tempfile.mkdtemp(prefix="kbear-compat-"))
 atexit.register(shutil.rmtree, _root, True)
 
@@ -48,7 +50,7 @@ def router_for(servers: str) -> Router:
     with _lock:
         router = _routers.get(servers)
         if router is None:
-            directory = _root / f"conf{len(_routers)}"
+            directory = _root / f"conf{next(_dirs)}"  # not len(): a failed attempt keeps its name
             directory.mkdir()
             meta = {"bootstrap.servers": servers or _NO_SERVERS}
             rule = {"id": "everything", "meta": {"rule.isGlobal": True}, "rule": f"use cluster {_CLUSTER}"}
