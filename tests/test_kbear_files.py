@@ -196,3 +196,22 @@ def test_java_only_property_stays_meta(tmp_path: Path) -> None:
     assert "sasl.jaas.config" not in uat.client_properties
     (warning,) = [w for w in lint(config) if "sasl.jaas.config" in w.message]
     assert "Java client property" in warning.message
+
+
+def test_the_property_check_uses_librdkafka_even_when_confluent_kafka_is_patched(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The check asks librdkafka's own client class, bound at import: an application
+    (or a test harness, as scripts/compat does) that rebinds ``confluent_kafka.Producer``
+    must not be called by it (the harness's routed class deadlocked there)."""
+    import confluent_kafka
+
+    from kbear import _librdkafka
+
+    def stand_in(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the property check called confluent_kafka.Producer")
+
+    monkeypatch.setattr(confluent_kafka, "Producer", stand_in)
+    assert _librdkafka._probe.__wrapped__("acks", "banana") is not None  # refused by librdkafka
+    assert _librdkafka._probe.__wrapped__("acks", "all") is None
+    assert _librdkafka._probe.__wrapped__("zookeeper.connect", "zk:2181") == _librdkafka._UNKNOWN
