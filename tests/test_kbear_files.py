@@ -199,7 +199,7 @@ def test_java_only_property_stays_meta(tmp_path: Path) -> None:
 
 
 def test_the_property_check_uses_librdkafka_even_when_confluent_kafka_is_patched(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The check asks librdkafka's own client class, bound at import: an application
     (or a test harness, as scripts/compat does) that rebinds ``confluent_kafka.Producer``
