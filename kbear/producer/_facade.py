@@ -238,13 +238,16 @@ class RoutedProducer(TransactionCalls, RouteTable):
         if self._features:
             self._produce_prepared(topic, args, kwargs)
             return
+        self._sender(topic)(*args, **kwargs)
+
+    def _sender(self, topic: str) -> Callable[..., None]:
+        """The send function of ``topic``, after any pending reload or transaction step."""
         if self._pending or self._txn_open:
             self._before_produce(topic)
         try:
-            send = self._send[topic]
+            return self._send[topic]
         except KeyError:
-            send = self._add_route(topic)
-        send(*args, **kwargs)
+            return self._add_route(topic)
 
     def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
@@ -256,13 +259,7 @@ class RoutedProducer(TransactionCalls, RouteTable):
             now_s=time.time(),
         )
         for call in calls:
-            if self._pending or self._txn_open:
-                self._before_produce(topic)
-            try:
-                send = self._send[topic]
-            except KeyError:
-                send = self._add_route(topic)
-            send(**call)
+            self._sender(topic)(**call)
 
     def _before_produce(self, topic: str) -> None:
         if self._pending:
