@@ -190,6 +190,15 @@ def _found(wanted: Iterable[str], known: Iterable[str]) -> tuple[list[str], list
     return found, missing
 
 
+def _selected(wanted: Sequence[str], known: Iterable[str], what: str) -> tuple[list[str], ResponseStatus]:
+    """The ids ``wanted`` (every known id, in order, when none is) that are ``known``,
+    and the answer's status (``partial_fail`` naming the missing ones as ``what``)."""
+    if not wanted:
+        return list(known), _SUCCESS
+    found, missing = _found(wanted, known)
+    return found, _partial(ErrorCode.NOT_FOUND, f"{what} not found", missing) if missing else _SUCCESS
+
+
 def _rule_info(rule: RouteRule) -> RouteRuleInfo:
     return RouteRuleInfo(id=rule.id, priority=rule.priority, meta={**rule.meta, "rule": str(rule.statement)})
 
@@ -197,31 +206,22 @@ def _rule_info(rule: RouteRule) -> RouteRuleInfo:
 def route_rules(served: Served, request: RouteRulesRequest) -> RouteRulesResponse:
     """The answer to ``/route/rules``: the rules asked for (every rule, in file order, when none is)."""
     rules = {rule.id: rule for rule in served.config.rules}
-    if not request.route_rule_ids:
-        return RouteRulesResponse(status=_SUCCESS, route_rules=[_rule_info(r) for r in rules.values()])
-    found, missing = _found(request.route_rule_ids, rules)
-    status = _partial(ErrorCode.NOT_FOUND, "route rule(s) not found", missing) if missing else _SUCCESS
-    return RouteRulesResponse(status=status, route_rules=[_rule_info(rules[i]) for i in found])
+    ids, status = _selected(request.route_rule_ids, rules, "route rule(s)")
+    return RouteRulesResponse(status=status, route_rules=[_rule_info(rules[i]) for i in ids])
 
 
 def clusters(served: Served, request: ClustersRequest) -> ClustersResponse:
     """The answer to ``/meta/clusters`` (every cluster, in file order, when none is asked for)."""
     config = served.config
-    if not request.cluster_ids:
-        return ClustersResponse(status=_SUCCESS, clusters=[_cluster(config, c) for c in config.clusters])
-    found, missing = _found(request.cluster_ids, config.clusters)
-    status = _partial(ErrorCode.NOT_FOUND, "cluster(s) not found", missing) if missing else _SUCCESS
-    return ClustersResponse(status=status, clusters=[_cluster(config, c) for c in found])
+    ids, status = _selected(request.cluster_ids, config.clusters, "cluster(s)")
+    return ClustersResponse(status=status, clusters=[_cluster(config, c) for c in ids])
 
 
 def topics(served: Served, request: TopicsRequest) -> TopicsResponse:
     """The answer to ``/meta/topics``: topics of topics.yaml (all, in file order, when none is asked for)."""
     config = served.config
-    if not request.topic_ids:
-        return TopicsResponse(status=_SUCCESS, topics=[_topic(config, t) for t in config.topics])
-    found, missing = _found(request.topic_ids, config.topics)
-    status = _partial(ErrorCode.NOT_FOUND, "topic(s) not found", missing) if missing else _SUCCESS
-    return TopicsResponse(status=status, topics=[_topic(config, t) for t in found])
+    ids, status = _selected(request.topic_ids, config.topics, "topic(s)")
+    return TopicsResponse(status=status, topics=[_topic(config, t) for t in ids])
 
 
 def consumer_groups(served: Served, request: ConsumerGroupsRequest) -> ConsumerGroupsResponse:
