@@ -11,15 +11,12 @@ named, CRRL syntax) and raise one ConfigError listing every problem.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import logging
 import os
 import re
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ from kbear._documents import (
     _load_yaml,
     _yaml_problem,
 )
+from kbear._gcpause import collector_paused
 from kbear._librdkafka import refused_value
 from kbear.config import (
     ClusterConfig,
@@ -403,38 +401,8 @@ def load_config(
         raise ConfigError(
             [ConfigProblem(str(directory), None, "not a directory (kbear configuration expected)")]
         )
-    with _collector_paused():
+    with collector_paused():
         return _load(directory, None if not resolve_env else os.environ if environ is None else environ)
-
-
-_pause_lock = threading.Lock()
-_pauses = 0
-_collector_was_enabled = False
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a configuration is read.
-
-    Reading allocates about ten objects per topic and none of them is garbage
-    until the load ends; every full collection on the way walks all of them
-    again, about a quarter of the load time of 100,000 topics. Reference
-    counting still frees everything as usual; the collector is turned back on
-    (if it was on) when the last concurrent load ends, even on an error.
-    """
-    global _pauses, _collector_was_enabled
-    with _pause_lock:
-        if _pauses == 0:
-            _collector_was_enabled = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _collector_was_enabled:
-                gc.enable()
 
 
 def _load(directory: Path, environ: Mapping[str, str] | None) -> KBearConfig:
@@ -495,7 +463,7 @@ def load_documents(
     """
     loader = _Loader(None, os.environ if environ is None else environ, documents)
     loader.hash = _Preset(documents_digest(documents))
-    with _collector_paused():
+    with collector_paused():
         return _finish(loader, origin, origin)
 
 

@@ -1,0 +1,42 @@
+"""The cyclic garbage collector paused while a configuration is read (private).
+
+Reading allocates about ten objects per topic and none of them is garbage until
+the load ends; every full collection on the way walks all of them again, about
+a quarter of the load time of 100,000 topics (:mod:`kbear._loader`).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_pause_lock = threading.Lock()
+_pauses = 0
+_collector_was_enabled = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a configuration is read.
+
+    Reading allocates about ten objects per topic and none of them is garbage
+    until the load ends; every full collection on the way walks all of them
+    again, about a quarter of the load time of 100,000 topics. Reference
+    counting still frees everything as usual; the collector is turned back on
+    (if it was on) when the last concurrent load ends, even on an error.
+    """
+    global _pauses, _collector_was_enabled
+    with _pause_lock:
+        if _pauses == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collector_was_enabled:
+                gc.enable()
