@@ -366,9 +366,6 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(args.client_id, args.client_meta)
 
 
-
-
-
 def _cmd_route(args: argparse.Namespace) -> int:
     client = _client(args)
     router = _load(args.config, client)
@@ -384,12 +381,6 @@ def _cmd_route(args: argparse.Namespace) -> int:
     else:
         print(route_line(route))
     return EXIT_OK
-
-
-
-
-
-
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

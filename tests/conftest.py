@@ -17,6 +17,7 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kbear import Router
+from kbear.consumer._closing import close_consumer
 from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
 
@@ -68,18 +69,22 @@ CLOSE_WAIT_S = 60.0
 def _bounded_close(client: Any) -> None:
     """``client.close()``, waited for at most :data:`CLOSE_WAIT_S` seconds.
 
-    librdkafka's ``Consumer.close()`` can hang for good when a group assignment
-    arrives while it closes (a member that subscribed and closed before its first
-    poll; confluentinc/librdkafka#4527, plain confluent-kafka too: README, Known
-    limits). A teardown must not turn that into a CI-wide timeout: the close runs
-    in a daemon thread, and one still running after the wait is reported as a
-    warning and left behind (the clusters' teardown usually ends it).
+    A plain confluent-kafka ``Consumer`` leaves its group first, as kbear's own
+    clients do (``kbear.consumer._closing``): librdkafka's close can otherwise hang
+    for good, holding the GIL, when an assignment arrives while it closes (a member
+    that subscribed and closed before its first poll; confluentinc/librdkafka#4041,
+    #4884). The wait bounds any other hang that lets Python run: the close runs in
+    a daemon thread, and one still running after the wait is reported as a warning
+    and left behind.
     """
     errors: list[BaseException] = []
 
     def close() -> None:
         try:
-            client.close()
+            if type(client) is Consumer:
+                close_consumer(client)
+            else:
+                client.close()
         except RuntimeError:  # closed twice (plain confluent-kafka consumers)
             pass
         except BaseException as exc:

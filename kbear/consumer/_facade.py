@@ -22,6 +22,7 @@ from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, not_
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._switch import SwitchEngine
 from kbear.consumer._ackcalls import AckCalls
+from kbear.consumer._closing import close_consumer
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
@@ -236,7 +237,7 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
     def _close_client(self, entry: ClusterClient) -> None:
         self._driver.quiesce(entry.cluster_id)
         commit_sync(entry, None, "as its client closes")
-        entry.consumer.close()
+        close_consumer(entry.consumer)
         self._registry.deactivate(entry)
 
     def _refresh_pin(self) -> None:
@@ -383,7 +384,7 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
         errors: list[BaseException] = []
         for consumer in clients:
             try:
-                consumer.close()
+                close_consumer(consumer)  # leaves the group first: librdkafka's close hang
             except Exception as exc:  # a callback's error too: close the rest first
                 errors.append(exc)
         if self._owns_router:

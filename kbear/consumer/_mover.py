@@ -186,9 +186,7 @@ class SwitchDriver:
             self.engine.progress(action.topic, Progress(action.seq), self._clock())
             return
         try:
-            positions = commit_reached(
-                entry, action.route.topic, self._commit_positions, self.commit_points
-            )
+            positions = commit_reached(entry, action.route.topic, self._commit_positions, self.commit_points)
         except KafkaException as exc:
             self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
             return
