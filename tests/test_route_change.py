@@ -263,6 +263,15 @@ def by_key(messages: list[Any]) -> dict[bytes, list[bytes]]:
     return out
 
 
+def assert_a_then_b(messages: list[Any], on_a: int, on_b: int) -> None:
+    """Per key: everything from A (``on_a`` rounds of produce_round), in order, then
+    everything from B, in order."""
+    for key, values in by_key(messages).items():
+        label = key.decode()
+        expected = [f"A-{label}-{i}".encode() for i in range(on_a)]
+        assert values == expected + [f"B-{label}-{i}".encode() for i in range(on_b)]
+
+
 def test_consumer_follows_the_move_in_drain_mode(
     two_clusters: Clusters,
     conf_dir: Path,
@@ -293,13 +302,7 @@ def test_consumer_follows_the_move_in_drain_mode(
     messages += consume_until(consumer, len(before) + len(after) - len(messages), timeout=20)
     assert Counter(m.value() for m in messages) == Counter(before + after)  # exactly once
     assert drain_more(consumer, 0.3) == []
-    # per key: everything from A, in order, then everything from B, in order
-    for key, values in by_key(messages).items():
-        label = key.decode()
-        expected = [f"A-{label}-{i}".encode() for i in range(5)] + [
-            f"B-{label}-{i}".encode() for i in range(3)
-        ]
-        assert values == expected
+    assert_a_then_b(messages, 5, 3)
     assert changes == [("A", "B")]
     assert consumer.routes()[topic].cluster_id == "B"
     # what was read on A is committed there, at A's end offsets
@@ -535,3 +538,80 @@ def test_a_manual_assignment_survives_a_change_of_its_clusters_properties(
     assert drain_more(consumer, 0.5) == []
     assert "client of cluster 'A' rebuilt: its properties changed" in caplog.text
     assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
+
+
+def test_a_manual_assignment_follows_the_move_in_drain_mode(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    """assign()ed partitions leave the old cluster once read to its end and are
+    assigned on the new one: every message once, per key A's then B's, in order."""
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group")
+    changes: list[tuple[str, str | None]] = []
+    consumer.on_route_change(lambda old, new: changes.append((old.cluster_id, new and new.cluster_id)))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    before = produce_round(producer, topic, "A", 5)
+    assert producer.flush(10) == 0
+    move(conf_dir, router, on("B", topic))
+    after = produce_round(producer, topic, "B", 3)
+    assert producer.flush(10) == 0
+
+    messages = consume_until(consumer, len(before) + len(after), timeout=20)
+    assert Counter(m.value() for m in messages) == Counter(before + after)  # exactly once
+    assert drain_more(consumer, 0.3) == []
+    assert_a_then_b(messages, 5, 3)
+    assert changes == [("A", "B")]
+    assert consumer.routes()[topic].cluster_id == "B"
+    assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
+
+
+def test_only_the_assigned_partitions_move_in_immediate_mode(
+    two_clusters: Clusters,
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+) -> None:
+    """incremental_assign() of partitions 0 and 2: after an immediate switch the same
+    two partitions are read on the new cluster (from the group's committed offsets,
+    else auto.offset.reset), and partition 1 is read on neither."""
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": "immediate"})
+    consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 2)])
+
+    def produce_each(label: str) -> dict[int, list[bytes]]:
+        sent: dict[int, list[bytes]] = {p: [f"{label}-{p}-{i}".encode() for i in range(4)] for p in range(3)}
+        for p, values in sent.items():
+            for value in values:
+                producer.produce(topic, value, partition=p)
+        assert producer.flush(10) == 0
+        return sent
+
+    on_a = produce_each("A")
+    got = consume_until(consumer, 8)
+    assert sorted(m.value() for m in got) == sorted(on_a[0] + on_a[2])
+    move(conf_dir, router, on("B", topic))
+    assert consumer.poll(0.2) is None  # applies the switch
+    assert consumer.routes()[topic].cluster_id == "B"
+    on_b = produce_each("B")
+    got = consume_until(consumer, 8, timeout=20)
+    assert sorted(m.value() for m in got) == sorted(on_b[0] + on_b[2])
+    assert drain_more(consumer, 0.3) == []
+    assert sorted(tp.partition for tp in consumer.assignment()) == [0, 2]
+
+
+def test_after_unassign_no_route_is_followed(
+    conf_dir: Path, router: Router, topic: str, closing: Callable[[Any], Any]
+) -> None:
+    consumer = make_consumer(router, closing, topic + ".group")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    assert set(consumer.routes()) == {topic}
+    consumer.unassign()
+    assert consumer.routes() == {}
+    move(conf_dir, router, on("B", topic))
+    assert consumer.poll(0.3) is None
+    assert consumer.assignment() == [] and consumer.routes() == {}

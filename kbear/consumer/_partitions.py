@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kbear._clients import renamed
+from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._rebalance import Rebalancer
-from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.consumer._subscription import Subscription
 from kbear.router import Route
 
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
@@ -68,7 +69,7 @@ def _individual_refusal(call: str) -> KafkaException:
     )
 
 
-class PartitionCalls:
+class PartitionCalls(AssignedMoves):
     """The partition-addressed half of :class:`~kbear.RoutedConsumer` (a base class)."""
 
     _acks: Any = None  # the AckLayer with kbear.ack.mode=individual
@@ -318,7 +319,11 @@ class PartitionCalls:
 
         Inside a rebalance callback it assigns on the cluster being rebalanced
         only; outside, it replaces the assignment of every cluster (clusters with
-        no partition in ``partitions`` and no subscription are unassigned).
+        no partition in ``partitions`` and no subscription are unassigned). Outside
+        a subscription, the topics assigned follow their route changes: a moved
+        topic's partitions leave the old cluster (drained first, per
+        ``kbear.switch``) and are assigned on the new one from ``kbear.switch.start``
+        (the offsets given here apply to the first cluster only).
 
         Args:
             partitions: TopicPartitions with logical topic names; ``offset`` as
@@ -334,9 +339,8 @@ class PartitionCalls:
         for entry, _, parts in split:
             entry.consumer.assign(parts)
         self._note_assign(entry for entry, _, _ in split)
+        self._follow_assigned((tp.topic for tp in partitions), replace=True)
         if self._rebalancer.current is None:
-            if self._sub.kind is SubscriptionKind.NONE:
-                self._sub.kind = SubscriptionKind.ASSIGNED
             named = {entry.cluster_id for entry, _, _ in split}
             for entry in self._registry:
                 if entry.cluster_id not in named and not entry.topics:
@@ -347,7 +351,8 @@ class PartitionCalls:
     @locked
     def unassign(self) -> None:
         """Remove the assignment (inside a rebalance callback: of the cluster being
-        rebalanced; outside: of every cluster)."""
+        rebalanced; outside: of every cluster, and the assigned topics' routes are no
+        longer followed)."""
         self._check_open()
         current = self._rebalancer.current
         if current is not None:
@@ -358,20 +363,19 @@ class PartitionCalls:
             entry.consumer.unassign()
             if not entry.topics:
                 self._registry.deactivate(entry)
-        if self._sub.kind is SubscriptionKind.ASSIGNED:
-            self._sub.kind = SubscriptionKind.NONE
+        self._stop_following()
         self._refresh_pin()
 
     @locked
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
-        """Add ``partitions`` (logical names) to the assignment of their clusters."""
+        """Add ``partitions`` (logical names) to the assignment of their clusters
+        (outside a subscription their topics follow route changes, as with ``assign``)."""
         self._check_open()
         split = self._split(partitions)
         for entry, _, parts in split:
             entry.consumer.incremental_assign(parts)
         self._note_assign(entry for entry, _, _ in split)
-        if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.NONE:
-            self._sub.kind = SubscriptionKind.ASSIGNED
+        self._follow_assigned((tp.topic for tp in partitions), replace=False)
 
     @locked
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:

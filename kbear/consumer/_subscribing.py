@@ -66,6 +66,10 @@ class SubscriptionCalls(RoutedClientBase):
 
         def _refresh_pin(self) -> None: ...
 
+        def _switch_assigned(
+            self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
+        ) -> None: ...
+
     def subscribe(
         self,
         topics: Sequence[str],
@@ -254,7 +258,11 @@ class SubscriptionCalls(RoutedClientBase):
     def _switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
         """Carry out a switch of the engine: ``topic`` leaves ``old``'s cluster (after a
         ``clean`` drain its end offsets are committed: the revocation commits nothing
-        more) and is read on ``new``'s cluster from ``start``."""
+        more) and is read on ``new``'s cluster from ``start``. A manually assigned
+        topic moves its partitions instead (``_assigned.AssignedMoves``)."""
+        if self._sub.kind is SubscriptionKind.ASSIGNED:
+            self._switch_assigned(topic, old, new, start, clean)
+            return
         old_entry = self._registry.get(old.cluster_id)
         if old_entry is not None:
             old_entry.detach(topic, old)

@@ -1,0 +1,152 @@
+"""A manual assignment that follows route changes.
+
+``assign()`` / ``incremental_assign()`` outside a subscription (kind
+``ASSIGNED``) record the route of each topic assigned, as a subscription does:
+a reload then hands each moved topic to the same switch engine and driver
+(drain or immediate, the same starts, probes in the background). One step of
+the move differs from a subscription's, :meth:`AssignedMoves._switch_assigned`:
+the topic's assigned partitions leave the old cluster's client (what was read
+committed first, as a subscription's revocation does) and the same partition
+numbers are assigned on the new cluster from the engine's start plan (the
+group's committed offsets there, else ``auto.offset.reset``; the beginning;
+the end; or by timestamp, per ``kbear.switch.start``).
+
+A topic is followed until ``unassign()`` or an ``assign()`` without it; after
+``incremental_unassign()`` of all its partitions it is still followed (with
+nothing to move), as the topics of a client-balanced consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
+
+from kbear import _events
+from kbear._switch import StartPlan
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._guard import MoveGuard
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._rebalance import TIMESTAMP_LOOKUP_TIMEOUT_S, Rebalancer, commit_async
+from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.router import Route
+
+log = logging.getLogger("kbear.consumer")
+
+
+class AssignedMoves:
+    """Route following of a manual assignment (a base class of
+    :class:`~kbear.RoutedConsumer`; see the module docstring)."""
+
+    _registry: ClusterRegistry
+    _rebalancer: Rebalancer
+    _driver: SwitchDriver
+    _guard: MoveGuard
+    _sub: Subscription
+
+    if TYPE_CHECKING:
+
+        def _route(self, topic: str) -> Route: ...
+
+        def _client_for(self, route: Route) -> ClusterClient: ...
+
+        def _refresh_pin(self) -> None: ...
+
+        def _notify_route_change(self, old: Route, new: Route | None) -> None: ...
+
+        def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
+
+    def _follow_assigned(self, topics: Iterable[str], *, replace: bool) -> None:
+        """Record the route in use of each of ``topics`` (logical) just assigned
+        outside a rebalance callback and a subscription; ``replace`` (``assign()``):
+        the topics not among them are no longer followed."""
+        if self._rebalancer.current is not None or self._sub.kind not in (
+            SubscriptionKind.NONE,
+            SubscriptionKind.ASSIGNED,
+        ):
+            return
+        self._sub.kind = SubscriptionKind.ASSIGNED
+        wanted = dict.fromkeys(topics)
+        if replace:
+            dropped = [t for t in self._sub.routes if t not in wanted]
+            if dropped:
+                self._driver.engine.forget(dropped)
+                for topic in dropped:
+                    del self._sub.routes[topic]
+        for topic in wanted:
+            if topic not in self._sub.routes:
+                self._sub.routes[topic] = self._route(topic)
+
+    def _stop_following(self) -> None:
+        """``unassign()`` outside a callback: no topic is followed any more."""
+        if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.ASSIGNED:
+            self._sub = Subscription()
+            self._driver.forget()
+
+    def _switch_assigned(
+        self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
+    ) -> None:
+        """Carry out a switch of the engine for an assigned topic: its partitions on
+        ``old``'s cluster are released there (after a ``clean`` drain they are
+        committed at their end already; otherwise what was read is committed without
+        waiting: the old cluster may be down) and assigned on ``new``'s from ``start``."""
+        moved: list[int] = []
+        old_entry = self._registry.get(old.cluster_id)
+        if old_entry is not None:
+            mine = [tp for tp in old_entry.consumer.assignment() if tp.topic == old.topic]
+            moved = sorted(tp.partition for tp in mine)
+            if mine:
+                if not clean:
+                    positions = [tp for tp in old_entry.consumer.position(mine) if tp.offset >= 0]
+                    if self._rebalancer.commit_on_revoke:
+                        if positions:
+                            commit_async(old_entry, positions, "as the topic moves")
+                    else:
+                        commit_async(old_entry, None, "as the topic moves")
+                old_entry.consumer.incremental_unassign(mine)
+            if not old_entry.topics and not old_entry.consumer.assignment():
+                self._registry.deactivate(old_entry)
+        if new is None:
+            self._sub.routes.pop(topic, None)
+        else:
+            self._sub.routes[topic] = new
+            if moved:
+                self.incremental_assign(self._start_partitions(topic, new, moved, start))
+        self._guard.switched(self._driver.engine.draining)
+        self._refresh_pin()
+        log.info(
+            "kbear: assigned topic %r (partitions %s) switched from %r to %r",
+            topic,
+            moved,
+            old,
+            new,
+            extra=_events.fields("route_change", topic, old, new, reason="reload"),
+        )
+        self._assigned_switched(topic, old, new, moved)
+        self._notify_route_change(old, new)
+
+    def _assigned_switched(self, topic: str, old: Route, new: Route | None, moved: list[int]) -> None:
+        """Called after ``topic``'s partitions ``moved`` (numbers) left ``old``'s
+        cluster for ``new``'s (None: the topic lost its route); nothing here."""
+
+    def _start_partitions(
+        self, topic: str, new: Route, moved: list[int], start: StartPlan
+    ) -> list[TopicPartition]:
+        """``topic``'s partitions ``moved`` (logical name) with their start offsets on
+        ``new``'s cluster: the group's committed offsets there (else
+        ``auto.offset.reset``), the beginning, the end, or by timestamp."""
+        if start.offset is None:
+            return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
+        if not start.by_time:
+            return [TopicPartition(topic, p, start.offset) for p in moved]
+        entry: Any = self._client_for(new)
+        found: dict[int, int] = {}
+        try:
+            asked = [TopicPartition(new.topic, p, start.offset) for p in moved]
+            for tp in entry.consumer.offsets_for_times(asked, timeout=TIMESTAMP_LOOKUP_TIMEOUT_S):
+                found[tp.partition] = tp.offset
+        except KafkaException as exc:  # a lookup that fails starts at the end, as a subscription's
+            log.warning("kbear: offsets by time of %r on %r failed: %s", topic, new.cluster_id, exc)
+        return [TopicPartition(topic, p, found[p] if found.get(p, -1) >= 0 else OFFSET_END) for p in moved]
