@@ -2,13 +2,13 @@
 
 Responsible for: the events kbear's slow paths report (a routed client opened,
 a topic's route changed, a drain started or finished, a configuration reload
-applied or refused), their structured log fields, and a process-wide registry of
+applied or refused, a request to a meta-service), their structured log fields, and a process-wide registry of
 listeners (the metrics of :mod:`kbear.metrics` subscribe here) and of client
 configurers (which may add ``statistics.interval.ms`` and a ``stats_cb`` to the
 configuration of each cluster's confluent-kafka client as it is built).
 
-Nothing here runs per message: events come from reloads, switches and client
-construction only. With no listener, :func:`emit` is a check of an empty list.
+Nothing here runs per message: events come from reloads, switches, client
+construction and meta-service requests only. With no listener, :func:`emit` is a check of an empty list.
 A listener or configurer that raises is logged (``kbear.events``) and skipped;
 the slow path it was called from goes on.
 
@@ -98,7 +98,22 @@ class ReloadRefused:
     reason: str
 
 
-Event = ClientOpened | RouteChanged | DrainStarted | DrainFinished | ReloadApplied | ReloadRefused
+@dataclass(frozen=True)
+class MetaRequest:
+    """One HTTP request to a meta-service (``location``, without credentials) on
+    ``path`` ended after ``duration_s`` seconds; ``outcome``: ``"ok"``,
+    ``"unavailable"`` (transport error, timeout, HTTP 5xx: retried) or
+    ``"refused"`` (another HTTP status, a body too large or not JSON)."""
+
+    location: str
+    path: str
+    outcome: str
+    duration_s: float
+
+
+Event = (
+    ClientOpened | RouteChanged | DrainStarted | DrainFinished | ReloadApplied | ReloadRefused | MetaRequest
+)
 Listener = Callable[[Event], None]
 #: ``configurer(kind, cluster_id, conf)``: may change ``conf`` (a cluster client's
 #: configuration, before the client is built)

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from kbear import _events
 from kbear import _meta_protocol as protocol
 from kbear._loader import documents_digest, load_documents
 from kbear.config import ConfigError, ConfigProblem, KBearConfig
@@ -283,7 +284,18 @@ class MetaServiceSource(ConfigSource):
             raise _problem(self.url, f"meta-service answer refused: {exc}") from None
 
     def _post(self, path: str, body: Any) -> Any:
-        return _request(self._http, "POST", path, body, self._timeout_s, self._max_body)
+        outcome = "unavailable"
+        start = time.monotonic()
+        try:
+            data = _request(self._http, "POST", path, body, self._timeout_s, self._max_body)
+            outcome = "ok"
+            return data
+        except protocol.AnswerRefused:
+            outcome = "refused"
+            raise
+        finally:
+            where = _events.location(self.url)
+            _events.emit(_events.MetaRequest(where, path, outcome, time.monotonic() - start))
 
     # ------------------------------------------------------------------ cache
 

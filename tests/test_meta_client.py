@@ -595,3 +595,50 @@ def test_undecodable_answers_are_refused(service: FakeService, tmp_path: Path, b
     with pytest.raises(ConfigError, match="answer refused"):
         router.reload()
     assert router.route_producer(HELLO) == route
+
+
+def test_requests_are_counted_by_outcome_in_the_metrics(service: FakeService, tmp_path: Path) -> None:
+    """kbear.metrics counts each meta-service request (retries too) by path and
+    outcome, and times it; the location carries no credentials."""
+    from prometheus_client import CollectorRegistry
+
+    from kbear.metrics import instrument, uninstrument
+
+    registry = CollectorRegistry()
+    instrument(registry)
+    try:
+        url = "http://user:secret@meta.test:8080"
+        src = MetaServiceSource(
+            url,
+            APP,
+            transport=service.transport(),
+            cache_file=tmp_path / "c.json",
+            backoff_s=0.001,
+            attempts=2,
+        )
+        router = Router.from_source(src)
+        router.route_producer(HELLO)
+
+        def down(path: str, body: Any) -> Any:
+            raise httpx.ConnectError("connection refused")
+
+        service.override = down
+        with pytest.raises(ConfigError):
+            router.reload()
+        service.override = lambda path, body: (404, answer("fail"))
+        with pytest.raises(ConfigError):
+            router.reload()
+
+        def count(outcome: str) -> float | None:
+            labels = {"location": URL, "path": "/route/producer", "outcome": outcome}
+            return registry.get_sample_value("kbear_meta_requests_total", labels)
+
+        assert (count("ok"), count("unavailable"), count("refused")) == (1.0, 2.0, 1.0)
+        timed = registry.get_sample_value(
+            "kbear_meta_request_duration_seconds_count", {"location": URL, "path": "/route/producer"}
+        )
+        assert timed == 4.0
+        assert "secret" not in repr([m.samples for m in registry.collect()])
+        router.close()
+    finally:
+        uninstrument(registry)

@@ -13,7 +13,8 @@ end it.
 assigned partitions (messages fetched but not handed out are dropped, so none is
 read without reaching the application), unsubscribes (after which the group
 hands this member nothing new), and serves with ``poll(0)`` the rebalance events
-already queued. Measured on the embedded clusters (``bench/close_hang.py``): 4
+already queued. Measured on the embedded clusters (``bench/close_hang.py``,
+bench/RESULTS-close-hang.md): 4
 of 8 processes doing 200 subscribe/close cycles with plain consumers hung (978
 closes returned before the hangs); after :func:`leave_group`, none of 8 (1,600
 closes), and a close took 1.24 ms instead of 1.06 ms (p50).

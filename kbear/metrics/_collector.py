@@ -25,6 +25,8 @@ from kbear.router import Route
 #: drain duration buckets (seconds): drains last from a flush (ms) to
 #: ``kbear.switch.drain.timeout.ms`` (30 s by default) and beyond
 DRAIN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: meta-service request duration buckets (seconds), up to kbear.meta.timeout.ms's range
+META_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class KBearMetrics(Collector):
@@ -90,6 +92,19 @@ class KBearMetrics(Collector):
             ["result", "reason", "location"],
             registry=registry,
         )
+        self.meta_requests = Counter(
+            "kbear_meta_requests",
+            "HTTP requests to a meta-service, by outcome (ok, unavailable: retried, refused)",
+            ["location", "path", "outcome"],
+            registry=registry,
+        )
+        self.meta_seconds = Histogram(
+            "kbear_meta_request_duration_seconds",
+            "How long meta-service requests took, in seconds (failed ones too)",
+            ["location", "path"],
+            buckets=META_BUCKETS,
+            registry=registry,
+        )
         registry.register(self)
         _events.subscribe(self.on_event, self.stats.configure)
 
@@ -106,6 +121,8 @@ class KBearMetrics(Collector):
             self.switch_timeouts,
             self.drain_seconds,
             self.reloads,
+            self.meta_requests,
+            self.meta_seconds,
         ):
             self.registry.unregister(metric)
 
@@ -144,6 +161,9 @@ class KBearMetrics(Collector):
                 self._applied[event.location] = (event.digest, event.at)
         elif isinstance(event, _events.ReloadRefused):
             self.reloads.labels("refused", event.reason, event.location).inc()
+        elif isinstance(event, _events.MetaRequest):
+            self.meta_requests.labels(event.location, event.path, event.outcome).inc()
+            self.meta_seconds.labels(event.location, event.path).observe(event.duration_s)
 
     def _remember(self, kind: str, client_id: str, route: Route) -> None:
         with self._lock:
