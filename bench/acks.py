@@ -31,7 +31,7 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import global_rule, write_config
+from _common import global_rule, write_config
 
 from kbear import RoutedConsumer, Router
 from kbear.testing import EmbeddedCluster

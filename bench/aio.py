@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.aio import AIOConsumer, AIOProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import PRODUCER_CONF, VALUE, fill, global_rule, machine, topic_rule, write_config
+from _common import PRODUCER_CONF, VALUE, fill, global_rule, machine, topic_rule, write_config
 
 from kbear.aio import RoutedAIOConsumer, RoutedAIOProducer
 from kbear.testing import EmbeddedCluster
