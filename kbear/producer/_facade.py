@@ -17,19 +17,17 @@ from kbear._base import (
     RoutedClientBase,
     check_config_argument,
     no_route,
-    not_one_cluster,
-    rename_metadata,
 )
 from kbear._clients import (
     ClusterTarget,
     Deadline,
     cluster_config,
-    cluster_target,
     open_router,
     split_config,
 )
 from kbear.producer._chunking import max_message_bytes, prepare
-from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
+from kbear.producer._cluster import ClusterProducer, logical_callback
+from kbear.producer._metadata import MetadataCalls
 from kbear.producer._routes import RouteTable
 from kbear.producer._transactions import TransactionCalls
 from kbear.router import Client, NoRouteError, Route, Router
@@ -39,7 +37,7 @@ __all__ = ["RoutedProducer"]
 log = logging.getLogger("kbear.producer")
 
 
-class RoutedProducer(TransactionCalls, RouteTable):
+class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
     """A ``confluent_kafka.Producer`` that sends each topic to the cluster its route names.
 
     Args:
@@ -350,65 +348,6 @@ class RoutedProducer(TransactionCalls, RouteTable):
         """``confluent_kafka.Producer.purge`` on every cluster's client."""
         for entry in self._all():
             entry.producer.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        """Cluster metadata, as ``confluent_kafka.Producer.list_topics``.
-
-        With ``topic``: the metadata from that topic's cluster, the topic listed
-        under the name asked for. Without: the topics of every configured
-        cluster merged into one ``ClusterMetadata`` (``brokers`` and
-        ``cluster_id`` of the first cluster; a topic on several clusters is
-        listed once, from the cluster this producer routes it to when it has
-        produced to it).
-
-        Raises:
-            NoRouteError: ``topic`` has no route.
-            KafkaException: a cluster did not answer within ``timeout`` seconds.
-        """
-        if topic is not None:
-            route = self.route(topic)
-            md = self._clusters[route.cluster_id].producer.list_topics(route.topic, timeout)
-            return rename_metadata(md, route, topic)
-        for cluster_id, cluster in self._router.config.clusters.items():
-            if cluster_id not in self._clusters:
-                self._cluster(cluster_target(cluster_id, cluster))
-        merged = None
-        routed = {r.topic: r.cluster_id for r in self._routes.values()}
-        deadline = Deadline(timeout)
-        for cluster_id, entry in self._clusters.items():
-            md = entry.producer.list_topics(None, deadline.as_arg())
-            if merged is None:
-                merged = md
-                continue
-            for name, tmd in md.topics.items():
-                if name not in merged.topics or routed.get(name) == cluster_id:
-                    merged.topics[name] = tmd
-        return merged
-
-    def cluster_id(self, timeout: float = -1) -> str:
-        """The Kafka cluster id (KIP-78) of the one cluster this producer sends to,
-        as ``confluent_kafka.Producer.cluster_id`` (``timeout`` in seconds, -1:
-        infinite). When nothing was produced yet and the configuration proves
-        every route goes to one cluster, that cluster's.
-
-        Raises:
-            KafkaException: ``_STATE`` when this producer sends to more than one
-                cluster, or to none yet and its routes may go to several; the
-                cluster's errors (e.g. ``_TIMED_OUT``).
-        """
-        clients = self._all()
-        if not clients:
-            home = single_cluster(self._router.config, self._client)
-            if home is not None and home in self._router.config.clusters:
-                clients = [self._cluster(cluster_target(home, self._router.config.clusters[home]))]
-        if len(clients) != 1:
-            raise not_one_cluster(
-                "cluster_id",
-                "RoutedProducer sends to",
-                (c.cluster_id for c in clients),
-                "ask a route's cluster (route(topic)) or a one-cluster client",
-            )
-        return str(clients[0].producer.cluster_id(timeout))
 
     def __len__(self) -> int:
         """Messages in queue or in flight, over every cluster's client (0 for an
