@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kbear._chain import index_rules, lookup_factors
 from kbear.config import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
@@ -65,7 +66,6 @@ from kbear.config import (
     RuleKind,
 )
 from kbear.crrl import Statement
-from kbear.router import index_rules, lookup_factors
 
 __all__ = ["LintWarning", "lint"]
 

@@ -13,7 +13,8 @@ The chain (``../shared/spec/crrl.md``, "Priority and the chain" and "Lookup"):
   :class:`NoRouteError`.
 
 Lookups never scan the whole configuration: rules are indexed by topic and by
-(group, topic), and answers are cached per configuration snapshot.
+(group, topic), and answers are cached per configuration snapshot
+(:mod:`kbear._chain`; what a lookup answers is in :mod:`kbear._route`).
 """
 
 from __future__ import annotations
@@ -21,260 +22,31 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from heapq import merge
-from operator import attrgetter
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kbear import _events
+from kbear._chain import Snapshot
 from kbear._identity import Client
-from kbear._secrets import redact
-from kbear.config import KBearConfig, RouteRule, RuleKind, load_config
+from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
+from kbear.config import KBearConfig, load_config
 from kbear.sources import ConfigSource, DirectorySource, open_source
 
 if TYPE_CHECKING:
     from kbear.reload import ConfigWatcher
 
-__all__ = ["Client", "Explanation", "NoRouteError", "Route", "Router", "RuleVerdict"]
+__all__ = [
+    "Client",
+    "Explanation",
+    "NoRouteError",
+    "Route",
+    "Router",
+    "RuleVerdict",
+]
 
 log = logging.getLogger("kbear.router")
 
-_CACHE_LIMIT = 100_000
-
-
 _ANONYMOUS = Client()
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a lookup sends the client.
-
-    Attributes:
-        cluster_id: the cluster id (from ``clusters.yaml``).
-        topic: the physical topic on that cluster: the remapped name of
-            ``use cluster c, topic t`` or, without a remap, the topic asked for.
-        requested_topic: the topic the application asked for (logical name).
-        bootstrap_servers: the cluster's ``bootstrap.servers``.
-        rule_id: the id of the rule that yielded the route.
-        properties: the cluster's librdkafka client properties (including
-            ``bootstrap.servers``); secrets are hidden from ``repr``.
-    """
-
-    cluster_id: str
-    topic: str
-    requested_topic: str
-    bootstrap_servers: str
-    rule_id: str
-    properties: Mapping[str, str] = field(repr=False, compare=False)
-
-    @property
-    def remapped(self) -> bool:
-        """Whether the physical topic differs from the one asked for."""
-        return self.topic != self.requested_topic
-
-    def __repr__(self) -> str:
-        return (
-            f"Route(cluster_id={self.cluster_id!r}, topic={self.topic!r}, "
-            f"requested_topic={self.requested_topic!r}, "
-            f"bootstrap_servers={self.bootstrap_servers!r}, rule_id={self.rule_id!r}, "
-            f"properties={redact(self.properties)!r})"
-        )
-
-    def __reduce__(self) -> tuple[Callable[..., Route], tuple[object, ...]]:
-        # pickle and copy: the read-only properties view is rebuilt on the other side.
-        return _route, (
-            self.cluster_id,
-            self.topic,
-            self.requested_topic,
-            self.bootstrap_servers,
-            self.rule_id,
-            dict(self.properties),
-        )
-
-
-def _route(
-    cluster_id: str,
-    topic: str,
-    requested_topic: str,
-    bootstrap_servers: str,
-    rule_id: str,
-    properties: dict[str, str],
-) -> Route:
-    return Route(cluster_id, topic, requested_topic, bootstrap_servers, rule_id, MappingProxyType(properties))
-
-
-class NoRouteError(LookupError):
-    """No rule of the chain routes the request (CRRL spec, "Lookup").
-
-    Attributes:
-        client: the :class:`Client` asking.
-        topic: the topic asked for.
-        group: the consumer group, or None for a producer lookup.
-    """
-
-    def __init__(self, client: Client, topic: str, group: str | None) -> None:
-        self.client = client
-        self.topic = topic
-        self.group = group
-        who = f"client id={client.id!r} meta={dict(client.meta)!r}"
-        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
-        super().__init__(f"no route rule matches {what} for {who}")
-
-    def __reduce__(self) -> tuple[type[NoRouteError], tuple[Client, str, str | None]]:
-        # Rebuilt from its fields (pickle, copy), not from the formatted message.
-        return type(self), (self.client, self.topic, self.group)
-
-
-@dataclass(frozen=True)
-class RuleVerdict:
-    """One rule of an explained chain.
-
-    Attributes:
-        rule: the rule.
-        matched: whether its statement matched (only the first match wins).
-        failed: the conditions that did not hold, as ``key=value (actual: ...)``.
-    """
-
-    rule: RouteRule
-    matched: bool
-    failed: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """The chain of a lookup with each rule's verdict.
-
-    Attributes:
-        factors: the route factors the rules were evaluated against.
-        verdicts: the chain in order; evaluation stops at the first match, so
-            rules after the winner are listed with ``matched=False`` and no
-            failed conditions only when they were not evaluated (see
-            ``evaluated``).
-        evaluated: how many verdicts were actually evaluated.
-        route: the winning route, or None when nothing matches.
-    """
-
-    factors: Mapping[str, str]
-    verdicts: tuple[RuleVerdict, ...]
-    evaluated: int
-    route: Route | None
-
-
-_sort_key = attrgetter("sort_key")
-
-
-def index_rules(
-    rules: Iterable[RouteRule],
-) -> tuple[list[RouteRule], dict[str, list[RouteRule]], dict[tuple[str, str], list[RouteRule]]]:
-    """The rules by kind, each list in chain order (see :attr:`RouteRule.sort_key`):
-    global rules, topic rules by topic, consumer-group rules by (group, topic)."""
-    globals_: list[RouteRule] = []
-    by_topic: dict[str, list[RouteRule]] = {}
-    by_group: dict[tuple[str, str], list[RouteRule]] = {}
-    for rule in rules:
-        if rule.kind is RuleKind.GLOBAL:
-            globals_.append(rule)
-        elif rule.kind is RuleKind.TOPIC:
-            by_topic.setdefault(rule.meta["topic.id"], []).append(rule)
-        else:
-            key = (rule.meta["consumerGroup.groupName"], rule.meta["consumerGroup.topicId"])
-            by_group.setdefault(key, []).append(rule)
-    for part in (globals_, *by_topic.values(), *by_group.values()):
-        part.sort(key=_sort_key)
-    return globals_, by_topic, by_group
-
-
-def lookup_factors(config: KBearConfig, topic: str, group: str | None) -> dict[str, str]:
-    """The ``topic.*`` and (for a consumer lookup, ``group`` not None)
-    ``consumerGroup.*`` route factors of a lookup (CRRL spec, "Route factors").
-    ``topic.id``, ``consumerGroup.groupName`` and ``consumerGroup.topicId`` win over
-    meta keys of the same name."""
-    out = {f"topic.{k}": v for k, v in config.topic_meta(topic).items()}
-    out["topic.id"] = topic
-    if group is not None:
-        group_conf = config.consumer_groups.get((group, topic))
-        if group_conf is not None:
-            out.update((f"consumerGroup.{k}", v) for k, v in group_conf.meta.items())
-        out["consumerGroup.groupName"] = group
-        out["consumerGroup.topicId"] = topic
-    return out
-
-
-class _Snapshot:
-    """One configuration with its rule index and lookup cache (replaced whole on reload)."""
-
-    def __init__(self, config: KBearConfig) -> None:
-        self.config = config
-        self.globals, self.by_topic, self.by_group = index_rules(config.rules)
-        self.cache: dict[tuple[str, str | None, Client], Route | None] = {}
-        # per cluster: its properties, shared read-only by every Route to it
-        self.properties = {c.id: MappingProxyType(c.client_properties) for c in config.clusters.values()}
-
-    def chain(self, topic: str, group: str | None) -> Iterable[RouteRule]:
-        specific = self.by_topic.get(topic)
-        if group is not None:
-            by_group = self.by_group.get((group, topic))
-            if by_group:
-                specific = sorted([*by_group, *(specific or ())], key=_sort_key)
-        if not specific:
-            return self.globals  # the common case: no rule names this topic
-        return merge(specific, self.globals, key=_sort_key)
-
-    def factors(self, topic: str, group: str | None, client: Client) -> dict[str, str]:
-        out = client.factors()
-        out.update(lookup_factors(self.config, topic, group))
-        return out
-
-    def route_for(self, rule: RouteRule, topic: str) -> Route:
-        cluster = self.config.clusters[rule.statement.cluster]
-        return Route(
-            cluster_id=cluster.id,
-            topic=rule.statement.topic if rule.statement.topic is not None else topic,
-            requested_topic=topic,
-            bootstrap_servers=cluster.bootstrap_servers,
-            rule_id=rule.id,
-            properties=self.properties[cluster.id],
-        )
-
-    def lookup(self, topic: str, group: str | None, client: Client) -> Route | None:
-        key = (topic, group, client)
-        try:
-            return self.cache[key]
-        except KeyError:
-            pass
-        factors = self.factors(topic, group, client)
-        route = None
-        for rule in self.chain(topic, group):
-            if rule.statement.matches(factors):
-                route = self.route_for(rule, topic)
-                break
-        if len(self.cache) >= _CACHE_LIMIT:
-            self.cache.clear()
-        self.cache[key] = route
-        return route
-
-    def explain(self, topic: str, group: str | None, client: Client) -> Explanation:
-        factors = self.factors(topic, group, client)
-        verdicts = []
-        route = None
-        evaluated = 0
-        for rule in self.chain(topic, group):
-            if route is not None:
-                verdicts.append(RuleVerdict(rule, False, ()))
-                continue
-            evaluated += 1
-            failed = tuple(
-                f"{c.key}={c.value} (actual: {factors.get(c.key, '<absent>')})"
-                for c in rule.statement.conditions
-                if factors.get(c.key) != c.value
-            )
-            matched = not failed
-            verdicts.append(RuleVerdict(rule, matched, failed))
-            if matched:
-                route = self.route_for(rule, topic)
-        return Explanation(MappingProxyType(factors), tuple(verdicts), evaluated, route)
 
 
 RouteChangeListener = Callable[[KBearConfig, KBearConfig], None]
@@ -293,7 +65,7 @@ class Router:
     """
 
     def __init__(self, config: KBearConfig, source: ConfigSource | None = None) -> None:
-        self._snapshot = _Snapshot(config)
+        self._snapshot = Snapshot(config)
         self._listeners: list[RouteChangeListener] = []
         self._lock = threading.Lock()
         self._watcher: ConfigWatcher | None = None
@@ -459,7 +231,7 @@ class Router:
             old = self._snapshot.config
             if new.digest == old.digest and new.directory == old.directory:
                 return False
-            self._snapshot = _Snapshot(new)
+            self._snapshot = Snapshot(new)
             listeners = list(self._listeners)
         log.info("kbear configuration reloaded from %s", new.directory or new.location)
         _events.emit(_events.ReloadApplied(_events.location(new.directory or new.location), new.digest))

@@ -1,0 +1,128 @@
+"""What a route lookup answers: a :class:`Route`, :class:`NoRouteError` when no
+rule routes the request, and the :class:`Explanation` of a chain (each rule's
+:class:`RuleVerdict`). Re-exported by :mod:`kbear.router` and :mod:`kbear`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from kbear._identity import Client
+from kbear._secrets import redact
+from kbear.config import RouteRule
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a lookup sends the client.
+
+    Attributes:
+        cluster_id: the cluster id (from ``clusters.yaml``).
+        topic: the physical topic on that cluster: the remapped name of
+            ``use cluster c, topic t`` or, without a remap, the topic asked for.
+        requested_topic: the topic the application asked for (logical name).
+        bootstrap_servers: the cluster's ``bootstrap.servers``.
+        rule_id: the id of the rule that yielded the route.
+        properties: the cluster's librdkafka client properties (including
+            ``bootstrap.servers``); secrets are hidden from ``repr``.
+    """
+
+    cluster_id: str
+    topic: str
+    requested_topic: str
+    bootstrap_servers: str
+    rule_id: str
+    properties: Mapping[str, str] = field(repr=False, compare=False)
+
+    @property
+    def remapped(self) -> bool:
+        """Whether the physical topic differs from the one asked for."""
+        return self.topic != self.requested_topic
+
+    def __repr__(self) -> str:
+        return (
+            f"Route(cluster_id={self.cluster_id!r}, topic={self.topic!r}, "
+            f"requested_topic={self.requested_topic!r}, "
+            f"bootstrap_servers={self.bootstrap_servers!r}, rule_id={self.rule_id!r}, "
+            f"properties={redact(self.properties)!r})"
+        )
+
+    def __reduce__(self) -> tuple[Callable[..., Route], tuple[object, ...]]:
+        # pickle and copy: the read-only properties view is rebuilt on the other side.
+        return _route, (
+            self.cluster_id,
+            self.topic,
+            self.requested_topic,
+            self.bootstrap_servers,
+            self.rule_id,
+            dict(self.properties),
+        )
+
+
+def _route(
+    cluster_id: str,
+    topic: str,
+    requested_topic: str,
+    bootstrap_servers: str,
+    rule_id: str,
+    properties: dict[str, str],
+) -> Route:
+    return Route(cluster_id, topic, requested_topic, bootstrap_servers, rule_id, MappingProxyType(properties))
+
+
+class NoRouteError(LookupError):
+    """No rule of the chain routes the request (CRRL spec, "Lookup").
+
+    Attributes:
+        client: the :class:`Client` asking.
+        topic: the topic asked for.
+        group: the consumer group, or None for a producer lookup.
+    """
+
+    def __init__(self, client: Client, topic: str, group: str | None) -> None:
+        self.client = client
+        self.topic = topic
+        self.group = group
+        who = f"client id={client.id!r} meta={dict(client.meta)!r}"
+        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
+        super().__init__(f"no route rule matches {what} for {who}")
+
+    def __reduce__(self) -> tuple[type[NoRouteError], tuple[Client, str, str | None]]:
+        # Rebuilt from its fields (pickle, copy), not from the formatted message.
+        return type(self), (self.client, self.topic, self.group)
+
+
+@dataclass(frozen=True)
+class RuleVerdict:
+    """One rule of an explained chain.
+
+    Attributes:
+        rule: the rule.
+        matched: whether its statement matched (only the first match wins).
+        failed: the conditions that did not hold, as ``key=value (actual: ...)``.
+    """
+
+    rule: RouteRule
+    matched: bool
+    failed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The chain of a lookup with each rule's verdict.
+
+    Attributes:
+        factors: the route factors the rules were evaluated against.
+        verdicts: the chain in order; evaluation stops at the first match, so
+            rules after the winner are listed with ``matched=False`` and no
+            failed conditions only when they were not evaluated (see
+            ``evaluated``).
+        evaluated: how many verdicts were actually evaluated.
+        route: the winning route, or None when nothing matches.
+    """
+
+    factors: Mapping[str, str]
+    verdicts: tuple[RuleVerdict, ...]
+    evaluated: int
+    route: Route | None
