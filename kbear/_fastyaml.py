@@ -14,7 +14,9 @@ also writes every error message):
 - the text holds nothing where the two differ or that PyYAML refuses: tags,
   anchors and aliases, block scalars, directives, several documents (one
   leading ``---`` is allowed), flow collections other than the empty ``[]`` and
-  ``{}``, a quoted scalar running over several lines, tabs, carriage returns,
+  ``{}`` (and those followed by more than a comment on their line), a quoted
+  scalar followed on its line by more than a key's ``:`` or a comment, a
+  quoted scalar running over several lines, tabs, carriage returns,
   backslashes, a byte order mark, non-printable characters, YAML 1.1 line
   breaks, a node starting with one of ``!&*@`|>%?`` after whitespace, lines of
   1024 characters or more (PyYAML's simple key limit);
@@ -77,6 +79,14 @@ _FORBIDDEN_CHARS = re.compile(r"[\t\\\r\x85\u2028\u2029\ufeff]")
 _INDICATORS = "!&*@`|>%?"
 _INDICATOR_AFTER_SPACE = {c: re.compile(rf"(?:^|\s){re.escape(c)}", re.MULTILINE) for c in _INDICATORS}
 _DOCUMENT_MARKER = re.compile(r"^(?:---|\.\.\.)(?:\s|$)", re.MULTILINE)
+# An empty flow collection with more than a comment after it on its line
+# (``- [] - x``: PyYAML refuses what follows, rapidyaml reads it).
+_FLOW_THEN_MORE = re.compile(r"(?:\[\]|\{\})(?![ ]*$|[ ]+#)", re.MULTILINE)
+# A quoted scalar followed on its line by more than a key's ``:``, a comment or
+# spaces (``- '0:'  - x``: PyYAML refuses it, rapidyaml reads it).
+_QUOTED_THEN_MORE = re.compile(
+    r"(?:^|[-:?] )[ ]*(?:'(?:[^'\n]|'')*+'|\"[^\"\n]*+\")(?![ ]*(?::(?: |$)|$)|[ ]+#)", re.MULTILINE
+)
 # A quoted scalar opened and not closed on its line (PyYAML refuses some such
 # keys that rapidyaml accepts).
 _OPEN_QUOTE = re.compile(r"(?:^|[-:?] )[ ]*(?:'(?:[^'\n]|'')*|\"[^\"\n]*)$", re.MULTILINE)
@@ -98,11 +108,13 @@ def _declines(text: str) -> bool:
         empty = text.count(opening + closing)
         if text.count(opening) != empty or text.count(closing) != empty:
             return True
+    if ("[]" in text or "{}" in text) and _FLOW_THEN_MORE.search(text):
+        return True
     if any(c in text and _INDICATOR_AFTER_SPACE[c].search(text) for c in _INDICATORS):
         return True
     if ("---" in text or "..." in text) and _DOCUMENT_MARKER.search(text):
         return True
-    if ("'" in text or '"' in text) and _OPEN_QUOTE.search(text):
+    if ("'" in text or '"' in text) and (_OPEN_QUOTE.search(text) or _QUOTED_THEN_MORE.search(text)):
         return True
     return max(map(len, text.split("\n"))) > _LONGEST_LINE
 

@@ -4,6 +4,7 @@ and helpers to read back what reached each cluster with plain confluent-kafka cl
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 import time
@@ -15,11 +16,22 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
+from hypothesis import settings as hypothesis_settings
 
 from kbear import Router
 from kbear.consumer._closing import close_consumer
 from kbear.reload import replace_file
 from kbear.testing import EmbeddedCluster
+
+#: Property tests (hypothesis) draw the same examples on every run, so that a run
+#: of the suite, CI's included, does not pass or fail by the draw; set
+#: KBEAR_HYPOTHESIS_EXPLORE=1 to draw new ones (after changing what they test:
+#: a random run found two documents the fast YAML reader took wrongly).
+hypothesis_settings.register_profile("kbear-fixed", derandomize=True)
+hypothesis_settings.register_profile("kbear-explore", derandomize=False)
+hypothesis_settings.load_profile(
+    "kbear-explore" if os.environ.get("KBEAR_HYPOTHESIS_EXPLORE") else "kbear-fixed"
+)
 
 #: Consumer settings that keep group joins fast on the mock cluster: with the
 #: next-generation protocol a join takes ~0.1 s and a resubscribe is immediate

@@ -95,6 +95,11 @@ def test_a_generated_block_style_file_is_read_by_rapidyaml_as_pyyaml_reads_it() 
         "a: `x\n",
         "a: [1, 2]\n",
         "a: {b: 1}\n",
+        "- 000000'':'\n- - 09\n  - null\n- [] - ':'\n",  # found by the property test below
+        "a: {} x\n",
+        "a: []#x\n",
+        "- []\n- - '0:'  - ':'\n",  # found by the property test below
+        "a: 'x' y\n",
         "a: |\n  text\n",
         "a: >\n  text\n",
         "'multi\n  line': 1\n",
