@@ -357,6 +357,11 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
         """Close every cluster's client (committing, as confluent-kafka, when
         ``enable.auto.commit`` is on), then stop watching the configuration.
 
+        Each client leaves its group first (its partitions paused, unsubscribed,
+        the queued rebalance events served), then closes: librdkafka's own close
+        can otherwise hang for good when an assignment arrives meanwhile
+        (``kbear.consumer._closing``). ``on_revoke`` runs in the calling thread.
+
         Raises:
             KafkaException: a cluster's client failed to close (the others are closed).
             Exception: what an ``on_revoke`` callback run by the close raised (as
