@@ -2,13 +2,15 @@
 
 Responsible for: the events kbear's slow paths report (a routed client opened,
 a topic's route changed, a drain started or finished, a configuration reload
-applied or refused, a request to a meta-service), their structured log fields, and a process-wide registry of
-listeners (the metrics of :mod:`kbear.metrics` subscribe here) and of client
-configurers (which may add ``statistics.interval.ms`` and a ``stats_cb`` to the
-configuration of each cluster's confluent-kafka client as it is built).
+applied or refused, a request to a meta-service), their structured log fields,
+and a process-wide registry of listeners (the metrics of :mod:`kbear.metrics`
+subscribe here) and of client configurers (which may add
+``statistics.interval.ms`` and a ``stats_cb`` to the configuration of each
+cluster's confluent-kafka client as it is built).
 
 Nothing here runs per message: events come from reloads, switches, client
-construction and meta-service requests only. With no listener, :func:`emit` is a check of an empty list.
+construction and meta-service requests only. With no listener, :func:`emit` is
+a check of an empty list.
 A listener or configurer that raises is logged (``kbear.events``) and skipped;
 the slow path it was called from goes on.
 

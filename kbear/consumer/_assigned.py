@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
@@ -141,7 +141,7 @@ class AssignedMoves:
             return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
         if not start.by_time:
             return [TopicPartition(topic, p, start.offset) for p in moved]
-        entry: Any = self._client_for(new)
+        entry = self._client_for(new)
         found: dict[int, int] = {}
         try:
             asked = [TopicPartition(new.topic, p, start.offset) for p in moved]

@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-log = logging.getLogger("kbear")
+log = logging.getLogger("kbear.consumer")
 
 
 def leave_group(consumer: Any) -> None:
