@@ -187,10 +187,12 @@ class KBearSettings(BaseModel):
         ack_mode: ``kbear.ack.mode`` (:class:`AckMode`), default ``offset``.
             Consumer only. The keys below marked "individual" act only with
             ``individual``.
-        nack_backoff_min_ms, nack_backoff_max_ms: ``kbear.nack.backoff.min.ms``
-            / ``.max.ms`` (int, ms, >= 0; max >= min): delay of the first
-            redelivery after a ``nack`` (or an ack timeout) and the longest
-            delay. Defaults 1000 and 60000 (the issue's reference table).
+        nack_backoff_min_ms: ``kbear.nack.backoff.min.ms`` (int, ms, >= 0):
+            delay of the first redelivery after a ``nack`` (or an ack timeout).
+            Default 1000 (the issue's reference table). Individual.
+        nack_backoff_max_ms: ``kbear.nack.backoff.max.ms`` (int, ms, >= 0 and
+            >= ``kbear.nack.backoff.min.ms``): the longest redelivery delay.
+            Default 60000 (the issue's reference table). Individual.
         nack_backoff_multiplier: ``kbear.nack.backoff.multiplier`` (float,
             >= 1): the n-th redelivery (n from 0) waits
             ``min(min_ms * multiplier**n, max_ms)``. Default 2.0.
@@ -226,9 +228,9 @@ class KBearSettings(BaseModel):
             takes ``deliver_after`` / ``deliver_at`` (its one-cluster fast path
             is then a Python function). Default False. Producer only.
 
-    Raises (at validation):
-        pydantic.ValidationError: a bad value; :func:`parse_settings` and
-            :func:`parse_source_options` turn it into ``ValueError`` naming the key.
+    Raises:
+        pydantic.ValidationError: a bad value, at validation; :func:`parse_settings`
+            and :func:`parse_source_options` turn it into ``ValueError`` naming the key.
     """
 
     model_config = ConfigDict(

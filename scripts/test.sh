@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Set up .venv and run kbear's checks: ruff, mypy, the tests (tests/) and the
-# integration tests (integration/, on the best broker backend available here).
+# integration tests (integration/, on the best broker backend available here),
+# and builds the documentation site strictly (mkdocs.yml: no broken link, no page outside the nav).
 # Extra arguments go to pytest.
 set -euo pipefail
-KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics,docs" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
+echo "== docs"
+# mkdocs-material and mkdocs print notices about MkDocs 2.0 on every build: not ours.
+NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/kbear-site.$$"
+rm -rf "${TMPDIR:-/tmp}/kbear-site.$$"
 echo "== pytest"
 # conftest.py's watchdog ends the process on a hang pytest-timeout cannot interrupt,
 # writing every thread's traceback here: shown when pytest fails.

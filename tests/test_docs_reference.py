@@ -1,0 +1,98 @@
+"""The generated reference pages (scripts/docs_reference.py) cover what the code has:
+every kbear.* key, every CLI option, every metric; something added without its
+documentation fails here (and the strict docs build in scripts/test.sh)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+import kbear.settings
+from kbear.cli import build_parser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import docs_reference
+
+pytest.importorskip("griffe", reason="the docs extra: pip install -e '.[docs]'")
+
+
+def test_settings_page_lists_every_key_with_the_models_default() -> None:
+    rows = {key: (default, meaning) for key, default, _readers, meaning in docs_reference.settings_rows()}
+    assert set(rows) == set(kbear.settings.DEFAULTS) | {"kbear.client.id", "kbear.client.meta.<k>"}
+    for key, default in kbear.settings.DEFAULTS.items():
+        shown = rows[key][0]
+        if default is None:
+            assert shown == "none", key
+        else:
+            text = str(default).lower() if isinstance(default, bool) else getattr(default, "value", default)
+            assert shown.startswith(f"`{text}`"), key
+        assert rows[key][1].strip(), key
+    page = docs_reference.settings_page()
+    assert "kbear.balanced.reconcile.interval.ms" in page and "kbear.balanced.registry.topic" in page
+
+
+def test_a_setting_without_its_docstring_entry_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    class WithNewKey(kbear.settings.KBearSettings):
+        brand_new_ms: int = Field(5, alias="kbear.brand.new.ms")
+
+    monkeypatch.setattr(kbear.settings, "KBearSettings", WithNewKey)
+    with pytest.raises(docs_reference.UndocumentedError, match="brand_new_ms"):
+        docs_reference.settings_page()
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    return flags - {"-h", "--help"}
+
+
+def test_cli_page_has_every_subcommand_and_option() -> None:
+    page = docs_reference.cli_page()
+    subcommands = {name: sub for name, sub, _help in docs_reference._subcommands(build_parser())}
+    expected = {"route", "explain", "validate", "lint", "demo", "assignments", "move", "serve"}
+    assert expected <= set(subcommands)
+    for name, sub in subcommands.items():
+        section = page.split(f"## kbear {name} ", 1)[1].split("\n## ", 1)[0]
+        for flag in _options(sub):
+            assert f"`{flag}" in section, (name, flag)
+
+
+def test_an_option_without_help_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    def parser() -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog="kbear")
+        sub = p.add_subparsers()
+        sub.add_parser("route", help="print the route").add_argument("--undocumented")
+        return p
+
+    monkeypatch.setattr("kbear.cli.build_parser", parser)
+    with pytest.raises(docs_reference.UndocumentedError, match="--undocumented"):
+        docs_reference.cli_page()
+
+
+def test_metrics_page_has_every_metric_of_a_scrape() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kbear.metrics import KBearMetrics
+
+    registry = CollectorRegistry()
+    metrics = KBearMetrics(registry, 5000)
+    try:
+        scraped = {
+            line.split()[2]
+            for line in generate_latest(registry).decode().splitlines()
+            if line.startswith("# TYPE ")
+        }
+    finally:
+        metrics.close()
+    page = docs_reference.metrics_page()
+    documented = {name for name, *_ in docs_reference.metric_rows()["clients"]}
+    for name in scraped:
+        shown = name if name in documented else f"{name}_total"
+        assert shown in documented, name
+        assert f"`{shown}`" in page
+    assert "kbear_serve_requests_total" in page
