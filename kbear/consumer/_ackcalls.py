@@ -16,10 +16,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from kbear.consumer._individual import AckLayer
+from kbear._identity import Client
+from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer
-from kbear.consumer._subscription import RebalanceCallback
+from kbear.consumer._subscription import RebalanceCallback, Subscription
+from kbear.router import Router
 from kbear.settings import AckMode, KBearSettings
 
 log = logging.getLogger("kbear.consumer")
@@ -45,6 +49,10 @@ class AckCalls:
     _rebalancer: Rebalancer
     _driver: SwitchDriver
     _group: str
+    _router: Router
+    _client: Client
+    _registry: ClusterRegistry
+    _sub: Subscription
 
     @staticmethod
     def _check_ack_settings(settings: KBearSettings, native: dict[str, Any]) -> bool:
@@ -67,16 +75,26 @@ class AckCalls:
 
     def _open_acks(self, native: Mapping[str, Any]) -> None:
         """Build the acknowledgement layer and wire it in (individual mode only)."""
-        layer = AckLayer(self, self._settings, self._group, native)  # type: ignore[arg-type]
+        layer, delivery = open_acks(
+            self._settings,
+            self._group,
+            native,
+            router=self._router,
+            client=self._client,
+            registry=self._registry,
+            routes=lambda: self._sub.routes,
+            poll=lambda timeout: PollLoop.poll(self, timeout),  # type: ignore[arg-type]
+            consume=lambda n, timeout: PollLoop.consume(self, n, timeout),  # type: ignore[arg-type]
+        )
         self._acks = layer
-        self.__dict__["_tap"] = layer.tap
+        self.__dict__["_tap"] = delivery.tap
         self._rebalancer.commit_points = layer.commit_points
         self._rebalancer.revoked_hook = layer.revoked
         self._driver.commit_points = layer.commit_points
         # poll/consume are the layer's for good: never unbound by a reload
         self.__dict__["_fast_paths"] = ()
-        self.__dict__["poll"] = layer.poll
-        self.__dict__["consume"] = layer.consume
+        self.__dict__["poll"] = delivery.poll
+        self.__dict__["consume"] = delivery.consume
         subscribe = type(self).subscribe  # type: ignore[attr-defined]
 
         def subscribe_with_retry(

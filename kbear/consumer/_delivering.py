@@ -1,34 +1,33 @@
-"""The delivering half of the individual-acknowledgement layer (a base class).
+"""The delivering part of the individual-acknowledgement layer.
 
 Responsible for: what ``poll()``/``consume()`` return with
 ``kbear.ack.mode=individual``: each message read is tracked by its cluster (the
 poll loop's tap), then handed out at once, held until its delivery time (the
 partition paused meanwhile, so order is kept), or joined with its other chunks;
 nacked and timed-out messages come back from the redelivery schedule. The
-verdicts (ack, nack, letters) and the stores are :class:`~kbear.consumer._individual.AckLayer`'s.
+verdicts (ack, nack, letters) and the stores are
+:class:`~kbear.consumer._individual.AckLayer`'s; both parts work on one
+:class:`AckState`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from kbear._clients import Deadline
 from kbear.consumer._acks import AckTracker, PartitionKey
 from kbear.consumer._chunks import ChunkAssembler, chunk_of
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._letters import DELIVER_AT, REAL_TOPIC, LetterSender, header, int_header
-from kbear.consumer._polling import PollLoop
 from kbear.consumer._redelivery import AckTimer, Schedule
-
-if TYPE_CHECKING:
-    from kbear.consumer._cluster import ClusterClient
-    from kbear.consumer._facade import RoutedConsumer
 
 log = logging.getLogger("kbear.consumer")
 
@@ -64,87 +63,140 @@ class Delivery:
         return f"{cluster}/{topic}/{partition}/{self.offsets[0]}"
 
 
+@dataclass(eq=False)
+class AckState:
+    """The individual-acknowledgement state of one RoutedConsumer, shared by its
+    delivering part (:class:`DeliveryLoop`) and its verdicts
+    (:class:`~kbear.consumer._individual.AckLayer`); every change under ``lock``.
+
+    Attributes:
+        letters: the retry / dead-letter producer.
+        clock: monotonic seconds (backoff, ack timeout); wall: epoch seconds
+            (delivery times, ``kbear-deliver-at``).
+        tracker: the offsets read and not acknowledged, per partition.
+        open: partition -> offset read -> its delivery.
+        by_id: ``id(message handed out)`` -> its delivery.
+        origin: ``id(message read)`` -> (cluster id, physical topic), from the tap.
+        dirty: acknowledged prefixes noted, not yet stored.
+        redeliver: nacked and timed-out deliveries, by due time.
+        timer: the ack timeout (``kbear.ack.timeout.ms`` > 0) or None.
+        chunks: the chunk assembler (``kbear.chunking.enable``) or None.
+        held: partition -> deliveries held until their delivery time (partition paused).
+        paused: partitions paused for held deliveries.
+        ready: deliveries to hand out, in order.
+        retry_topics: the retry topics subscribed (their messages get their real topic back).
+    """
+
+    letters: LetterSender
+    timer: AckTimer[Delivery] | None = None
+    chunks: ChunkAssembler[Delivery] | None = None
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    tracker: AckTracker = field(default_factory=AckTracker)
+    open: dict[PartitionKey, dict[int, Delivery]] = field(default_factory=dict)
+    by_id: dict[int, Delivery] = field(default_factory=dict)
+    origin: dict[int, tuple[str, str]] = field(default_factory=dict)
+    dirty: dict[PartitionKey, int] = field(default_factory=dict)
+    redeliver: Schedule[Delivery] = field(default_factory=Schedule)
+    held: dict[PartitionKey, deque[Delivery]] = field(default_factory=dict)
+    paused: set[PartitionKey] = field(default_factory=set)
+    ready: deque[Delivery] = field(default_factory=deque)
+    retry_topics: set[str] = field(default_factory=set)
+
+
+class Verdicts(Protocol):
+    """What the delivering part asks of the verdicts (:class:`~kbear.consumer._individual.AckLayer`)."""
+
+    def fail(self, d: Delivery, base: float, why: str) -> None:
+        """``d`` failed at ``base`` (monotonic seconds): redelivered later or dead-lettered."""
+
+    def settle(self, d: Delivery) -> None:
+        """``d`` is acknowledged."""
+
+    def drop_chunks(self, parts: list[Delivery], why: str) -> None:
+        """An incomplete chunked message is given up (its chunks acknowledged)."""
+
+    def flush_stores(self) -> None:
+        """Store the acknowledged prefixes noted."""
+
+
 class DeliveryLoop:
-    """``poll``/``consume`` of the acknowledgement layer (see the module docstring)."""
+    """``poll``/``consume`` of the acknowledgement layer (see the module docstring).
 
-    _owner: RoutedConsumer
-    _lock: threading.RLock
-    _clock: Callable[[], float]
-    _wall: Callable[[], float]
-    _tracker: AckTracker
-    _open: dict[PartitionKey, dict[int, Delivery]]
-    _by_id: dict[int, Delivery]
-    _origin: dict[int, tuple[str, str]]
-    _dirty: dict[PartitionKey, int]
-    _next_flush: float = 0.0
-    _redeliver: Schedule[Delivery]
-    _timer: AckTimer[Delivery] | None
-    _chunks: ChunkAssembler[Delivery] | None
-    _held: dict[PartitionKey, deque[Delivery]]
-    _paused: set[PartitionKey]
-    _ready: deque[Delivery]
-    _retry_topics: set[str]
-    _letters: LetterSender
+    Args:
+        state: the acknowledgement state shared with ``verdicts``.
+        verdicts: the acknowledgement layer's outcomes.
+        registry: the consumer's per-cluster clients (pauses for held messages).
+        poll, consume: the consumer's poll loop (``PollLoop.poll`` / ``consume``),
+            whose tap is :meth:`tap`.
+    """
 
-    if TYPE_CHECKING:
-
-        def _fail(self, d: Delivery, base: float, why: str) -> None: ...
-
-        def _settle(self, d: Delivery) -> None: ...
-
-        def _drop_chunks(self, parts: list[Delivery], why: str) -> None: ...
-
-        def flush_stores(self) -> None: ...
+    def __init__(
+        self,
+        state: AckState,
+        verdicts: Verdicts,
+        registry: ClusterRegistry,
+        poll: Callable[[float | None], Any],
+        consume: Callable[[int, float | None], list[Any]],
+    ) -> None:
+        self._state = state
+        self._verdicts = verdicts
+        self._registry = registry
+        self._poll = poll
+        self._consume = consume
+        self._next_flush = 0.0
 
     def tap(self, entry: ClusterClient, msg: Any) -> None:
         """The poll loop read ``msg`` from ``entry``'s cluster (physical name still set)."""
         if msg.error() is None:
-            self._origin[id(msg)] = (entry.cluster_id, msg.topic())
+            self._state.origin[id(msg)] = (entry.cluster_id, msg.topic())
 
     def _take(self, msg: Any) -> None:
         """A message read from a cluster: tracked, then ready, held or joined."""
-        origin = self._origin.pop(id(msg), None)
+        st = self._state
+        origin = st.origin.pop(id(msg), None)
         if origin is None:  # not read through the poll loop's tap: handed out as it is
-            self._ready.append(Delivery(("", "", -1), [], msg))
+            st.ready.append(Delivery(("", "", -1), [], msg))
             return
         key = (origin[0], origin[1], int(msg.partition()))
         offset = int(msg.offset())
-        if not self._tracker.read(key, offset):
+        if not st.tracker.read(key, offset):
             return  # read again while its earlier reading is unacknowledged: that one is delivered
         d = Delivery(key, [offset], msg)
-        self._open.setdefault(key, {})[offset] = d
+        st.open.setdefault(key, {})[offset] = d
         headers = msg.headers()
         if headers:
-            if self._chunks is not None:
+            if st.chunks is not None:
                 chunk = chunk_of(headers)
                 if chunk is not None:
-                    joined, items, dropped = self._chunks.add(msg, d, chunk)
+                    joined, items, dropped = st.chunks.add(msg, d, chunk)
                     for parts in dropped:
-                        self._drop_chunks(parts, "over kbear.chunking.max.pending")
+                        self._verdicts.drop_chunks(parts, "over kbear.chunking.max.pending")
                     if joined is None:
                         if items:  # the same chunk twice: the copy is acknowledged
-                            self._settle(d)
+                            self._verdicts.settle(d)
                         return
                     d = Delivery(key, [o for it in items for o in it.offsets], joined)
                     for o in d.offsets:
-                        self._open[key][o] = d
+                        st.open[key][o] = d
                     headers = joined.headers()
             real = header(headers, REAL_TOPIC)
-            if real is not None and msg.topic() in self._retry_topics:
+            if real is not None and msg.topic() in st.retry_topics:
                 d.message.set_topic(real.decode(errors="replace"))
             d.due_ms = int_header(headers, DELIVER_AT)
-        held = self._held.get(key)
-        if held is not None or (d.due_ms is not None and d.due_ms > self._wall() * 1000.0):
+        held = st.held.get(key)
+        if held is not None or (d.due_ms is not None and d.due_ms > st.wall() * 1000.0):
             if held is None:
-                held = self._held[key] = deque()
+                held = st.held[key] = deque()
                 self._pause(key)
             held.append(d)
             return
-        self._ready.append(d)
+        st.ready.append(d)
 
     def _next_ready(self) -> Delivery | None:
         """The next delivery to hand out (skipping those acknowledged meanwhile), or None."""
-        ready = self._ready
+        ready = self._state.ready
         while ready:
             d = ready.popleft()
             if not d.done:
@@ -153,49 +205,51 @@ class DeliveryLoop:
 
     def _hand_out(self, d: Delivery, now: float) -> Any:
         if d.offsets:
-            self._by_id[id(d.message)] = d
-            if self._timer is not None:
-                self._timer.start(d, now)
+            self._state.by_id[id(d.message)] = d
+            if self._state.timer is not None:
+                self._state.timer.start(d, now)
         return d.message
 
     def _service(self, now: float) -> None:
         """Stores, letters' reports, redeliveries due, ack timeouts, held messages due,
         chunks expired."""
-        if self._dirty and now >= self._next_flush:
+        st = self._state
+        if st.dirty and now >= self._next_flush:
             # at most every STORE_EVERY_S: a poll() per message does not store each time
             self._next_flush = now + STORE_EVERY_S
-            self.flush_stores()
-        if self._letters.in_flight:
-            self._letters.poll()
-        if self._redeliver:
-            for d in self._redeliver.pop_due(now):
-                self._ready.append(d)
-        if self._timer is not None:
-            for d, deadline in self._timer.expired(now):
-                self._fail(d, deadline, "its ack timeout ran out")
-        if self._held:
-            wall_ms = self._wall() * 1000.0
-            for key, held in list(self._held.items()):
+            self._verdicts.flush_stores()
+        if st.letters.in_flight:
+            st.letters.poll()
+        if st.redeliver:
+            for d in st.redeliver.pop_due(now):
+                st.ready.append(d)
+        if st.timer is not None:
+            for d, deadline in st.timer.expired(now):
+                self._verdicts.fail(d, deadline, "its ack timeout ran out")
+        if st.held:
+            wall_ms = st.wall() * 1000.0
+            for key, held in list(st.held.items()):
                 while held and (held[0].due_ms is None or held[0].due_ms <= wall_ms):
-                    self._ready.append(held.popleft())
+                    st.ready.append(held.popleft())
                 if not held:
-                    del self._held[key]
+                    del st.held[key]
                     self._resume(key)
-        if self._chunks is not None:
-            for parts in self._chunks.expired():
-                self._drop_chunks(parts, "kbear.chunking.expire.ms ran out")
+        if st.chunks is not None:
+            for parts in st.chunks.expired():
+                self._verdicts.drop_chunks(parts, "kbear.chunking.expire.ms ran out")
 
     def _wake(self, now: float) -> float | None:
         """Seconds until something is due (None: nothing)."""
-        times = [self._redeliver.next_due()] if self._redeliver else []
-        if self._timer is not None:
-            times.append(self._timer.next_check())
-        if self._held:
-            wall_s = self._wall()
-            times += [now + h[0].due_ms / 1000.0 - wall_s for h in self._held.values() if h and h[0].due_ms]
-        if self._chunks is not None:
-            times.append(self._chunks.next_expiry())
-        if self._letters.in_flight:
+        st = self._state
+        times = [st.redeliver.next_due()] if st.redeliver else []
+        if st.timer is not None:
+            times.append(st.timer.next_check())
+        if st.held:
+            wall_s = st.wall()
+            times += [now + h[0].due_ms / 1000.0 - wall_s for h in st.held.values() if h and h[0].due_ms]
+        if st.chunks is not None:
+            times.append(st.chunks.next_expiry())
+        if st.letters.in_flight:
             times.append(now + _LETTER_SLICE_S)
         due = [t for t in times if t is not None]
         return max(0.0, min(due) - now) if due else None
@@ -209,24 +263,23 @@ class DeliveryLoop:
     def poll(self, timeout: float | None = None) -> Any:
         """``RoutedConsumer.poll`` in individual mode (same arguments, returns, errors)."""
         deadline = Deadline(timeout)
-        owner = self._owner
         while True:
-            now = self._clock()
-            with self._lock:
+            now = self._state.clock()
+            with self._state.lock:
                 self._service(now)
                 d = self._next_ready()
                 if d is not None:
                     return self._hand_out(d, now)
                 wait = self._wait(deadline, now)
-            msg = PollLoop.poll(owner, wait)
+            msg = self._poll(wait)
             if msg is not None:
                 if msg.error() is not None:
                     return msg
-                with self._lock:
+                with self._state.lock:
                     self._take(msg)
                     d = self._next_ready()
                     if d is not None:
-                        return self._hand_out(d, self._clock())
+                        return self._hand_out(d, self._state.clock())
             if deadline.expired():
                 return None
 
@@ -235,44 +288,43 @@ class DeliveryLoop:
         if not 0 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")  # confluent-kafka's words
         deadline = Deadline(timeout)
-        owner = self._owner
         out: list[Any] = []
         while True:
-            now = self._clock()
-            with self._lock:
+            now = self._state.clock()
+            with self._state.lock:
                 self._service(now)
                 while len(out) < num_messages and (d := self._next_ready()) is not None:
                     out.append(self._hand_out(d, now))
                 if len(out) >= num_messages:
                     return out
                 wait = 0.0 if out else self._wait(deadline, now)
-            got = PollLoop.consume(owner, num_messages - len(out), wait)
-            with self._lock:
+            got = self._consume(num_messages - len(out), wait)
+            with self._state.lock:
                 for msg in got:
                     if msg.error() is not None:
                         out.append(msg)
                     else:
                         self._take(msg)
-                now = self._clock()
+                now = self._state.clock()
                 while len(out) < num_messages and (d := self._next_ready()) is not None:
                     out.append(self._hand_out(d, now))
             if out or deadline.expired():
                 return out
 
     def _pause(self, key: PartitionKey) -> None:
-        entry = self._owner._registry.get(key[0])
+        entry = self._registry.get(key[0])
         if entry is not None:
             try:
                 entry.consumer.pause([TopicPartition(key[1], key[2])])
-                self._paused.add(key)
+                self._state.paused.add(key)
             except KafkaException as exc:
                 log.debug("kbear: pause of %s for a delayed message failed: %s", key, exc)
 
     def _resume(self, key: PartitionKey) -> None:
-        if key not in self._paused:
+        if key not in self._state.paused:
             return
-        self._paused.discard(key)
-        entry = self._owner._registry.get(key[0])
+        self._state.paused.discard(key)
+        entry = self._registry.get(key[0])
         if entry is not None:
             try:
                 entry.consumer.resume([TopicPartition(key[1], key[2])])

@@ -1,10 +1,11 @@
 """Message-level acknowledgement of a RoutedConsumer (``kbear.ack.mode=individual``).
 
-Responsible for (with its base class :class:`~kbear.consumer._delivering.DeliveryLoop`,
+Responsible for (with its delivering part :class:`~kbear.consumer._delivering.DeliveryLoop`,
 what the application's ``poll()``/``consume()`` return in individual mode:
 messages read, nacked ones again after their backoff, delayed ones not before
-their time, chunked values joined, retry-topic messages under their real topic):
-``ack`` / ``ack_cumulative`` / ``nack`` / ``reconsume_later``,
+their time, chunked values joined, retry-topic messages under their real topic;
+both work on one :class:`~kbear.consumer._delivering.AckState`, built by
+:func:`open_acks`): ``ack`` / ``ack_cumulative`` / ``nack`` / ``reconsume_later``,
 and the offsets kbear lets librdkafka commit: per partition only the contiguous
 prefix of acknowledged offsets (:mod:`kbear.consumer._acks`), stored with
 ``store_offsets`` (``enable.auto.offset.store`` is forced off), so the
@@ -25,17 +26,19 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kbear.consumer._acks import AckTracker, PartitionKey
+from kbear._identity import Client
+from kbear._route import Route
+from kbear.consumer._acks import PartitionKey
 from kbear.consumer._chunks import ChunkAssembler
-from kbear.consumer._delivering import Delivery, DeliveryLoop
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._delivering import AckState, Delivery, DeliveryLoop
 from kbear.consumer._letters import (
     RECONSUMETIMES,
     LetterSender,
@@ -44,123 +47,98 @@ from kbear.consumer._letters import (
     letter_topic,
     producer_config,
 )
-from kbear.consumer._redelivery import AckTimer, Backoff, Schedule, next_delivery
+from kbear.consumer._redelivery import AckTimer, Backoff, next_delivery
+from kbear.router import Router
 from kbear.settings import KBearSettings
-
-if TYPE_CHECKING:
-    from kbear.consumer._cluster import ClusterClient
-    from kbear.consumer._facade import RoutedConsumer
 
 log = logging.getLogger("kbear.consumer")
 
 
-class AckLayer(DeliveryLoop):
-    """The individual-acknowledgement state of one RoutedConsumer (module docstring).
+class AckLayer:
+    """The individual-acknowledgement verdicts and stores of one RoutedConsumer
+    (module docstring).
 
     Args:
-        owner: the RoutedConsumer (its registry, subscription and poll loop).
+        state: the acknowledgement state, shared with the delivering part.
+        registry: the consumer's per-cluster clients (stores and commits).
+        routes: the consumer's routes in use (logical topic -> route; read when
+            partitions are revoked).
         settings: its kbear settings (``kbear.nack.*``, ``kbear.ack.timeout.*``,
             ``kbear.retry.*``, ``kbear.dlq.topic``, ``kbear.max.redeliver.count``,
             ``kbear.chunking.*``).
         group: its ``group.id`` (letter topic names).
-        native: its confluent-kafka configuration (the letter producer's security).
-        clock: monotonic seconds; wall: epoch seconds.
     """
 
     def __init__(
         self,
-        owner: RoutedConsumer,
+        state: AckState,
+        registry: ClusterRegistry,
+        routes: Callable[[], Mapping[str, Route]],
         settings: KBearSettings,
         group: str,
-        native: Mapping[str, Any],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
-        self._owner = owner
+        self._state = state
+        self._registry = registry
+        self._routes = routes
         self._s = settings
         self._group = group
-        self._clock = clock
-        self._wall = wall
-        self._lock = threading.RLock()
-        self._tracker = AckTracker()
-        self._open: dict[PartitionKey, dict[int, Delivery]] = {}  # offsets read -> their delivery
-        self._by_id: dict[int, Delivery] = {}  # id(message handed out) -> its delivery
-        self._origin: dict[int, tuple[str, str]] = {}  # id(message) -> (cluster, physical topic)
         self._stored: dict[PartitionKey, int] = {}
-        self._dirty: dict[PartitionKey, int] = {}  # prefixes noted, not yet stored
         self._backoff = Backoff(
             settings.nack_backoff_min_ms / 1000.0,
             settings.nack_backoff_max_ms / 1000.0,
             settings.nack_backoff_multiplier,
         )
-        self._redeliver: Schedule[Delivery] = Schedule()
-        self._timer: AckTimer[Delivery] | None = (
-            AckTimer(settings.ack_timeout_ms / 1000.0, settings.ack_timeout_tick_ms / 1000.0)
-            if settings.ack_timeout_ms > 0
-            else None
-        )
-        self._chunks: ChunkAssembler[Delivery] | None = (
-            ChunkAssembler(settings.chunking_expire_ms / 1000.0, settings.chunking_max_pending, clock)
-            if settings.chunking_enable
-            else None
-        )
-        self._held: dict[PartitionKey, deque[Delivery]] = {}
-        self._paused: set[PartitionKey] = set()
-        self._ready: deque[Delivery] = deque()
-        self._retry_topics: set[str] = set()
-        self._letters = LetterSender(owner._router, owner._client, producer_config(native))
 
     # ------------------------------------------------------------------ the application's verdicts
 
     def _find(self, msg: Any) -> Delivery | None:
-        d = self._by_id.get(id(msg))
+        d = self._state.by_id.get(id(msg))
         if d is not None:
             return d
         # another Message object for the same record: by partition and offset
         partition, offset, topic = msg.partition(), msg.offset(), msg.topic()
-        for key, offsets in self._open.items():
+        for key, offsets in self._state.open.items():
             if key[2] == partition and offset in offsets:
                 found = offsets[offset]
-                if found.message.topic() == topic and id(found.message) in self._by_id:
+                if found.message.topic() == topic and id(found.message) in self._state.by_id:
                     return found
         return None
 
     def ack(self, msg: Any) -> None:
         """Acknowledge ``msg`` (unknown or already acknowledged: nothing happens)."""
-        with self._lock:
+        with self._state.lock:
             d = self._find(msg)
             if d is not None and not d.lettering:
-                self._settle(d)
+                self.settle(d)
 
     def ack_cumulative(self, msg: Any) -> None:
         """Acknowledge ``msg`` and every message read before it on its partition (of
         its cluster), delivered or not yet (redeliveries and held ones included)."""
-        with self._lock:
+        with self._state.lock:
             d = self._find(msg)
             if d is None:
                 return
-            point, done = self._tracker.ack_upto(d.key, max(d.offsets))
-            offsets = self._open.get(d.key, {})
+            point, done = self._state.tracker.ack_upto(d.key, max(d.offsets))
+            offsets = self._state.open.get(d.key, {})
             gone = {id(x): x for x in (offsets.pop(o, None) for o in done) if x is not None}
             for x in gone.values():
                 self._discard(x)
-            if gone and d.key in self._held:
-                self._held[d.key] = deque(x for x in self._held[d.key] if id(x) not in gone)
+            if gone and d.key in self._state.held:
+                self._state.held[d.key] = deque(x for x in self._state.held[d.key] if id(x) not in gone)
             if gone:
-                self._ready = deque(x for x in self._ready if id(x) not in gone)
+                self._state.ready = deque(x for x in self._state.ready if id(x) not in gone)
             self._store(d.key, point)
 
     def nack(self, msg: Any) -> None:
         """Deliver ``msg`` again after the backoff delay, or send it to the dead-letter
         topic after ``kbear.max.redeliver.count`` redeliveries."""
-        with self._lock:
+        with self._state.lock:
             d = self._find(msg)
             if d is None or d.lettering:
                 return
-            if self._timer is not None:
-                self._timer.stop(d)
-            self._fail(d, self._clock(), "nack")
+            if self._state.timer is not None:
+                self._state.timer.stop(d)
+            self.fail(d, self._state.clock(), "nack")
 
     def reconsume_later(
         self, msg: Any, delay_s: float, properties: Mapping[str, str | bytes] | None = None
@@ -182,7 +160,7 @@ class AckLayer(DeliveryLoop):
             )
         if delay_s < 0:
             raise ValueError(f"reconsume_later: delay_s must be >= 0, got {delay_s!r}")
-        with self._lock:
+        with self._state.lock:
             d = self._find(msg)
             if d is None or d.lettering:
                 raise ValueError("reconsume_later: not an unacknowledged message of this consumer")
@@ -192,12 +170,12 @@ class AckLayer(DeliveryLoop):
                 self._letter(d, self._s.dlq_topic, times - 1, 0, None, properties)
                 return
             delay_ms = math.ceil(delay_s * 1000)
-            at = math.ceil(self._wall() * 1000) + delay_ms
+            at = math.ceil(self._state.wall() * 1000) + delay_ms
             self._letter(d, self._s.retry_topic, times, delay_ms, at, properties)
 
     # ------------------------------------------------------------------ outcomes
 
-    def _fail(self, d: Delivery, base: float, why: str) -> None:
+    def fail(self, d: Delivery, base: float, why: str) -> None:
         """``d`` failed at ``base`` (nack, ack timeout): redelivered later or dead-lettered."""
         total = d.redeliveries + (int_header(d.message.headers(), RECONSUMETIMES) or 0)
         due = next_delivery(total, base, self._backoff, self._s.max_redeliver_count)
@@ -211,7 +189,7 @@ class AckLayer(DeliveryLoop):
         else:
             d.redeliveries += 1
         log.debug("kbear: %s redelivered in %.3f s (%s)", d.origin, due - base, why)
-        self._redeliver.add(due, d)
+        self._state.redeliver.add(due, d)
 
     def _letter(
         self,
@@ -236,41 +214,41 @@ class AckLayer(DeliveryLoop):
         topic = letter_topic(template, real, self._group)
 
         def done(err: Any) -> None:
-            with self._lock:
+            with self._state.lock:
                 d.lettering = False
                 if err is None:
-                    self._settle(d)
+                    self.settle(d)
                 else:
                     log.error("kbear: letter of %s to %r failed (%s): redelivered", d.origin, topic, err)
-                    self._redeliver.add(self._clock() + self._backoff.max_s, d)
+                    self._state.redeliver.add(self._state.clock() + self._backoff.max_s, d)
 
-        self._letters.send(topic, msg.key(), msg.value(), headers, done)
+        self._state.letters.send(topic, msg.key(), msg.value(), headers, done)
         d.lettering = True
-        self._redeliver.discard(d)
-        if self._timer is not None:
-            self._timer.stop(d)
+        self._state.redeliver.discard(d)
+        if self._state.timer is not None:
+            self._state.timer.stop(d)
 
     def _discard(self, d: Delivery) -> None:
         d.done = True
-        self._redeliver.discard(d)
-        if self._timer is not None:
-            self._timer.stop(d)
-        if self._by_id.get(id(d.message)) is d:
-            del self._by_id[id(d.message)]
+        self._state.redeliver.discard(d)
+        if self._state.timer is not None:
+            self._state.timer.stop(d)
+        if self._state.by_id.get(id(d.message)) is d:
+            del self._state.by_id[id(d.message)]
 
-    def _settle(self, d: Delivery) -> None:
+    def settle(self, d: Delivery) -> None:
         """``d`` is acknowledged: its offsets leave the tracker; the prefix is stored."""
         self._discard(d)
-        offsets = self._open.get(d.key)
+        offsets = self._state.open.get(d.key)
         if offsets is not None:
             for o in d.offsets:
                 offsets.pop(o, None)
-        self._store(d.key, self._tracker.ack(d.key, d.offsets))
+        self._store(d.key, self._state.tracker.ack(d.key, d.offsets))
 
-    def _drop_chunks(self, parts: list[Delivery], why: str) -> None:
+    def drop_chunks(self, parts: list[Delivery], why: str) -> None:
         log.warning("kbear: incomplete chunked message dropped (%d chunks read; %s)", len(parts), why)
         for d in parts:
-            self._settle(d)
+            self.settle(d)
 
     def _store(self, key: PartitionKey, point: int | None) -> None:
         """Note ``point`` (the acknowledged prefix) of ``key``: stored for the next
@@ -278,22 +256,22 @@ class AckLayer(DeliveryLoop):
         if point is None or point <= self._stored.get(key, -1):
             return
         self._stored[key] = point
-        self._dirty[key] = point
+        self._state.dirty[key] = point
 
     def flush_stores(self) -> None:
         """Store the acknowledged prefixes noted since the last call (``store_offsets``,
         one call per cluster); a partition this member no longer has (its topic moved
         away) is committed instead. Run at every ``poll()``/``consume()``, before
         ``commit()`` and at ``close()``."""
-        with self._lock:
-            if not self._dirty:
+        with self._state.lock:
+            if not self._state.dirty:
                 return
             by_cluster: dict[str, list[TopicPartition]] = {}
-            for (cluster, topic, partition), point in self._dirty.items():
+            for (cluster, topic, partition), point in self._state.dirty.items():
                 by_cluster.setdefault(cluster, []).append(TopicPartition(topic, partition, point))
-            self._dirty.clear()
+            self._state.dirty.clear()
         for cluster, parts in by_cluster.items():
-            entry = self._owner._registry.get(cluster)
+            entry = self._registry.get(cluster)
             if entry is None:
                 continue
             try:
@@ -312,7 +290,7 @@ class AckLayer(DeliveryLoop):
                 # cluster whose group still has members refuses it (UNKNOWN_MEMBER_ID);
                 # the committed offset then stays behind (read again, never skipped).
                 try:
-                    self._owner._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
+                    self._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
                 except (KafkaException, RuntimeError) as exc:
                     log.warning("kbear: commit of %s after its partition left failed: %s", tp, exc)
 
@@ -320,10 +298,10 @@ class AckLayer(DeliveryLoop):
     def commit_points(self, entry: ClusterClient, positions: list[TopicPartition]) -> list[TopicPartition]:
         """``positions`` (of ``entry``'s cluster, physical names) lowered to the
         acknowledged prefix where a message at or after it is unacknowledged."""
-        with self._lock:
+        with self._state.lock:
             out = []
             for tp in positions:
-                point = self._tracker.point((entry.cluster_id, tp.topic, tp.partition))
+                point = self._state.tracker.point((entry.cluster_id, tp.topic, tp.partition))
                 if point is not None and point < tp.offset:
                     tp = TopicPartition(tp.topic, tp.partition, point)
                 out.append(tp)
@@ -334,8 +312,8 @@ class AckLayer(DeliveryLoop):
         owner reads their unacknowledged messages again from the committed prefix),
         unless their topic moved to another cluster: then they stay in memory,
         redelivered until acknowledged."""
-        routes = self._owner._sub.routes
-        with self._lock:
+        routes = self._routes()
+        with self._state.lock:
             for tp in partitions:
                 route = routes.get(entry.logical_name(tp.topic))
                 if route is not None and route.cluster_id != entry.cluster_id:
@@ -343,18 +321,18 @@ class AckLayer(DeliveryLoop):
                 self._forget((entry.cluster_id, tp.topic, tp.partition))
 
     def _forget(self, key: PartitionKey) -> None:
-        self._tracker.forget(key)
+        self._state.tracker.forget(key)
         self._stored.pop(key, None)
-        self._dirty.pop(key, None)
-        gone = self._open.pop(key, {})
+        self._state.dirty.pop(key, None)
+        gone = self._state.open.pop(key, {})
         for d in gone.values():
             self._discard(d)
-        self._held.pop(key, None)
-        self._paused.discard(key)
+        self._state.held.pop(key, None)
+        self._state.paused.discard(key)
         if gone:
-            self._ready = deque(d for d in self._ready if d.key != key)
-        if self._chunks is not None:
-            self._chunks.forget(lambda d: d.key != key)
+            self._state.ready = deque(d for d in self._state.ready if d.key != key)
+        if self._state.chunks is not None:
+            self._state.chunks.forget(lambda d: d.key != key)
 
     def with_retry_topics(self, topics: Iterable[str]) -> list[str]:
         """``topics`` and, with ``kbear.retry.enable``, the retry topic of each name
@@ -364,22 +342,63 @@ class AckLayer(DeliveryLoop):
             return names
         out = list(names)
         for topic in names:
-            if topic.startswith("^") or topic in self._retry_topics:
+            if topic.startswith("^") or topic in self._state.retry_topics:
                 continue
             retry = letter_topic(self._s.retry_topic, topic, self._group)
-            self._retry_topics.add(retry)
+            self._state.retry_topics.add(retry)
             if retry not in out:
                 out.append(retry)
         return out
 
     def unacked(self) -> int:
         """How many offsets read are not acknowledged (held and in flight included)."""
-        with self._lock:
-            return len(self._tracker)
+        with self._state.lock:
+            return len(self._state.tracker)
 
     def close(self) -> None:
         """Wait for letters in flight (up to ``kbear.switch.drain.timeout.ms``), so the
         messages they stand for are acknowledged before the final commit."""
-        with self._lock:
-            self._letters.close(self._s.drain_timeout_ms / 1000.0)
+        with self._state.lock:
+            self._state.letters.close(self._s.drain_timeout_ms / 1000.0)
         self.flush_stores()
+
+
+def open_acks(
+    settings: KBearSettings,
+    group: str,
+    native: Mapping[str, Any],
+    *,
+    router: Router,
+    client: Client,
+    registry: ClusterRegistry,
+    routes: Callable[[], Mapping[str, Route]],
+    poll: Callable[[float | None], Any],
+    consume: Callable[[int, float | None], list[Any]],
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> tuple[AckLayer, DeliveryLoop]:
+    """The acknowledgement layer of a consumer (``kbear.ack.mode=individual``): its
+    verdicts and its delivering part, on one state.
+
+    Args:
+        settings, group: the consumer's kbear settings and ``group.id``.
+        native: its confluent-kafka configuration (the letter producer's security).
+        router, client: where letters are routed (the retry and dead-letter topics).
+        registry: its per-cluster clients.
+        routes: its routes in use (logical topic -> route).
+        poll, consume: its poll loop (the delivering part reads through them).
+        clock: monotonic seconds; wall: epoch seconds.
+    """
+    state = AckState(
+        LetterSender(router, client, producer_config(native)),
+        timer=AckTimer(settings.ack_timeout_ms / 1000.0, settings.ack_timeout_tick_ms / 1000.0)
+        if settings.ack_timeout_ms > 0
+        else None,
+        chunks=ChunkAssembler(settings.chunking_expire_ms / 1000.0, settings.chunking_max_pending, clock)
+        if settings.chunking_enable
+        else None,
+        clock=clock,
+        wall=wall,
+    )
+    layer = AckLayer(state, registry, routes, settings, group)
+    return layer, DeliveryLoop(state, layer, registry, poll, consume)
