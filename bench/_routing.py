@@ -12,7 +12,7 @@ from _common import VALUE, global_rule, write_config
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from kbear import Client, RoutedProducer, Router, load_config
-from kbear import _documents as kbear_documents
+from kbear.config import _documents as kbear_documents
 from kbear.testing import EmbeddedCluster
 
 

@@ -14,7 +14,7 @@ import time
 
 from confluent_kafka import Producer
 
-from kbear import _librdkafka
+from kbear.config import _librdkafka
 
 N = 2000
 

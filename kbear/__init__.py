@@ -4,13 +4,15 @@ Public names only; everything is defined in its own module.
 """
 
 from kbear._compiled import dispatcher
+from kbear._identity import Client
+from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
 from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
 from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
-from kbear.router import Client, Explanation, NoRouteError, Route, Router, RuleVerdict
+from kbear.router import Router
 from kbear.settings import AckMode, SwitchMode, SwitchStart
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 

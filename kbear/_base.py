@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kbear import _events
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.config import KBearConfig
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 RouteChangeCallback = Callable[[Route, Route | None], None]
 

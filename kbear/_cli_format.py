@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbear.router import Client, Explanation, NoRouteError, Route, RuleVerdict
+from kbear._identity import Client
+from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
 
 
 def lookup_name(topic: str, group: str | None, client: Client) -> str:

@@ -16,8 +16,9 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from kbear._identity import Client
 from kbear.config import ClusterConfig, KBearConfig, RuleKind
-from kbear.router import Client, Router
+from kbear.router import Router
 from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
 
 _FORBIDDEN = ("bootstrap.servers", "metadata.broker.list")

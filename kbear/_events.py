@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    from kbear.router import Route
+    from kbear._route import Route
 
 log = logging.getLogger("kbear.events")
 

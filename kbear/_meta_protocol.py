@@ -5,7 +5,7 @@ fields empty). :class:`kbear.meta.MetaServiceSource` sends :func:`producer_reque
 to ``/route/producer`` and :func:`consumer_request` to ``/route/consumer``; the
 answers are validated here (types, statuses, ids) and turned by
 :func:`answer_documents` into the four documents of a configuration, which then
-go through the same validation as files (:func:`kbear._loader.load_documents`):
+go through the same validation as files (:func:`kbear.config.load_documents`):
 each answered route becomes one rule without ``when`` (the service evaluated the
 chain for this client):
 

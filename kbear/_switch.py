@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
 from kbear import _events
-from kbear.router import Route
+from kbear._route import Route
 from kbear.settings import SwitchMode, SwitchStart
 
 log = logging.getLogger("kbear.consumer")

@@ -60,8 +60,10 @@ from typing import Any, TextIO
 
 import kbear
 from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
+from kbear._identity import Client
+from kbear._route import NoRouteError
 from kbear.config import ConfigError, KBearConfig
-from kbear.router import Client, NoRouteError, Router
+from kbear.router import Router
 from kbear.sources import is_url
 
 __all__ = ["EXIT_CONFIG_ERROR", "EXIT_LINT_WARNINGS", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]

@@ -64,6 +64,7 @@ from kbear.config import (
     KBearConfig,
     RouteRule,
     RuleKind,
+    property_kind,
 )
 from kbear.crrl import Statement
 
@@ -381,8 +382,6 @@ def _ignored_rule_checks(config: KBearConfig) -> list[LintWarning]:
 
 
 def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:
-    from kbear._librdkafka import property_kind
-
     out = []
     for cluster in config.clusters.values():
         for key in cluster.meta_only_keys:

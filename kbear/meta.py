@@ -52,20 +52,16 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import httpx
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from kbear import _events
 from kbear import _meta_protocol as protocol
-from kbear._loader import documents_digest, load_documents
-from kbear.config import ConfigError, ConfigProblem, KBearConfig
-from kbear.router import Client
-from kbear.sources import ConfigSource
-
-if TYPE_CHECKING:
-    from kbear.router import Router
+from kbear._identity import Client
+from kbear._source import ConfigSource
+from kbear.config import ConfigError, ConfigProblem, KBearConfig, documents_digest, load_documents
 
 __all__ = ["MetaServiceSource", "default_cache_file", "load_everything"]
 
@@ -231,9 +227,11 @@ class MetaServiceSource(ConfigSource):
                 self._answered.popitem(last=False)
             return config
 
-    def prepare(self, router: Router, topic: str, group: str | None, client: Client) -> bool:
-        """Register the lookup; a new one refreshes at once. False when the
-        configuration in force has no route for it.
+    def prepare(self, topic: str, group: str | None, client: Client) -> None:
+        """Register the lookup; a new one is asked for at once: this source tells
+        its listeners (the router) that it changed, and they reload. A refused or
+        unreachable answer is logged; the lookup then has no route
+        (:meth:`answers`), the application is not interrupted.
 
         Raises:
             ValueError: ``client`` is neither anonymous nor this source's client.
@@ -243,21 +241,26 @@ class MetaServiceSource(ConfigSource):
                 f"this router asks the meta-service {self.url} for {self.client!r}; "
                 f"a lookup for {client!r} needs a router of its own"
             )
-        key: protocol.Interest = (topic, group)
         known = self._groups if group is not None else self._topics
-        if (topic if group is None else (group, topic)) not in known:
-            with self._lock:
-                if group is None:
-                    self._topics[topic] = None
-                else:
-                    self._groups[(group, topic)] = None
-                try:
-                    router.reload()
-                except ConfigError as exc:
-                    log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
-                except Exception:  # never into the application: the lookup has no route
-                    log.exception("kbear: asking meta-service %s for %s failed", self.url, key)
-        return key in self._answered.get(router.config.digest, ())
+        if (topic if group is None else (group, topic)) in known:
+            return
+        key: protocol.Interest = (topic, group)
+        with self._lock:
+            if group is None:
+                self._topics[topic] = None
+            else:
+                self._groups[(group, topic)] = None
+            try:
+                self.notify_changed()
+            except ConfigError as exc:
+                log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
+            except Exception:  # never into the application: the lookup has no route
+                log.exception("kbear: asking meta-service %s for %s failed", self.url, key)
+
+    def answers(self, topic: str, group: str | None, digest: str) -> bool:
+        """Whether the configuration ``digest`` (one of the last 8 this source
+        loaded) answered the lookup (``ack: partial_fail`` leaves some unanswered)."""
+        return (topic, group) in self._answered.get(digest, ())
 
     def close(self) -> None:
         """Close the HTTP connections."""

@@ -36,16 +36,14 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kbear import _events
-from kbear.config import ConfigError
-from kbear.sources import ConfigSource, DirectorySource
+from kbear._source import ConfigSource
+from kbear.config import ConfigError, KBearConfig
+from kbear.sources import DirectorySource
 
-if TYPE_CHECKING:
-    from kbear.router import Router
-
-__all__ = ["ConfigWatcher", "replace_file"]
+__all__ = ["ConfigWatcher", "Reloadable", "replace_file"]
 
 log = logging.getLogger("kbear.reload")
 
@@ -74,18 +72,33 @@ def replace_file(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
+class Reloadable(Protocol):
+    """What a watcher reloads (a :class:`~kbear.Router`): the configuration in
+    force, and how a new one is put in force."""
+
+    @property
+    def config(self) -> KBearConfig:
+        """The configuration in force (its ``digest`` is compared with the source's)."""
+        ...
+
+    def apply(self, new: KBearConfig) -> bool:
+        """Put ``new`` in force; False when its digest equals the one in force."""
+        ...
+
+
 class ConfigWatcher:
     """A daemon thread that checks a configuration source every ``interval_s`` seconds.
 
     Args:
-        router: the router to reload; its listeners are notified on change.
+        router: the router to reload (anything :class:`Reloadable`); its
+            listeners are notified on change.
         source: the configuration directory, or a :class:`~kbear.sources.ConfigSource`.
         interval_s: seconds between checks (> 0).
 
     Use :meth:`Router.watch` rather than building one yourself.
     """
 
-    def __init__(self, router: Router, source: ConfigSource | Path, interval_s: float) -> None:
+    def __init__(self, router: Reloadable, source: ConfigSource | Path, interval_s: float) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._router = router

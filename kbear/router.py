@@ -29,12 +29,16 @@ from kbear import _events
 from kbear._chain import Snapshot
 from kbear._identity import Client
 from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
+from kbear._source import ConfigSource
 from kbear.config import KBearConfig, load_config
-from kbear.sources import ConfigSource, DirectorySource, open_source
+from kbear.sources import DirectorySource, open_source
 
 if TYPE_CHECKING:
     from kbear.reload import ConfigWatcher
 
+# Client, Explanation, NoRouteError, Route and RuleVerdict are defined in
+# kbear._identity and kbear._route; they stay importable from here for users
+# (and from kbear). Nothing inside kbear imports them through this module.
 __all__ = [
     "Client",
     "Explanation",
@@ -73,6 +77,9 @@ class Router:
             source = DirectorySource(config.directory)
         self._source = source
         self._on_demand = source if source is not None and source.on_demand else None
+        if self._on_demand is not None:
+            # The source tells us when lookups taught it something new; we reload.
+            self._on_demand.add_change_listener(self._source_changed)
         self._owns_source = False
 
     @classmethod
@@ -137,8 +144,11 @@ class Router:
             NoRouteError: no rule matches (naming client, topic and group).
         """
         client = client or _ANONYMOUS
-        if self._on_demand is not None and not self._on_demand.prepare(self, topic, group, client):
-            raise NoRouteError(client, topic, group)
+        on_demand = self._on_demand
+        if on_demand is not None:
+            on_demand.prepare(topic, group, client)
+            if not on_demand.answers(topic, group, self._snapshot.config.digest):
+                raise NoRouteError(client, topic, group)
         route = self._snapshot.lookup(topic, group, client)
         if route is None:
             raise NoRouteError(client, topic, group)
@@ -177,14 +187,14 @@ class Router:
         """The producer chain of ``topic`` with each rule's verdict (never raises NoRouteError)."""
         client = client or _ANONYMOUS
         if self._on_demand is not None:
-            self._on_demand.prepare(self, topic, None, client)
+            self._on_demand.prepare(topic, None, client)
         return self._snapshot.explain(topic, None, client)
 
     def explain_consumer(self, topic: str, group: str, client: Client | None = None) -> Explanation:
         """The consumer chain of (``group``, ``topic``) with each rule's verdict."""
         client = client or _ANONYMOUS
         if self._on_demand is not None:
-            self._on_demand.prepare(self, topic, group, client)
+            self._on_demand.prepare(topic, group, client)
         return self._snapshot.explain(topic, group, client)
 
     # ------------------------------------------------------------------ reload
@@ -224,6 +234,11 @@ class Router:
         if source.digest() == self.config.digest:
             return False  # unchanged files: not even parsed (the Spark source reloads per batch)
         return self.apply(source.load())
+
+    def _source_changed(self) -> None:
+        # An on-demand source learned new lookups: what it now answers is read
+        # like any change (ConfigError reaches the source, which logs it).
+        self.reload()
 
     def apply(self, new: KBearConfig) -> bool:
         """Put ``new`` in force and notify listeners; False if its digest equals the current one."""
@@ -274,5 +289,7 @@ class Router:
             watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
+        if self._on_demand is not None:
+            self._on_demand.remove_change_listener(self._source_changed)
         if self._owns_source and self._source is not None:
             self._source.close()

@@ -64,7 +64,7 @@ from pydantic import (
     model_validator,
 )
 
-from kbear.router import Client
+from kbear._identity import Client
 
 __all__ = [
     "CLIENT_KEYS",

@@ -18,78 +18,26 @@ exactly as a change of files is.
 
 Writing a source: subclass :class:`ConfigSource` and implement
 :attr:`~ConfigSource.location`, :meth:`~ConfigSource.digest` and
-:meth:`~ConfigSource.load`.
+:meth:`~ConfigSource.load`. A source that learns from lookups sets
+:attr:`~ConfigSource.on_demand` and implements :meth:`~ConfigSource.prepare` and
+:meth:`~ConfigSource.answers`; it tells the router that its state changed with
+:meth:`~ConfigSource.notify_changed`, and the router reloads.
 """
 
 from __future__ import annotations
 
 import os
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kbear._loader import documents_digest, load_documents
-from kbear.config import KBearConfig, config_digest, load_config
+from kbear._source import ConfigSource
+from kbear.config import KBearConfig, config_digest, documents_digest, load_config, load_documents
 
 if TYPE_CHECKING:
-    from kbear.router import Client, Router
+    from kbear._identity import Client
 
 __all__ = ["ConfigSource", "DirectorySource", "MemorySource", "is_url", "open_source"]
-
-
-class ConfigSource(ABC):
-    """Where a configuration comes from (see the module docstring).
-
-    Attributes:
-        settle: whether a new state must be seen twice, one settle time apart,
-            before it is loaded (files being written in place); False for
-            sources whose state changes atomically.
-    """
-
-    settle: ClassVar[bool] = False
-
-    @property
-    @abstractmethod
-    def location(self) -> str:
-        """The directory or URL, for messages and logs."""
-
-    @abstractmethod
-    def digest(self) -> str:
-        """A fingerprint (hex string) of the source's current state: equal to the
-        ``digest`` of the :class:`~kbear.KBearConfig` that :meth:`load` would return
-        now. May do I/O (read files, ask a service).
-
-        Raises:
-            ConfigError: the state cannot be read at all (a service unreachable).
-        """
-
-    @abstractmethod
-    def load(self) -> KBearConfig:
-        """Read and validate the current state.
-
-        Raises:
-            ConfigError: every problem found; the caller keeps what it had.
-        """
-
-    def prepare(self, router: Router, topic: str, group: str | None, client: Client) -> bool:
-        """Called by the router before a lookup of a source that routes on demand
-        (a meta-service learns which topics a client needs from its lookups).
-
-        Returns:
-            False when this source has no answer for the lookup (the router then
-            raises :class:`~kbear.NoRouteError`), True otherwise.
-        """
-        return True
-
-    #: Whether :meth:`prepare` must be called before lookups (see there).
-    on_demand: ClassVar[bool] = False
-
-    def close(self) -> None:  # noqa: B027 (optional hook, nothing to release by default)
-        """Release what the source holds (connections); the default does nothing."""
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.location!r})"
 
 
 class DirectorySource(ConfigSource):

@@ -10,9 +10,16 @@ from pathlib import Path
 import pytest
 
 import kbear
-from kbear import _documents as kdocs
-from kbear import _fastyaml
-from kbear.config import ConfigError, ConfigProblem, KBearConfig, RuleKind, config_digest, load_config
+from kbear.config import (
+    ConfigError,
+    ConfigProblem,
+    KBearConfig,
+    RuleKind,
+    _fastyaml,
+    config_digest,
+    load_config,
+)
+from kbear.config import _documents as kdocs
 from kbear.crrl import Condition, Statement
 from kbear.router import Route, Router
 

@@ -13,10 +13,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbear import _documents as kdocs
 from kbear import config as kconfig
 from kbear import load_config
-from kbear._fastyaml import Declined
+from kbear.config import _documents as kdocs
+from kbear.config._fastyaml import Declined
 
 pytest.importorskip("ryml", reason="rapidyaml (the fast-yaml extra) is not installed")
 

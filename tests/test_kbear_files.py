@@ -206,7 +206,7 @@ def test_the_property_check_uses_librdkafka_even_when_confluent_kafka_is_patched
     must not be called by it (the harness's routed class deadlocked there)."""
     import confluent_kafka
 
-    from kbear import _librdkafka
+    from kbear.config import _librdkafka
 
     def stand_in(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("the property check called confluent_kafka.Producer")

@@ -23,11 +23,12 @@ from confluent_kafka.admin._group import ListConsumerGroupsResult
 
 from kbear._base import rename_metadata
 from kbear._clients import Deadline, single_cluster
+from kbear._identity import Client
 from kbear.admin._futures import gather
 from kbear.admin._names import Names
 from kbear.admin._split import rename_partitions
 from kbear.config import RuleKind
-from kbear.router import Client, Router
+from kbear.router import Router
 
 
 def _tagged(items: list[Any], cluster_id: str) -> list[Any]:

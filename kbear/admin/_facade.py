@@ -14,11 +14,12 @@ from confluent_kafka.admin import AdminClient
 
 from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument
 from kbear._clients import Deadline, cluster_config, open_router, split_config
+from kbear._identity import Client
 from kbear.admin._cluster_calls import ClusterCalls
 from kbear.admin._groups import GroupCalls
 from kbear.admin._names import Names
 from kbear.admin._topics import TopicCalls
-from kbear.router import Client, Router
+from kbear.router import Router
 
 __all__ = ["RoutedAdminClient"]
 

@@ -24,6 +24,8 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move_rules import RULES_FILE, RuleChange, plan_rule_change
 from kbear.admin._move_state import (
@@ -37,7 +39,7 @@ from kbear.admin._move_state import (
 )
 from kbear.admin._move_watch import Watched, WatchResult, watch_switch
 from kbear.reload import replace_file
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 
 @dataclass

@@ -16,10 +16,12 @@ from typing import Any, TextIO
 
 from confluent_kafka import KafkaException
 
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move import ApplyResult, MovePlan, apply_move, create_on_target, plan_move
 from kbear.config import ConfigError
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR, EXIT_NO_ROUTE = 0, 1, 2, 3
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kbear._base import no_route
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.config import KBearConfig
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 
 def _remap_index(config: KBearConfig) -> dict[tuple[str, str], list[str]]:

@@ -21,9 +21,9 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from kbear._clients import renamed
+from kbear._route import Route
 from kbear.admin._names import Names
 from kbear.admin._split import Send, Share, fan_out
-from kbear.router import Route
 
 
 def _new_topic(spec: NewTopic, topic: str) -> NewTopic:

@@ -20,10 +20,12 @@ from typing import Any, Self
 from confluent_kafka import Message
 
 from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.aio._calls import Calls, blocking_callback, wrap_config_callbacks
 from kbear.aio._notify import loop_route_listener
 from kbear.consumer import RoutedConsumer
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 _CONFIG_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
 

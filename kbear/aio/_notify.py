@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kbear._route import Route
 from kbear.aio._calls import keep_task
-from kbear.router import Route
 
 log = logging.getLogger("kbear.aio")
 

@@ -22,11 +22,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.aio._batch import Batch, MessageBuffer
 from kbear.aio._calls import Calls, keep_task, wrap_config_callbacks
 from kbear.aio._notify import loop_route_listener
 from kbear.producer import RoutedProducer
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 log = logging.getLogger("kbear.aio")
 

@@ -24,6 +24,8 @@ from typing import Any
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
 from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.balanced._assignment import (
     APPLICATION_ASSIGNS,
     PartitionKey,
@@ -39,7 +41,7 @@ from kbear.balanced._registry import DEFAULT_REGISTRY_TOPIC, Reporter
 from kbear.balanced._routed import AssignedConsumer
 from kbear.consumer._rebalance import commit_sync
 from kbear.consumer._subscription import Subscription, SubscriptionKind, route_topics
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 log = logging.getLogger("kbear.balanced")
 

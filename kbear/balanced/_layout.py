@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from kbear._route import Route
 from kbear.balanced._assignment import PartitionKey
 from kbear.consumer._cluster import ClusterRegistry
-from kbear.router import Route
 
 log = logging.getLogger("kbear.balanced")
 

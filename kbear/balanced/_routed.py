@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kbear._route import Route
 from kbear.consumer import RoutedConsumer
-from kbear.router import Route
 
 #: ``hook(topic, old, new, partitions)``: the partitions (numbers) of logical
 #: ``topic`` moved from ``old``'s cluster to ``new``'s (None: the topic lost its route).

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
 from kbear import _events
+from kbear._route import Route
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._rebalance import TIMESTAMP_LOOKUP_TIMEOUT_S, Rebalancer, commit_async
 from kbear.consumer._subscription import Subscription, SubscriptionKind
-from kbear.router import Route
 
 log = logging.getLogger("kbear.consumer")
 

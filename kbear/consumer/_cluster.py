@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from kbear import _events
 from kbear._clients import cluster_config, renamed
-from kbear.router import Route
+from kbear._route import Route
 
 #: application callbacks a background client must not fire (it commits and reads nothing)
 _NOT_FOR_WATCHERS = frozenset({"on_commit", "stats_cb"})

@@ -20,6 +20,8 @@ from typing import Any
 
 from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, not_one_cluster, rename_metadata
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
+from kbear._identity import Client
+from kbear._route import Route
 from kbear._switch import SwitchEngine
 from kbear.consumer._ackcalls import AckCalls
 from kbear.consumer._closing import close_consumer
@@ -32,7 +34,7 @@ from kbear.consumer._rebalance import Rebalancer, commit_sync
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import Subscription, SubscriptionKind
 from kbear.consumer._turns import turn_taking
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
 

@@ -15,7 +15,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kbear.router import Client, Router
+from kbear._identity import Client
+from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
 

@@ -19,10 +19,10 @@ from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from kbear._route import Route
 from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
-from kbear.router import Route
 
 log = logging.getLogger("kbear.consumer")
 

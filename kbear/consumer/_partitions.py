@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kbear._clients import renamed
+from kbear._route import Route
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscription import Subscription
-from kbear.router import Route
 
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
 F = TypeVar("F", bound=Callable[..., Any])

@@ -20,6 +20,8 @@ from confluent_kafka import KafkaException
 from kbear import _events
 from kbear._base import RoutedClientBase
 from kbear._clients import cluster_target
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear._switch import StartPlan, same_route
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
 from kbear.consumer._guard import MoveGuard
@@ -35,7 +37,7 @@ from kbear.consumer._subscription import (
     pattern_clusters,
     route_topics,
 )
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
 

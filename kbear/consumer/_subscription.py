@@ -19,8 +19,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear._base import no_route
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.config import RuleKind
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
 

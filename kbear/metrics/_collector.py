@@ -19,8 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kbear import _events
+from kbear._route import Route
 from kbear.metrics._stats import StatsStore, families
-from kbear.router import Route
 
 #: drain duration buckets (seconds): drains last from a flush (ms) to
 #: ``kbear.switch.drain.timeout.ms`` (30 s by default) and beyond

@@ -25,12 +25,14 @@ from kbear._clients import (
     open_router,
     split_config,
 )
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._cluster import ClusterProducer, logical_callback
 from kbear.producer._metadata import MetadataCalls
 from kbear.producer._routes import RouteTable
 from kbear.producer._transactions import TransactionCalls
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 
 __all__ = ["RoutedProducer"]
 

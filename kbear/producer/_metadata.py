@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from kbear._base import not_one_cluster, rename_metadata
 from kbear._clients import ClusterTarget, Deadline, cluster_target
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.producer._cluster import ClusterProducer, single_cluster
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 
 class MetadataCalls:

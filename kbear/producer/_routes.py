@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from kbear import _events
 from kbear._base import RoutedClientBase
 from kbear._clients import ClusterTarget, cluster_target
+from kbear._route import NoRouteError, Route
 from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
 from kbear.producer._dispatch import make_dispatcher
-from kbear.router import NoRouteError, Route
 from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.producer")

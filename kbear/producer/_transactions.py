@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kbear._clients import ClusterTarget, cluster_target, renamed
+from kbear._identity import Client
+from kbear._route import Route
 from kbear.producer._cluster import ClusterProducer, single_cluster
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 
 
 class TransactionCalls:

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from kbear._identity import Client
+from kbear._route import NoRouteError
 from kbear.config import KBearConfig, RouteRule
-from kbear.router import Client, NoRouteError
 from kbear.server.holder import Served
 
 # Messages built here from a validated configuration skip pydantic's validation

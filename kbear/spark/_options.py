@@ -19,8 +19,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kbear._identity import Client
+from kbear._route import Route
 from kbear._secrets import is_secret
-from kbear.router import Client, Route, Router
+from kbear.router import Router
 from kbear.spark._translate import TRANSLATION_TABLE, SparkOptionsError, translate_properties
 
 __all__ = [

@@ -20,9 +20,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from kbear._route import NoRouteError, Route
 from kbear._switch import Progress, Switch, SwitchEngine
 from kbear.config import ConfigError
-from kbear.router import NoRouteError, Route, Router
+from kbear.router import Router
 from kbear.settings import SwitchMode
 from kbear.spark._options import SparkOptionsError
 from kbear.spark._read import READER_CONF, RangePart, read_range

@@ -8,8 +8,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
 from kbear.config import KBearConfig
-from kbear.router import Client, NoRouteError, Route, Router
+from kbear.router import Router
 from kbear.spark._options import (
     FORBIDDEN_READ_OPTIONS,
     SparkOptionsError,

@@ -1,58 +1,12 @@
-"""The configuration model: the four YAML files of a kbear configuration directory.
+"""The configuration's models: clusters, topics, consumer groups, route rules, :class:`KBearConfig`.
 
-A configuration directory holds (``../shared/spec/crrl.md``, "Where the data lives"):
-
-``clusters.yaml`` (required)::
-
-    clusters:
-      - id: prod
-        meta:
-          bootstrap.servers: kafka-prod-1:9092,kafka-prod-2:9092
-          security.protocol: SASL_SSL
-          sasl.mechanism: PLAIN
-          sasl.username: app
-          sasl.password: ${PROD_KAFKA_PASSWORD}
-
-``topics.yaml`` (optional)::
-
-    topics:
-      - id: orders
-        meta:
-          bu: hotel
-
-``consumer-groups.yaml`` (optional)::
-
-    consumer-groups:
-      - id:
-          groupName: billing
-          topicId: orders
-        meta:
-          jobType: batch
-
-``route-rules.yaml`` (required)::
-
-    route-rules:
-      - id: r1
-        priority: 0
-        meta:
-          rule.isGlobal: true
-        rule: use cluster prod
-
-Each file has one top-level key holding a list. Meta keys are flat dotted
-strings; scalar meta values become strings (YAML ``true`` becomes ``"true"``,
-``3`` becomes ``"3"``; a number or a date keeps the text written, so ``1.10``
-becomes ``"1.10"``, not ``"1.1"``). In ``clusters.yaml``, ``bootstrap.servers`` is required
-and every other meta key is a librdkafka client property applied to every
-client of that cluster; ``${NAME}`` in a cluster meta value is replaced by the
-environment variable ``NAME`` (``$${`` writes a literal ``${``).
-
-:func:`load_config` validates everything and raises one :class:`ConfigError`
-listing every problem, each naming the file, the entry and the reason.
+What the four documents hold is described in :mod:`kbear.config`; loading
+(:mod:`kbear.config._loading`) validates them into these models.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -62,79 +16,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from kbear import crrl
 from kbear._secrets import redact
+from kbear.config._documents import _YamlFloat, _YamlInt  # the numbers as written
 
 __all__ = [
-    "CLUSTERS_FILE",
-    "CONFIG_FILES",
-    "CONSUMER_GROUPS_FILE",
-    "ROUTE_RULES_FILE",
-    "TOPICS_FILE",
     "ClusterConfig",
-    "ConfigError",
-    "ConfigProblem",
     "ConsumerGroupConfig",
+    "ConsumerGroupId",
     "KBearConfig",
     "RouteRule",
     "RuleKind",
     "TopicConfig",
-    "config_digest",
-    "load_config",
 ]
-
-from kbear._documents import (  # the file names, and the numbers as written
-    CLUSTERS_FILE,
-    CONFIG_FILES,
-    CONSUMER_GROUPS_FILE,
-    ROUTE_RULES_FILE,
-    TOPICS_FILE,
-    _YamlFloat,
-    _YamlInt,
-    config_digest,
-)
-
-# --------------------------------------------------------------------------- errors
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One problem found in a configuration directory.
-
-    Attributes:
-        file: the file name (``route-rules.yaml``) or the directory.
-        entry: the entry at fault (``rule 'r7'``, ``cluster 'prod'``, ``entry 3``) or None.
-        message: what is wrong, e.g. ``key 'rule': expected 'and' ... at column 31``.
-    """
-
-    file: str
-    entry: str | None
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}: {self.entry}" if self.entry else self.file
-        return f"{where}: {self.message}"
-
-
-class ConfigError(ValueError):
-    """A configuration directory that cannot be used.
-
-    Raised by :func:`load_config` (and so by ``Router.from_path`` and
-    ``Router.reload``) with every problem found, not just the first.
-
-    Attributes:
-        problems: list of :class:`ConfigProblem`, in file order.
-    """
-
-    def __init__(self, problems: Iterable[ConfigProblem], directory: str | None = None) -> None:
-        self.problems = list(problems)
-        self.directory = directory
-        head = f"invalid kbear configuration{f' in {directory}' if directory else ''}"
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{lines}")
-
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[list[ConfigProblem], str | None]]:
-        # Rebuilt from its problems (pickle, copy), not from the formatted message.
-        return type(self), (self.problems, self.directory)
-
 
 # --------------------------------------------------------------------------- models
 
@@ -209,15 +101,15 @@ class ClusterConfig(_Model):
     def client_properties(self) -> dict[str, str]:
         """librdkafka properties for every client of this cluster, ``bootstrap.servers``
         included: the meta keys librdkafka knows as client properties (it is asked,
-        see :mod:`kbear._librdkafka`); other keys (``zookeeper.connect``) stay meta only."""
-        from kbear._librdkafka import client_properties
+        see :mod:`kbear.config._librdkafka`); other keys (``zookeeper.connect``) stay meta only."""
+        from kbear.config._librdkafka import client_properties
 
         return client_properties(self.meta)
 
     @property
     def meta_only_keys(self) -> list[str]:
         """The meta keys that are not librdkafka client properties, never passed to clients."""
-        from kbear._librdkafka import meta_only_keys
+        from kbear.config._librdkafka import meta_only_keys
 
         return meta_only_keys(self.meta)
 
@@ -359,7 +251,7 @@ class KBearConfig:
         topics: topic id -> :class:`TopicConfig`.
         consumer_groups: (groupName, topicId) -> :class:`ConsumerGroupConfig`.
         rules: every :class:`RouteRule`, in file order.
-        digest: SHA-256 (hex) of the files' bytes, see :func:`config_digest` (of
+        digest: SHA-256 (hex) of the files' bytes, see :func:`~kbear.config.config_digest` (of
             the documents' canonical JSON for a configuration not read from files).
         origin: where it came from, for messages: the directory, a meta-service
             URL, or ``"memory"``; None when not given (then the directory).
@@ -452,7 +344,3 @@ class _TopicTable(Mapping[str, "TopicConfig"]):
 
     def __repr__(self) -> str:
         return f"<{len(self)} topics>"
-
-
-# Loading lives in kbear._loader (which imports the models above).
-from kbear._loader import load_config  # noqa: E402

@@ -2,7 +2,7 @@
 
 Reading allocates about ten objects per topic and none of them is garbage until
 the load ends; every full collection on the way walks all of them again, about
-a quarter of the load time of 100,000 topics (:mod:`kbear._loader`).
+a quarter of the load time of 100,000 topics (:mod:`kbear.config._loading`).
 """
 
 from __future__ import annotations

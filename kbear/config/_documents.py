@@ -3,7 +3,7 @@
 YAML through libyaml's parser with PyYAML's safe semantics, refusing duplicate
 keys and keeping the written text of numbers; files written as JSON through the
 json module; large block-style files through rapidyaml when it provably reads
-them as PyYAML does (:mod:`kbear._fastyaml`); the YAML error messages; and the
+them as PyYAML does (:mod:`kbear.config._fastyaml`); the YAML error messages; and the
 digest of a directory's files the watcher compares.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from kbear import _fastyaml
 from kbear._secrets import REDACTED, looks_secret
+from kbear.config import _fastyaml
 
 CLUSTERS_FILE = "clusters.yaml"
 TOPICS_FILE = "topics.yaml"
@@ -194,7 +194,7 @@ def _load_yaml(text: str) -> Any:
     """Parse one YAML document.
 
     A document that is plain JSON is read with the json module. A large one
-    (from 256 KiB) is offered to :mod:`kbear._fastyaml` (rapidyaml, the optional
+    (from 256 KiB) is offered to :mod:`kbear.config._fastyaml` (rapidyaml, the optional
     ``fast-yaml`` extra), which reads it exactly as below or declines. Otherwise
     libyaml parses when it is available; any error is re-read with the
     pure-Python parser, so that messages (line, column, reason) do not depend

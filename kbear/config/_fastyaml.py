@@ -23,7 +23,7 @@ also writes every error message):
 - every plain scalar written out as a JSON number is an int or a float by
   PyYAML's own implicit resolvers, and its written text is known (rapidyaml
   writes ``.5`` as ``0.5``: a float starting ``0.`` or holding ``.0`` is
-  declined), so that the number keeps it (as :class:`kbear._documents._YamlInt` /
+  declined), so that the number keeps it (as :class:`kbear.config._documents._YamlInt` /
   ``_YamlFloat`` do);
 - no JSON string, key or value, is text that PyYAML's resolvers would read as
   something else than a string (``yes``, ``~``, ``0x1F``, ``1_000``, ``<<``):

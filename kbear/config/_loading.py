@@ -1,11 +1,11 @@
 """Loading a configuration into a validated KBearConfig (private).
 
-:func:`load_config` reads the four files of a directory (:mod:`kbear._documents`);
+:func:`load_config` reads the four files of a directory (:mod:`kbear.config._documents`);
 :func:`load_documents` takes the same four documents already parsed (a
 meta-service answer, an in-memory configuration). Both validate every entry
 against the models of :mod:`kbear.config`, interpolate ``${NAME}`` in cluster
 meta values, ask librdkafka about every cluster's client properties
-(:mod:`kbear._librdkafka`), check the rules across documents (kinds, clusters
+(:mod:`kbear.config._librdkafka`), check the rules across documents (kinds, clusters
 named, CRRL syntax) and raise one ConfigError listing every problem.
 """
 
@@ -24,7 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from kbear import crrl
-from kbear._documents import (
+from kbear.config._documents import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
     ROUTE_RULES_FILE,
@@ -33,12 +33,11 @@ from kbear._documents import (
     _load_yaml,
     _yaml_problem,
 )
-from kbear._gcpause import collector_paused
-from kbear._librdkafka import refused_value
-from kbear.config import (
+from kbear.config._errors import ConfigError, ConfigProblem
+from kbear.config._gcpause import collector_paused
+from kbear.config._librdkafka import refused_value
+from kbear.config._models import (
     ClusterConfig,
-    ConfigError,
-    ConfigProblem,
     ConsumerGroupConfig,
     KBearConfig,
     RouteRule,

@@ -1,0 +1,103 @@
+"""The configuration: the four YAML files of a kbear configuration directory, validated.
+
+A configuration directory holds (``../shared/spec/crrl.md``, "Where the data lives"):
+
+``clusters.yaml`` (required)::
+
+    clusters:
+      - id: prod
+        meta:
+          bootstrap.servers: kafka-prod-1:9092,kafka-prod-2:9092
+          security.protocol: SASL_SSL
+          sasl.mechanism: PLAIN
+          sasl.username: app
+          sasl.password: ${PROD_KAFKA_PASSWORD}
+
+``topics.yaml`` (optional)::
+
+    topics:
+      - id: orders
+        meta:
+          bu: hotel
+
+``consumer-groups.yaml`` (optional)::
+
+    consumer-groups:
+      - id:
+          groupName: billing
+          topicId: orders
+        meta:
+          jobType: batch
+
+``route-rules.yaml`` (required)::
+
+    route-rules:
+      - id: r1
+        priority: 0
+        meta:
+          rule.isGlobal: true
+        rule: use cluster prod
+
+Each file has one top-level key holding a list. Meta keys are flat dotted
+strings; scalar meta values become strings (YAML ``true`` becomes ``"true"``,
+``3`` becomes ``"3"``; a number or a date keeps the text written, so ``1.10``
+becomes ``"1.10"``, not ``"1.1"``). In ``clusters.yaml``, ``bootstrap.servers`` is required
+and every other meta key is a librdkafka client property applied to every
+client of that cluster; ``${NAME}`` in a cluster meta value is replaced by the
+environment variable ``NAME`` (``$${`` writes a literal ``${``).
+
+:func:`load_config` validates everything and raises one :class:`ConfigError`
+listing every problem, each naming the file, the entry and the reason.
+
+The package's modules (private; their public names are re-exported here):
+``_errors`` (:class:`ConfigError`, :class:`ConfigProblem`), ``_models`` (the
+validated models, :class:`KBearConfig`), ``_documents`` (reading the files:
+YAML and JSON readers, the content digest), ``_fastyaml`` (the optional
+rapidyaml reader), ``_librdkafka`` (librdkafka's verdict on cluster
+properties), ``_loading`` (:func:`load_config`, :func:`load_documents`).
+Nothing here imports anything of kbear above the configuration (the layers
+are written down in ``pyproject.toml``, ``[tool.importlinter]``).
+"""
+
+from kbear.config._documents import (
+    CLUSTERS_FILE,
+    CONFIG_FILES,
+    CONSUMER_GROUPS_FILE,
+    ROUTE_RULES_FILE,
+    TOPICS_FILE,
+    config_digest,
+)
+from kbear.config._errors import ConfigError, ConfigProblem
+from kbear.config._librdkafka import property_kind
+from kbear.config._loading import documents_digest, load_config, load_documents
+from kbear.config._models import (
+    ClusterConfig,
+    ConsumerGroupConfig,
+    ConsumerGroupId,
+    KBearConfig,
+    RouteRule,
+    RuleKind,
+    TopicConfig,
+)
+
+__all__ = [
+    "CLUSTERS_FILE",
+    "CONFIG_FILES",
+    "CONSUMER_GROUPS_FILE",
+    "ROUTE_RULES_FILE",
+    "TOPICS_FILE",
+    "ClusterConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "ConsumerGroupConfig",
+    "ConsumerGroupId",
+    "KBearConfig",
+    "RouteRule",
+    "RuleKind",
+    "TopicConfig",
+    "config_digest",
+    "documents_digest",
+    "load_config",
+    "load_documents",
+    "property_kind",
+]
