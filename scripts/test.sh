@@ -7,6 +7,7 @@ set -euo pipefail
 KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics,docs" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
+echo "== import layers"; .venv/bin/lint-imports  # pyproject.toml [tool.importlinter]
 echo "== docs"
 # mkdocs-material and mkdocs print notices about MkDocs 2.0 on every build: not ours.
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/kbear-site.$$"
