@@ -302,6 +302,31 @@ def _add_serve(sub: Any) -> None:
         metavar="N",
         help="worker processes sharing the port, each loading and watching DIR (default: 1)",
     )
+    serve.add_argument(
+        "--fleet",
+        choices=["on", "off"],
+        default="on",
+        help="record which client got which route (GET /fleet, /fleet/moves, the console; default: on)",
+    )
+    serve.add_argument(
+        "--fleet-db",
+        metavar="FILE",
+        help="the fleet's SQLite file, shared by the workers (default: a temporary file removed at exit)",
+    )
+    serve.add_argument(
+        "--fleet-ttl",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="forget a client unseen for this long (default: 300)",
+    )
+    serve.add_argument(
+        "--fleet-max-entries",
+        type=_positive_int,
+        default=100_000,
+        metavar="N",
+        help="most (client, lookup) entries kept; past it the least recently seen go (default: 100000)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"

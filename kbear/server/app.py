@@ -17,6 +17,10 @@ Endpoints (``../shared/spec/meta-service.md``; request and response shapes in
                                          and its directory watched, else 503 (no token needed)
 ``GET /health``                          the configuration in force and any refused change
 ``GET /metrics``                         Prometheus text (:mod:`kbear.server.metrics`)
+``GET /fleet``, ``GET /fleet/moves``     the recorded fleet and a move's progress
+                                         (:mod:`kbear.server.fleet_api`)
+``GET /``, ``/login``, ``POST /login``,  the console (:mod:`kbear.server.console`);
+``POST /logout``, ``/console/static/*``  the login form and its assets need no token
 =======================================  ==========================================
 
 HTTP status codes: 200 for every protocol answer, ``fail`` included (an
@@ -45,6 +49,9 @@ from starlette.routing import Route
 
 from kbear.server import service
 from kbear.server.auth import BearerAuth
+from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
+from kbear.server.fleet import FleetRecorder
+from kbear.server.fleet_api import FleetEndpoints
 from kbear.server.holder import ConfigHolder, Served
 from kbear.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from kbear.server.protocol import (
@@ -52,8 +59,10 @@ from kbear.server.protocol import (
     ClustersRequest,
     ConsumerGroupsRequest,
     ConsumerRouteRequest,
+    ConsumerRouteResponse,
     ErrorCode,
     ProducerRouteRequest,
+    ProducerRouteResponse,
     ResponseError,
     ResponseStatus,
     RouteRulesRequest,
@@ -125,13 +134,54 @@ def _check_content_type(request: Request) -> None:
         raise _BadRequest(415, f"Content-Type {media!r} is not served; use application/json")
 
 
+_RECORDED = ("/route/producer", "/route/consumer")
+
+
+def _fleet_note(
+    fleet: FleetRecorder, request: Request, parsed: BaseModel
+) -> Callable[[Served, StatusResponse], None]:
+    """What notes an answered route request in the fleet (the answer's items, their routes)."""
+    peer = request.client
+    address = f"{peer.host}:{peer.port}" if peer is not None else "unknown"
+
+    def note(served: Served, response: StatusResponse) -> None:
+        lookups: list[tuple[str, str, str, str]]
+        if isinstance(response, ProducerRouteResponse):
+            lookups = [(t, "", r.cluster_id, r.topic_id) for t, r in response.topic_id_routes.items()]
+            kind = "producer"
+        elif isinstance(response, ConsumerRouteResponse):
+            lookups = [
+                (
+                    g.consumer_group_id.topic_id,
+                    g.consumer_group_id.group_name,
+                    g.route.cluster_id,
+                    g.route.topic_id,
+                )
+                for g in response.consumer_group_id_routes
+            ]
+            kind = "consumer"
+        else:
+            return
+        client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
+        fleet.record(client.id, client.meta, address, kind, served.config.digest, lookups)
+
+    return note
+
+
 class _Endpoints:
     """The request handlers over one :class:`ConfigHolder`."""
 
-    def __init__(self, holder: ConfigHolder, metrics: ServerMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        holder: ConfigHolder,
+        metrics: ServerMetrics,
+        max_body_bytes: int,
+        fleet: FleetRecorder | None,
+    ) -> None:
         self.holder = holder
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.fleet = fleet
 
     def post(self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]) -> Callable[..., Any]:
         async def endpoint(request: Request) -> Response:
@@ -142,7 +192,10 @@ class _Endpoints:
             except _BadRequest as exc:
                 self.metrics.answers.labels(path, Ack.FAIL.value).inc()
                 return _json(_status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, exc.message), exc.http_status)
-            return self.answer(path, lambda served: answer(served, parsed))
+            note = None
+            if self.fleet is not None and path in _RECORDED:
+                note = _fleet_note(self.fleet, request, parsed)
+            return self.answer(path, lambda served: answer(served, parsed), note)
 
         return endpoint
 
@@ -155,7 +208,12 @@ class _Endpoints:
 
         return endpoint
 
-    def answer(self, path: str, produce: Callable[[Served], StatusResponse]) -> Response:
+    def answer(
+        self,
+        path: str,
+        produce: Callable[[Served], StatusResponse],
+        note: Callable[[Served, StatusResponse], None] | None = None,
+    ) -> Response:
         served = self.holder.served  # one configuration for the whole answer
         try:
             response = produce(served)
@@ -165,6 +223,8 @@ class _Endpoints:
             body = _status_body(Ack.FAIL, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
             return _json(body, 500)
         self.metrics.answers.labels(path, response.status.ack.value).inc()
+        if note is not None:
+            note(served, response)
         body = response.model_dump_json(by_alias=True, exclude_none=True).encode()
         return _json(body, 200, served.config.digest)
 
@@ -212,6 +272,7 @@ def create_app(
     tokens: Collection[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     watch: bool = True,
+    fleet: FleetRecorder | None = None,
 ) -> Starlette:
     """The meta-service ASGI application over ``holder``.
 
@@ -222,6 +283,10 @@ def create_app(
         watch: start watching the directory when the application starts (its
             lifespan) and stop when it stops; False leaves the holder alone
             (tests drive ``holder.check()`` themselves).
+        fleet: where answered route requests are recorded (``GET /fleet``,
+            ``/fleet/moves``, the console's fleet and moves); None: not recorded
+            (those endpoints answer 404). Its writer thread runs with the
+            application's lifespan.
 
     Returns:
         A Starlette application (run it with uvicorn, or test it with
@@ -238,9 +303,12 @@ def create_app(
     ]
     with_all = [entry for entry in protocol if entry[0] not in ("/route/producer", "/route/consumer")]
     probes = ["/healthz", "/readyz", "/health", "/metrics"]
-    paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes
+    console_paths = ["/fleet", "/fleet/moves", "/", "/login", "/logout"]
+    paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes + console_paths
     metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
-    endpoints = _Endpoints(holder, metrics, max_body_bytes)
+    endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
+    fleet_endpoints = FleetEndpoints(holder, fleet)
+    console = Console(holder, fleet, tokens)
     routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
     routes += [
         Route(f"{p}/all", endpoints.get_all(model, answer), methods=["GET"]) for p, model, answer in with_all
@@ -250,15 +318,26 @@ def create_app(
         Route("/readyz", endpoints.readyz, methods=["GET"]),
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/metrics", endpoints.metrics_text, methods=["GET"]),
+        Route("/fleet", fleet_endpoints.fleet, methods=["GET"]),
+        Route("/fleet/moves", fleet_endpoints.moves, methods=["GET"]),
+        Route("/", console.page, methods=["GET"]),
+        Route("/login", console.login_form, methods=["GET"]),
+        Route("/login", console.login, methods=["POST"]),
+        Route("/logout", console.logout, methods=["POST"]),
+        Route(STATIC_PREFIX + "{name}", console.static, methods=["GET"]),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if watch:
             holder.start()
+        if fleet is not None:
+            fleet.start()
         try:
             yield
         finally:
+            if fleet is not None:
+                fleet.stop()
             if watch:
                 holder.stop()
 
@@ -266,6 +345,11 @@ def create_app(
     app.state.metrics = metrics
     app.state.holder = holder
     # add_middleware puts the last one outermost: every request is measured, 401s included.
-    app.add_middleware(BearerAuth, tokens=tokens, open_paths=OPEN_PATHS)
+    app.add_middleware(
+        BearerAuth,
+        tokens=tokens,
+        open_paths=(*OPEN_PATHS, "/login", "/logout", STATIC_PREFIX),
+        page_paths=PAGE_PATHS,
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

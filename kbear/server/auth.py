@@ -8,18 +8,44 @@ any other request is answered ``401`` with ``WWW-Authenticate: Bearer`` and a
 and lines starting with ``#`` are skipped), so that a token can be rotated
 by adding the new one, moving the clients, then removing the old one
 (the file is read at start: restart the server to apply a change).
+
+The console (:mod:`kbear.server.console`) is used from a browser, which cannot
+send the header on a navigation: its login form (``POST /login``) takes a
+token and sets a session cookie (``kbear_session``: HttpOnly, SameSite=Strict,
+Secure over HTTPS) valid for :data:`SESSION_TTL_S` seconds, accepted in place
+of the header by every endpoint. The cookie holds its expiry and an HMAC-SHA256
+of it keyed by the token, not the token: every worker process checks it
+without shared state, and removing a token from the file ends its sessions at
+the next restart. A request for a console page without a token is sent to the
+login form (303) instead of getting the JSON 401.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
+import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["TOKEN_ENV", "BearerAuth", "read_tokens"]
+__all__ = [
+    "SESSION_COOKIE",
+    "SESSION_TTL_S",
+    "TOKEN_ENV",
+    "BearerAuth",
+    "read_tokens",
+    "session_cookie",
+    "session_valid",
+]
+
+#: The console's session cookie.
+SESSION_COOKIE = "kbear_session"
+#: How long a console session lasts, seconds (12 hours).
+SESSION_TTL_S = 12 * 3600
 
 #: Environment variable holding the token when no token file is given.
 TOKEN_ENV = "KBEAR_SERVE_TOKEN"
@@ -51,21 +77,58 @@ def read_tokens(token_file: str | os.PathLike[str] | None, environ: Mapping[str,
     return (value.strip(),)
 
 
+def _session_mac(token: bytes, expires: int) -> str:
+    return hmac.new(token, f"kbear-console-session:{expires}".encode(), hashlib.sha256).hexdigest()
+
+
+def session_cookie(token: str, now: float | None = None) -> str:
+    """The session cookie's value for a login with ``token``: ``<expiry>.<hmac>``
+    (expiry in Unix seconds, :data:`SESSION_TTL_S` from ``now``)."""
+    expires = int(time.time() if now is None else now) + SESSION_TTL_S
+    return f"{expires}.{_session_mac(token.encode('utf-8'), expires)}"
+
+
+def session_valid(value: str, tokens: Collection[bytes], now: float | None = None) -> bool:
+    """Whether a session cookie's value was made by :func:`session_cookie` with one
+    of ``tokens`` (UTF-8 bytes) and has not expired."""
+    expires_text, _, mac = value.partition(".")
+    if not expires_text.isdigit() or int(expires_text) < (time.time() if now is None else now):
+        return False
+    expires = int(expires_text)
+    matches = [hmac.compare_digest(mac.encode(), _session_mac(t, expires).encode()) for t in tokens]
+    return any(matches)
+
+
 class BearerAuth:
     """ASGI middleware: refuses HTTP requests without an accepted bearer token.
 
     Args:
         app: the application behind it.
         tokens: the accepted tokens; none disables the check.
-        open_paths: paths answered without a token (the probes).
+        open_paths: paths answered without a token (the probes, the login form);
+            a path ending with ``/`` opens every path under it.
+        page_paths: console pages: without a token they redirect to ``/login``.
     """
 
-    def __init__(self, app: ASGIApp, tokens: Collection[str], open_paths: Collection[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        tokens: Collection[str],
+        open_paths: Collection[str],
+        page_paths: Collection[str] = (),
+    ) -> None:
         self._app = app
         self._tokens = tuple(t.encode("utf-8") for t in tokens)
-        self._open = frozenset(open_paths)
+        self._open = frozenset(p for p in open_paths if not p.endswith("/"))
+        self._open_prefixes = tuple(p for p in open_paths if p.endswith("/"))
+        self._pages = frozenset(page_paths)
 
     def _accepted(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"cookie":
+                session = cookie_parser(value.decode("latin-1")).get(SESSION_COOKIE)
+                if session and session_valid(session, self._tokens):
+                    return True
         for name, value in scope["headers"]:
             if name == b"authorization":
                 scheme, _, token = value.partition(b" ")
@@ -82,9 +145,20 @@ class BearerAuth:
             scope["type"] != "http"
             or not self._tokens
             or scope["path"] in self._open
+            or scope["path"].startswith(self._open_prefixes)
             or self._accepted(scope)
         ):
             await self._app(scope, receive, send)
+            return
+        if scope["path"] in self._pages and scope["method"] in ("GET", "HEAD"):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 303,
+                    "headers": [(b"location", b"/login"), (b"content-length", b"0")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
             return
         await send(
             {

@@ -9,11 +9,15 @@ is refused and the last good configuration stays served.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import sqlite3
 import ssl
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -22,6 +26,7 @@ from starlette.applications import Starlette
 from kbear.config import ConfigError
 from kbear.server.app import create_app
 from kbear.server.auth import TOKEN_ENV, read_tokens
+from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
 
 __all__ = ["run", "worker_app"]
@@ -45,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     Args:
         args: ``config``, ``host``, ``port``, ``token_file``, ``ssl_certfile``,
             ``ssl_keyfile``, ``ssl_ca_certs``, ``watch_interval`` (seconds),
-            ``workers``, ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
+            ``workers``, ``fleet``, ``fleet_db``, ``fleet_ttl``, ``fleet_max_entries``,
+            ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
 
     Returns:
         0 after a graceful stop (on SIGTERM uvicorn ends the process by that
@@ -61,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--ssl-certfile and --ssl-keyfile go together")
     if args.ssl_ca_certs is not None and args.ssl_certfile is None:
         return _fail("--ssl-ca-certs needs --ssl-certfile and --ssl-keyfile")
+    if args.fleet_ttl <= 0:
+        return _fail(f"--fleet-ttl must be > 0, got {args.fleet_ttl}")
     try:
         holder = ConfigHolder(args.config, args.watch_interval)
     except ConfigError as exc:
@@ -103,22 +111,41 @@ def run(args: argparse.Namespace) -> int:
         args.workers,
         "required" if tokens else f"not required (set --token-file or {TOKEN_ENV})",
     )
-    try:
-        if args.workers == 1:
-            uvicorn.Server(uvicorn.Config(create_app(holder, tokens=tokens), **options)).run()
-        else:
-            # Each worker process loads and watches the directory itself (see worker_app).
-            os.environ[_WORKER_ENV] = json.dumps(
-                {
-                    "config": args.config,
-                    "watch_interval": args.watch_interval,
-                    "token_file": args.token_file,
-                    "log_level": args.log_level,
-                }
-            )
-            uvicorn.run(f"{__name__}:worker_app", factory=True, workers=args.workers, **options)
-    except (OSError, ssl.SSLError) as exc:
-        return _fail(str(exc))
+    with contextlib.ExitStack() as cleanup:
+        fleet: dict[str, Any] | None = None
+        if args.fleet == "on":
+            path = args.fleet_db
+            if path is None:
+                path = str(
+                    Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kbear-serve-")))
+                    / "fleet.db"
+                )
+            fleet = {"path": path, "ttl_s": args.fleet_ttl, "max_entries": args.fleet_max_entries}
+            try:
+                FleetRecorder(**fleet)  # creates the file and its tables before the workers open it
+            except (OSError, sqlite3.Error) as exc:
+                return _fail(f"cannot open the fleet database {path}: {exc}")
+            log.info("kbear serve: recording the fleet in %s", path)
+        try:
+            if args.workers == 1:
+                app = create_app(
+                    holder, tokens=tokens, fleet=None if fleet is None else FleetRecorder(**fleet)
+                )
+                uvicorn.Server(uvicorn.Config(app, **options)).run()
+            else:
+                # Each worker process loads and watches the directory itself (see worker_app).
+                os.environ[_WORKER_ENV] = json.dumps(
+                    {
+                        "config": args.config,
+                        "watch_interval": args.watch_interval,
+                        "token_file": args.token_file,
+                        "log_level": args.log_level,
+                        "fleet": fleet,
+                    }
+                )
+                uvicorn.run(f"{__name__}:worker_app", factory=True, workers=args.workers, **options)
+        except (OSError, ssl.SSLError) as exc:
+            return _fail(str(exc))
     return _EXIT_OK
 
 
@@ -133,7 +160,8 @@ def worker_app() -> Starlette:
     """The application of one worker process of ``kbear serve --workers N`` (N > 1),
     built from what :func:`run` put in the environment: uvicorn starts each worker
     with ``worker_app`` as its application factory. Each worker loads the directory,
-    reads the token file (or ``KBEAR_SERVE_TOKEN``) and watches the directory itself.
+    reads the token file (or ``KBEAR_SERVE_TOKEN``) and watches the directory itself;
+    the workers record the fleet in one SQLite file (:mod:`kbear.server.fleet`).
 
     Raises:
         ConfigError: the directory no longer loads (the worker does not start).
@@ -141,4 +169,5 @@ def worker_app() -> Starlette:
     settings = json.loads(os.environ[_WORKER_ENV])
     _configure_logging(settings["log_level"])
     holder = ConfigHolder(settings["config"], settings["watch_interval"])
-    return create_app(holder, tokens=read_tokens(settings["token_file"], os.environ))
+    fleet = None if settings["fleet"] is None else FleetRecorder(**settings["fleet"])
+    return create_app(holder, tokens=read_tokens(settings["token_file"], os.environ), fleet=fleet)

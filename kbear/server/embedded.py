@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
 
 import uvicorn
 
 from kbear.server.app import create_app
+from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
 
 #: Longest wait for the server to start or stop, seconds.
@@ -45,6 +48,8 @@ class EmbeddedMetaService:
         watch_interval_s: seconds between checks of the directory (``kbear serve
             --watch-interval``; default 0.2 here, 0.5 for the command).
         token: a bearer token the service requires (None: none).
+        fleet: record the fleet (``GET /fleet``, the console) in a SQLite file
+            in a temporary directory removed by :meth:`close`.
 
     Raises:
         ConfigError: the directory's configuration is invalid.
@@ -52,11 +57,19 @@ class EmbeddedMetaService:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, watch_interval_s: float = 0.2, token: str | None = None
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        watch_interval_s: float = 0.2,
+        token: str | None = None,
+        fleet: bool = True,
     ) -> None:
         self.holder = ConfigHolder(directory, watch_interval_s)
         self.port = _free_port()
-        app = create_app(self.holder, tokens=(token,) if token else ())
+        self._tmp = tempfile.TemporaryDirectory(prefix="kbear-embedded-serve-")
+        #: The recorded fleet (None when ``fleet=False``).
+        self.fleet = FleetRecorder(Path(self._tmp.name) / "fleet.db") if fleet else None
+        app = create_app(self.holder, tokens=(token,) if token else (), fleet=self.fleet)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
         )
@@ -79,6 +92,7 @@ class EmbeddedMetaService:
         """Stop serving (waits up to 10 s for the server thread)."""
         self._server.should_exit = True
         self._thread.join(_START_STOP_S)
+        self._tmp.cleanup()
 
     def __enter__(self) -> EmbeddedMetaService:
         return self

@@ -80,7 +80,8 @@ class ConfigHolder:
         self.directory = Path(directory)
         self.watch_interval_s = watch_interval_s
         config = load_unresolved(self.directory)
-        self._served = Served(config, Router(config), time.time())
+        # (served, served before the last change), swapped whole: read together, they match
+        self._pair: tuple[Served, Served | None] = (Served(config, Router(config), time.time()), None)
         # The watcher drives this router; each applied configuration also gets a
         # router of its own (see Served), swapped in by the listener below.
         self._primary = Router(config)
@@ -92,7 +93,14 @@ class ConfigHolder:
     @property
     def served(self) -> Served:
         """The configuration in force (read it once per request)."""
-        return self._served
+        return self._pair[0]
+
+    @property
+    def served_and_previous(self) -> tuple[Served, Served | None]:
+        """The configuration in force and the one served before the last change
+        (None before any change), read together: what a move's progress is
+        measured from (:mod:`kbear.server.moves`)."""
+        return self._pair
 
     @property
     def refused(self) -> ConfigError | None:
@@ -121,7 +129,7 @@ class ConfigHolder:
         return self._watcher.check()
 
     def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
-        self._served = Served(new, Router(new), time.time())
+        self._pair = (Served(new, Router(new), time.time()), self._pair[0])
         log.info(
             "kbear serve: configuration %s applied from %s (%d clusters, %d topics, %d rules)",
             new.digest[:12],

@@ -1,0 +1,294 @@
+"""The console of ``kbear serve``: one server-rendered HTML page at ``/``.
+
+What it shows, top to bottom: the refused-change banner (``GET /health``), each
+move's progress bar and stragglers (``GET /fleet/moves``), the fleet table with
+its filters (``GET /fleet``), an explain form (client id and meta, topic, group:
+the chain with each rule's verdict, from :meth:`kbear.router.Router.explain_producer`
+/ ``explain_consumer``), the topics with their producer routes, the clusters
+(``bootstrap.servers`` only: no other cluster property is ever shown), the rules.
+
+No build step and no external asset: Jinja2 templates and one stylesheet and
+one script shipped in ``kbear/server/console_files``; every value is escaped
+by Jinja2's autoescape. It works with JavaScript off (forms are plain GETs);
+with it on, ``console.js`` fetches the page again every 2 s and swaps the
+sections marked ``data-refresh``. Answers carry a Content-Security-Policy
+allowing only this server's own script and stylesheet, ``no-store`` and
+``frame-ancestors 'none'``.
+
+Authentication is the API's (:mod:`kbear.server.auth`): the bearer token, or
+the session cookie set by the login form at ``/login``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from kbear.config import RuleKind
+from kbear.router import Client, Explanation, NoRouteError
+from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, session_cookie
+from kbear.server.fleet import FleetRecorder
+from kbear.server.fleet_api import fleet_json, moves_answer
+from kbear.server.holder import ConfigHolder, Served
+
+__all__ = ["PAGE_PATHS", "STATIC_PREFIX", "Console", "parse_meta"]
+
+#: Pages sent to the login form when asked for without a token.
+PAGE_PATHS = ("/",)
+#: Where the stylesheet and the script are served (no token needed: they hold no data).
+STATIC_PREFIX = "/console/static/"
+#: Topics listed with their routes, and clients in the fleet table, at most.
+_TOPICS_SHOWN, _CLIENTS_SHOWN = 200, 200
+_LOGIN_BODY_MAX = 8192
+_STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def parse_meta(text: str) -> dict[str, str]:
+    """Client meta typed in the explain form: ``KEY=VALUE`` per line or separated by
+    commas; blank entries skipped.
+
+    Raises:
+        ValueError: an entry without ``=`` or with an empty key (named).
+    """
+    meta: dict[str, str] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        item = raw.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"client meta: expected KEY=VALUE, got {item!r}")
+        meta[key.strip()] = value.strip()
+    return meta
+
+
+def _kind(kind: RuleKind) -> str:
+    return kind.name.lower().replace("_", "-")
+
+
+def explanation_view(explanation: Explanation, topic: str, group: str | None) -> dict[str, Any]:
+    """An explanation as the page shows it: the chain with each rule's verdict."""
+    route = explanation.route
+    chain = []
+    for i, verdict in enumerate(explanation.verdicts):
+        rule = verdict.rule
+        if i >= explanation.evaluated:
+            text, css = "not evaluated", "skipped"
+        elif verdict.matched and route is not None and route.rule_id == rule.id:
+            text, css = "match (winner)", "winner"
+        elif verdict.matched:
+            text, css = "match", ""
+        else:
+            text, css = "no match" + (": " + "; ".join(verdict.failed) if verdict.failed else ""), ""
+        chain.append(
+            {
+                "rule": rule.id,
+                "kind": _kind(rule.kind),
+                "priority": rule.priority,
+                "statement": str(rule.statement),
+                "verdict": text,
+                "css": css,
+            }
+        )
+    winner = (
+        None if route is None else {"cluster": route.cluster_id, "topic": route.topic, "rule": route.rule_id}
+    )
+    return {
+        "lookup": "producer" if group is None else "consumer",
+        "topic": topic,
+        "group": group,
+        "chain": chain,
+        "winner": winner,
+    }
+
+
+def _topics(served: Served) -> tuple[list[dict[str, str | None]], int]:
+    config = served.config
+    names = list(dict.fromkeys([*config.topics, *(r.topic_id for r in config.rules if r.topic_id)]))
+    rows: list[dict[str, str | None]] = []
+    for name in names[:_TOPICS_SHOWN]:
+        try:
+            route = served.router.route_producer(name, Client())
+            rows.append(
+                {
+                    "topic": name,
+                    "cluster": route.cluster_id,
+                    "route_topic": route.topic,
+                    "rule": route.rule_id,
+                }
+            )
+        except NoRouteError:
+            rows.append({"topic": name, "cluster": None, "route_topic": None, "rule": None})
+    return rows, max(0, len(names) - _TOPICS_SHOWN)
+
+
+def _rules(served: Served) -> list[dict[str, Any]]:
+    rows = []
+    for rule in served.config.rules:
+        if rule.kind is RuleKind.CONSUMER_GROUP:
+            scope = f"{rule.group_name}@{rule.topic_id}"
+        else:
+            scope = rule.topic_id or "every topic"
+        rows.append(
+            {
+                "id": rule.id,
+                "kind": _kind(rule.kind),
+                "scope": scope,
+                "priority": rule.priority,
+                "statement": str(rule.statement),
+            }
+        )
+    return rows
+
+
+class Console:
+    """The console's handlers over a holder, a fleet (None: not recorded) and the tokens.
+
+    Args:
+        holder: the configuration served.
+        fleet: the recorded fleet, or None (``--fleet off``).
+        tokens: the accepted bearer tokens (empty: the server needs none).
+    """
+
+    def __init__(self, holder: ConfigHolder, fleet: FleetRecorder | None, tokens: Collection[str]) -> None:
+        self.holder = holder
+        self.fleet = fleet
+        self._tokens = tuple(tokens)
+        self._templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("kbear.server", "console_files"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        files = resources.files("kbear.server") / "console_files"
+        self._static = {name: (files / name).read_bytes() for name in _STATIC}
+
+    def _html(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        body = self._templates.get_template(template).render(**context)
+        return HTMLResponse(body, status_code=status, headers=_HEADERS)
+
+    async def page(self, request: Request) -> Response:
+        params = request.query_params
+        context = await run_in_threadpool(self._context, params)
+        return self._html("console.html", title="console", refresh=True, **context)
+
+    def _context(self, params: Mapping[str, str]) -> dict[str, Any]:
+        served = self.holder.served
+        config = served.config
+        refused = self.holder.refused
+        topics, topics_more = _topics(served)
+        context: dict[str, Any] = {
+            "digest": config.digest,
+            "directory": str(self.holder.directory),
+            "loaded_at": served_iso(served.loaded_at),
+            "session": bool(self._tokens),
+            "refused": None if refused is None else [str(p) for p in refused.problems] or [str(refused)],
+            "clusters": [
+                {"id": cid, "servers": c.meta.get("bootstrap.servers", "")}
+                for cid, c in config.clusters.items()
+            ],
+            "topics": topics,
+            "topics_more": topics_more,
+            "rules": _rules(served),
+            "fleet_on": self.fleet is not None,
+            "fleet_filters": {
+                name: params.get(f"fleet_{name}") or None for name in ("topic", "group", "cluster")
+            },
+            "explain_params": {
+                name: params[name]
+                for name in ("client_id", "client_meta", "topic", "group")
+                if params.get(name)
+            },
+            "explanation": None,
+            "explain_error": None,
+        }
+        if self.fleet is not None:
+            context["fleet"] = fleet_json(self.fleet, self.holder, context["fleet_filters"], _CLIENTS_SHOWN)
+            context["moves"] = moves_answer(self.fleet, self.holder, None)
+        topic = params.get("topic")
+        if topic:
+            group = params.get("group") or None
+            try:
+                client = Client(params.get("client_id") or None, parse_meta(params.get("client_meta", "")))
+            except ValueError as exc:
+                context["explain_error"] = str(exc)
+                return context
+            router = served.router
+            explanation = (
+                router.explain_producer(topic, client)
+                if group is None
+                else router.explain_consumer(topic, group, client)
+            )
+            context["explanation"] = explanation_view(explanation, topic, group)
+        return context
+
+    async def login_form(self, request: Request) -> Response:
+        return self._html(
+            "login.html", title="sign in", refresh=False, required=bool(self._tokens), error=None
+        )
+
+    async def login(self, request: Request) -> Response:
+        if not self._tokens:
+            return RedirectResponse("/", 303)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _LOGIN_BODY_MAX:
+                break
+        given = parse_qs(body[:_LOGIN_BODY_MAX].decode("utf-8", "replace")).get("token", [""])[0].strip()
+        matched = [t for t in self._tokens if hmac.compare_digest(given.encode(), t.encode())]
+        if not given or not matched:
+            return self._html(
+                "login.html",
+                status=401,
+                title="sign in",
+                refresh=False,
+                required=True,
+                error="This token is not accepted.",
+            )
+        response = RedirectResponse("/", 303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            session_cookie(matched[0]),
+            max_age=SESSION_TTL_S,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self._static:
+            return Response(b"not found", 404, media_type="text/plain")
+        return Response(
+            self._static[name], media_type=_STATIC[name], headers={"Cache-Control": "max-age=300"}
+        )
+
+
+def served_iso(unix_s: float) -> str:
+    """A time for the page: ISO 8601, UTC, to the second."""
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")

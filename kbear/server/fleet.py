@@ -1,0 +1,332 @@
+"""The fleet: who asked ``kbear serve`` for which route, recorded in an embedded SQLite database.
+
+Every answered ``/route/producer`` and ``/route/consumer`` request is noted as
+one entry per item answered: the client (id, meta with secret-looking values
+hidden as everywhere in kbear, the peer address), the lookup (producer topic,
+or consumer group and topic), the route answered (cluster, physical topic),
+the configuration digest it came from, and when (Unix time, seconds).
+
+Where it is kept: one SQLite file (stdlib ``sqlite3``, WAL journal), shared by
+every worker process of one ``kbear serve --workers N`` (each opens it; SQLite
+serialises their writes), so that any worker answers ``GET /fleet`` for all of
+them. Replicas on several hosts each keep their own file and show the clients
+*they* answered: ask each replica (``kbear move`` takes several
+``--meta-service`` URLs and merges them).
+
+Off the request path: :meth:`FleetRecorder.record` only appends to an
+in-memory list; a writer thread flushes it every ``flush_interval_s`` seconds in
+one transaction. Bounded: at most ``max_pending`` notes wait for a flush (more
+are dropped, counted); entries unseen for ``ttl_s`` seconds are deleted; past
+``max_entries`` entries the least recently seen are deleted (counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbear._secrets import redact
+
+__all__ = [
+    "DEFAULT_FLUSH_INTERVAL_S",
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_TTL_S",
+    "FleetEntry",
+    "FleetRecorder",
+    "FleetStats",
+]
+
+log = logging.getLogger("kbear.server")
+
+#: Seconds an entry is kept after its client's last request (``kbear serve --fleet-ttl``).
+DEFAULT_TTL_S = 300.0
+#: Most entries (client x lookup) kept (``kbear serve --fleet-max-entries``).
+DEFAULT_MAX_ENTRIES = 100_000
+#: Seconds between two flushes of the recorded requests to the database.
+DEFAULT_FLUSH_INTERVAL_S = 0.2
+#: Most notes waiting for a flush; more are dropped (and counted).
+DEFAULT_MAX_PENDING = 200_000
+#: How long a writer waits for another process's transaction, milliseconds.
+_BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fleet (
+    client_id TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    host TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    address TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    route_topic TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    seen REAL NOT NULL,
+    UNIQUE (client_id, meta, host, kind, topic, grp)
+);
+CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
+CREATE INDEX IF NOT EXISTS fleet_topic ON fleet (topic);
+CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_UPSERT = """
+INSERT INTO fleet (client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
+                   first_seen, seen)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (client_id, meta, host, kind, topic, grp) DO UPDATE SET
+    address = excluded.address, cluster = excluded.cluster, route_topic = excluded.route_topic,
+    digest = excluded.digest, seen = excluded.seen
+WHERE excluded.seen >= fleet.seen
+"""
+
+_COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """One lookup of one client, as last answered.
+
+    Attributes:
+        client_id: ``client.id`` ('' when the client sent none).
+        meta: the client's meta, secret-looking values replaced by ``***``.
+        address: the peer address of its last request (``host:port``).
+        kind: ``producer`` or ``consumer``.
+        topic: the requested topic; group: the consumer group ('' for a producer).
+        cluster, route_topic: the route answered (cluster id, physical topic).
+        digest: the configuration digest the answer came from.
+        first_seen, seen: its first and last answer (Unix time, seconds).
+    """
+
+    client_id: str
+    meta: Mapping[str, str]
+    address: str
+    kind: str
+    topic: str
+    group: str
+    cluster: str
+    route_topic: str
+    digest: str
+    first_seen: float
+    seen: float
+
+    @property
+    def client_key(self) -> tuple[str, str, str]:
+        """What tells two clients apart: id, meta and the peer's host."""
+        return (self.client_id, json.dumps(dict(self.meta), sort_keys=True), self.address.rsplit(":", 1)[0])
+
+
+@dataclass(frozen=True)
+class FleetStats:
+    """The fleet's size and what its bounds cost.
+
+    Attributes:
+        entries: entries held; clients: distinct clients among them.
+        evicted: entries deleted because ``max_entries`` was reached.
+        expired: entries deleted after ``ttl_s`` unseen.
+        dropped: notes dropped because ``max_pending`` notes waited for a flush.
+    """
+
+    entries: int
+    clients: int
+    evicted: int
+    expired: int
+    dropped: int
+
+
+# A note: client id, meta json, host, address, kind, digest, at, ((topic, group, cluster, route topic), ...)
+_Note = tuple[str, str, str, str, str, str, float, tuple[tuple[str, str, str, str], ...]]
+
+
+class FleetRecorder:
+    """Records route answers in a SQLite file shared by the processes of one host.
+
+    Args:
+        path: the database file (created with its tables when missing).
+        ttl_s: seconds an entry is kept after its last request (> 0).
+        max_entries: most entries kept (> 0); past it the least recently seen go.
+        flush_interval_s: seconds between two writes of the pending notes (> 0).
+        max_pending: most notes waiting for a write; more are dropped.
+
+    Raises:
+        ValueError: a bound is not positive.
+        sqlite3.Error: the file cannot be opened or is not a fleet database.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        for name, value in (
+            ("ttl_s", ttl_s),
+            ("max_entries", max_entries),
+            ("flush_interval_s", flush_interval_s),
+            ("max_pending", max_pending),
+        ):
+            if value <= 0:
+                raise ValueError(f"fleet {name} must be > 0, got {value}")
+        self.path = Path(path)
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.flush_interval_s = flush_interval_s
+        self.max_pending = max_pending
+        self._pending: list[_Note] = []
+        self._dropped = 0
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA synchronous=NORMAL")
+            yield db
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ the request path
+
+    def record(
+        self,
+        client_id: str,
+        meta: Mapping[str, str],
+        address: str,
+        kind: str,
+        digest: str,
+        lookups: Sequence[tuple[str, str, str, str]],
+        at: float | None = None,
+    ) -> None:
+        """Note one answered route request (no I/O: written by the next flush).
+
+        Args:
+            client_id: ``client.id`` as sent ('' for none); meta: the client's meta
+                (secret-looking values are hidden here, before anything is kept).
+            address: the peer, ``host:port``; kind: ``producer`` or ``consumer``.
+            digest: the digest of the configuration that answered.
+            lookups: (requested topic, group or '', cluster, physical topic) per item answered.
+            at: when (Unix time, seconds; now when None).
+        """
+        if not lookups:
+            return
+        if len(self._pending) >= self.max_pending:
+            self._dropped += 1
+            return
+        meta_json = json.dumps(redact(meta), sort_keys=True) if meta else "{}"
+        host = address.rsplit(":", 1)[0]
+        when = time.time() if at is None else at
+        self._pending.append((client_id, meta_json, host, address, kind, digest, when, tuple(lookups)))
+
+    # ------------------------------------------------------------------ the writer
+
+    def start(self) -> None:
+        """Start the writer thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kbear-serve-fleet", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the writer thread after a last flush."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10.0)
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            try:
+                self.flush()
+            except sqlite3.Error:
+                log.exception("kbear serve: writing the fleet to %s failed", self.path)
+
+    def flush(self, now: float | None = None) -> int:
+        """Write the pending notes, then apply the bounds; returns the notes written."""
+        with self._flush_lock:
+            pending, self._pending = self._pending, []
+            dropped, self._dropped = self._dropped, 0
+            now = time.time() if now is None else now
+            rows = [
+                (cid, meta, host, kind, topic, group, address, cluster, route_topic, digest, at, at)
+                for cid, meta, host, address, kind, digest, at, lookups in pending
+                for topic, group, cluster, route_topic in lookups
+            ]
+            with self._connect() as db:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany(_UPSERT, rows)
+                    expired = db.execute("DELETE FROM fleet WHERE seen < ?", (now - self.ttl_s,)).rowcount
+                    (count,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
+                    evicted = 0
+                    if count > self.max_entries:
+                        evicted = db.execute(
+                            "DELETE FROM fleet WHERE rowid IN "
+                            "(SELECT rowid FROM fleet ORDER BY seen LIMIT ?)",
+                            (count - self.max_entries,),
+                        ).rowcount
+                    for name, value in (("evicted", evicted), ("expired", expired), ("dropped", dropped)):
+                        if value:
+                            db.execute(
+                                "INSERT INTO fleet_counters VALUES (?, ?) "
+                                "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                                (name, value),
+                            )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            return len(pending)
+
+    # ------------------------------------------------------------------ reading
+
+    def entries(
+        self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
+    ) -> list[FleetEntry]:
+        """The entries held, most recently seen first, filtered by requested topic,
+        consumer group and route cluster (None: any)."""
+        where: list[str] = []
+        params: list[str] = []
+        for column, value in (("topic", topic), ("grp", group), ("cluster", cluster)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        sql = f"SELECT {_COLUMNS} FROM fleet"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._connect() as db:
+            rows = db.execute(sql + " ORDER BY seen DESC", params).fetchall()
+        return [
+            FleetEntry(cid, json.loads(meta), address, kind, t, g, c, rt, d, first, seen)
+            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
+        ]
+
+    def stats(self) -> FleetStats:
+        """The fleet's size and the bounds' counters (every process of the file together)."""
+        with self._connect() as db:
+            (entries,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
+            (clients,) = db.execute(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet)"
+            ).fetchone()
+            counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
+        return FleetStats(
+            entries,
+            clients,
+            counters.get("evicted", 0),
+            counters.get("expired", 0),
+            counters.get("dropped", 0) + self._dropped,
+        )

@@ -1,0 +1,160 @@
+"""``GET /fleet`` and ``GET /fleet/moves``: the recorded fleet as JSON.
+
+``GET /fleet?topic=T&group=G&cluster=C&limit=N``: the clients whose recorded
+lookups match every filter given (requested topic, consumer group, route
+cluster), most recently seen first, each with the matching lookups::
+
+    {"digest": served digest, "fleet": {entries, clients, maxEntries, ttlSeconds,
+     evicted, expired, dropped}, "clients": [{id, meta, address, lastSeen,
+     lookups: [{kind, topic, group, route: {clusterId, topicId}, digest, at}]}],
+     "truncated": more clients matched than limit (default 1,000)}
+
+``GET /fleet/moves?topic=T``: see :func:`kbear.server.moves.moves_json`.
+
+Errors have the protocol's status shape: 400 ``fail`` / ``bad_request`` for a
+bad ``limit``; 404 ``fail`` / ``not_found`` when the fleet is not recorded
+(``kbear serve --fleet off``). Times are ISO 8601, UTC. The database is read
+in a worker thread, not in the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from kbear.server.fleet import FleetEntry, FleetRecorder
+from kbear.server.holder import ConfigHolder
+from kbear.server.moves import moves_json, topic_moves
+from kbear.server.protocol import Ack, ErrorCode, ResponseError, ResponseStatus
+
+__all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
+
+#: Clients listed by ``GET /fleet`` when no ``limit`` is given; the largest ``limit`` accepted.
+DEFAULT_LIMIT, MAX_LIMIT = 1000, 100_000
+
+
+class FleetQueryError(ValueError):
+    """A query parameter of ``/fleet`` is not usable (the message names it)."""
+
+
+def _iso(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")
+
+
+def _error(http_status: int, code: ErrorCode, message: str) -> Response:
+    status = ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=code, message=message))
+    return JSONResponse({"status": status.model_dump(mode="json", exclude_none=True)}, http_status)
+
+
+def filters(params: Any) -> dict[str, str | None]:
+    """``topic``, ``group``, ``cluster`` of a query string (absent or empty: None)."""
+    return {name: (params.get(name) or None) for name in ("topic", "group", "cluster")}
+
+
+def limit_of(params: Any) -> int:
+    """``limit`` of a query string (default :data:`DEFAULT_LIMIT`).
+
+    Raises:
+        FleetQueryError: not an integer in 1..100,000.
+    """
+    text = params.get("limit")
+    if not text:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise FleetQueryError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def clients_of(entries: Iterable[FleetEntry]) -> list[list[FleetEntry]]:
+    """Entries grouped by client, in the order of each client's first entry."""
+    grouped: dict[tuple[str, str, str], list[FleetEntry]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.client_key, []).append(entry)
+    return list(grouped.values())
+
+
+def fleet_json(
+    recorder: FleetRecorder, holder: ConfigHolder, found: dict[str, str | None], limit: int
+) -> dict[str, Any]:
+    """The ``GET /fleet`` answer (reads the database: call it off the event loop)."""
+    clients = clients_of(recorder.entries(**found))
+    stats = recorder.stats()
+    return {
+        "digest": holder.served.config.digest,
+        "fleet": {
+            "entries": stats.entries,
+            "clients": stats.clients,
+            "maxEntries": recorder.max_entries,
+            "ttlSeconds": recorder.ttl_s,
+            "evicted": stats.evicted,
+            "expired": stats.expired,
+            "dropped": stats.dropped,
+        },
+        "clients": [
+            {
+                "id": entries[0].client_id,
+                "meta": dict(entries[0].meta),
+                "address": max(entries, key=lambda e: e.seen).address,
+                "lastSeen": _iso(max(e.seen for e in entries)),
+                "lookups": [
+                    {
+                        "kind": e.kind,
+                        "topic": e.topic,
+                        "group": e.group or None,
+                        "route": {"clusterId": e.cluster, "topicId": e.route_topic},
+                        "digest": e.digest,
+                        "at": _iso(e.seen),
+                    }
+                    for e in entries
+                ],
+            }
+            for entries in clients[:limit]
+        ],
+        "truncated": len(clients) > limit,
+    }
+
+
+def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | None) -> dict[str, Any]:
+    """The ``GET /fleet/moves`` answer (reads the database: call it off the event loop)."""
+    current, previous = holder.served_and_previous
+    moves = topic_moves(recorder.entries(topic=topic), current, previous, current.loaded_at)
+    return moves_json(moves, current, previous, current.loaded_at)
+
+
+class FleetEndpoints:
+    """The handlers of ``/fleet`` and ``/fleet/moves`` over a recorder (None: not recorded)."""
+
+    def __init__(self, holder: ConfigHolder, recorder: FleetRecorder | None) -> None:
+        self.holder = holder
+        self.recorder = recorder
+
+    def _off(self) -> Response:
+        return _error(404, ErrorCode.NOT_FOUND, "the fleet is not recorded (kbear serve --fleet off)")
+
+    async def fleet(self, request: Request) -> Response:
+        if self.recorder is None:
+            return self._off()
+        try:
+            limit = limit_of(request.query_params)
+        except FleetQueryError as exc:
+            return _error(400, ErrorCode.BAD_REQUEST, str(exc))
+        body = await run_in_threadpool(
+            fleet_json, self.recorder, self.holder, filters(request.query_params), limit
+        )
+        return JSONResponse(body, headers=_digest(self.holder))
+
+    async def moves(self, request: Request) -> Response:
+        if self.recorder is None:
+            return self._off()
+        topic = request.query_params.get("topic") or None
+        body = await run_in_threadpool(moves_answer, self.recorder, self.holder, topic)
+        return JSONResponse(body, headers=_digest(self.holder))
+
+
+def _digest(holder: ConfigHolder) -> dict[str, str]:
+    return {"X-KBear-Config-Digest": holder.served.config.digest, "Cache-Control": "no-store"}

@@ -1,0 +1,271 @@
+"""The fleet of ``kbear serve`` (issue #30): every answered route request recorded
+(secrets hidden, bounded), ``GET /fleet`` and its filters, ``GET /fleet/moves``
+across a configuration change, one fleet for the processes sharing a file,
+tokens and error bodies as the other endpoints."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+with warnings.catch_warnings():  # Starlette >= 1.x: "use httpx2" (httpx works)
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+from kbear.reload import replace_file
+from kbear.server import ConfigHolder, create_app
+from kbear.server.fleet import FleetRecorder
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*httpx2")
+
+CLUSTERS = """\
+clusters:
+  - id: blue
+    meta: {bootstrap.servers: "blue:9092"}
+  - id: green
+    meta: {bootstrap.servers: "green:9092"}
+  - id: uat
+    meta: {bootstrap.servers: "uat:9092"}
+"""
+
+
+def rules(orders_on: str) -> str:
+    return f"""\
+route-rules:
+  - id: r-uat
+    priority: 1
+    meta: {{rule.isGlobal: true}}
+    rule: use cluster uat when client.env=UAT
+  - id: r-orders
+    meta: {{topic.id: orders}}
+    rule: use cluster {orders_on}
+  - id: r-group
+    meta: {{consumerGroup.groupName: billing, consumerGroup.topicId: orders}}
+    rule: use cluster green
+  - id: r-default
+    meta: {{rule.isGlobal: true}}
+    rule: use cluster blue
+"""
+
+
+TOKEN = "fleet-test-token"
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    directory = tmp_path / "conf"
+    directory.mkdir()
+    (directory / "clusters.yaml").write_text(CLUSTERS)
+    (directory / "route-rules.yaml").write_text(rules("blue"))
+    return directory
+
+
+@pytest.fixture
+def holder(conf: Path) -> ConfigHolder:
+    return ConfigHolder(conf, watch_interval_s=3600)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> FleetRecorder:
+    return FleetRecorder(tmp_path / "fleet.db", flush_interval_s=3600)
+
+
+@pytest.fixture
+def client(holder: ConfigHolder, fleet: FleetRecorder) -> Iterator[TestClient]:
+    app = create_app(holder, watch=False, fleet=fleet, tokens=(TOKEN,))
+    with TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
+        yield test_client
+
+
+def produce(client: TestClient, cid: str, meta: dict[str, str], *topics: str) -> None:
+    body = {"client": {"id": cid, "meta": meta}, "topicIds": list(topics)}
+    assert client.post("/route/producer", json=body).status_code == 200
+
+
+def consume(client: TestClient, cid: str, group: str, topic: str) -> None:
+    body = {"client": {"id": cid}, "consumerGroupIds": [{"groupName": group, "topicId": topic}]}
+    assert client.post("/route/consumer", json=body).status_code == 200
+
+
+def get(client: TestClient, path: str) -> dict[str, Any]:
+    response = client.get(path)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def change_rules(holder: ConfigHolder, text: str) -> None:
+    replace_file(holder.directory / "route-rules.yaml", text)
+    assert [holder.check(), holder.check()] == [False, True]
+
+
+def test_answered_requests_are_recorded_with_secrets_hidden(
+    client: TestClient, fleet: FleetRecorder, holder: ConfigHolder
+) -> None:
+    produce(client, "app-1", {"env": "PROD", "sasl.password": "hunter2", "api.token": "t0k"}, "orders", "x")
+    consume(client, "app-2", "billing", "orders")
+    fleet.flush()
+    answer = get(client, "/fleet")
+    assert "hunter2" not in str(answer) and "t0k" not in str(answer)
+    by_id = {c["id"]: c for c in answer["clients"]}
+    assert by_id["app-1"]["meta"] == {"env": "PROD", "sasl.password": "***", "api.token": "***"}
+    assert by_id["app-1"]["address"].startswith("testclient:")
+    assert {(lk["topic"], lk["route"]["clusterId"]) for lk in by_id["app-1"]["lookups"]} == {
+        ("orders", "blue"),
+        ("x", "blue"),
+    }
+    [lookup] = by_id["app-2"]["lookups"]
+    assert (lookup["kind"], lookup["group"], lookup["route"]["clusterId"]) == ("consumer", "billing", "green")
+    assert lookup["digest"] == holder.served.config.digest == answer["digest"]
+    assert answer["fleet"]["clients"] == 2 and answer["fleet"]["entries"] == 3
+
+
+def test_unanswered_items_and_bad_requests_are_not_recorded(client: TestClient, fleet: FleetRecorder) -> None:
+    body = {"client": {"id": "app-3"}, "topicIds": []}
+    assert client.post("/route/producer", json=body).json()["status"]["ack"] == "fail"
+    assert client.post("/route/producer", content=b"{not json").status_code == 400
+    fleet.flush()
+    assert get(client, "/fleet")["clients"] == []
+
+
+def test_fleet_filters_and_their_errors(client: TestClient, fleet: FleetRecorder) -> None:
+    produce(client, "p-blue", {}, "x")
+    produce(client, "p-uat", {"env": "UAT"}, "orders")
+    consume(client, "c-green", "billing", "orders")
+    fleet.flush()
+
+    def ids(query: str) -> list[str]:
+        return sorted(c["id"] for c in get(client, "/fleet" + query)["clients"])
+
+    assert ids("") == ["c-green", "p-blue", "p-uat"]
+    assert ids("?topic=orders") == ["c-green", "p-uat"]
+    assert ids("?group=billing") == ["c-green"]
+    assert ids("?cluster=uat") == ["p-uat"]
+    assert ids("?topic=orders&cluster=blue") == []
+    limited = get(client, "/fleet?limit=1")
+    assert len(limited["clients"]) == 1 and limited["truncated"] is True
+    bad = client.get("/fleet?limit=lots")
+    assert bad.status_code == 400
+    assert bad.json()["status"]["ack"] == "fail" and bad.json()["status"]["error"]["code"] == "bad_request"
+
+
+def test_the_fleet_needs_the_token(holder: ConfigHolder, fleet: FleetRecorder) -> None:
+    with TestClient(create_app(holder, watch=False, fleet=fleet, tokens=(TOKEN,))) as anonymous:
+        for path in ("/fleet", "/fleet/moves"):
+            response = anonymous.get(path)
+            assert response.status_code == 401
+            assert response.json()["status"]["error"]["code"] == "unauthorized"
+
+
+def test_fleet_off_answers_404_not_found(holder: ConfigHolder) -> None:
+    with TestClient(create_app(holder, watch=False)) as client:
+        assert client.post("/route/producer", json={"topicIds": ["x"]}).status_code == 200
+        for path in ("/fleet", "/fleet/moves"):
+            response = client.get(path)
+            assert response.status_code == 404
+            assert response.json()["status"] == {
+                "ack": "fail",
+                "error": {
+                    "code": "not_found",
+                    "message": "the fleet is not recorded (kbear serve --fleet off)",
+                },
+            }
+
+
+def test_a_move_is_followed_client_by_client(
+    client: TestClient, fleet: FleetRecorder, holder: ConfigHolder
+) -> None:
+    for i in range(3):
+        produce(client, f"app-{i}", {}, "orders", "x")
+    produce(client, "uat-app", {"env": "UAT"}, "orders")  # routed by r-uat: not moved
+    consume(client, "reader", "billing", "orders")  # the group rule: not moved
+    fleet.flush()
+    assert get(client, "/fleet/moves")["moves"] == []  # no change yet
+    old_digest = holder.served.config.digest
+    change_rules(holder, rules("green"))
+
+    [move] = get(client, "/fleet/moves")["moves"]
+    assert move["topic"] == "orders"
+    assert (move["clients"], move["onNewRoute"], move["notAskedSince"], move["remaining"]) == (3, 0, 3, 3)
+    assert move["routes"] == [
+        {
+            "from": {"clusterId": "blue", "topicId": "orders"},
+            "to": {"clusterId": "green", "topicId": "orders"},
+            "entries": 3,
+        }
+    ]
+    assert {s["id"] for s in move["stragglers"]} == {"app-0", "app-1", "app-2"}
+
+    produce(client, "app-0", {}, "orders", "x")
+    # app-1 asks a worker that has not applied the change yet: asked since, still old
+    fleet.record("app-1", {}, "testclient:50000", "producer", old_digest, [("orders", "", "blue", "orders")])
+    fleet.flush()
+    [move] = get(client, "/fleet/moves")["moves"]
+    assert (move["onNewRoute"], move["onOldRoute"], move["notAskedSince"]) == (1, 1, 1)
+    assert move["progress"] == pytest.approx(1 / 3, abs=1e-3)
+    assert [(s["id"], s["state"]) for s in move["stragglers"]] == [
+        ("app-2", "notAskedSince"),
+        ("app-1", "onOldRoute"),
+    ]
+
+    produce(client, "app-1", {}, "orders")
+    produce(client, "app-2", {}, "orders")
+    fleet.flush()
+    answer = get(client, "/fleet/moves?topic=orders")
+    [move] = answer["moves"]
+    assert (move["onNewRoute"], move["remaining"], move["progress"], move["stragglers"]) == (3, 0, 1.0, [])
+    assert (answer["previousDigest"], answer["digest"]) == (old_digest, holder.served.config.digest)
+
+
+def test_bounds_expire_and_evict_and_count(tmp_path: Path) -> None:
+    fleet = FleetRecorder(tmp_path / "f.db", ttl_s=60, max_entries=3)
+    for i in range(5):
+        fleet.record(f"c{i}", {}, f"10.0.0.{i}:1", "producer", "d", [("t", "", "blue", "t")], at=1000.0 + i)
+    fleet.flush(now=1010.0)
+    stats = fleet.stats()
+    assert (stats.entries, stats.evicted, stats.expired) == (3, 2, 0)
+    assert sorted(e.client_id for e in fleet.entries()) == ["c2", "c3", "c4"]  # the least recently seen went
+    fleet.record("c4", {}, "10.0.0.4:1", "producer", "d", [("t", "", "blue", "t")], at=1100.0)
+    fleet.flush(now=1100.0)
+    assert [e.client_id for e in fleet.entries()] == ["c4"]
+    assert fleet.stats().expired == 2
+
+
+def test_pending_notes_are_bounded_and_drops_counted(tmp_path: Path) -> None:
+    fleet = FleetRecorder(tmp_path / "f.db", max_pending=2)
+    for i in range(5):
+        fleet.record(f"c{i}", {}, "h:1", "producer", "d", [("t", "", "blue", "t")])
+    assert fleet.stats().dropped == 3
+    assert fleet.flush() == 2
+    assert fleet.stats().dropped == 3  # kept in the file's counters
+
+
+def test_processes_sharing_the_file_see_one_fleet(tmp_path: Path) -> None:
+    first, second = FleetRecorder(tmp_path / "f.db"), FleetRecorder(tmp_path / "f.db")
+    first.record("a", {}, "h:1", "producer", "d", [("t", "", "blue", "t")])
+    second.record("b", {}, "h:2", "producer", "d", [("t", "", "green", "t")])
+    first.flush()
+    second.flush()
+    for recorder in (first, second):
+        assert sorted(e.client_id for e in recorder.entries()) == ["a", "b"]
+        assert recorder.stats().clients == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ttl_s": 0}, "ttl_s"),
+        ({"max_entries": 0}, "max_entries"),
+        ({"flush_interval_s": -1}, "flush_interval_s"),
+    ],
+)
+def test_bounds_must_be_positive(tmp_path: Path, kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FleetRecorder(tmp_path / "f.db", **kwargs)  # type: ignore[arg-type]
