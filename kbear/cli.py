@@ -19,7 +19,8 @@ holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
 rules (the protocol does not carry their statements).
     kbear demo     [--messages N] [--keep-config DIR] [--metrics-port N]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
-    kbear move     --config DIR --topic T [--group G ...] --to CLUSTER [--create] [--apply] [--json]
+    kbear move     --config DIR|URL --topic T [--group G ...] --to CLUSTER [--create] [--apply]
+                   [--meta-service URL ...] [--json]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
     kbear --version
 
@@ -486,7 +487,16 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
 
 def _cmd_move(args: argparse.Namespace) -> int:
     from kbear.admin._move_cli import run
+    from kbear.admin._move_fleet import service_directory
 
+    if is_url(args.config):  # a kbear serve: its directory, read here, and its fleet
+        try:
+            directory = service_directory(args.config)
+        except ValueError as exc:
+            print(f"kbear: {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+        args.meta_service = [args.config, *args.meta_service]
+        args.config = directory
     router = _load(args.config)
     if router is None:
         return EXIT_CONFIG_ERROR

@@ -12,6 +12,20 @@ echo "== docs"
 # mkdocs-material and mkdocs print notices about MkDocs 2.0 on every build: not ours.
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/kbear-site.$$"
 rm -rf "${TMPDIR:-/tmp}/kbear-site.$$"
+echo "== browser (tests/test_server_console_browser.py: the kbear serve console in headless Chromium)"
+if [ -n "${KBEAR_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1; then
+    echo "Chromium: ${KBEAR_CHROMIUM:-$(command -v chromium)}"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian's chromium (apt-get, as root)"
+    if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); then
+        echo "WARNING: apt-get could not install chromium: the browser tests will be SKIPPED"
+    fi
+else
+    echo "WARNING: no chromium and no apt-get as root here: the browser tests will be SKIPPED" \
+        "(install chromium, or set KBEAR_CHROMIUM to a Chromium binary)"
+fi
+export KBEAR_ARTIFACTS="${KBEAR_ARTIFACTS:-${TMPDIR:-/tmp}/kbear-artifacts}"
+echo "console screenshots go to $KBEAR_ARTIFACTS/console"
 echo "== pytest"
 # conftest.py's watchdog ends the process on a hang pytest-timeout cannot interrupt,
 # writing every thread's traceback here: shown when pytest fails.

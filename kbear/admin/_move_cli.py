@@ -20,6 +20,7 @@ from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move import ApplyResult, MovePlan, apply_move, create_on_target, plan_move
+from kbear.admin._move_fleet import FleetState, FleetWatch
 from kbear.config import ConfigError
 from kbear.router import Router
 
@@ -81,6 +82,14 @@ def add_arguments(
     )
     parser.add_argument(
         "--request-timeout", type=float, default=10.0, metavar="S", help="per admin request, s (10)"
+    )
+    parser.add_argument(
+        "--meta-service",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="--apply: a kbear serve answering the clients from DIR (repeat for replicas; token: "
+        "KBEAR_META_TOKEN): also wait until every client that asked for the topic got the new route",
     )
 
 
@@ -164,19 +173,41 @@ def run(args: argparse.Namespace, router: Router, client: Client) -> int:
                 f"--apply: writing {plan.directory / 'route-rules.yaml'}, watching {plan.now.cluster_id}",
                 file=out,
             )
-        result = apply_move(
-            admin,
-            plan,
-            stable_s=args.stable,
-            timeout_s=args.timeout,
-            request_timeout_s=args.request_timeout,
-            on_tick=None if args.json else _progress(out),
+        fleet = (
+            FleetWatch(args.meta_service, plan.topic, plan.change.config.digest)
+            if args.meta_service
+            else None
         )
+        try:
+            if fleet is not None:
+                fleet.start()
+            started = time.monotonic()
+            result = apply_move(
+                admin,
+                plan,
+                stable_s=args.stable,
+                timeout_s=args.timeout,
+                request_timeout_s=args.request_timeout,
+                on_tick=None if args.json else _progress(out, fleet),
+            )
+            fleet_done = True
+            if fleet is not None:
+                fleet_done = fleet.wait(started + args.timeout, None if args.json else _fleet_progress(out))
+                report["fleet"] = {
+                    **fleet.state.as_json(),
+                    "done": fleet_done,
+                    "done_s": None if fleet.done_at is None else round(fleet.done_at - started, 2),
+                }
+        finally:
+            if fleet is not None:
+                fleet.close()
         report["apply"] = _apply_json(result)
-        code = EXIT_OK if result.watch.switched else EXIT_NOT_READY
+        code = EXIT_OK if result.watch.switched and fleet_done else EXIT_NOT_READY
         if args.json:
             return _finish(args, plan, report, code)
         print(_apply_line(plan, result), file=out)
+        if fleet is not None:
+            print(_fleet_line(plan, fleet), file=out)
         return code
     except NoRouteError as exc:
         print(f"kbear: {exc}", file=sys.stderr)
@@ -234,15 +265,40 @@ def _apply_line(plan: MovePlan, result: ApplyResult) -> str:
     return f"not switched after {watch.waited_s:.1f} s: lags on {plan.now.cluster_id} {watch.lags}"
 
 
-def _progress(out: TextIO) -> Callable[[float, int, dict[str, int]], None]:
+def _progress(out: TextIO, fleet: FleetWatch | None = None) -> Callable[[float, int, dict[str, int]], None]:
     last = [0.0]
 
     def tick(elapsed: float, produced: int, lags: dict[str, int]) -> None:
         if time.monotonic() - last[0] >= 2.0:
             last[0] = time.monotonic()
+            clients = "" if fleet is None else f"; {fleet.state.line()}"
             print(
-                f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, lag {lags}",
+                f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, "
+                f"lag {lags}{clients}",
                 file=out,
             )
 
     return tick
+
+
+def _fleet_progress(out: TextIO) -> Callable[[FleetState], None]:
+    last = [0.0]
+
+    def tick(state: FleetState) -> None:
+        if time.monotonic() - last[0] >= 2.0:
+            last[0] = time.monotonic()
+            print(f"  waiting for the clients: {state.line()}", file=out)
+
+    return tick
+
+
+def _fleet_line(plan: MovePlan, fleet: FleetWatch) -> str:
+    state = fleet.state
+    if fleet.done_at is not None:
+        return (
+            f"fleet: every client that asked for '{plan.topic}' got the new route "
+            f"({state.moved}/{state.clients} client(s) on it)"
+        )
+    listed = ", ".join(f"{cid or '(no id)'} ({address})" for cid, address in state.stragglers[:20])
+    more = f" and {len(state.stragglers) - 20} more" if len(state.stragglers) > 20 else ""
+    return f"not every client moved before the timeout ({state.line()}); stragglers: {listed or 'none'}{more}"
