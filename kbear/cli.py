@@ -486,17 +486,14 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
 
 
 def _cmd_move(args: argparse.Namespace) -> int:
-    from kbear.admin._move_cli import run
-    from kbear.admin._move_fleet import service_directory
+    from kbear.admin._move_cli import run, use_service
 
     if is_url(args.config):  # a kbear serve: its directory, read here, and its fleet
         try:
-            directory = service_directory(args.config)
+            use_service(args)
         except ValueError as exc:
             print(f"kbear: {exc}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
-        args.meta_service = [args.config, *args.meta_service]
-        args.config = directory
     router = _load(args.config)
     if router is None:
         return EXIT_CONFIG_ERROR

@@ -20,7 +20,7 @@ from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move import ApplyResult, MovePlan, apply_move, create_on_target, plan_move
-from kbear.admin._move_fleet import FleetState, FleetWatch
+from kbear.admin._move_fleet import FleetState, FleetWatch, service_directory
 from kbear.config import ConfigError
 from kbear.router import Router
 
@@ -91,6 +91,17 @@ def add_arguments(
         help="--apply: a kbear serve answering the clients from DIR (repeat for replicas; token: "
         "KBEAR_META_TOKEN): also wait until every client that asked for the topic got the new route",
     )
+
+
+def use_service(args: argparse.Namespace) -> None:
+    """``--config URL``: plan on the directory the ``kbear serve`` at URL answers
+    from (read here) and wait for its fleet (``--meta-service URL``).
+
+    Raises:
+        ValueError: the service cannot be read or its directory is not here.
+    """
+    args.meta_service = [args.config, *args.meta_service]
+    args.config = service_directory(args.config)
 
 
 def _route(route: Route) -> str:

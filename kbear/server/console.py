@@ -33,8 +33,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from kbear._identity import Client
+from kbear._route import Explanation, NoRouteError
 from kbear.config import RuleKind
-from kbear.router import Client, Explanation, NoRouteError
 from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, session_cookie
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import fleet_json, moves_answer

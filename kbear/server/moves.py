@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kbear.router import Client, NoRouteError, Router
+from kbear._identity import Client
+from kbear._route import NoRouteError
+from kbear.router import Router
 from kbear.server.fleet import FleetEntry
 from kbear.server.holder import Served
 
