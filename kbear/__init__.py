@@ -5,7 +5,7 @@ Public names only; everything is defined in its own module.
 
 from kbear._compiled import dispatcher
 from kbear._identity import Client
-from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
+from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route, RuleVerdict
 from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
@@ -28,6 +28,7 @@ __all__ = [
     "Explanation",
     "KBearConfig",
     "MemorySource",
+    "MetaServiceUnavailable",
     "NoRouteError",
     "Route",
     "RoutedAdminClient",

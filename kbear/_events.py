@@ -113,8 +113,26 @@ class MetaRequest:
     duration_s: float
 
 
+@dataclass(frozen=True)
+class MetaServiceState:
+    """A refresh asked the meta-service at ``location``: ``down_since`` is when it was
+    first found unreachable (``time.time()``), None when this refresh reached it;
+    ``answer_at`` when the last good answer arrived (None: none yet)."""
+
+    location: str
+    down_since: float | None
+    answer_at: float | None
+
+
 Event = (
-    ClientOpened | RouteChanged | DrainStarted | DrainFinished | ReloadApplied | ReloadRefused | MetaRequest
+    ClientOpened
+    | RouteChanged
+    | DrainStarted
+    | DrainFinished
+    | ReloadApplied
+    | ReloadRefused
+    | MetaRequest
+    | MetaServiceState
 )
 Listener = Callable[[Event], None]
 #: ``configurer(kind, cluster_id, conf)``: may change ``conf`` (a cluster client's

@@ -31,6 +31,8 @@ from kbear.config import CLUSTERS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE, 
 
 PRODUCER_PATH = "/route/producer"
 CONSUMER_PATH = "/route/consumer"
+#: every rule a service holds (``GET``; the reference server and ``kbear serve``)
+RULES_ALL_PATH = "/route/rules/all"
 
 #: A lookup a meta-service answers: (topic, None) for a producer, (topic, group) for a consumer.
 Interest = tuple[str, str | None]
@@ -108,6 +110,17 @@ class ConsumerAnswer(_RouteAnswer):
 
     consumerGroupIdRoutes: Annotated[list[_GroupRoute], BeforeValidator(_empty_list_if_none)] = []
     consumerGroups: Annotated[list[_Group], BeforeValidator(_empty_list_if_none)] = []
+
+
+class _RuleInfo(_Message):
+    id: StrictStr
+    priority: int = 0
+    meta: _Meta = {}
+
+
+class _RulesAnswer(_Message):
+    status: _Status
+    routeRules: Annotated[list[_RuleInfo], BeforeValidator(_empty_list_if_none)] = []
 
 
 class _ListAnswer(_Message):
@@ -278,3 +291,23 @@ def everything_documents(clusters: Any, topics: Any, groups: Any) -> dict[str, A
         },
         ROUTE_RULES_FILE: {"route-rules": []},
     }
+
+
+def rules_document(data: Any) -> list[dict[str, Any]]:
+    """The ``route-rules`` list of a ``/route/rules/all`` answer (decoded JSON): each
+    ``RouteRuleInfo`` as a rule entry, its statement taken from its meta ``rule``
+    (where ``kbear serve`` and KBear's files keep it), in the order served.
+
+    Raises:
+        AnswerRefused: an answer of the wrong shape, ``ack: fail``, or a rule
+            without a statement.
+    """
+    answer = parse_answer(_RulesAnswer, data, RULES_ALL_PATH)
+    rules = []
+    for info in answer.routeRules:
+        meta = dict(info.meta)
+        statement = meta.pop("rule", None)
+        if statement is None:
+            raise AnswerRefused(f"{RULES_ALL_PATH}: rule '{info.id}' has no statement (meta 'rule')")
+        rules.append({"id": info.id, "priority": info.priority, "meta": meta, "rule": statement})
+    return rules

@@ -1,11 +1,13 @@
 """What a route lookup answers: a :class:`Route`, :class:`NoRouteError` when no
-rule routes the request, and the :class:`Explanation` of a chain (each rule's
+rule routes the request (:class:`MetaServiceUnavailable` when the meta-service
+answering it cannot be reached), and the :class:`Explanation` of a chain (each rule's
 :class:`RuleVerdict`). Re-exported by :mod:`kbear.router` and :mod:`kbear`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 
 from kbear._identity import Client
@@ -91,6 +93,62 @@ class NoRouteError(LookupError):
     def __reduce__(self) -> tuple[type[NoRouteError], tuple[Client, str, str | None]]:
         # Rebuilt from its fields (pickle, copy), not from the formatted message.
         return type(self), (self.client, self.topic, self.group)
+
+
+class MetaServiceUnavailable(NoRouteError):
+    """A lookup has no route because the meta-service that answers it cannot be
+    reached (transport error, timeout, HTTP 5xx after every try), not because no
+    rule matches: a :class:`NoRouteError`, so that existing ``except`` clauses
+    still catch it. Routes answered before stay in force; the lookup is asked
+    again at the next refresh.
+
+    Attributes:
+        client, topic, group: as :class:`NoRouteError`.
+        url: the meta-service's URL (without credentials).
+        since: when the service was first found unreachable, wall-clock seconds
+            since the epoch (``time.time()``).
+        last_answer_age_s: seconds since the last good answer (the cached one
+            for a client that started from its cache file), None if there was none.
+        reason: the last failure (``/route/producer: ConnectError: ...``).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        group: str | None,
+        url: str,
+        since: float,
+        last_answer_age_s: float | None,
+        reason: str,
+    ) -> None:
+        super().__init__(client, topic, group)
+        self.url = url
+        self.since = since
+        self.last_answer_age_s = last_answer_age_s
+        self.reason = reason
+        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
+        started = datetime.fromtimestamp(since, UTC).isoformat(timespec="seconds")
+        age = (
+            "no answer received yet"
+            if last_answer_age_s is None
+            else f"last answer {last_answer_age_s:.0f} s old"
+        )
+        self.args = (
+            f"meta-service {url} unreachable since {started} ({age}; {reason}): "
+            f"no route known for {what}",
+        )
+
+    def __reduce__(self) -> tuple[type[NoRouteError], tuple[object, ...]]:  # type: ignore[override]
+        return type(self), (
+            self.client,
+            self.topic,
+            self.group,
+            self.url,
+            self.since,
+            self.last_answer_age_s,
+            self.reason,
+        )
 
 
 @dataclass(frozen=True)

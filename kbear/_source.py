@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from kbear._route import NoRouteError
+
 if TYPE_CHECKING:
     from kbear._identity import Client
     from kbear.config import KBearConfig
@@ -90,6 +92,13 @@ class ConfigSource(ABC):
         True by default. Called after :meth:`prepare` when :attr:`on_demand`; a
         False answer makes the router raise :class:`~kbear.NoRouteError`."""
         return True
+
+    def unanswered(self, topic: str, group: str | None, client: Client) -> Exception:
+        """What a router raises for a lookup :meth:`answers` said no to: a
+        :class:`~kbear.NoRouteError` by default; a meta-service tells an unreachable
+        service (:class:`~kbear.MetaServiceUnavailable`) and an answer refused as
+        invalid (its :class:`~kbear.ConfigError`) apart."""
+        return NoRouteError(client, topic, group)
 
     def add_change_listener(self, listener: ChangeListener) -> None:
         """Call ``listener()`` whenever :meth:`notify_changed` is called."""

@@ -7,16 +7,19 @@ Subcommands::
     kbear explain  --config DIR|URL --topic T [--group G] [--client-id ID]
                    [--client-meta KEY=VALUE ...] [--json]
     kbear validate --config DIR|URL
-    kbear lint     --config DIR|URL
+    kbear lint     --config DIR|URL [--json]
 
 ``--config`` takes a configuration directory or a meta-service ``http(s)://``
-URL (the ``meta`` extra). With a URL, ``route`` and ``explain`` ask the service
-for the route of the lookup's client (one request); the chain shown by
-``explain`` is then the service's answer (one rule per route), not the
-service's rules. ``validate`` and ``lint`` with a URL check what the service
-holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
-``/meta/consumer-groups/all``): clusters, topics and consumer groups, not the
-rules (the protocol does not carry their statements).
+URL (the ``meta`` extra); another scheme (``ftp://``) is a configuration error
+naming it. With a URL, ``route`` asks the service for the route of the
+lookup's client (one request); ``explain`` also reads the service's rules
+(``GET /route/rules/all``, each statement in the rule's meta ``rule``) and
+explains the chain from them, or says plainly that it cannot (a service that
+does not serve them) and prints the service's route. ``validate`` and
+``lint`` with a URL check everything the service holds (``GET
+/meta/clusters/all``, ``/meta/topics/all``, ``/meta/consumer-groups/all``,
+``/route/rules/all``); without served rules, the cluster checks only (said on
+stderr). See :mod:`kbear._cli_config`.
     kbear demo     [--messages N] [--keep-config DIR] [--metrics-port N]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear move     --config DIR|URL --topic T [--group G ...] --to CLUSTER [--create] [--apply]
@@ -37,12 +40,17 @@ Exit codes:
 - 2: a configuration error (every problem is printed on stderr), or a usage
   error (argparse);
 - 3: no rule of the chain routes the request (``route``, ``explain``);
+- 4: the meta-service of ``--config URL`` cannot be reached (``route`` and
+  ``explain``: it has not answered the lookup; ``validate``, ``lint``:
+  nothing could be read);
 - 1 also: ``assignments`` flagged overlaps, orphans or misconfigured nodes, or
   found no live node of the group (see :mod:`kbear.balanced._report`);
 - 130: interrupted.
 
 ``lint`` prints one line per warning on stdout (``FILE: SUBJECT: MESSAGE [CODE]``,
-see :mod:`kbear.lint`) and a count on stderr.
+see :mod:`kbear.lint`) and a count on stderr; with ``--json``, one object
+``{"location", "rules_checked", "warnings": [{"code", "file", "subject",
+"message"}]}``.
 
 Only ``bootstrap.servers`` of a cluster is ever printed: the other cluster
 properties (``sasl.password`` and the like) never appear in the output.
@@ -54,28 +62,39 @@ process exit code (the generated wrapper does ``sys.exit(main())``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 import kbear
-from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
-from kbear._identity import Client
-from kbear._route import NoRouteError
-from kbear.config import ConfigError, KBearConfig
+from kbear._cli_config import (
+    EXIT_CONFIG_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_LINT_WARNINGS,
+    EXIT_META_UNAVAILABLE,
+    EXIT_NO_ROUTE,
+    EXIT_OK,
+    client_of,
+    cmd_explain,
+    cmd_lint,
+    cmd_route,
+    cmd_validate,
+    load,
+    load_config_of,
+)
 from kbear.router import Router
 from kbear.sources import is_url
 
-__all__ = ["EXIT_CONFIG_ERROR", "EXIT_LINT_WARNINGS", "EXIT_NO_ROUTE", "EXIT_OK", "build_parser", "main"]
-
-EXIT_OK = 0
-#: ``lint``: the configuration is valid but has warnings.
-EXIT_LINT_WARNINGS = 1
-#: A configuration error. argparse uses the same code for usage errors.
-EXIT_CONFIG_ERROR = 2
-EXIT_NO_ROUTE = 3
-EXIT_INTERRUPTED = 130
+__all__ = [
+    "EXIT_CONFIG_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_LINT_WARNINGS",
+    "EXIT_META_UNAVAILABLE",
+    "EXIT_NO_ROUTE",
+    "EXIT_OK",
+    "build_parser",
+    "main",
+]
 
 
 # --------------------------------------------------------------------------- argument types
@@ -170,7 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kbear",
         description="Route Kafka clients across clusters with CRRL rules.",
-        epilog="exit codes: 0 ok, 1 lint warnings, 2 configuration or usage error, 3 no route",
+        epilog=(
+            "exit codes: 0 ok, 1 lint warnings, 2 configuration or usage error, 3 no route, "
+            "4 meta-service unavailable, 130 interrupted"
+        ),
     )
     parser.add_argument("--version", action="version", version=f"kbear {kbear.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -181,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Look up the route of a producer (no --group) or consumer (--group) request.",
     )
     _add_lookup(route)
-    route.set_defaults(handler=_cmd_route)
+    route.set_defaults(handler=cmd_route)
 
     explain = sub.add_parser(
         "explain",
@@ -189,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the chain of a lookup, one line per rule in chain order, and the winner.",
     )
     _add_lookup(explain)
-    explain.set_defaults(handler=_cmd_explain)
+    explain.set_defaults(handler=cmd_explain)
 
     validate = sub.add_parser(
         "validate",
@@ -197,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load a configuration directory and print every problem (exit 2 if any).",
     )
     _add_config(validate)
-    validate.set_defaults(handler=_cmd_validate)
+    validate.set_defaults(handler=cmd_validate)
 
     lint = sub.add_parser(
         "lint",
@@ -208,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_config(lint)
-    lint.set_defaults(handler=_cmd_lint)
+    lint.add_argument("--json", action="store_true", help="print one JSON object (the warnings)")
+    lint.set_defaults(handler=cmd_lint)
 
     demo = sub.add_parser(
         "demo",
@@ -365,104 +388,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- commands
 
 
-def _load(location: str, client: Client | None = None) -> Router | None:
-    """The router of ``location`` (a directory or a meta-service URL asked on behalf of
-    ``client``), or None after printing every problem on stderr."""
-    try:
-        if is_url(location) and client is None:
-            # validate / lint: no client to route for; what the service holds is checked.
-            from kbear.meta import load_everything
-
-            return Router(load_everything(location))
-        if is_url(location):
-            return Router.from_source(location, client=client, cache_file=None)
-        return Router.from_path(location)
-    except ConfigError as exc:
-        _print_config_error(exc, location)
-        return None
-
-
-def _print_config_error(exc: ConfigError, directory: str, out: TextIO | None = None) -> None:
-    out = out or sys.stderr
-    count = len(exc.problems)
-    print(f"kbear: invalid configuration in {directory}: {count} problem(s)", file=out)
-    for problem in exc.problems:
-        print(f"  {problem}", file=out)
-
-
-def _client(args: argparse.Namespace) -> Client:
-    return Client(args.client_id, args.client_meta)
-
-
-def _cmd_route(args: argparse.Namespace) -> int:
-    client = _client(args)
-    router = _load(args.config, client)
-    if router is None:
-        return EXIT_CONFIG_ERROR
-    try:
-        route = router.route(args.topic, args.group, client)
-    except NoRouteError as exc:
-        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
-        return EXIT_NO_ROUTE
-    if args.json:
-        print(json.dumps(route_json(route)))
-    else:
-        print(route_line(route))
-    return EXIT_OK
-
-
-def _cmd_explain(args: argparse.Namespace) -> int:
-    client = _client(args)
-    router = _load(args.config, client)
-    if router is None:
-        return EXIT_CONFIG_ERROR
-    if args.group is None:
-        explanation = router.explain_producer(args.topic, client)
-    else:
-        explanation = router.explain_consumer(args.topic, args.group, client)
-    if args.json:
-        print(json.dumps(explain_json(explanation, args.topic, args.group, client)))
-    else:
-        print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
-    if explanation.route is None:
-        exc = NoRouteError(client, args.topic, args.group)
-        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
-        return EXIT_NO_ROUTE
-    return EXIT_OK
-
-
-def _summary(config: KBearConfig) -> str:
-    return (
-        f"OK: {len(config.clusters)} clusters, {len(config.topics)} topics, "
-        f"{len(config.consumer_groups)} consumer groups, {len(config.rules)} rules"
-    )
-
-
-def _cmd_validate(args: argparse.Namespace) -> int:
-    router = _load(args.config)
-    if router is None:
-        return EXIT_CONFIG_ERROR
-    print(_summary(router.config))
-    return EXIT_OK
-
-
-def _cmd_lint(args: argparse.Namespace) -> int:
-    from kbear.lint import lint
-
-    router = _load(args.config)
-    if router is None:
-        return EXIT_CONFIG_ERROR
-    warnings = lint(router.config)
-    if is_url(args.config):
-        # What a meta-service holds has no rule statements: only the checks of clusters apply.
-        warnings = [w for w in warnings if w.code == "meta-only"]
-    if not warnings:
-        print(f"OK: no warnings ({_summary(router.config).removeprefix('OK: ')})")
-        return EXIT_OK
-    for warning in warnings:
-        print(warning)
-    print(f"kbear: {len(warnings)} warning(s) in {args.config}", file=sys.stderr)
-    return EXIT_LINT_WARNINGS
+def _load(location: str) -> Router | int:
+    """assignments / move: the router of a directory, or of everything a meta-service
+    holds; or the exit code after printing every problem on stderr."""
+    if not is_url(location):
+        return load(location)
+    got = load_config_of(location)
+    return got if isinstance(got, int) else Router(got[0])
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -475,8 +407,8 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
     from kbear.balanced._report import run_assignments  # lazily: it needs confluent-kafka clients
 
     router = _load(args.config)
-    if router is None:
-        return EXIT_CONFIG_ERROR
+    if isinstance(router, int):
+        return router
     try:
         return run_assignments(
             router.config, args.group, sys.stdout, sys.stderr, topic=args.registry_topic, timeout=args.timeout
@@ -495,9 +427,9 @@ def _cmd_move(args: argparse.Namespace) -> int:
             print(f"kbear: {exc}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
     router = _load(args.config)
-    if router is None:
-        return EXIT_CONFIG_ERROR
-    return run(args, router, _client(args))
+    if isinstance(router, int):
+        return router
+    return run(args, router, client_of(args))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

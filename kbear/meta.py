@@ -37,6 +37,16 @@ Faults never take the application down:
 
 Partial answers (``ack: partial_fail``) are used: the lookups without a route
 raise :class:`~kbear.NoRouteError`, and are asked again at the next refresh.
+
+A lookup the service has not answered is told apart from one no rule routes:
+
+- the service cannot be reached: :class:`~kbear.MetaServiceUnavailable` (a
+  ``NoRouteError``) naming the URL, since when, and the last answer's age; the
+  metrics show it too (``kbear_meta_service_up``,
+  ``kbear_meta_service_unreachable_seconds``, ``kbear_meta_last_answer_age_seconds``);
+- its answer for the lookup was refused as invalid (an unset ``${NAME}``, a
+  property librdkafka refuses): the :class:`~kbear.ConfigError` a directory
+  holding the same configuration gives.
 """
 
 from __future__ import annotations
@@ -60,19 +70,24 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from kbear import _events
 from kbear import _meta_protocol as protocol
 from kbear._identity import Client
+from kbear._meta_http import (
+    ServiceUnreachableError,
+    Unavailable,
+    load_everything,
+    problem,
+    request,
+    unreachable,
+)
+from kbear._route import MetaServiceUnavailable, NoRouteError
 from kbear._source import ConfigSource
-from kbear.config import ConfigError, ConfigProblem, KBearConfig, documents_digest, load_documents
+from kbear.config import ConfigError, KBearConfig, documents_digest, load_documents
 
-__all__ = ["MetaServiceSource", "default_cache_file", "load_everything"]
+__all__ = ["MetaServiceSource", "ServiceUnreachableError", "default_cache_file", "load_everything"]
 
 log = logging.getLogger("kbear.meta")
 
 _DEFAULT = object()
 _CACHE_VERSION = 1
-
-
-class _Unavailable(Exception):
-    """The service could not be asked (transport error, timeout, HTTP 5xx): retried."""
 
 
 def default_cache_file(url: str, client: Client) -> Path:
@@ -149,7 +164,7 @@ class MetaServiceSource(ConfigSource):
             follow_redirects=False,
         )
         self._retrying = retry(
-            retry=retry_if_exception_type(_Unavailable),
+            retry=retry_if_exception_type(Unavailable),
             stop=stop_after_attempt(attempts),
             wait=wait_exponential(multiplier=backoff_s, max=2.0),
             reraise=True,
@@ -162,6 +177,13 @@ class MetaServiceSource(ConfigSource):
         self._fetched: tuple[str, protocol.Answer] | None = None
         # The lookups answered in each configuration built (by digest), newest last.
         self._answered: OrderedDict[str, frozenset[protocol.Interest]] = OrderedDict()
+        # Since when (time.time()) the service cannot be reached, and why; None: reachable.
+        self._down_since: float | None = None
+        self._down_reason = ""
+        # When (time.time()) the last good answer arrived (the cached one's savedAt).
+        self._answer_at: float | None = None
+        # The ConfigError of the answer to each new lookup refused as invalid.
+        self._refused: dict[protocol.Interest, ConfigError] = {}
         self._read_cache_interests()
 
     # ------------------------------------------------------------------ ConfigSource
@@ -218,8 +240,13 @@ class MetaServiceSource(ConfigSource):
                 )
                 answer = cached[0]
                 config = load_documents(answer.documents, origin=self.url, environ=self._environ)
+                self._answer_at = _timestamp(cached[1])
             else:
                 self._write_cache(answer)
+                self._refused.clear()  # every lookup was asked again
+                if self._topics or self._groups:  # the service was asked (nothing to ask at start)
+                    self._answer_at = time.time()
+            self._emit_state()
             for note in answer.notes:
                 log.warning("kbear: meta-service %s: %s", self.url, note)
             self._answered[config.digest] = frozenset(answer.answered)
@@ -230,8 +257,8 @@ class MetaServiceSource(ConfigSource):
     def prepare(self, topic: str, group: str | None, client: Client) -> None:
         """Register the lookup; a new one is asked for at once: this source tells
         its listeners (the router) that it changed, and they reload. A refused or
-        unreachable answer is logged; the lookup then has no route
-        (:meth:`answers`), the application is not interrupted.
+        unreachable answer is logged and remembered; the lookup then has no route
+        (:meth:`answers`), and the router raises what :meth:`unanswered` says.
 
         Raises:
             ValueError: ``client`` is neither anonymous nor this source's client.
@@ -254,6 +281,8 @@ class MetaServiceSource(ConfigSource):
                 self.notify_changed()
             except ConfigError as exc:
                 log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
+                if not isinstance(exc, ServiceUnreachableError):
+                    self._refused[key] = exc
             except Exception:  # never into the application: the lookup has no route
                 log.exception("kbear: asking meta-service %s for %s failed", self.url, key)
 
@@ -261,6 +290,36 @@ class MetaServiceSource(ConfigSource):
         """Whether the configuration ``digest`` (one of the last 8 this source
         loaded) answered the lookup (``ack: partial_fail`` leaves some unanswered)."""
         return (topic, group) in self._answered.get(digest, ())
+
+    def unanswered(self, topic: str, group: str | None, client: Client) -> Exception:
+        """Why a lookup has no route: :class:`~kbear.MetaServiceUnavailable` while the
+        service cannot be reached (URL, since when, the last answer's age); the
+        :class:`~kbear.ConfigError` of the answer to it refused as invalid (an unset
+        ``${NAME}``: what a directory gives); else :class:`~kbear.NoRouteError` (the
+        service answered without a route)."""
+        since = self._down_since
+        if since is not None:
+            age = None if self._answer_at is None else max(0.0, time.time() - self._answer_at)
+            where = _events.location(self.url)
+            return MetaServiceUnavailable(client, topic, group, where, since, age, self._down_reason)
+        refused = self._refused.get((topic, group))
+        if refused is not None:
+            return refused
+        return NoRouteError(client, topic, group)
+
+    def _reached(self, reason: str | None) -> None:
+        """Note the outcome of a refresh that asked the service: reached (``reason``
+        None) or not (why); the metrics follow (``MetaServiceState``)."""
+        if reason is None:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = time.time()
+        self._down_reason = reason or ""
+        self._emit_state()
+
+    def _emit_state(self) -> None:
+        where = _events.location(self.url)
+        _events.emit(_events.MetaServiceState(where, self._down_since, self._answer_at))
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -280,17 +339,22 @@ class MetaServiceSource(ConfigSource):
                 body = protocol.consumer_request(self._client_message, groups)
                 data = self._retrying(self._post)(protocol.CONSUMER_PATH, body)
                 consumer = protocol.parse_answer(protocol.ConsumerAnswer, data, protocol.CONSUMER_PATH)
+            if topics or groups:
+                self._reached(None)
             return protocol.answer_documents(producer, consumer, topics, groups)
-        except _Unavailable as exc:
-            raise _problem(self.url, f"meta-service unreachable: {exc}") from None
+        except Unavailable as exc:
+            self._reached(str(exc))
+            raise unreachable(self.url, exc) from None
         except protocol.AnswerRefused as exc:
-            raise _problem(self.url, f"meta-service answer refused: {exc}") from None
+            if topics or groups:
+                self._reached(None)
+            raise problem(self.url, f"meta-service answer refused: {exc}") from None
 
     def _post(self, path: str, body: Any) -> Any:
         outcome = "unavailable"
         start = time.monotonic()
         try:
-            data = _request(self._http, "POST", path, body, self._timeout_s, self._max_body)
+            data = request(self._http, "POST", path, body, self._timeout_s, self._max_body)
             outcome = "ok"
             return data
         except protocol.AnswerRefused:
@@ -369,82 +433,9 @@ class MetaServiceSource(ConfigSource):
             log.warning("kbear: meta-service cache %s not written: %s", self.cache_file, exc)
 
 
-def _problem(location: str, message: str) -> ConfigError:
-    return ConfigError([ConfigProblem(location, None, message)], location)
-
-
-def _request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: float, max_body: int) -> Any:
-    """One request; the decoded JSON answer.
-
-    Raises:
-        _Unavailable: transport error, timeout (the whole answer must arrive
-            within ``timeout_s``), HTTP 5xx.
-        protocol.AnswerRefused: HTTP status other than 200 and 5xx, a body larger
-            than ``max_body`` bytes, not JSON.
-    """
-    deadline = time.monotonic() + timeout_s
+def _timestamp(saved_at: str) -> float | None:
+    """``savedAt`` of a cache file (ISO 8601) as ``time.time()`` seconds; None if unreadable."""
     try:
-        with http.stream(method, path, json=body) as response:
-            if response.status_code >= 500:
-                raise _Unavailable(f"{path}: HTTP {response.status_code}")
-            if response.status_code != 200:
-                raise protocol.AnswerRefused(f"{path}: HTTP {response.status_code}")
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > max_body:
-                raise protocol.AnswerRefused(f"{path}: body of {declared} bytes, more than {max_body}")
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > max_body:
-                    raise protocol.AnswerRefused(f"{path}: body larger than {max_body} bytes")
-                if time.monotonic() > deadline:
-                    raise _Unavailable(f"{path}: answer not complete within {timeout_s} s")
-                chunks.append(chunk)
-    except httpx.TimeoutException as exc:
-        raise _Unavailable(f"{path}: timed out ({type(exc).__name__})") from None
-    except httpx.DecodingError as exc:  # a body its Content-Encoding cannot decode
-        raise protocol.AnswerRefused(f"{path}: {exc}") from None
-    except httpx.HTTPError as exc:
-        raise _Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, RecursionError) as exc:
-        raise protocol.AnswerRefused(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
-
-
-def load_everything(
-    url: str,
-    *,
-    timeout_s: float = 5.0,
-    max_body_bytes: int = 64 * 1024 * 1024,
-    token: str | None = None,
-    transport: httpx.BaseTransport | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> KBearConfig:
-    """What a meta-service holds (``GET /meta/clusters/all``, ``/meta/topics/all``,
-    ``/meta/consumer-groups/all``), validated as files are: clusters (with their
-    client properties asked of librdkafka), topics and consumer groups. No rules:
-    the protocol does not carry their statements. ``kbear validate`` and ``kbear
-    lint`` use it for a URL.
-
-    Raises:
-        ConfigError: unreachable, an answer refused, or the documents invalid.
-    """
-    token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    base = url.rstrip("/")
-    with httpx.Client(
-        base_url=base, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers
-    ) as http:
-        try:
-            answers = [
-                _request(http, "GET", f"/meta/{what}/all", None, timeout_s, max_body_bytes)
-                for what in ("clusters", "topics", "consumer-groups")
-            ]
-            documents = protocol.everything_documents(*answers)
-        except _Unavailable as exc:
-            raise _problem(base, f"meta-service unreachable: {exc}") from None
-        except protocol.AnswerRefused as exc:
-            raise _problem(base, f"meta-service answer refused: {exc}") from None
-    return load_documents(documents, origin=base, environ=environ)
+        return datetime.fromisoformat(saved_at).timestamp()
+    except ValueError:
+        return None

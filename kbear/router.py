@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from kbear import _events
 from kbear._chain import Snapshot
 from kbear._identity import Client
-from kbear._route import Explanation, NoRouteError, Route, RuleVerdict
+from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route, RuleVerdict
 from kbear._source import ConfigSource
 from kbear.config import KBearConfig, load_config
 from kbear.sources import DirectorySource, open_source
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Client",
     "Explanation",
+    "MetaServiceUnavailable",
     "NoRouteError",
     "Route",
     "Router",
@@ -142,13 +143,18 @@ class Router:
 
         Raises:
             NoRouteError: no rule matches (naming client, topic and group).
+            MetaServiceUnavailable: (a NoRouteError) a meta-service source cannot be
+                reached and has not answered this lookup before.
+            ConfigError: a meta-service's answer for this new lookup was refused as
+                invalid (an unset ``${NAME}``, a bad property): the same error as
+                the same configuration read from a directory.
         """
         client = client or _ANONYMOUS
         on_demand = self._on_demand
         if on_demand is not None:
             on_demand.prepare(topic, group, client)
             if not on_demand.answers(topic, group, self._snapshot.config.digest):
-                raise NoRouteError(client, topic, group)
+                raise on_demand.unanswered(topic, group, client)
         route = self._snapshot.lookup(topic, group, client)
         if route is None:
             raise NoRouteError(client, topic, group)

@@ -27,17 +27,38 @@ Writing a source: subclass :class:`ConfigSource` and implement
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kbear._source import ConfigSource
-from kbear.config import KBearConfig, config_digest, documents_digest, load_config, load_documents
+from kbear.config import (
+    ConfigError,
+    ConfigProblem,
+    KBearConfig,
+    config_digest,
+    documents_digest,
+    load_config,
+    load_documents,
+)
 
 if TYPE_CHECKING:
     from kbear._identity import Client
 
-__all__ = ["ConfigSource", "DirectorySource", "MemorySource", "is_url", "open_source"]
+__all__ = [
+    "SUPPORTED_LOCATIONS",
+    "ConfigSource",
+    "DirectorySource",
+    "MemorySource",
+    "check_location",
+    "is_url",
+    "open_source",
+]
+
+#: What a configuration location may be, as messages name it.
+SUPPORTED_LOCATIONS = "a directory, an http:// or an https:// URL (a meta-service)"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 class DirectorySource(ConfigSource):
@@ -126,6 +147,29 @@ def is_url(location: str | os.PathLike[str]) -> bool:
     return isinstance(location, str) and location.lower().startswith(("http://", "https://"))
 
 
+def check_location(location: str | os.PathLike[str]) -> None:
+    """Refuse a URL of a scheme kbear cannot read (``ftp://x``), naming the scheme and
+    the locations supported (:data:`SUPPORTED_LOCATIONS`).
+
+    Raises:
+        ConfigError: ``location`` starts with ``<scheme>://`` and the scheme is not
+            ``http`` or ``https``, or holds a NUL character (no path can).
+    """
+    if "\x00" in str(location):
+        raise ConfigError([ConfigProblem(repr(str(location)), None, "contains a NUL character")])
+    match = _SCHEME.match(location) if isinstance(location, str) else None
+    if match is not None and not is_url(location):
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    str(location),
+                    None,
+                    f"unsupported scheme '{match.group(1)}://'; supported: {SUPPORTED_LOCATIONS}",
+                )
+            ]
+        )
+
+
 def open_source(
     location: str | os.PathLike[str] | ConfigSource, *, client: Client | None = None, **options: Any
 ) -> ConfigSource:
@@ -140,11 +184,13 @@ def open_source(
             directory.
 
     Raises:
+        ConfigError: a URL of another scheme (``ftp://``), see :func:`check_location`.
         ImportError: a URL, and the ``meta`` extra (httpx) is not installed.
         TypeError: ``options`` given for a directory.
     """
     if isinstance(location, ConfigSource):
         return location
+    check_location(location)
     if is_url(location):
         try:
             from kbear.meta import MetaServiceSource

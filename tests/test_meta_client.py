@@ -382,7 +382,7 @@ def test_placeholders_are_resolved_on_the_client(service: FakeService, tmp_path:
     assert "${EAST_PASSWORD}" in cached
     assert "pw-PLANTED-9" not in cached
     unset = Router.from_source(source(service, tmp_path / "x", environ={}, cache_file=None))
-    with pytest.raises(NoRouteError):
+    with pytest.raises(ConfigError, match="EAST_PASSWORD is not set"):
         unset.route_producer(HELLO)
 
 
@@ -391,8 +391,11 @@ def test_unset_placeholder_is_refused_with_reason(
 ) -> None:
     service.override = secret_answer
     router = Router.from_source(source(service, tmp_path, environ={}, cache_file=None))
-    with pytest.raises(NoRouteError):
+    # The same error a directory holding the same configuration gives (#25 item 3).
+    with pytest.raises(ConfigError) as raised:
         router.route_producer(HELLO)
+    assert not isinstance(raised.value, NoRouteError)
+    assert "environment variable EAST_PASSWORD is not set" in str(raised.value)
     assert "environment variable EAST_PASSWORD is not set" in caplog.text
 
 
@@ -417,6 +420,8 @@ def test_cli_route_with_a_url(service: FakeService, capsys: pytest.CaptureFixtur
 def test_validate_url_checks_what_the_service_holds() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         what = request.url.path.split("/")[2]
+        if what == "rules":  # a service that does not serve its rules
+            return httpx.Response(404, json={"status": {"ack": "fail"}})
         items = {
             "clusters": [{"id": "east", "meta": {"bootstrap.servers": "east:9092", "acks": "banana"}}],
             "topics": [{"id": "orders", "meta": {"bu": "x"}}],
@@ -528,6 +533,8 @@ def test_lint_of_a_url_reports_cluster_meta_only(
 
     class Everything(FakeService):
         def answer(self, path: str, body: Any) -> tuple[int, Any]:
+            if path == "/route/rules/all":  # a service that does not serve its rules
+                return 404, {"status": {"ack": "fail", "error": {"code": "NOT_FOUND"}}}
             what = {"/meta/clusters/all": "clusters", "/meta/topics/all": "topics"}.get(
                 path, "consumerGroups"
             )
@@ -537,9 +544,14 @@ def test_lint_of_a_url_reports_cluster_meta_only(
     server = HttpServer(service)
     try:
         assert main(["validate", "--config", server.url]) == 0
-        assert "OK: 3 clusters, 0 topics" in capsys.readouterr().out
+        validated = capsys.readouterr()
+        assert "OK: 3 clusters, 0 topics" in validated.out
+        assert "rules not checked" in validated.out
+        assert "does not serve its rules" in validated.err
         assert main(["lint", "--config", server.url]) == 1
-        out = capsys.readouterr().out.splitlines()
+        linted = capsys.readouterr()
+        out = linted.out.splitlines()
+        assert "rule checks skipped" in linted.err
     finally:
         server.close()
     assert len(out) == 3

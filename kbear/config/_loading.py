@@ -430,14 +430,30 @@ def _finish(loader: _Loader, location: str, origin: str | None) -> KBearConfig:
 def documents_digest(documents: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of parsed documents: their canonical JSON (sorted keys), by file name.
 
-    Raises:
-        TypeError: a document holds something JSON cannot write.
+    Any document can be digested: a mapping whose keys are not all strings
+    (``{1: "x", "bootstrap.servers": ...}``, which a YAML file can hold too) is
+    written as its sorted (type, key) pairs, and a value JSON cannot write as its
+    ``str()``; validation then reports what is wrong with such a document.
     """
     h = hashlib.sha256()
-    for name in sorted(documents):
-        data = json.dumps(documents[name], sort_keys=True, separators=(",", ":"), default=str)
-        _digest_update(h, name, data.encode())
+    for name in sorted(documents, key=str):
+        data = json.dumps(_canonical(documents[name]), sort_keys=True, separators=(",", ":"), default=str)
+        _digest_update(h, str(name), data.encode())
     return h.hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every mapping that has a key other than a string written as a
+    tagged list of its (key type, key, value) triples in a fixed order, so that
+    ``json.dumps(sort_keys=True)`` can write it (it cannot sort mixed key types)."""
+    if isinstance(value, Mapping):
+        if all(isinstance(k, str) for k in value):
+            return {k: _canonical(v) for k, v in value.items()}
+        pairs = [[type(k).__name__, str(k), _canonical(v)] for k, v in value.items()]
+        return {"\u0000mapping": sorted(pairs, key=lambda p: (p[0], p[1]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def load_documents(

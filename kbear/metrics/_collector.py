@@ -49,6 +49,8 @@ class KBearMetrics(Collector):
         #: location -> wall time kbear's metrics first saw a configuration from there
         self._first_seen: dict[str, float] = {}
         self._producer_drains = 0
+        #: meta-service location -> (unreachable since, last good answer at), time.time()
+        self._meta_state: dict[str, tuple[float | None, float | None]] = {}
         self.route_changes = Counter(
             "kbear_route_changes",
             "Topics that switched clusters (or lost their route) after a reload",
@@ -164,6 +166,38 @@ class KBearMetrics(Collector):
         elif isinstance(event, _events.MetaRequest):
             self.meta_requests.labels(event.location, event.path, event.outcome).inc()
             self.meta_seconds.labels(event.location, event.path).observe(event.duration_s)
+        elif isinstance(event, _events.MetaServiceState):
+            with self._lock:
+                self._meta_state[event.location] = (event.down_since, event.answer_at)
+
+    def _meta_families(self, now: float) -> Iterator[Metric]:
+        """Whether each meta-service asked was reachable at its last refresh, for how
+        long it has not been, and the age of its last good answer."""
+        up = GaugeMetricFamily(
+            "kbear_meta_service_up",
+            "1 when the last refresh reached the meta-service, 0 when it could not be reached",
+            labels=["location"],
+        )
+        down = GaugeMetricFamily(
+            "kbear_meta_service_unreachable_seconds",
+            "Seconds since the meta-service was first found unreachable (0 while reachable)",
+            labels=["location"],
+        )
+        answer_age = GaugeMetricFamily(
+            "kbear_meta_last_answer_age_seconds",
+            "Seconds since the last good answer of the meta-service (a cached one's save time)",
+            labels=["location"],
+        )
+        with self._lock:
+            states = dict(self._meta_state)
+        for location, (down_since, answer_at) in states.items():
+            up.add_metric([location], 0 if down_since is not None else 1)
+            down.add_metric([location], 0.0 if down_since is None else max(0.0, now - down_since))
+            if answer_at is not None:
+                answer_age.add_metric([location], max(0.0, now - answer_at))
+        yield up
+        yield down
+        yield answer_age
 
     def _remember(self, kind: str, client_id: str, route: Route) -> None:
         with self._lock:
@@ -227,6 +261,7 @@ class KBearMetrics(Collector):
         yield draining
         yield config
         yield age
+        yield from self._meta_families(now)
         yield from families(self.stats, names)
 
 

@@ -1,0 +1,278 @@
+"""``kbear route``, ``explain``, ``validate`` and ``lint``: the commands that read a
+configuration directory or a meta-service URL (private to :mod:`kbear.cli`).
+
+Over a meta-service URL:
+
+- ``route`` asks the service for the lookup's route (one request);
+- ``explain`` asks the same, then reads what the service holds, its rules
+  included (``GET /route/rules/all``: each rule's statement in its meta
+  ``rule``), and explains the chain from them; a service that does not serve its
+  rules' statements is said to be so, with the service's route, never an
+  invented chain;
+- ``validate`` and ``lint`` check everything the service holds, its rules
+  when it serves them (otherwise the cluster checks only, said on stderr).
+
+An unreachable meta-service exits with :data:`EXIT_META_UNAVAILABLE`, a
+configuration problem (an unset ``${NAME}`` included) with
+:data:`EXIT_CONFIG_ERROR` whatever the source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
+from kbear._identity import Client
+from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route
+from kbear.config import ConfigError, KBearConfig
+from kbear.router import Router
+from kbear.sources import check_location, is_url
+
+EXIT_OK = 0
+#: ``lint``: the configuration is valid but has warnings.
+EXIT_LINT_WARNINGS = 1
+#: A configuration error. argparse uses the same code for usage errors.
+EXIT_CONFIG_ERROR = 2
+#: No rule of the chain routes the lookup.
+EXIT_NO_ROUTE = 3
+#: The meta-service of ``--config URL`` cannot be reached (and has not answered the lookup).
+EXIT_META_UNAVAILABLE = 4
+EXIT_INTERRUPTED = 130
+
+
+def _is_unreachable(exc: ConfigError) -> bool:
+    from kbear._meta_http import ServiceUnreachableError
+
+    return isinstance(exc, ServiceUnreachableError)
+
+
+def print_config_error(exc: ConfigError, location: str, out: TextIO | None = None) -> int:
+    """Print every problem of ``exc`` on stderr; the exit code (unreachable service or
+    configuration error)."""
+    out = out or sys.stderr
+    if is_url(location) and _is_unreachable(exc):
+        print(f"kbear: meta-service unavailable: {location}", file=out)
+        for problem in exc.problems:
+            print(f"  {problem}", file=out)
+        return EXIT_META_UNAVAILABLE
+    print(f"kbear: invalid configuration in {location}: {len(exc.problems)} problem(s)", file=out)
+    for problem in exc.problems:
+        print(f"  {problem}", file=out)
+    return EXIT_CONFIG_ERROR
+
+
+def load(location: str, client: Client | None = None) -> Router | int:
+    """The router of ``location`` (a directory, or a meta-service URL asked on behalf
+    of ``client``), or the exit code after printing every problem on stderr."""
+    try:
+        check_location(location)
+        if is_url(location):
+            return Router.from_source(location, client=client, cache_file=None)
+        return Router.from_path(location)
+    except ConfigError as exc:
+        return print_config_error(exc, location)
+
+
+def _everything(location: str) -> tuple[KBearConfig, str | None] | int:
+    """What the meta-service at ``location`` holds, and why its rules are missing
+    (None: they are there); or the exit code after printing the problems."""
+    from kbear._meta_http import fetch_everything
+
+    try:
+        got = fetch_everything(location)
+    except ConfigError as exc:
+        return print_config_error(exc, location)
+    return got.config, got.rules_missing
+
+
+def load_config_of(location: str) -> tuple[KBearConfig, str | None] | int:
+    """validate / lint: the configuration of a directory or of everything a service
+    holds, and why rules are missing (None: they are checked); or the exit code."""
+    if is_url(location):
+        return _everything(location)
+    router = load(location)
+    return router if isinstance(router, int) else (router.config, None)
+
+
+def client_of(args: argparse.Namespace) -> Client:
+    """The lookup's client: ``--client-id`` and ``--client-meta``."""
+    return Client(args.client_id, args.client_meta)
+
+
+def _lookup(router: Router, args: argparse.Namespace, client: Client) -> Route | int:
+    """The route of the lookup, or the exit code after printing why there is none."""
+    try:
+        return router.route(args.topic, args.group, client)
+    except MetaServiceUnavailable as exc:
+        print(f"kbear: meta-service unavailable: {exc}", file=sys.stderr)
+        return EXIT_META_UNAVAILABLE
+    except NoRouteError as exc:
+        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    except ConfigError as exc:
+        return print_config_error(exc, args.config)
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    """``kbear route``."""
+    client = client_of(args)
+    router = load(args.config, client)
+    if isinstance(router, int):
+        return router
+    route = _lookup(router, args, client)
+    router.close()
+    if isinstance(route, int):
+        return route
+    print(json.dumps(route_json(route)) if args.json else route_line(route))
+    return EXIT_OK
+
+
+def _explain(router: Router, args: argparse.Namespace, client: Client) -> Explanation:
+    if args.group is None:
+        return router.explain_producer(args.topic, client)
+    return router.explain_consumer(args.topic, args.group, client)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """``kbear explain``."""
+    client = client_of(args)
+    if is_url(args.config):
+        return _explain_service(args, client)
+    router = load(args.config, client)
+    if isinstance(router, int):
+        return router
+    return _print_explanation(args, client, _explain(router, args, client))
+
+
+def _print_explanation(args: argparse.Namespace, client: Client, explanation: Explanation) -> int:
+    if args.json:
+        print(json.dumps(explain_json(explanation, args.topic, args.group, client)))
+    else:
+        print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
+    if explanation.route is None:
+        exc = NoRouteError(client, args.topic, args.group)
+        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    return EXIT_OK
+
+
+def _explain_service(args: argparse.Namespace, client: Client) -> int:
+    """``explain`` over a meta-service: the service's route, then the chain of the
+    rules it serves (or a plain statement that it serves none to explain with)."""
+    router = load(args.config, client)
+    if isinstance(router, int):
+        return router
+    route = _lookup(router, args, client)
+    router.close()
+    if isinstance(route, int) and route != EXIT_NO_ROUTE:
+        return route  # unreachable, or its answer refused: nothing to explain
+    answered = route if isinstance(route, Route) else None
+    got = _everything(args.config)
+    if isinstance(got, int):
+        return got
+    config, missing = got
+    if missing is not None:
+        return _cannot_explain(args, client, answered, missing)
+    explanation = _explain(Router(config), args, client)
+    code = _print_explanation(args, client, explanation)
+    local = explanation.route
+    if (local is None) != (answered is None) or (
+        local is not None
+        and answered is not None
+        and (local.cluster_id, local.topic) != (answered.cluster_id, answered.topic)
+    ):
+        said = "no route" if answered is None else route_line(answered)
+        print(
+            f"kbear: note: the service answered the lookup with {said}; the rules it serves "
+            "give the winner above (they changed between the two requests?)",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _target(route: Route | None) -> tuple[str, str] | None:
+    return None if route is None else (route.cluster_id, route.topic)
+
+
+def _cannot_explain(args: argparse.Namespace, client: Client, route: Route | None, why: str) -> int:
+    reason = f"cannot explain the chain: {why}"
+    if args.json:
+        out: dict[str, Any] = {
+            "lookup": "producer" if args.group is None else "consumer",
+            "topic": args.topic,
+            "group": args.group,
+            "client": {"id": client.id, "meta": dict(client.meta)},
+            "chain": None,
+            "chain_unavailable": reason,
+            "winner": None if route is None else route_json(route),
+        }
+        print(json.dumps(out))
+    else:
+        from kbear._cli_format import lookup_name
+
+        print(lookup_name(args.topic, args.group, client))
+        print(f"chain: unknown: {reason}")
+        print(f"the service's route: {'none' if route is None else route_line(route)}")
+    return EXIT_OK if route is not None else EXIT_NO_ROUTE
+
+
+def summary(config: KBearConfig, rules_missing: str | None = None) -> str:
+    """``validate``'s line: what was loaded."""
+    rules = "rules not checked" if rules_missing is not None else f"{len(config.rules)} rules"
+    return (
+        f"OK: {len(config.clusters)} clusters, {len(config.topics)} topics, "
+        f"{len(config.consumer_groups)} consumer groups, {rules}"
+    )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``kbear validate``."""
+    got = load_config_of(args.config)
+    if isinstance(got, int):
+        return got
+    config, missing = got
+    if missing is not None:
+        print(f"kbear: {args.config}: {missing}: rules not checked", file=sys.stderr)
+    print(summary(config, missing))
+    return EXIT_OK
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    """``kbear lint``: one line per warning, or one JSON object with ``--json``."""
+    from kbear.lint import lint
+
+    got = load_config_of(args.config)
+    if isinstance(got, int):
+        return got
+    config, missing = got
+    warnings = lint(config)
+    if missing is not None:
+        # Without the rules' statements only the checks of clusters apply.
+        warnings = [w for w in warnings if w.code == "meta-only"]
+        print(f"kbear: {args.config}: {missing}: rule checks skipped", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "location": args.config,
+                    "rules_checked": missing is None,
+                    "warnings": [
+                        {"code": w.code, "file": w.file, "subject": w.subject, "message": w.message}
+                        for w in warnings
+                    ],
+                }
+            )
+        )
+    elif not warnings:
+        print(f"OK: no warnings ({summary(config, missing).removeprefix('OK: ')})")
+    else:
+        for warning in warnings:
+            print(warning)
+    if not warnings:
+        return EXIT_OK
+    if not args.json:
+        print(f"kbear: {len(warnings)} warning(s) in {args.config}", file=sys.stderr)
+    return EXIT_LINT_WARNINGS
