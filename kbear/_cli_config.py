@@ -207,7 +207,7 @@ def _cannot_explain(args: argparse.Namespace, client: Client, route: Route | Non
             "client": {"id": client.id, "meta": dict(client.meta)},
             "chain": None,
             "chain_unavailable": reason,
-            "winner": None if route is None else route_json(route),
+            "winner": None if route is None else {**route_json(route), "rule": None},
         }
         print(json.dumps(out))
     else:
@@ -215,7 +215,8 @@ def _cannot_explain(args: argparse.Namespace, client: Client, route: Route | Non
 
         print(lookup_name(args.topic, args.group, client))
         print(f"chain: unknown: {reason}")
-        print(f"the service's route: {'none' if route is None else route_line(route)}")
+        said = "none" if route is None else route_line(route).rsplit(" rule=", 1)[0]
+        print(f"the service's route: {said} (the protocol does not say which rule)")
     return EXIT_OK if route is not None else EXIT_NO_ROUTE
 
 
