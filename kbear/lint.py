@@ -39,7 +39,9 @@ Checks (``code`` of :class:`LintWarning`):
 ``meta-only``
     A cluster meta key that librdkafka does not take as a client property
     (``zookeeper.connect``, a misspelt ``sasl.pasword``, a Java-only
-    ``sasl.jaas.config``): it is kept as meta and never reaches a client.
+    ``sasl.jaas.config``): it is kept as meta and never reaches a client. A key
+    close to a librdkafka property or a ``kbear.*`` setting names it ("did you
+    mean 'sasl.password'?", :mod:`kbear._suggest`).
 
 Example::
 
@@ -54,8 +56,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from kbear._chain import index_rules, lookup_factors
+from kbear._suggest import did_you_mean, librdkafka_properties
 from kbear.config import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
@@ -67,6 +71,7 @@ from kbear.config import (
     property_kind,
 )
 from kbear.crrl import Statement
+from kbear.settings import CLIENT_META_PREFIX, DEFAULTS, KBEAR_PREFIX
 
 __all__ = ["LintWarning", "lint"]
 
@@ -381,6 +386,23 @@ def _ignored_rule_checks(config: KBearConfig) -> list[LintWarning]:
     ]
 
 
+@lru_cache(maxsize=1)
+def _librdkafka_properties() -> frozenset[str]:
+    """The bundled librdkafka's property names; empty when it cannot be loaded."""
+    from kbear._mock import NATIVE_API
+
+    return frozenset() if NATIVE_API is None else librdkafka_properties(NATIVE_API.lib)
+
+
+def nearest_key(key: str) -> str:
+    """`` (did you mean 'x'?)`` for an unknown cluster meta key: a ``kbear.`` key among
+    kbear's settings (:data:`kbear.settings.DEFAULTS`), any other among librdkafka's
+    properties; ``""`` when nothing is close."""
+    if key.lower().startswith(KBEAR_PREFIX):
+        return "" if key.startswith(CLIENT_META_PREFIX) else did_you_mean(key, [*DEFAULTS, "kbear.client.id"])
+    return did_you_mean(key, _librdkafka_properties())
+
+
 def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:
     out = []
     for cluster in config.clusters.values():
@@ -388,7 +410,7 @@ def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:
             why = (
                 "librdkafka does not support it (a Java client property)"
                 if property_kind(key) == "unsupported"
-                else "not a librdkafka client property"
+                else f"not a librdkafka client property{nearest_key(key)}"
             )
             out.append(
                 LintWarning(

@@ -65,6 +65,7 @@ from pydantic import (
 )
 
 from kbear._identity import Client
+from kbear._suggest import did_you_mean
 
 __all__ = [
     "CLIENT_KEYS",
@@ -429,7 +430,8 @@ def parse_settings(kbear_conf: Mapping[str, Any], client: Client | None, kind: s
     """
     unknown = [k for k in kbear_conf if k not in CLIENT_KEYS and not k.startswith(CLIENT_META_PREFIX)]
     if unknown:
-        raise ValueError(f"{kind}: unknown kbear configuration key(s) {sorted(unknown)}")
+        hints = "".join(did_you_mean(k, CLIENT_KEYS) for k in sorted(unknown))
+        raise ValueError(f"{kind}: unknown kbear configuration key(s) {sorted(unknown)}{hints}")
     meta = {
         k.removeprefix(CLIENT_META_PREFIX): str(v)
         for k, v in kbear_conf.items()
@@ -494,7 +496,8 @@ def parse_source_options(options: Mapping[str, str]) -> KBearSettings:
     problems = []
     unknown = [k for k in kbear if k.lower() in lowered and k.lower() not in SPARK_SOURCE_KEYS]
     if unknown:
-        problems.append(f"unknown kbear source option(s) {sorted(unknown)}")
+        hints = "".join(did_you_mean(k.lower(), SPARK_SOURCE_KEYS) for k in sorted(unknown))
+        problems.append(f"unknown kbear source option(s) {sorted(unknown)}{hints}")
     start = str(lowered.get("kbear.switch.start", SPARK_SWITCH_START.value)).strip().lower()
     if start not in SPARK_SWITCH_STARTS:
         problems.append(
