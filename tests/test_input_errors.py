@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kbear._loader import documents_digest, load_documents
 
 from kbear import ConfigError, MemorySource, Router, load_config
 from kbear.cli import EXIT_CONFIG_ERROR, EXIT_LINT_WARNINGS, EXIT_OK, main
+from kbear.config import documents_digest, load_documents
 from kbear.settings import parse_settings
 
 KBEAR = Path(__file__).resolve().parent.parent / "kbear"
