@@ -156,26 +156,11 @@ def fetch_everything(
     return Everything(load_documents(documents, origin=base, environ=environ), rules_missing)
 
 
-def load_everything(
-    url: str,
-    *,
-    timeout_s: float = 5.0,
-    max_body_bytes: int = 64 * 1024 * 1024,
-    token: str | None = None,
-    transport: httpx.BaseTransport | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> KBearConfig:
-    """The configuration of :func:`fetch_everything` (without rules when the service
-    does not serve them).
+def load_everything(url: str, **options: Any) -> KBearConfig:
+    """The configuration of :func:`fetch_everything` (``options``: its keyword
+    arguments), without rules when the service does not serve them.
 
     Raises:
         ConfigError: as :func:`fetch_everything`.
     """
-    return fetch_everything(
-        url,
-        timeout_s=timeout_s,
-        max_body_bytes=max_body_bytes,
-        token=token,
-        transport=transport,
-        environ=environ,
-    ).config
+    return fetch_everything(url, **options).config
