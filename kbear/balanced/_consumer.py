@@ -39,8 +39,7 @@ from kbear.balanced._layout import Layout, PartitionState, partition_states, rea
 from kbear.balanced._ownership import Report
 from kbear.balanced._registry import DEFAULT_REGISTRY_TOPIC, Reporter
 from kbear.balanced._routed import AssignedConsumer
-from kbear.consumer._rebalance import commit_sync
-from kbear.consumer._subscription import Subscription, SubscriptionKind, route_topics
+from kbear.consumer._subscription import route_topics
 from kbear.router import Router
 
 log = logging.getLogger("kbear.balanced")
@@ -114,14 +113,14 @@ class ClientBalancedConsumer(ConsumerCalls):
         self._interval_s = interval_ms / 1000.0
         self._consumer = AssignedConsumer(conf, router=router, client=client, **kwargs)
         self._consumer.switched_hook = self._switched
-        self._lock = self._consumer._lock
+        self._lock = self._consumer.lock
         self._topics: list[str] = []
         self._registered: dict[PartitionKey, int] = {}
         self._layout: Layout = {}
         self._job: Future[Layout] | None = None
         self._next = time.monotonic() + self._interval_s
         self._instance = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._reporter = Reporter(registry_topic, self._consumer._native) if registry_topic else None
+        self._reporter = Reporter(registry_topic, self._consumer.native_config()) if registry_topic else None
         self._closed = False
 
     # ------------------------------------------------------------------ identity
@@ -169,16 +168,11 @@ class ClientBalancedConsumer(ConsumerCalls):
         with self._lock:
             self._check_open()
             inner = self._consumer
-            routes = route_topics(inner.router, names, inner._group, inner.client, strict=True)
+            routes = route_topics(inner.router, names, inner.group, inner.client, strict=True)
             for key in [k for k in self._registered if k.topic not in routes]:
                 self._release(key)
             # a topic balanced before keeps its route in use and its move in progress
-            inner._driver.engine.forget([t for t in self._topics if t not in routes])
-            sub = Subscription(SubscriptionKind.ASSIGNED, names)
-            sub.routes = {
-                t: inner._sub.routes.get(t, r) if t in self._topics else r for t, r in routes.items()
-            }
-            inner._sub = sub
+            inner.follow(names, routes, keep=self._topics)
             self._topics = names
             self._layout = {t: v for t, v in self._layout.items() if t in routes}
             self._job = None
@@ -192,8 +186,7 @@ class ClientBalancedConsumer(ConsumerCalls):
                 self._release(key)
             self._topics = []
             self._layout = {}
-            self._consumer._sub = Subscription()
-            self._consumer._driver.forget()
+            self._consumer.unfollow()
             self._report()
 
     def topics(self) -> list[str]:
@@ -222,9 +215,9 @@ class ClientBalancedConsumer(ConsumerCalls):
             self._check_open()
             inner = self._consumer
             names = self._topics if topics is None else list(topics)
-            routes = {topic: inner._route(topic) for topic in names}
+            routes = {topic: inner.route(topic) for topic in names}
             registered = list(self._registered)
-        return partition_states(inner._registry, routes, registered, timeout)
+        return partition_states(inner.registry, routes, registered, timeout)
 
     def register(self, key: str, bootstrap_offset: int = -1) -> None:
         """Read partition ``key`` (``cluster:topic:partition``) from now on.
@@ -287,9 +280,9 @@ class ClientBalancedConsumer(ConsumerCalls):
         from ``poll``/``consume``, in the background."""
         with self._lock:
             self._check_open()
-            routes = dict(self._consumer._sub.routes)
+            routes = self._consumer.routes()
             previous = dict(self._layout)
-        layout = read_layout(self._consumer._registry, routes, previous, timeout)
+        layout = read_layout(self._consumer.registry, routes, previous, timeout)
         with self._lock:
             self._check_open()
             self._job = None
@@ -303,7 +296,7 @@ class ClientBalancedConsumer(ConsumerCalls):
             raise RuntimeError("Consumer closed")
 
     def _check_key(self, key: PartitionKey) -> None:
-        route = self._consumer._sub.routes.get(key.topic)
+        route = self._consumer.routes().get(key.topic)
         if route is None:
             raise KafkaException(
                 KafkaError(
@@ -336,23 +329,12 @@ class ClientBalancedConsumer(ConsumerCalls):
         self._registered[key] = bootstrap_offset
 
     def _release(self, key: PartitionKey) -> None:
-        inner = self._consumer
-        tp = TopicPartition(key.topic, key.partition)
-        entry = inner._registry.get(key.cluster)
-        if entry is not None and inner._rebalancer.commit_on_revoke:
-            ((_, _, parts),) = inner._split([tp])
-            positions = [p for p in entry.consumer.position(parts) if p.offset >= 0]
-            if positions:
-                commit_sync(entry, positions, "as the partition is unregistered")
-        inner.incremental_unassign([tp])
-        if entry is not None and not entry.topics and not entry.consumer.assignment():
-            inner._registry.deactivate(entry)
-            inner._refresh_pin()
+        self._consumer.release(TopicPartition(key.topic, key.partition), key.cluster)
         del self._registered[key]
 
     def _apply(self, layout: Layout) -> Reconciliation:
         """Apply a layout read earlier: entries whose route changed meanwhile are dropped."""
-        routes = self._consumer._sub.routes
+        routes = self._consumer.routes()
         layout = {t: v for t, v in layout.items() if t in routes and routes[t].cluster_id == v[0]}
         self._layout = layout
         released: list[str] = []
@@ -385,15 +367,13 @@ class ClientBalancedConsumer(ConsumerCalls):
         inner = self._consumer
         clusters = inner.router.config.clusters
         where = {
-            r.cluster_id: clusters[r.cluster_id]
-            for r in inner._sub.routes.values()
-            if r.cluster_id in clusters
+            r.cluster_id: clusters[r.cluster_id] for r in inner.routes().values() if r.cluster_id in clusters
         }
         self._reporter.send(self._record("up"), where)
 
     def _record(self, state: str) -> Report:
         return Report(
-            group=self._consumer._group,
+            group=self._consumer.group,
             instance=self._instance,
             node_id=self._node_id,
             source_count=self._source_count,
@@ -422,11 +402,10 @@ class ClientBalancedConsumer(ConsumerCalls):
                 return
             job = self._job
             if job is None:
-                routes = dict(self._consumer._sub.routes)
-                self._job = self._consumer._driver.submit(
-                    None,
+                routes = self._consumer.routes()
+                self._job = self._consumer.submit(
                     read_layout,
-                    self._consumer._registry,
+                    self._consumer.registry,
                     routes,
                     dict(self._layout),
                     LAYOUT_CALL_TIMEOUT_S,

@@ -1,29 +1,23 @@
-"""The acknowledgement calls of RoutedConsumer (a base class) and their wiring.
+"""The acknowledgement calls of RoutedConsumer and the ack settings' check.
 
 ``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` (Pulsar's consumer
-verbs) delegate to the :class:`~kbear.consumer._individual.AckLayer` built with
+verbs; RoutedConsumer's methods of the same names delegate to :class:`AckCalls`)
+go to the :class:`~kbear.consumer._individual.AckLayer` built with
 ``kbear.ack.mode=individual``; with ``offset`` (the default) they raise and
 nothing of the layer exists: ``poll``/``consume`` keep their fast paths.
-:meth:`AckCalls._open_acks` wires the layer into the consumer's poll loop,
-rebalance callbacks and move probes.
+:func:`with_retry_topics` makes the ``subscribe`` of ``kbear.retry.enable``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from kbear._identity import Client
-from kbear.consumer._cluster import ClusterRegistry
-from kbear.consumer._individual import AckLayer, open_acks
-from kbear.consumer._mover import SwitchDriver
-from kbear.consumer._polling import PollLoop
-from kbear.consumer._rebalance import Rebalancer
-from kbear.consumer._subscription import RebalanceCallback, Subscription
-from kbear.router import Router
+from kbear.consumer._individual import AckLayer
+from kbear.consumer._subscription import RebalanceCallback
 from kbear.settings import AckMode, KBearSettings
 
 log = logging.getLogger("kbear.consumer")
@@ -36,80 +30,64 @@ _INDIVIDUAL_ONLY = {
     "kbear.max.redeliver.count": "max_redeliver_count",
 }
 
+#: ``subscribe(topics, on_assign, on_revoke, on_lost)``
+Subscribe = Callable[
+    [Sequence[str], RebalanceCallback | None, RebalanceCallback | None, RebalanceCallback | None], None
+]
+
 
 def _not_individual(call: str) -> KafkaException:
     return KafkaException(KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual"))
 
 
+def check_ack_settings(settings: KBearSettings, native: dict[str, Any]) -> bool:
+    """Whether the consumer acknowledges message by message; with
+    ``individual``, ``enable.auto.offset.store`` is forced off in ``native``
+    (kbear stores the acknowledged prefix).
+
+    Raises:
+        ValueError: a setting of :data:`_INDIVIDUAL_ONLY` is set with ``offset``.
+    """
+    if settings.ack_mode is AckMode.INDIVIDUAL:
+        if str(native.get("enable.auto.offset.store", "false")).lower() in ("true", "1"):
+            log.info("kbear: enable.auto.offset.store is off with kbear.ack.mode=individual")
+        native["enable.auto.offset.store"] = False
+        return True
+    wrong = [key for key, name in _INDIVIDUAL_ONLY.items() if getattr(settings, name)]
+    if wrong:
+        raise ValueError(f"RoutedConsumer: {', '.join(wrong)} need(s) kbear.ack.mode=individual")
+    return False
+
+
+def with_retry_topics(subscribe: Subscribe, layer: AckLayer) -> Subscribe:
+    """``subscribe`` subscribing the retry topic of each named topic too
+    (``kbear.retry.enable``), with ``subscribe``'s docstring saying so."""
+
+    def subscribe_with_retry(
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        subscribe(layer.with_retry_topics(topics), on_assign, on_revoke, on_lost)
+
+    subscribe_with_retry.__doc__ = (subscribe.__doc__ or "") + (
+        "\n        With kbear.retry.enable, the retry topic of each named topic is subscribed too.\n"
+    )
+    return subscribe_with_retry
+
+
 class AckCalls:
-    """Message-level acknowledgement of :class:`~kbear.RoutedConsumer` (a base class)."""
+    """Message-level acknowledgement of :class:`~kbear.RoutedConsumer` (its methods of
+    the same names delegate here).
 
-    _acks: AckLayer | None = None
-    _settings: KBearSettings
-    _rebalancer: Rebalancer
-    _driver: SwitchDriver
-    _group: str
-    _router: Router
-    _client: Client
-    _registry: ClusterRegistry
-    _sub: Subscription
+    Args:
+        layer: the acknowledgement layer (``kbear.ack.mode=individual``), or None
+            (``offset``: every call raises).
+    """
 
-    @staticmethod
-    def _check_ack_settings(settings: KBearSettings, native: dict[str, Any]) -> bool:
-        """Whether the consumer acknowledges message by message; with
-        ``individual``, ``enable.auto.offset.store`` is forced off in ``native``
-        (kbear stores the acknowledged prefix).
-
-        Raises:
-            ValueError: a setting of :data:`_INDIVIDUAL_ONLY` is set with ``offset``.
-        """
-        if settings.ack_mode is AckMode.INDIVIDUAL:
-            if str(native.get("enable.auto.offset.store", "false")).lower() in ("true", "1"):
-                log.info("kbear: enable.auto.offset.store is off with kbear.ack.mode=individual")
-            native["enable.auto.offset.store"] = False
-            return True
-        wrong = [key for key, name in _INDIVIDUAL_ONLY.items() if getattr(settings, name)]
-        if wrong:
-            raise ValueError(f"RoutedConsumer: {', '.join(wrong)} need(s) kbear.ack.mode=individual")
-        return False
-
-    def _open_acks(self, native: Mapping[str, Any]) -> None:
-        """Build the acknowledgement layer and wire it in (individual mode only)."""
-        layer, delivery = open_acks(
-            self._settings,
-            self._group,
-            native,
-            router=self._router,
-            client=self._client,
-            registry=self._registry,
-            routes=lambda: self._sub.routes,
-            poll=lambda timeout: PollLoop.poll(self, timeout),  # type: ignore[arg-type]
-            consume=lambda n, timeout: PollLoop.consume(self, n, timeout),  # type: ignore[arg-type]
-        )
+    def __init__(self, layer: AckLayer | None) -> None:
         self._acks = layer
-        self.__dict__["_tap"] = delivery.tap
-        self._rebalancer.commit_points = layer.commit_points
-        self._rebalancer.revoked_hook = layer.revoked
-        self._driver.commit_points = layer.commit_points
-        # poll/consume are the layer's for good: never unbound by a reload
-        self.__dict__["_fast_paths"] = ()
-        self.__dict__["poll"] = delivery.poll
-        self.__dict__["consume"] = delivery.consume
-        subscribe = type(self).subscribe  # type: ignore[attr-defined]
-
-        def subscribe_with_retry(
-            topics: Sequence[str],
-            on_assign: RebalanceCallback | None = None,
-            on_revoke: RebalanceCallback | None = None,
-            on_lost: RebalanceCallback | None = None,
-        ) -> None:
-            subscribe(self, layer.with_retry_topics(topics), on_assign, on_revoke, on_lost)
-
-        subscribe_with_retry.__doc__ = (subscribe.__doc__ or "") + (
-            "\n        With kbear.retry.enable, the retry topic of each named topic is subscribed too.\n"
-        )
-        if self._settings.retry_enable:
-            self.__dict__["subscribe"] = subscribe_with_retry
 
     def _layer(self, call: str) -> AckLayer:
         layer = self._acks

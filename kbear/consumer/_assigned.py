@@ -4,7 +4,7 @@
 ``ASSIGNED``) record the route of each topic assigned, as a subscription does:
 a reload then hands each moved topic to the same switch engine and driver
 (drain or immediate, the same starts, probes in the background). One step of
-the move differs from a subscription's, :meth:`AssignedMoves._switch_assigned`:
+the move differs from a subscription's, :meth:`AssignedMoves.switch`:
 the topic's assigned partitions leave the old cluster's client (what was read
 committed first, as a subscription's revocation does) and the same partition
 numbers are assigned on the new cluster from the engine's start plan (the
@@ -19,46 +19,66 @@ nothing to move), as the topics of a client-balanced consumer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
 from kbear import _events
 from kbear._route import Route
 from kbear._switch import StartPlan
-from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._placing import Placement
 from kbear.consumer._rebalance import TIMESTAMP_LOOKUP_TIMEOUT_S, Rebalancer, commit_async
 from kbear.consumer._subscription import Subscription, SubscriptionKind
 
 log = logging.getLogger("kbear.consumer")
 
+#: ``hook(topic, old, new, partitions)``: the partitions (numbers) of logical
+#: ``topic`` moved from ``old``'s cluster to ``new``'s (None: the topic lost its route).
+SwitchedHook = Callable[[str, Route, Route | None, list[int]], None]
+
 
 class AssignedMoves:
-    """Route following of a manual assignment (a base class of
-    :class:`~kbear.RoutedConsumer`; see the module docstring)."""
+    """Route following of a RoutedConsumer's manual assignment (see the module docstring).
 
-    _registry: ClusterRegistry
-    _rebalancer: Rebalancer
-    _driver: SwitchDriver
-    _guard: MoveGuard
-    _sub: Subscription
+    Args:
+        sub: the consumer's subscription (kind ``ASSIGNED`` while it follows).
+        registry, rebalancer, driver, guard: the consumer's per-cluster clients,
+            rebalance state, switch driver and move guard.
+        placement: where its partitions are read.
+        repin: called when the clients read changed.
+        notify: ``notify(old, new)`` tells the route-change listeners.
 
-    if TYPE_CHECKING:
+    Attributes:
+        switched_hook: called after an assigned topic's partitions moved (a
+            :class:`~kbear.ClientBalancedConsumer`'s keys follow them), or None.
+    """
 
-        def _route(self, topic: str) -> Route: ...
+    def __init__(
+        self,
+        sub: Subscription,
+        registry: ClusterRegistry,
+        rebalancer: Rebalancer,
+        driver: SwitchDriver,
+        guard: MoveGuard,
+        placement: Placement,
+        *,
+        repin: Callable[[], None],
+        notify: Callable[[Route, Route | None], None],
+    ) -> None:
+        self._sub = sub
+        self._registry = registry
+        self._rebalancer = rebalancer
+        self._driver = driver
+        self._guard = guard
+        self._placement = placement
+        self._repin = repin
+        self._notify = notify
+        self.switched_hook: SwitchedHook | None = None
 
-        def _client_for(self, route: Route) -> ClusterClient: ...
-
-        def _refresh_pin(self) -> None: ...
-
-        def _notify_route_change(self, old: Route, new: Route | None) -> None: ...
-
-        def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
-
-    def _follow_assigned(self, topics: Iterable[str], *, replace: bool) -> None:
+    def follow(self, topics: Iterable[str], *, replace: bool) -> None:
         """Record the route in use of each of ``topics`` (logical) just assigned
         outside a rebalance callback and a subscription; ``replace`` (``assign()``):
         the topics not among them are no longer followed."""
@@ -77,17 +97,15 @@ class AssignedMoves:
                     del self._sub.routes[topic]
         for topic in wanted:
             if topic not in self._sub.routes:
-                self._sub.routes[topic] = self._route(topic)
+                self._sub.routes[topic] = self._placement.route(topic)
 
-    def _stop_following(self) -> None:
+    def stop_following(self) -> None:
         """``unassign()`` outside a callback: no topic is followed any more."""
         if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.ASSIGNED:
-            self._sub = Subscription()
+            self._sub.reset()
             self._driver.forget()
 
-    def _switch_assigned(
-        self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
-    ) -> None:
+    def switch(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
         """Carry out a switch of the engine for an assigned topic: its partitions on
         ``old``'s cluster are released there (after a ``clean`` drain they are
         committed at their end already; otherwise what was read is committed without
@@ -113,9 +131,12 @@ class AssignedMoves:
         else:
             self._sub.routes[topic] = new
             if moved:
-                self.incremental_assign(self._start_partitions(topic, new, moved, start))
+                split = self._placement.split(self._start_partitions(topic, new, moved, start))
+                for entry, _, parts in split:
+                    entry.consumer.incremental_assign(parts)
+                self._placement.assigned(entry for entry, _, _ in split)
         self._guard.switched(self._driver.engine.draining)
-        self._refresh_pin()
+        self._repin()
         log.info(
             "kbear: assigned topic %r (partitions %s) switched from %r to %r",
             topic,
@@ -124,12 +145,9 @@ class AssignedMoves:
             new,
             extra=_events.fields("route_change", topic, old, new, reason="reload"),
         )
-        self._assigned_switched(topic, old, new, moved)
-        self._notify_route_change(old, new)
-
-    def _assigned_switched(self, topic: str, old: Route, new: Route | None, moved: list[int]) -> None:
-        """Called after ``topic``'s partitions ``moved`` (numbers) left ``old``'s
-        cluster for ``new``'s (None: the topic lost its route); nothing here."""
+        if self.switched_hook is not None:
+            self.switched_hook(topic, old, new, moved)
+        self._notify(old, new)
 
     def _start_partitions(
         self, topic: str, new: Route, moved: list[int], start: StartPlan
@@ -141,7 +159,7 @@ class AssignedMoves:
             return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
         if not start.by_time:
             return [TopicPartition(topic, p, start.offset) for p in moved]
-        entry = self._client_for(new)
+        entry = self._placement.client_for(new)
         found: dict[int, int] = {}
         try:
             asked = [TopicPartition(new.topic, p, start.offset) for p in moved]

@@ -1,11 +1,18 @@
-"""RoutedConsumer: the facade, its state and its per-cluster client lifecycle.
+"""RoutedConsumer: the facade, which builds its parts and hands each what it needs.
 
-The confluent-kafka API is spread over base classes along its seams:
+The parts, each given its collaborators explicitly (never the facade):
 ``_polling.PollLoop`` (poll, consume), ``_subscribing.SubscriptionCalls``
-(subscribe, unsubscribe, route changes) and ``_partitions.PartitionCalls``
-(commit, seek, assign...); this module holds construction, the client
-registry's lifecycle (build, hand over, close), the fast-path binding and the
-cluster-wide calls.
+(subscribe, unsubscribe, route changes, the work between calls),
+``_partitions.PartitionCalls`` (commit, seek, assign...),
+``_assigned.AssignedMoves`` (a manual assignment following route changes),
+``_placing.Placement`` (routes, cluster clients, splitting partitions by
+cluster), ``_clusterwide.ClusterCalls`` (member ids, group metadata, cluster
+id), ``_ackcalls.AckCalls`` and the acknowledgement layer; they share the
+consumer's :class:`~kbear.consumer._subscription.ReadState`, registry, rebalance
+state, switch driver and move guard. The facade's methods of the same names
+delegate to them (:func:`kbear._delegate.delegate`: same signatures and
+docstrings); this module holds the construction, the fast-path binding, the
+cluster-wide calls and ``close``.
 """
 
 from __future__ import annotations
@@ -15,31 +22,37 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future
 from typing import Any
 
-from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, not_one_cluster, rename_metadata
+from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, rename_metadata
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
+from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
-from kbear._switch import SwitchEngine
-from kbear.consumer._ackcalls import AckCalls
+from kbear._switch import StartPlan, SwitchEngine
+from kbear.config import KBearConfig
+from kbear.consumer._ackcalls import AckCalls, check_ack_settings, with_retry_topics
+from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._closing import close_consumer
-from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._clusterwide import ClusterCalls
 from kbear.consumer._guard import MoveGuard
+from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
+from kbear.consumer._placing import Placement
 from kbear.consumer._polling import PollLoop
-from kbear.consumer._rebalance import Rebalancer, commit_sync
+from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
-from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.consumer._subscription import ReadState, SubscriptionKind
 from kbear.consumer._turns import turn_taking
 from kbear.router import Router
+from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.consumer")
 
 
-class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
+class RoutedConsumer(RoutedClientBase):
     """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -101,7 +114,7 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
     from another thread ends a waiting ``poll`` within its current slice.
     """
 
-    _fast_paths = ("poll", "consume")
+    _fast_paths: tuple[str, ...] = ("poll", "consume")
     _closed_message = "Consumer closed"
     _kind = "consumer"
 
@@ -124,7 +137,7 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
                 "looked up per consumer group, CRRL consumerGroup.groupName)"
             )
         self._group = str(group)
-        individual = self._check_ack_settings(self._settings, native)
+        individual = check_ack_settings(self._settings, native)
         self._native = native
         self._log = log
         # Checked before the router (and its watcher thread) exists: nothing to clean up.
@@ -135,46 +148,12 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
                 "RoutedConsumer: topic.metadata.refresh.interval.ms must be an integer number of ms, "
                 f"got {native['topic.metadata.refresh.interval.ms']!r}"
             ) from None
-        self._refresh_s = refresh_ms / 1000.0
         s = self._settings
-        # Where a partition without a committed offset starts (librdkafka default: the end).
-        reset = str(native.get("auto.offset.reset", "latest")).lower()
-        engine = SwitchEngine(
-            s.switch_mode,
-            s.switch_start,
-            idle_s=s.drain_idle_ms / 1000.0,
-            timeout_s=s.drain_timeout_ms / 1000.0,
-            timestamp_margin_ms=s.timestamp_margin_ms,
-            reset_to_end=reset in ("latest", "largest", "end"),
-        )
         self._router, self._owns_router = open_router(router, s, "RoutedConsumer")
         self._client = s.client
-        self._registry = ClusterRegistry(native)
-        self._sub = Subscription()
-        self._rebalancer = Rebalancer(self, native)
-        session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
-        self._guard = MoveGuard(
-            self._registry,
-            enabled=self._rebalancer.commit_on_revoke,
-            linger_s=s.drain_timeout_ms / 1000.0 + session_s,
-            pause_s=session_s,
-            clock=time.monotonic,
-        )
-        if self._rebalancer.commit_on_revoke:
-            self._registry.commit_hook = self._guard.commit_answered
-            self._rebalancer.assigned_hook = self._guard.assigned
-        self._driver = SwitchDriver(
-            engine,
-            self._registry,
-            self,
-            commit_positions=self._rebalancer.commit_on_revoke,
-            clock=time.monotonic,
-        )
-        self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
-        self._pattern_job: Future[dict[str, set[str] | None]] | None = None
-        self._lock = threading.RLock()
-        self._rr = 0
         self._closed = False
+        self._acks: AckLayer | None = None
+        self._build(native, refresh_ms / 1000.0)
         if individual:
             self._open_acks(native)
         self._listen(self._owns_router)
@@ -185,6 +164,117 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
                 self.close()
             raise
 
+    def _build(self, native: dict[str, Any], refresh_s: float) -> None:
+        """Build the parts and hand each its collaborators."""
+        s = self._settings
+        self._lock = threading.RLock()
+        self._state = state = ReadState()
+        self._sub = state.sub
+        self._registry = registry = ClusterRegistry(native)
+        self._rebalancer = rebalancer = Rebalancer(self, native)  # hands this consumer to the callbacks
+        session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
+        self._guard = guard = MoveGuard(
+            registry,
+            enabled=rebalancer.commit_on_revoke,
+            linger_s=s.drain_timeout_ms / 1000.0 + session_s,
+            pause_s=session_s,
+            clock=time.monotonic,
+        )
+        if rebalancer.commit_on_revoke:
+            registry.commit_hook = guard.commit_answered
+            rebalancer.assigned_hook = guard.assigned
+
+        def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
+            subscriber.switch_topic(topic, old, new, start, clean)  # built below, before any switch
+
+        self._driver = driver = SwitchDriver(
+            _engine(s, native),
+            registry,
+            switch,
+            commit_positions=rebalancer.commit_on_revoke,
+            clock=time.monotonic,
+        )
+        repin, notify, check_open = self._refresh_pin, self._notify_route_change, self._check_open
+        self._placement = placement = Placement(
+            state.sub,
+            registry,
+            rebalancer,
+            driver,
+            router=self._router,
+            group=self._group,
+            client=self._client,
+            repin=repin,
+        )
+        self._assigned = assigned = AssignedMoves(
+            state.sub, registry, rebalancer, driver, guard, placement, repin=repin, notify=notify
+        )
+        self._partitions = PartitionCalls(
+            state.sub,
+            registry,
+            rebalancer,
+            driver,
+            placement,
+            assigned,
+            lock=self._lock,
+            check_open=check_open,
+            repin=repin,
+        )
+        self._subscriber = subscriber = SubscriptionCalls(
+            state,
+            registry,
+            rebalancer,
+            driver,
+            guard,
+            placement,
+            assigned,
+            router=self._router,
+            group=self._group,
+            client=self._client,
+            refresh_s=refresh_s,
+            lock=self._lock,
+            check_open=check_open,
+            repin=repin,
+            notify=notify,
+        )
+        self._loop = PollLoop(
+            state,
+            registry,
+            driver,
+            guard,
+            between_calls=subscriber.between_calls,
+            check_open=check_open,
+            repin=repin,
+        )
+        self._ack_calls = AckCalls(None)
+        self._cluster_calls = ClusterCalls(registry, check_open)
+
+    def _open_acks(self, native: Mapping[str, Any]) -> None:
+        """Build the acknowledgement layer and wire it in (``kbear.ack.mode=individual``):
+        poll/consume are its delivering part's for good (never unbound by a reload)."""
+        sub = self._sub
+        layer, delivery = open_acks(
+            self._settings,
+            self._group,
+            native,
+            router=self._router,
+            client=self._client,
+            registry=self._registry,
+            routes=lambda: sub.routes,
+            poll=self._loop.poll,
+            consume=self._loop.consume,
+        )
+        self._acks = self._partitions.acks = layer
+        self._ack_calls = AckCalls(layer)
+        self._loop.tap = delivery.tap
+        self._rebalancer.commit_points = layer.commit_points
+        self._rebalancer.revoked_hook = layer.revoked
+        self._driver.commit_points = layer.commit_points
+        self._fast_paths = ()
+        self.__dict__["poll"] = delivery.poll
+        self.__dict__["consume"] = delivery.consume
+        if self._settings.retry_enable:
+            self.__dict__["subscribe"] = with_retry_topics(self._subscriber.subscribe, layer)
+
     def _open_home_cluster(self) -> None:
         """As confluent-kafka's client exists from construction on (``oauth_cb`` and
         the ``logger``'s first lines fire now, a failing callback raises now,
@@ -194,7 +284,36 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
         config = self._router.config
         home = single_cluster(config, self._client, self._group)
         if home is not None and home in config.clusters:
-            self._client_for(cluster_target(home, config.clusters[home]))
+            self._placement.client_for(cluster_target(home, config.clusters[home]))
+
+    # ------------------------------------------------------------------ the parts' calls
+
+    poll = delegate("_loop", PollLoop.poll)
+    consume = delegate("_loop", PollLoop.consume)
+    subscribe = delegate("_subscriber", SubscriptionCalls.subscribe)
+    unsubscribe = delegate("_subscriber", SubscriptionCalls.unsubscribe)
+    commit = delegate("_partitions", PartitionCalls.commit)
+    committed = delegate("_partitions", PartitionCalls.committed)
+    position = delegate("_partitions", PartitionCalls.position)
+    assignment = delegate("_partitions", PartitionCalls.assignment)
+    get_watermark_offsets = delegate("_partitions", PartitionCalls.get_watermark_offsets)
+    offsets_for_times = delegate("_partitions", PartitionCalls.offsets_for_times)
+    store_offsets = delegate("_partitions", PartitionCalls.store_offsets)
+    seek = delegate("_partitions", PartitionCalls.seek)
+    pause = delegate("_partitions", PartitionCalls.pause)
+    resume = delegate("_partitions", PartitionCalls.resume)
+    assign = delegate("_partitions", PartitionCalls.assign)
+    unassign = delegate("_partitions", PartitionCalls.unassign)
+    incremental_assign = delegate("_partitions", PartitionCalls.incremental_assign)
+    incremental_unassign = delegate("_partitions", PartitionCalls.incremental_unassign)
+    ack = delegate("_ack_calls", AckCalls.ack)
+    ack_cumulative = delegate("_ack_calls", AckCalls.ack_cumulative)
+    nack = delegate("_ack_calls", AckCalls.nack)
+    reconsume_later = delegate("_ack_calls", AckCalls.reconsume_later)
+    memberid = delegate("_cluster_calls", ClusterCalls.memberid)
+    memberids = delegate("_cluster_calls", ClusterCalls.memberids)
+    consumer_group_metadata = delegate("_cluster_calls", ClusterCalls.consumer_group_metadata)
+    cluster_id = delegate("_cluster_calls", ClusterCalls.cluster_id)
 
     # ------------------------------------------------------------------ routing
 
@@ -202,45 +321,14 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
         """Logical topic -> route in use for the current subscription."""
         return dict(self._sub.routes)
 
-    def _route(self, topic: str) -> Route:
-        route = self._sub.routes.get(topic)
-        if route is None:
-            route = self._router.route_consumer(topic, self._group, self._client)
-        return route
-
-    def _client_for(self, target: Target) -> ClusterClient:
-        entry, replaced = self._registry.client(target)
-        if replaced is not None:
-            self._hand_over(replaced, entry)
-        return entry
-
     def _native_clients(self) -> Iterable[Any]:
         return [entry.consumer for entry in self._registry]
 
-    def _hand_over(self, old: ClusterClient, new: ClusterClient) -> None:
-        """The cluster's client properties changed (a rotated credential, a tuned
-        setting): the same topics of the same cluster, read on by a new client from
-        where the old one left off (what it consumed is committed, then it closes).
-        A subscription is made again; a manual assignment is carried over at the
-        old client's positions (pauses are not)."""
-        new.take_names(old)
-        manual: list[Any] = []
-        if not old.topics and old in self._registry.active:
-            assigned = old.consumer.assignment()
-            manual = old.consumer.position(assigned) if assigned else []
-        self._close_client(old)
-        log.info("kbear: client of cluster %r rebuilt: its properties changed", new.cluster_id)
-        if new.topics:
-            self._resubscribe([new])
-        elif manual:
-            new.consumer.assign(manual)
-            self._note_assign([new])
-
-    def _close_client(self, entry: ClusterClient) -> None:
-        self._driver.quiesce(entry.cluster_id)
-        commit_sync(entry, None, "as its client closes")
-        close_consumer(entry.consumer)
-        self._registry.deactivate(entry)
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        # Runs in the reloading thread: only flag (and unbind the fast paths, so the
+        # next call takes the slow path); the caller's thread applies.
+        self._state.pending = True
+        self._unpin()
 
     def _refresh_pin(self) -> None:
         """Bind poll() and consume() (instance attributes over the class methods) to the
@@ -254,7 +342,7 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
         if (
             not active
             or self._closed
-            or self._pending
+            or self._state.pending
             or self._driver.busy
             or self._guard.active
             or self._registry.leaving
@@ -270,13 +358,13 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
             d["consume"] = active[0].consumer.consume
         else:
             d["poll"], d["consume"] = self._turn_taking([entry.consumer for entry in active])
-        if self._pending:  # a reload landed meanwhile (watcher thread)
+        if self._state.pending:  # a reload landed meanwhile (watcher thread)
             self._unpin()
 
     def _turn_taking(self, consumers: list[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """poll() and consume() over several clusters' clients with nothing to translate
         (kbear.consumer._turns: compiled when built, else pure-Python closures)."""
-        return turn_taking(consumers, RoutedConsumer.poll.__get__(self), RoutedConsumer.consume.__get__(self))
+        return turn_taking(consumers, self._loop.poll, self._loop.consume)
 
     # ------------------------------------------------------------------ cluster-wide calls
 
@@ -299,61 +387,9 @@ class RoutedConsumer(AckCalls, PollLoop, SubscriptionCalls, PartitionCalls):
             if not entries:
                 raise ValueError("list_topics: no cluster in use yet; subscribe or name a topic")
             return entries[0].consumer.list_topics(None, timeout)
-        route = self._route(topic)
-        md = self._client_for(route).consumer.list_topics(route.topic, timeout)
+        route = self._placement.route(topic)
+        md = self._placement.client_for(route).consumer.list_topics(route.topic, timeout)
         return rename_metadata(md, route, topic)
-
-    def memberid(self) -> str | None:
-        """The group member id on the (first) cluster this consumer is subscribed to,
-        or None before it joined. See :meth:`memberids` for every cluster."""
-        self._check_open()
-        for entry in self._registry.active:
-            member: str | None = entry.consumer.memberid()
-            return member
-        return None
-
-    def memberids(self) -> dict[str, str | None]:
-        """Cluster id -> group member id on that cluster (kbear addition)."""
-        self._check_open()
-        return {e.cluster_id: e.consumer.memberid() for e in self._registry.active}
-
-    def consumer_group_metadata(self) -> Any:
-        """The group metadata for ``RoutedProducer.send_offsets_to_transaction``.
-
-        Raises:
-            KafkaException: ``_STATE`` when this consumer reads from more than one
-                cluster (group metadata exists per cluster) or from none yet.
-        """
-        self._check_open()
-        clusters = self._registry.active or list(self._registry)
-        if len(clusters) != 1:
-            raise not_one_cluster(
-                "consumer_group_metadata",
-                "RoutedConsumer reads from",
-                (e.cluster_id for e in clusters),
-                "group metadata exists for one cluster only",
-            )
-        return clusters[0].consumer.consumer_group_metadata()
-
-    def cluster_id(self, timeout: float = -1) -> str:
-        """The Kafka cluster id (KIP-78) of the one cluster this consumer reads
-        from, as ``confluent_kafka.Consumer.cluster_id`` (``timeout`` in seconds,
-        -1: infinite).
-
-        Raises:
-            KafkaException: ``_STATE`` when this consumer reads from more than one
-                cluster or from none yet; the cluster's errors (e.g. ``_TIMED_OUT``).
-        """
-        self._check_open()
-        clusters = self._registry.active or list(self._registry)
-        if len(clusters) != 1:
-            raise not_one_cluster(
-                "cluster_id",
-                "RoutedConsumer reads from",
-                (e.cluster_id for e in clusters),
-                "ask a route's cluster (routes()) or a one-cluster client",
-            )
-        return str(clusters[0].consumer.cluster_id(timeout))
 
     def close(self) -> None:
         """Close every cluster's client (committing, as confluent-kafka, when
@@ -419,3 +455,17 @@ def _ms_setting(native: Mapping[str, Any], key: str, default: int) -> int:
         return int(native.get(key, default))
     except (TypeError, ValueError):
         return default
+
+
+def _engine(s: KBearSettings, native: Mapping[str, Any]) -> SwitchEngine:
+    """The switch engine of a consumer with settings ``s`` (``kbear.switch.*``)."""
+    # Where a partition without a committed offset starts (librdkafka default: the end).
+    reset = str(native.get("auto.offset.reset", "latest")).lower()
+    return SwitchEngine(
+        s.switch_mode,
+        s.switch_start,
+        idle_s=s.drain_idle_ms / 1000.0,
+        timeout_s=s.drain_timeout_ms / 1000.0,
+        timestamp_margin_ms=s.timestamp_margin_ms,
+        reset_to_end=reset in ("latest", "largest", "end"),
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -32,12 +32,10 @@ T = TypeVar("T")
 PROBE_CALL_TIMEOUT_S = 5.0
 
 
-class _Mover(Protocol):
-    """What the driver asks of the consumer it drives."""
-
-    def _switch_topic(
-        self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
-    ) -> None: ...
+#: ``switch(topic, old, new, start, clean)`` carries out a switch of the engine:
+#: logical ``topic`` leaves ``old``'s cluster (``clean``: after a complete drain)
+#: for ``new``'s (None: no route any more), read there from ``start``.
+SwitchCall = Callable[[str, Route, Route | None, StartPlan, bool], None]
 
 
 def commit_reached(
@@ -100,7 +98,7 @@ class SwitchDriver:
     Args:
         engine: the switch engine (settings of the consumer).
         registry: the consumer's per-cluster clients.
-        owner: the consumer; its ``_switch_topic`` carries out a switch.
+        switch: carries out a switch (the consumer's subscription part).
         commit_positions: ``enable.auto.commit`` is on: probes commit positions.
         clock: monotonic seconds.
     """
@@ -109,14 +107,14 @@ class SwitchDriver:
         self,
         engine: SwitchEngine,
         registry: ClusterRegistry,
-        owner: _Mover,
+        switch: SwitchCall,
         *,
         commit_positions: bool,
         clock: Callable[[], float],
     ) -> None:
         self.engine = engine
         self._registry = registry
-        self._owner = owner
+        self._switch_call = switch
         self._commit_positions = commit_positions
         self._clock = clock
         self._executor: ThreadPoolExecutor | None = None
@@ -206,7 +204,7 @@ class SwitchDriver:
     def _switch(self, action: Switch) -> None:
         self._wait_probe(action.topic)
         clean = not action.timed_out
-        self._owner._switch_topic(action.topic, action.old, action.new, action.start, clean)
+        self._switch_call(action.topic, action.old, action.new, action.start, clean)
         if action.new is not None:
             self.stale_commits.add(action.topic)
         else:

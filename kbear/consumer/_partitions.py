@@ -11,20 +11,20 @@ Inside a rebalance callback every partition is the rebalanced cluster's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from kbear._clients import renamed
-from kbear._route import Route
 from kbear.consumer._assigned import AssignedMoves
-from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._individual import AckLayer
 from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._placing import Placement
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscription import Subscription
 
-Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -69,52 +69,53 @@ def _individual_refusal(call: str) -> KafkaException:
     )
 
 
-class PartitionCalls(AssignedMoves):
-    """The partition-addressed half of :class:`~kbear.RoutedConsumer` (a base class)."""
+class PartitionCalls:
+    """The partition-addressed calls of :class:`~kbear.RoutedConsumer` (its methods of
+    the same names delegate here).
 
-    _acks: Any = None  # the AckLayer with kbear.ack.mode=individual
-    _registry: ClusterRegistry
-    _rebalancer: Rebalancer
-    _driver: SwitchDriver
-    _sub: Subscription
-    _lock: Any
+    Args:
+        sub: the consumer's subscription (its routes in use).
+        registry, rebalancer, driver: its per-cluster clients, rebalance state and
+            switch driver (the stale commits after a switch).
+        placement: where its partitions are read.
+        assigned: the route following of a manual assignment.
+        lock: the consumer's lock.
+        check_open: raises ``RuntimeError`` when the consumer is closed.
+        repin: called when the clients read changed.
 
-    # ------------------------------------------------------------------ splitting
+    Attributes:
+        acks: the acknowledgement layer (``kbear.ack.mode=individual``), or None.
+    """
 
-    if TYPE_CHECKING:
-
-        def _check_open(self) -> None: ...
-
-        def _route(self, topic: str) -> Route: ...
-
-        def _client_for(self, route: Route) -> ClusterClient: ...
-
-        def _refresh_pin(self) -> None: ...
-
-    def _split(self, partitions: Iterable[TopicPartition]) -> Split:
-        """Group partitions (logical names) by cluster, as physical TopicPartitions,
-        with their indexes in the input."""
-        current = self._rebalancer.current
-        if current is not None:
-            parts = list(partitions)
-            return [(current, list(range(len(parts))), current.to_physical(parts))]
-        groups: dict[str, tuple[ClusterClient, list[int], list[TopicPartition]]] = {}
-        for index, tp in enumerate(partitions):
-            route = self._route(tp.topic)
-            entry = self._client_for(route)
-            if route.remapped:
-                entry.logical.setdefault(route.topic, tp.topic)
-                tp = renamed(tp, route.topic)
-            group = groups.setdefault(route.cluster_id, (entry, [], []))
-            group[1].append(index)
-            group[2].append(tp)
-        return list(groups.values())
+    def __init__(
+        self,
+        sub: Subscription,
+        registry: ClusterRegistry,
+        rebalancer: Rebalancer,
+        driver: SwitchDriver,
+        placement: Placement,
+        assigned: AssignedMoves,
+        *,
+        lock: threading.RLock,
+        check_open: Callable[[], None],
+        repin: Callable[[], None],
+    ) -> None:
+        self._sub = sub
+        self._registry = registry
+        self._rebalancer = rebalancer
+        self._driver = driver
+        self._placement = placement
+        self._assigned = assigned
+        self._lock = lock
+        self._check_open = check_open
+        self._repin = repin
+        self.acks: AckLayer | None = None
 
     def _per_cluster(
         self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]
     ) -> list[TopicPartition]:
         result: list[TopicPartition | None] = [None] * len(partitions)
-        for entry, indexes, parts in self._split(partitions):
+        for entry, indexes, parts in self._placement.split(partitions):
             answered = call(entry.consumer, parts)
             if not answered:  # an asynchronous commit answers nothing
                 continue
@@ -153,7 +154,7 @@ class PartitionCalls(AssignedMoves):
         self._check_open()
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
-        if self._acks is not None and (message is not None or offsets is not None):
+        if self.acks is not None and (message is not None or offsets is not None):
             raise _individual_refusal("commit")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
@@ -167,8 +168,8 @@ class PartitionCalls(AssignedMoves):
         return self._commit_all(asynchronous)
 
     def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
-        if self._acks is not None:  # kbear.ack.mode=individual: the acknowledged prefixes
-            self._acks.flush_stores()
+        if self.acks is not None:  # kbear.ack.mode=individual: the acknowledged prefixes
+            self.acks.flush_stores()
         out: list[TopicPartition] = []
         no_offset: KafkaException | None = None
         committed_any = False
@@ -237,7 +238,7 @@ class PartitionCalls(AssignedMoves):
     ) -> tuple[int, int] | None:
         """Low and high watermark of ``partition`` on its topic's cluster (as confluent-kafka)."""
         self._check_open()
-        ((entry, _, parts),) = self._split([partition])
+        ((entry, _, parts),) = self._placement.split([partition])
         kwargs: dict[str, Any] = {"cached": cached}
         if timeout is not None:
             kwargs["timeout"] = timeout
@@ -273,45 +274,38 @@ class PartitionCalls(AssignedMoves):
             raise ValueError("message and offsets are mutually exclusive")
         if message is None and offsets is None:
             raise ValueError("expected either message or offsets")
-        if self._acks is not None:
+        if self.acks is not None:
             raise _individual_refusal("store_offsets")
         if message is not None:
             if str(message.topic()) in self._driver.stale_commits:
                 return
             offsets = [next_offset(message)]
         assert offsets is not None
-        for entry, _, parts in self._split(offsets):
+        for entry, _, parts in self._placement.split(offsets):
             entry.consumer.store_offsets(offsets=parts)
 
     @locked
     def seek(self, partition: TopicPartition) -> None:
         """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
         self._check_open()
-        ((entry, _, parts),) = self._split([partition])
+        ((entry, _, parts),) = self._placement.split([partition])
         entry.consumer.seek(parts[0])
 
     @locked
     def pause(self, partitions: list[TopicPartition]) -> None:
         """Pause fetching ``partitions`` (logical names) on their clusters."""
         self._check_open()
-        for entry, _, parts in self._split(partitions):
+        for entry, _, parts in self._placement.split(partitions):
             entry.consumer.pause(parts)
 
     @locked
     def resume(self, partitions: list[TopicPartition]) -> None:
         """Resume fetching ``partitions`` (logical names) on their clusters."""
         self._check_open()
-        for entry, _, parts in self._split(partitions):
+        for entry, _, parts in self._placement.split(partitions):
             entry.consumer.resume(parts)
 
     # ------------------------------------------------------------------ assignment
-
-    def _note_assign(self, entries: Iterable[ClusterClient]) -> None:
-        for entry in entries:
-            if entry is self._rebalancer.current:
-                self._rebalancer.assigned_in_callback = True
-            self._registry.activate(entry)
-        self._refresh_pin()
 
     @locked
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -335,18 +329,18 @@ class PartitionCalls(AssignedMoves):
             KafkaException: confluent-kafka refused the assignment.
         """
         self._check_open()
-        split = self._split(partitions)
+        split = self._placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.assign(parts)
-        self._note_assign(entry for entry, _, _ in split)
-        self._follow_assigned((tp.topic for tp in partitions), replace=True)
+        self._placement.assigned(entry for entry, _, _ in split)
+        self._assigned.follow((tp.topic for tp in partitions), replace=True)
         if self._rebalancer.current is None:
             named = {entry.cluster_id for entry, _, _ in split}
             for entry in self._registry:
                 if entry.cluster_id not in named and not entry.topics:
                     entry.consumer.unassign()
                     self._registry.deactivate(entry)
-            self._refresh_pin()
+            self._repin()
 
     @locked
     def unassign(self) -> None:
@@ -363,25 +357,25 @@ class PartitionCalls(AssignedMoves):
             entry.consumer.unassign()
             if not entry.topics:
                 self._registry.deactivate(entry)
-        self._stop_following()
-        self._refresh_pin()
+        self._assigned.stop_following()
+        self._repin()
 
     @locked
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters
         (outside a subscription their topics follow route changes, as with ``assign``)."""
         self._check_open()
-        split = self._split(partitions)
+        split = self._placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.incremental_assign(parts)
-        self._note_assign(entry for entry, _, _ in split)
-        self._follow_assigned((tp.topic for tp in partitions), replace=False)
+        self._placement.assigned(entry for entry, _, _ in split)
+        self._assigned.follow((tp.topic for tp in partitions), replace=False)
 
     @locked
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """Remove ``partitions`` (logical names) from the assignment of their clusters."""
         self._check_open()
-        for entry, _, parts in self._split(partitions):
+        for entry, _, parts in self._placement.split(partitions):
             entry.consumer.incremental_unassign(parts)
             if entry is self._rebalancer.current:
                 self._rebalancer.assigned_in_callback = True

@@ -2,16 +2,17 @@
 
 Responsible for: ``poll`` and ``consume`` over several clusters in turn (each
 blocking wait cut in slices of ``_POLL_SLICE_S``, so no call outlives its
-timeout by more than a slice), the work due between slices (a pending reload,
-the switch engine's decisions, a pattern refresh: none of them waits on a
-broker), the logical names of messages read, and the clients still leaving.
+timeout by more than a slice), asking for the work due between slices (a
+pending reload, the switch engine's decisions, a pattern refresh: the
+subscription part's ``between_calls``), the logical names of messages read, and
+the clients still leaving.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -19,7 +20,7 @@ from kbear._clients import Deadline
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
-from kbear.consumer._subscription import Subscription, SubscriptionKind
+from kbear.consumer._subscription import ReadState, SubscriptionKind
 
 # How long one blocking poll of one cluster's client may take while several are
 # polled in turn (seconds): the worst added latency of a multi-cluster poll.
@@ -27,50 +28,48 @@ _POLL_SLICE_S = 0.01
 
 
 class PollLoop:
-    """The message half of :class:`~kbear.RoutedConsumer` (a base class)."""
+    """``poll`` and ``consume`` of :class:`~kbear.RoutedConsumer` over its clusters
+    (its methods of the same names delegate here when not bound to a fast path).
 
-    _registry: ClusterRegistry
-    _driver: SwitchDriver
-    _guard: MoveGuard
-    _sub: Subscription
-    _pending: bool
-    _rr: int
-    _pattern_job: Any
-    _lock: Any
-    #: called with (entry, message) for each message read, before its logical name
-    #: is set (``kbear.ack.mode=individual``: :meth:`AckLayer.tap`); None otherwise
-    _tap: Callable[[ClusterClient, Any], None] | None = None
+    Args:
+        state: the consumer's shared state (subscription, pending reload).
+        registry, driver, guard: its per-cluster clients, switch driver and move guard.
+        between_calls: the work due between calls (the subscription part's; raises
+            ``RuntimeError`` when the consumer is closed).
+        check_open: raises ``RuntimeError`` when the consumer is closed.
+        repin: called when the clients read changed.
 
-    # ------------------------------------------------------------------ messages
+    Attributes:
+        tap: called with (entry, message) for each message read, before its
+            logical name is set (``kbear.ack.mode=individual``:
+            :meth:`DeliveryLoop.tap`); None otherwise.
+    """
 
-    if TYPE_CHECKING:
-
-        def _check_open(self) -> None: ...
-
-        def _apply_changes(self) -> None: ...
-
-        def _refresh_patterns(self) -> None: ...
-
-        def _refresh_pin(self) -> None: ...
-
-    def _before_call(self) -> None:
-        with self._lock:
-            self._check_open()
-            if self._pending:
-                self._apply_changes()
-            if self._guard.active and not self._guard.tick():
-                self._refresh_pin()
-            if self._driver.busy:
-                self._driver.tick()
-                self._refresh_pin()
-            elif self._sub.kind is SubscriptionKind.PATTERN and (
-                self._pattern_job is not None or time.monotonic() >= self._sub.next_refresh
-            ):
-                self._refresh_patterns()
+    def __init__(
+        self,
+        state: ReadState,
+        registry: ClusterRegistry,
+        driver: SwitchDriver,
+        guard: MoveGuard,
+        *,
+        between_calls: Callable[[], None],
+        check_open: Callable[[], None],
+        repin: Callable[[], None],
+    ) -> None:
+        self._state = state
+        self._sub = state.sub
+        self._registry = registry
+        self._driver = driver
+        self._guard = guard
+        self._before_call = between_calls
+        self._check_open = check_open
+        self._repin = repin
+        self._rr = 0
+        self.tap: Callable[[ClusterClient, Any], None] | None = None
 
     def _out(self, entry: ClusterClient, msg: Any) -> Any:
-        if self._tap is not None:
-            self._tap(entry, msg)
+        if self.tap is not None:
+            self.tap(entry, msg)
         if self._guard.active:
             self._guard.read(entry)
         if entry.renames:
@@ -85,7 +84,7 @@ class PollLoop:
 
     def _needs_care(self) -> bool:
         return (
-            self._pending
+            self._state.pending
             or self._driver.busy
             or self._guard.active
             or self._sub.kind is SubscriptionKind.PATTERN
@@ -121,7 +120,7 @@ class PollLoop:
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
             if msg is not None and (
-                entry.renames or self._driver.engine.tracks_timestamps or self._tap is not None
+                entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None
             ):
                 self._out(entry, msg)
             return msg
@@ -191,7 +190,7 @@ class PollLoop:
         ):
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.renames or self._driver.engine.tracks_timestamps or self._tap is not None:
+            if entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None:
                 return [self._out(entry, m) for m in msgs]
             return msgs
         if not 0 <= num_messages <= 1_000_000:
@@ -237,7 +236,7 @@ class PollLoop:
                 return self._out(entry, msg)  # type: ignore[no-any-return]
             if not entry.consumer.assignment():
                 self._registry.deactivate(entry)
-                self._refresh_pin()
+                self._repin()
         return None
 
     def _idle(self, timeout: float | None) -> Message | None:

@@ -2,7 +2,9 @@
 
 Responsible for: the subscription (topic names and ``^regex`` patterns, whose
 matches are refreshed in the background), the subscription of each cluster's
-client to its share of the topics, applying a reload (a cluster's client
+client to its share of the topics, the work due between two calls of the
+application (a pending reload, the switch engine's decisions, a pattern
+refresh: none of them waits on a broker), applying a reload (a cluster's client
 rebuilt when its properties changed; a moved topic handed to the switch
 engine), and carrying out the engine's switches.
 """
@@ -10,27 +12,29 @@ engine), and carrying out the engine's switches.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from kbear import _events
-from kbear._base import RoutedClientBase
 from kbear._clients import cluster_target
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear._switch import StartPlan, same_route
-from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._assigned import AssignedMoves
+from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._placing import Placement
 from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._subscription import (
     PATTERN_METADATA_TIMEOUT_S,
+    ReadState,
     RebalanceCallback,
-    Subscription,
     SubscriptionKind,
     match_patterns,
     parse_topics,
@@ -42,35 +46,61 @@ from kbear.router import Router
 log = logging.getLogger("kbear.consumer")
 
 
-class SubscriptionCalls(RoutedClientBase):
-    """The subscription half of :class:`~kbear.RoutedConsumer` (a base class)."""
+class SubscriptionCalls:
+    """The subscription of :class:`~kbear.RoutedConsumer` and its route changes
+    (its ``subscribe`` / ``unsubscribe`` delegate here).
 
-    _registry: ClusterRegistry
-    _rebalancer: Rebalancer
-    _driver: SwitchDriver
-    _guard: MoveGuard
-    _sub: Subscription
-    _router: Router
-    _client: Client
-    _group: str
-    _refresh_s: float
-    _pattern_topics: dict[str, set[str]]
-    _pattern_job: Future[dict[str, set[str] | None]] | None
-    _lock: Any
+    Args:
+        state: the consumer's shared state (subscription, pending reload).
+        registry, rebalancer, driver, guard: its per-cluster clients, rebalance
+            state, switch driver and move guard.
+        placement: where its topics are read.
+        assigned: the route following of a manual assignment (its switches).
+        router, group, client: what routes are looked up with.
+        refresh_s: seconds between two lookups of a pattern subscription's matches.
+        lock: the consumer's lock.
+        check_open: raises ``RuntimeError`` when the consumer is closed.
+        repin: called when what the poll loop must look at changed.
+        notify: ``notify(old, new)`` tells the route-change listeners.
+    """
 
-    # ------------------------------------------------------------------ subscription
-
-    if TYPE_CHECKING:
-
-        def _check_open(self) -> None: ...
-
-        def _client_for(self, target: Target) -> ClusterClient: ...
-
-        def _refresh_pin(self) -> None: ...
-
-        def _switch_assigned(
-            self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool
-        ) -> None: ...
+    def __init__(
+        self,
+        state: ReadState,
+        registry: ClusterRegistry,
+        rebalancer: Rebalancer,
+        driver: SwitchDriver,
+        guard: MoveGuard,
+        placement: Placement,
+        assigned: AssignedMoves,
+        *,
+        router: Router,
+        group: str,
+        client: Client,
+        refresh_s: float,
+        lock: threading.RLock,
+        check_open: Callable[[], None],
+        repin: Callable[[], None],
+        notify: Callable[[Route, Route | None], None],
+    ) -> None:
+        self._state = state
+        self._sub = state.sub
+        self._registry = registry
+        self._rebalancer = rebalancer
+        self._driver = driver
+        self._guard = guard
+        self._placement = placement
+        self._assigned = assigned
+        self._router = router
+        self._group = group
+        self._client = client
+        self._refresh_s = refresh_s
+        self._lock = lock
+        self._check_open = check_open
+        self._repin = repin
+        self._notify = notify
+        self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
+        self._pattern_job: Future[dict[str, set[str] | None]] | None = None
 
     def subscribe(
         self,
@@ -106,11 +136,11 @@ class SubscriptionCalls(RoutedClientBase):
                 for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
                 if cb is not None
             }
-            self._pending = False
+            self._state.pending = False
             self._driver.forget()
             self._pattern_job = None
             self._rebalancer.start_at.clear()
-            self._sub = Subscription(
+            self._sub.reset(
                 SubscriptionKind.PATTERN if patterns else SubscriptionKind.TOPICS, names, patterns
             )
             self._set_subscription(names + self._match_patterns(), strict=True)
@@ -128,8 +158,8 @@ class SubscriptionCalls(RoutedClientBase):
         for entry in self._registry:
             entry.forget_topics()
         for topic, route in routes.items():
-            self._client_for(route).attach(topic, route)
-        self._resubscribe(self._registry)
+            self._placement.client_for(route).attach(topic, route)
+        self._placement.resubscribe(self._registry)
 
     def _match_patterns(self) -> list[str]:
         """Topics matching the regular-expression subscriptions (see subscribe()),
@@ -198,16 +228,6 @@ class SubscriptionCalls(RoutedClientBase):
             draining = {t: r for t, r in self._sub.routes.items() if engine.drain_of(t) is not None}
             self._set_subscription(topics, strict=False, keep=draining)
 
-    def _resubscribe(self, entries: Iterable[ClusterClient]) -> None:
-        for entry in list(entries):
-            if entry.topics:
-                entry.consumer.subscribe(list(entry.topics), **self._rebalancer.callbacks_for(entry))
-                self._registry.activate(entry)
-            elif entry in self._registry.active:
-                entry.consumer.unsubscribe()
-                self._registry.leave(entry)
-        self._refresh_pin()
-
     def unsubscribe(self) -> None:
         """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
         with self._lock:
@@ -216,14 +236,36 @@ class SubscriptionCalls(RoutedClientBase):
                 entry.consumer.unsubscribe()
                 entry.forget_topics()
                 self._registry.leave(entry)
-            self._sub = Subscription()
+            self._sub.reset()
             self._driver.forget()
-            self._refresh_pin()
+            self._repin()
 
     # ------------------------------------------------------------------ route changes
 
+    def between_calls(self) -> None:
+        """The work due before a ``poll()``/``consume()`` goes on (under the lock):
+        a pending reload applied, the move guard's and the switch engine's steps,
+        a pattern subscription's refresh. Never waits on a broker.
+
+        Raises:
+            RuntimeError: the consumer is closed.
+        """
+        with self._lock:
+            self._check_open()
+            if self._state.pending:
+                self._apply_changes()
+            if self._guard.active and not self._guard.tick():
+                self._repin()
+            if self._driver.busy:
+                self._driver.tick()
+                self._repin()
+            elif self._sub.kind is SubscriptionKind.PATTERN and (
+                self._pattern_job is not None or time.monotonic() >= self._sub.next_refresh
+            ):
+                self._refresh_patterns()
+
     def _apply_changes(self) -> None:
-        self._pending = False
+        self._state.pending = False
         # A cluster whose client properties changed (a rotated credential, a tuned
         # setting): its client is rebuilt once, keeping its topics or its manual
         # assignment (see _hand_over); the same log needs no drain.
@@ -231,7 +273,7 @@ class SubscriptionCalls(RoutedClientBase):
         for entry in self._registry:
             cluster = clusters.get(entry.cluster_id)
             if cluster is not None and cluster.client_properties != entry.properties:
-                self._client_for(cluster_target(entry.cluster_id, cluster))
+                self._placement.client_for(cluster_target(entry.cluster_id, cluster))
         for topic, old in list(self._sub.routes.items()):
             try:
                 new: Route | None = self._router.route_consumer(topic, self._group, self._client)
@@ -249,21 +291,21 @@ class SubscriptionCalls(RoutedClientBase):
                 # Same topic on the same cluster, other client properties: its
                 # client was rebuilt above, nothing to drain.
                 self._sub.routes[topic] = new
-                self._notify_route_change(old, new)
+                self._notify(old, new)
                 continue
             self._guard.route_changed()
             self._driver.route_changed(topic, old, new)
         if self._sub.kind is SubscriptionKind.PATTERN:
             self._sub.next_refresh = 0.0
-        self._refresh_pin()
+        self._repin()
 
-    def _switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
+    def switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
         """Carry out a switch of the engine: ``topic`` leaves ``old``'s cluster (after a
         ``clean`` drain its end offsets are committed: the revocation commits nothing
         more) and is read on ``new``'s cluster from ``start``. A manually assigned
-        topic moves its partitions instead (``_assigned.AssignedMoves``)."""
+        topic moves its partitions instead (:meth:`AssignedMoves.switch`)."""
         if self._sub.kind is SubscriptionKind.ASSIGNED:
-            self._switch_assigned(topic, old, new, start, clean)
+            self._assigned.switch(topic, old, new, start, clean)
             return
         old_entry = self._registry.get(old.cluster_id)
         if old_entry is not None:
@@ -277,17 +319,17 @@ class SubscriptionCalls(RoutedClientBase):
                 if not self._rebalancer.commit_on_revoke:
                     # the application commits: what it stored is committed as the topic leaves
                     commit_async(old_entry, None, "at route switch")
-            self._resubscribe([old_entry])
+            self._placement.resubscribe([old_entry])
         if new is None:
             self._sub.routes.pop(topic, None)
         else:
             self._sub.routes[topic] = new
             self._rebalancer.start_at[(new.cluster_id, new.topic)] = start
-            entry = self._client_for(new)
+            entry = self._placement.client_for(new)
             entry.attach(topic, new)
-            self._resubscribe([entry])
+            self._placement.resubscribe([entry])
         self._guard.switched(self._driver.engine.draining)
-        self._refresh_pin()
+        self._repin()
         extra = _events.fields("route_change", topic, old, new, reason="reload")
         log.info("kbear: topic %r switched from %r to %r", topic, old, new, extra=extra)
-        self._notify_route_change(old, new)
+        self._notify(old, new)

@@ -66,6 +66,37 @@ class Subscription:
         """The logical topics read, in subscription order."""
         return list(self.routes)
 
+    def reset(
+        self,
+        kind: SubscriptionKind = SubscriptionKind.NONE,
+        names: list[str] | None = None,
+        patterns: list[re.Pattern[str]] | None = None,
+    ) -> None:
+        """Start over as a subscription of ``kind`` (no routes yet). In place: the
+        consumer's parts share this object; every container is replaced, never
+        emptied, so a poll loop in another thread keeps reading a consistent one."""
+        self.kind = kind
+        self.names = list(names or [])
+        self.patterns = list(patterns or [])
+        self.callbacks = {}
+        self.routes = {}
+        self.next_refresh = 0.0
+
+
+@dataclass(eq=False)
+class ReadState:
+    """What the parts of one RoutedConsumer share, handed to each of them (as
+    aiokafka's ``SubscriptionState`` is to its fetcher and coordinator).
+
+    Attributes:
+        sub: the subscription (one object for the consumer's life, :meth:`Subscription.reset`).
+        pending: a reload waits to be applied: set by the reloading thread, cleared
+            by the caller's thread when it applies it (or subscribes anew).
+    """
+
+    sub: Subscription = field(default_factory=Subscription)
+    pending: bool = False
+
 
 def parse_topics(topics: Iterable[str]) -> tuple[list[str], list[re.Pattern[str]]]:
     """Split subscribe()'s ``topics`` into names and compiled ``^regex`` patterns.

@@ -1,0 +1,76 @@
+"""The RoutedConsumer calls about its clusters as a whole: member ids, the group
+metadata and the cluster id, answered by the one cluster (or every cluster) read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kbear._base import not_one_cluster
+from kbear.consumer._cluster import ClusterRegistry
+
+
+class ClusterCalls:
+    """``memberid``, ``memberids``, ``consumer_group_metadata``, ``cluster_id`` of
+    :class:`~kbear.RoutedConsumer` (its methods of the same names delegate here).
+
+    Args:
+        registry: the consumer's per-cluster clients.
+        check_open: raises ``RuntimeError`` when the consumer is closed.
+    """
+
+    def __init__(self, registry: ClusterRegistry, check_open: Callable[[], None]) -> None:
+        self._registry = registry
+        self._check_open = check_open
+
+    def memberid(self) -> str | None:
+        """The group member id on the (first) cluster this consumer is subscribed to,
+        or None before it joined. See :meth:`memberids` for every cluster."""
+        self._check_open()
+        for entry in self._registry.active:
+            member: str | None = entry.consumer.memberid()
+            return member
+        return None
+
+    def memberids(self) -> dict[str, str | None]:
+        """Cluster id -> group member id on that cluster (kbear addition)."""
+        self._check_open()
+        return {e.cluster_id: e.consumer.memberid() for e in self._registry.active}
+
+    def consumer_group_metadata(self) -> Any:
+        """The group metadata for ``RoutedProducer.send_offsets_to_transaction``.
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster (group metadata exists per cluster) or from none yet.
+        """
+        self._check_open()
+        clusters = self._registry.active or list(self._registry)
+        if len(clusters) != 1:
+            raise not_one_cluster(
+                "consumer_group_metadata",
+                "RoutedConsumer reads from",
+                (e.cluster_id for e in clusters),
+                "group metadata exists for one cluster only",
+            )
+        return clusters[0].consumer.consumer_group_metadata()
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        """The Kafka cluster id (KIP-78) of the one cluster this consumer reads
+        from, as ``confluent_kafka.Consumer.cluster_id`` (``timeout`` in seconds,
+        -1: infinite).
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster or from none yet; the cluster's errors (e.g. ``_TIMED_OUT``).
+        """
+        self._check_open()
+        clusters = self._registry.active or list(self._registry)
+        if len(clusters) != 1:
+            raise not_one_cluster(
+                "cluster_id",
+                "RoutedConsumer reads from",
+                (e.cluster_id for e in clusters),
+                "ask a route's cluster (routes()) or a one-cluster client",
+            )
+        return str(clusters[0].consumer.cluster_id(timeout))

@@ -1,0 +1,153 @@
+"""Where a RoutedConsumer reads its topics and partitions.
+
+Responsible for: each topic's route in use (the subscription's, else a consumer
+lookup), the cluster client of a route (built on first use; when the cluster's
+client properties changed, rebuilt and handed the old client's topics or
+assignment), partitions split by cluster under their physical names, and the
+subscription or assignment of a cluster's client noted in the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from confluent_kafka import TopicPartition
+
+from kbear._clients import renamed
+from kbear._identity import Client
+from kbear._route import Route
+from kbear.consumer._closing import close_consumer
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._rebalance import Rebalancer, commit_sync
+from kbear.consumer._subscription import Subscription
+from kbear.router import Router
+
+log = logging.getLogger("kbear.consumer")
+
+#: partitions of one cluster: (its client, their indexes in the caller's list, physical TopicPartitions)
+Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
+
+
+class Placement:
+    """The clusters of one RoutedConsumer's topics (see the module docstring).
+
+    Args:
+        sub: the consumer's subscription (its routes in use).
+        registry: its per-cluster clients.
+        rebalancer: its rebalance state (the cluster of a running callback, the
+            callbacks a client subscribes with).
+        driver: its switch driver (a client closes once its probes ended).
+        router, group, client: what routes are looked up with.
+        repin: called when the clients read changed (the consumer re-binds its fast paths).
+    """
+
+    def __init__(
+        self,
+        sub: Subscription,
+        registry: ClusterRegistry,
+        rebalancer: Rebalancer,
+        driver: SwitchDriver,
+        *,
+        router: Router,
+        group: str,
+        client: Client,
+        repin: Callable[[], None],
+    ) -> None:
+        self._sub = sub
+        self._registry = registry
+        self._rebalancer = rebalancer
+        self._driver = driver
+        self._router = router
+        self._group = group
+        self._client = client
+        self._repin = repin
+
+    def route(self, topic: str) -> Route:
+        """The route in use of logical ``topic`` (looked up when it is not read).
+
+        Raises:
+            NoRouteError: ``topic`` has no route.
+        """
+        route = self._sub.routes.get(topic)
+        if route is None:
+            route = self._router.route_consumer(topic, self._group, self._client)
+        return route
+
+    def client_for(self, target: Target) -> ClusterClient:
+        """The client of ``target``'s cluster, built (or rebuilt and handed over) if needed."""
+        entry, replaced = self._registry.client(target)
+        if replaced is not None:
+            self._hand_over(replaced, entry)
+        return entry
+
+    def split(self, partitions: Iterable[TopicPartition]) -> Split:
+        """Group partitions (logical names) by cluster, as physical TopicPartitions,
+        with their indexes in the input; inside a rebalance callback, all of them
+        are the rebalanced cluster's.
+
+        Raises:
+            NoRouteError: a topic has no route.
+        """
+        current = self._rebalancer.current
+        if current is not None:
+            parts = list(partitions)
+            return [(current, list(range(len(parts))), current.to_physical(parts))]
+        groups: dict[str, tuple[ClusterClient, list[int], list[TopicPartition]]] = {}
+        for index, tp in enumerate(partitions):
+            route = self.route(tp.topic)
+            entry = self.client_for(route)
+            if route.remapped:
+                entry.logical.setdefault(route.topic, tp.topic)
+                tp = renamed(tp, route.topic)
+            group = groups.setdefault(route.cluster_id, (entry, [], []))
+            group[1].append(index)
+            group[2].append(tp)
+        return list(groups.values())
+
+    def resubscribe(self, entries: Iterable[ClusterClient]) -> None:
+        """Subscribe each client of ``entries`` to its topics (or unsubscribe it, to
+        be polled until its revocation was served, when it has none left)."""
+        for entry in list(entries):
+            if entry.topics:
+                entry.consumer.subscribe(list(entry.topics), **self._rebalancer.callbacks_for(entry))
+                self._registry.activate(entry)
+            elif entry in self._registry.active:
+                entry.consumer.unsubscribe()
+                self._registry.leave(entry)
+        self._repin()
+
+    def assigned(self, entries: Iterable[ClusterClient]) -> None:
+        """The clients of ``entries`` were just assigned partitions: they are read."""
+        for entry in entries:
+            if entry is self._rebalancer.current:
+                self._rebalancer.assigned_in_callback = True
+            self._registry.activate(entry)
+        self._repin()
+
+    def close_client(self, entry: ClusterClient) -> None:
+        """Close ``entry``'s client (its probes ended, what it consumed committed)."""
+        self._driver.quiesce(entry.cluster_id)
+        commit_sync(entry, None, "as its client closes")
+        close_consumer(entry.consumer)
+        self._registry.deactivate(entry)
+
+    def _hand_over(self, old: ClusterClient, new: ClusterClient) -> None:
+        """The cluster's client properties changed (a rotated credential, a tuned
+        setting): the same topics of the same cluster, read on by a new client from
+        where the old one left off (what it consumed is committed, then it closes).
+        A subscription is made again; a manual assignment is carried over at the
+        old client's positions (pauses are not)."""
+        new.take_names(old)
+        manual: list[TopicPartition] = []
+        if not old.topics and old in self._registry.active:
+            assigned = old.consumer.assignment()
+            manual = old.consumer.position(assigned) if assigned else []
+        self.close_client(old)
+        log.info("kbear: client of cluster %r rebuilt: its properties changed", new.cluster_id)
+        if new.topics:
+            self.resubscribe([new])
+        elif manual:
+            new.consumer.assign(manual)
+            self.assigned([new])
