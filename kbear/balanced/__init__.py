@@ -7,8 +7,10 @@ The package's parts (each module's docstring says what it is responsible for):
   assignment, the reconciliation plan (no I/O);
 - ``_consumer``: :class:`ClientBalancedConsumer`, its topics, registered
   partitions, periodic reconciliation and the confluent-kafka reading calls;
-- ``_routed``: the routed consumer underneath, a manual assignment whose topics
-  follow route changes through the switch engine;
+- ``_calls``: the confluent-kafka reading and committing calls, handed to the
+  routed consumer underneath (:class:`kbear.consumer.AssignedConsumer`, a manual
+  assignment whose topics follow route changes through the switch engine);
+- ``_layout``: the partition layout of the balanced topics and partition states;
 - ``_ownership``: the ownership report of each node and its analysis (overlaps,
   orphans, duplicate ``node_id``...; no I/O);
 - ``_registry``: sending the reports to the registry topic;

@@ -1,7 +1,7 @@
 """The confluent-kafka reading and committing calls of a ClientBalancedConsumer.
 
 :class:`ConsumerCalls` is a base class: each call goes to the routed consumer
-underneath (:class:`~kbear.balanced._routed.AssignedConsumer`), whose partition
+underneath (:class:`~kbear.consumer.AssignedConsumer`), whose partition
 calls reach each partition's cluster under logical topic names; ``poll`` and
 ``consume`` first run the owner's periodic work when due (``_tick``, which never
 waits on a broker).
@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
-from kbear.balanced._routed import AssignedConsumer
+from kbear.consumer import AssignedConsumer
 
 
 class ConsumerCalls:

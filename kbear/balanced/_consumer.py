@@ -6,7 +6,7 @@ Responsible for: the balanced topics and the partitions registered (keys
 assignment, the periodic reconciliation (partition layout read in the
 background, applied at the next call), partition states, and the ownership
 reports. Reading, committing and route changes are the routed consumer's
-(:class:`~kbear.balanced._routed.AssignedConsumer`).
+(:class:`~kbear.consumer.AssignedConsumer`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from kbear.balanced._calls import ConsumerCalls
 from kbear.balanced._layout import Layout, PartitionState, partition_states, read_layout
 from kbear.balanced._ownership import Report
 from kbear.balanced._registry import DEFAULT_REGISTRY_TOPIC, Reporter
-from kbear.balanced._routed import AssignedConsumer
-from kbear.consumer._subscription import route_topics
+from kbear.consumer import AssignedConsumer
 from kbear.router import Router
 
 log = logging.getLogger("kbear.balanced")
@@ -168,7 +167,7 @@ class ClientBalancedConsumer(ConsumerCalls):
         with self._lock:
             self._check_open()
             inner = self._consumer
-            routes = route_topics(inner.router, names, inner.group, inner.client, strict=True)
+            routes = inner.route_topics(names)
             for key in [k for k in self._registered if k.topic not in routes]:
                 self._release(key)
             # a topic balanced before keeps its route in use and its move in progress

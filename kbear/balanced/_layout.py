@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from kbear._route import Route
 from kbear.balanced._assignment import PartitionKey
-from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer import ClusterRegistry
 
 log = logging.getLogger("kbear.balanced")
 

@@ -2,13 +2,19 @@
 
 The package's parts (each module's docstring says what it is responsible for):
 
-- ``_facade``: :class:`RoutedConsumer`, its state, the per-cluster client
-  lifecycle and the cluster-wide calls;
+- ``_facade``: :class:`RoutedConsumer`, which builds the parts below and hands
+  each its collaborators (never itself): the shared state
+  (``_subscription.ReadState``), the registry, the rebalance state, the switch
+  driver, the move guard, the lock, callables; its methods delegate to them;
 - ``_polling``: ``poll`` and ``consume`` over the clusters in turn;
-- ``_subscribing``: subscribe / unsubscribe, patterns, applying a reload and
-  the switches;
+- ``_subscribing``: subscribe / unsubscribe, patterns, the work between calls,
+  applying a reload and the switches;
 - ``_partitions``: the calls addressed to partitions (commit, seek, assign...),
   each sent to the cluster of its topic;
+- ``_placing``: the route of a topic, the client of a cluster (built on first
+  use, handed over when its properties change), partitions split by cluster;
+- ``_assigned``: a manual assignment following route changes;
+- ``_clusterwide``: member ids, group metadata, cluster id;
 - ``_cluster``: the per-cluster confluent-kafka clients and the logical/physical
   topic names on each;
 - ``_subscription``: the subscription state (none / topics / pattern / assigned);
@@ -21,15 +27,22 @@ The package's parts (each module's docstring says what it is responsible for):
   changes in, probes in the background, switches out;
 - ``_turns``: ``poll``/``consume`` over several clusters with nothing to
   translate: compiled (``kbear._cdispatch``) or pure-Python turn taking;
+- ``_manual``: :class:`AssignedConsumer`, the routed consumer under
+  :class:`~kbear.ClientBalancedConsumer` (exported with what it takes and
+  gives: :class:`ClusterRegistry`, ``SwitchedHook``; not re-exported by ``kbear``);
 - message-level acknowledgement (``kbear.ack.mode=individual``, issue #15):
   ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
-  the wiring), ``_individual`` (the layer: verdicts, letters, stores) and
-  ``_delivering`` (its poll/consume: tracking, redelivery, holds), ``_acks`` (the acknowledged prefix),
+  the settings' check), ``_individual`` (the layer: verdicts, letters, stores) and
+  ``_delivering`` (its poll/consume: tracking, redelivery, holds; the state both
+  share), ``_acks`` (the acknowledged prefix),
   ``_redelivery`` (backoff, schedule, ack timer), ``_letters`` (retry and
   dead-letter topics), ``_chunks`` (joining chunked values); the last four do no I/O
   except ``_letters.LetterSender``.
 """
 
+from kbear.consumer._assigned import SwitchedHook
+from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._facade import RoutedConsumer
+from kbear.consumer._manual import AssignedConsumer
 
-__all__ = ["RoutedConsumer"]
+__all__ = ["AssignedConsumer", "ClusterRegistry", "RoutedConsumer", "SwitchedHook"]

@@ -1,5 +1,5 @@
 """The routed consumer under a ClientBalancedConsumer: a manual assignment that
-follows route changes through the switch engine (kbear/consumer/_assigned.py).
+follows route changes through the switch engine (:mod:`kbear.consumer._assigned`).
 
 :class:`AssignedConsumer` is a :class:`~kbear.RoutedConsumer` whose balanced
 topics are routed and listed in its subscription state (kind ``ASSIGNED``, set
@@ -7,7 +7,8 @@ by :meth:`AssignedConsumer.follow`, even for topics with no partition here) and
 which never subscribes: partitions are added with ``incremental_assign`` and
 removed with :meth:`AssignedConsumer.release`. ``switched_hook`` tells the owner
 which partitions moved. Its non-underscore methods are what the owner
-(:class:`~kbear.ClientBalancedConsumer`) uses; they are not kbear's public API.
+(:class:`~kbear.ClientBalancedConsumer`) uses: public names of :mod:`kbear.consumer`,
+not of :mod:`kbear`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,13 @@ from typing import Any, TypeVar
 from confluent_kafka import TopicPartition
 
 from kbear._route import Route
-from kbear.consumer import RoutedConsumer
 from kbear.consumer._assigned import SwitchedHook
 from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._facade import RoutedConsumer
 from kbear.consumer._rebalance import commit_sync
-from kbear.consumer._subscription import SubscriptionKind
+from kbear.consumer._subscription import SubscriptionKind, route_topics
 
 T = TypeVar("T")
-
-__all__ = ["AssignedConsumer", "SwitchedHook"]
 
 
 class AssignedConsumer(RoutedConsumer):
@@ -72,6 +71,14 @@ class AssignedConsumer(RoutedConsumer):
             NoRouteError: ``topic`` has no route.
         """
         return self._placement.route(topic)
+
+    def route_topics(self, topics: Sequence[str]) -> dict[str, Route]:
+        """The routes of ``topics`` (logical topic -> route, looked up now).
+
+        Raises:
+            NoRouteError: some topics have no route (all of them are named).
+        """
+        return route_topics(self._router, topics, self._group, self._client, strict=True)
 
     def follow(self, topics: Sequence[str], routes: Mapping[str, Route], keep: Sequence[str]) -> None:
         """Follow ``routes`` (logical topic -> route, of ``topics``; kind
