@@ -126,7 +126,7 @@ def measure(quick: bool) -> dict[str, Any]:
     """Both rows: ``{"produce": {...}, "consume": {...}, "rounds": n}`` (each with
     ``off_s``, ``on_s``, ``ratio``; ``bench/run.py --only metrics`` uses it)."""
     # rounds of about a second or more: shorter ones measure the machine's noise
-    # (one statistics callback costs ~0.2 ms, one scrape ~1 ms: see the README)
+    # (one statistics callback costs ~0.2 ms, one scrape ~1 ms: see docs/guides/metrics.md)
     n, rounds = (50_000, 3) if quick else (800_000, 9)
     cluster = EmbeddedCluster()
     cluster.create_topic("bench", PARTITIONS)

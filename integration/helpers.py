@@ -46,7 +46,7 @@ def topic_rule(
 
 
 def write_yaml_atomically(path: Path, data: Any) -> None:
-    """Temporary file in the same directory, then ``os.replace`` (as the README asks)."""
+    """Temporary file in the same directory, then ``os.replace`` (as docs/concepts/configuration.md asks)."""
     replace_file(path, yaml.safe_dump(data, sort_keys=False))
 
 

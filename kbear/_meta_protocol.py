@@ -1,6 +1,6 @@
 """The meta-service protocol's messages, and answers turned into documents (private, no I/O).
 
-Message shapes: ``../shared/spec/meta-service.md`` (JSON, camelCase fields, absent
+Message shapes: ``docs/reference/meta-service-protocol.md`` (JSON, camelCase fields, absent
 fields empty). :class:`kbear.meta.MetaServiceSource` sends :func:`producer_request`
 to ``/route/producer`` and :func:`consumer_request` to ``/route/consumer``; the
 answers are validated here (types, statuses, ids) and turned by

@@ -1,6 +1,6 @@
 """CRRL, the Cluster Route Rule Language: tokenizer, parser, statements, evaluation.
 
-Grammar (``../shared/spec/crrl.md``, extended with the topic remap and quoting)::
+Grammar (``docs/reference/crrl-spec.md``: the reference's, extended with the topic remap and quoting)::
 
     statement := "use" "cluster" NAME [ "," "topic" NAME ] [ "when" condition { "and" condition } ]
     condition := NAME "=" NAME

@@ -4,7 +4,7 @@ With ``kbear.config=https://meta.example:8080`` (or ``Router.from_source(url)``)
 a client does not read rules: it tells the service who it is (the ``Client``
 message: :meth:`kbear.Client.from_environment` or the ``kbear.client.*`` keys)
 and which topics and consumer groups it needs, and the service answers with
-routes and the clusters' connection data (``../shared/spec/meta-service.md``).
+routes and the clusters' connection data (``docs/reference/meta-service-protocol.md``).
 
 Requests (JSON, ``POST``), one per endpoint per refresh, batched over every
 lookup this source has seen so far:

@@ -1,6 +1,6 @@
 """The router: who is asking, for which topic (and group), gets which cluster.
 
-The chain (``../shared/spec/crrl.md``, "Priority and the chain" and "Lookup"):
+The chain (``docs/reference/crrl-spec.md``, "The chain"):
 
 - a producer lookup (client, topic) uses the topic rules of that topic and the
   global rules;

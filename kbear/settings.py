@@ -3,7 +3,7 @@
 Every kbear key a :class:`~kbear.RoutedProducer`, a :class:`~kbear.RoutedConsumer`
 or the Spark ``kbear`` source takes is a field of :class:`KBearSettings` (the
 field's alias is the key); its default is the field's default, and
-:data:`DEFAULTS` lists them (the README's table is checked against it by
+:data:`DEFAULTS` lists them (docs/reference/settings.md is generated from them, checked by
 ``tests/test_settings.py``):
 
 ==================================== ============= ==========================================
@@ -126,8 +126,8 @@ class AckMode(StrEnum):
     partition; ``ack``/``nack`` are refused); ``individual``: message-level
     acknowledgement (:meth:`~kbear.RoutedConsumer.ack`, ``nack``,
     ``reconsume_later``): per partition only the contiguous prefix of
-    acknowledged offsets is committed (see the README's "Message-level
-    acknowledgement"). A ``StrEnum``: ``AckMode.OFFSET == "offset"``.
+    acknowledged offsets is committed (see
+    docs/concepts/acknowledgement.md). A ``StrEnum``: ``AckMode.OFFSET == "offset"``.
     """
 
     OFFSET = "offset"
@@ -379,8 +379,8 @@ class KBearSettings(BaseModel):
         return None if value is None else str(value)
 
 
-#: key -> default, for every kbear key of :class:`KBearSettings` (the README's
-#: table; ``kbear.client.id`` and ``kbear.client.meta.<k>`` make the ``client``)
+#: key -> default, for every kbear key of :class:`KBearSettings` (the settings
+#: page of the docs; ``kbear.client.id`` and ``kbear.client.meta.<k>`` make the ``client``)
 DEFAULTS: dict[str, Any] = {
     str(f.alias): f.default for f in KBearSettings.model_fields.values() if f.alias is not None
 }

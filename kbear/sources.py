@@ -1,7 +1,7 @@
 """Configuration sources: where a router's configuration comes from.
 
 A source hands the same four documents (clusters, topics, consumer groups,
-route rules: ``../shared/spec/crrl.md``, "Where the data lives") to the same
+route rules: ``docs/reference/crrl-spec.md``, "The configuration files") to the same
 validation, whatever it reads them from:
 
 - :class:`DirectorySource`: a configuration directory (the four YAML files);

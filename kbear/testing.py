@@ -19,8 +19,8 @@ Example::
 
 What the mock cluster does not do: most of the AdminClient (``list_topics``,
 ``cluster_id``, ``list_offsets`` and group offsets of named partitions work;
-create/delete/describe time out or answer ``_UNSUPPORTED_FEATURE``: see the
-README's known limits), Java clients, persistence,
+create/delete/describe time out or answer ``_UNSUPPORTED_FEATURE``: see
+docs/compatibility/limits.md), Java clients, persistence,
 ``read_committed`` filtering of aborted messages. It keeps only about the last
 5 MB of each partition. Topics a producer asks for without creating them are
 auto-created with 4 partitions.

@@ -213,7 +213,7 @@ async def test_live_move_under_load_loses_nothing_and_keeps_key_order(
 ) -> None:
     """Producer and consumer tasks run while on_a moves from A to B: every message
     read once, per key in order; the move never blocks the event loop (the bound
-    here is loose for loaded CI machines; the measured figure is in the README)."""
+    here is loose for loaded CI machines; the measured figure is in docs/guides/asyncio.md)."""
     a, b = two_clusters
     watch = LoopWatch()
     producer = RoutedAIOProducer(

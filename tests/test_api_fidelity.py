@@ -789,7 +789,7 @@ def test_memberid_and_group_metadata_single_and_two_clusters(
     assert "A" in str(exc.value) and "B" in str(exc.value)
     # Let the assignments land before teardown closes the consumers: librdkafka's
     # close() can hang when an assignment arrives while it closes (seen here with
-    # group.protocol=consumer; confluentinc/librdkafka#4527). README, Known limits.
+    # group.protocol=consumer; confluentinc/librdkafka#4527). docs/compatibility/limits.md.
     deadline = time.monotonic() + 10
     while (len(one.assignment()), len(both.assignment())) != (3, 6) and time.monotonic() < deadline:
         one.poll(0.05)

@@ -748,7 +748,7 @@ def test_config_error_survives_pickle_and_copy(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the catalogue of bad input
 #
-# Each case is a row of the README's "Linting and safety" table: what a user gets
+# Each case is a row of the table in docs/guides/lint.md: what a user gets
 # for one mistake, word for word (str(ConfigProblem), as `kbear validate` prints it).
 
 _C = "clusters:\n  - id: fws\n    meta:\n      bootstrap.servers: fws-1:9092\n"

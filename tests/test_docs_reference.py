@@ -32,6 +32,8 @@ def test_settings_page_lists_every_key_with_the_models_default() -> None:
             text = str(default).lower() if isinstance(default, bool) else getattr(default, "value", default)
             assert shown.startswith(f"`{text}`"), key
         assert rows[key][1].strip(), key
+    # the Spark source's own default of kbear.switch.start is in that row too
+    assert f"(Spark source: `{kbear.settings.SPARK_SWITCH_START.value}`)" in rows["kbear.switch.start"][0]
     page = docs_reference.settings_page()
     assert "kbear.balanced.reconcile.interval.ms" in page and "kbear.balanced.registry.topic" in page
 

@@ -1,4 +1,4 @@
-"""``kbear serve`` against the meta-service protocol (../shared/spec/meta-service.md):
+"""``kbear serve`` against the meta-service protocol (docs/reference/meta-service-protocol.md):
 the spec's example request, every endpoint field by field, the remap keyed by the
 requested topic, partial_fail / fail, the GET .../all paths, auth, reload, and one
 run of the real command on a local port."""

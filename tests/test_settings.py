@@ -1,4 +1,5 @@
-"""kbear.settings: one model for every kbear.* key, checked against the README's table."""
+"""kbear.settings: one model for every kbear.* key (its documentation, generated from the
+model, is checked in tests/test_docs_reference.py)."""
 
 from __future__ import annotations
 
@@ -23,33 +24,6 @@ from kbear.settings import (
     parse_settings,
     parse_source_options,
 )
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def readme_table() -> dict[str, tuple[str, str]]:
-    """key -> (default, meaning) columns of the README's kbear keys table (the first
-    table whose header is ``| key | default | meaning |``)."""
-    text = README.read_text()
-    start = text.index("| key | default | meaning |")
-    rows: dict[str, tuple[str, str]] = {}
-    for line in text[start:].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        key_cell, default, meaning = (c.strip() for c in line.strip().strip("|").split("|", 2))
-        for key in re.findall(r"`(kbear\.[^`]+)`", key_cell):
-            rows[key] = (default.strip("`"), meaning)
-    return rows
-
-
-def test_readme_table_lists_every_key_with_the_models_default() -> None:
-    table = readme_table()
-    assert set(table) == set(DEFAULTS) | {"kbear.client.id", "kbear.client.meta.<k>"}
-    for key, default in DEFAULTS.items():
-        expected = "—" if default is None else str(default)
-        assert table[key][0] == expected, key
-    # the Spark source's own default of kbear.switch.start is in that row too
-    assert f"`{SPARK_SWITCH_START}` (its default" in table["kbear.switch.start"][1]
 
 
 def test_every_key_belongs_to_a_reader() -> None:

@@ -90,7 +90,7 @@ class ClientBalancedConsumer(ConsumerCalls):
     counts of the topics on the clusters of their routes (a partition without a
     leader still counts; a cluster that does not answer keeps its last count).
     A route change of a topic moves its registered partitions with the routed
-    consumer's switch (``kbear.switch.mode``; see the README).
+    consumer's switch (``kbear.switch.mode``; see docs/concepts/route-changes.md).
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """The configuration: the four YAML files of a kbear configuration directory, validated.
 
-A configuration directory holds (``../shared/spec/crrl.md``, "Where the data lives"):
+A configuration directory holds (``docs/reference/crrl-spec.md``, "The configuration files"):
 
 ``clusters.yaml`` (required)::
 

@@ -59,7 +59,7 @@ class RoutedConsumer(RoutedClientBase):
         config: a confluent-kafka (librdkafka) consumer configuration with
             ``group.id`` and without ``bootstrap.servers`` (the route supplies
             it), plus optional kbear keys (see :mod:`kbear.settings` and the
-            README's table), removed before the configuration reaches confluent-kafka:
+            docs/reference/settings.md), removed before the configuration reaches confluent-kafka:
             ``kbear.config``, ``kbear.client.id``, ``kbear.client.meta.<key>``,
             ``kbear.reload.interval.ms``, ``kbear.switch.mode`` (``drain`` or
             ``immediate``), ``kbear.switch.drain.idle.ms``,
@@ -69,7 +69,7 @@ class RoutedConsumer(RoutedClientBase):
             (:meth:`ack`, :meth:`nack`...): ``kbear.ack.mode`` and the
             ``kbear.nack.*``, ``kbear.ack.timeout.*``, ``kbear.retry.*``,
             ``kbear.dlq.topic``, ``kbear.max.redeliver.count``,
-            ``kbear.chunking.*`` keys (README, "Message-level acknowledgement").
+            ``kbear.chunking.*`` keys (docs/concepts/acknowledgement.md).
         router: a :class:`~kbear.Router` to share; the consumer does not close it.
         client: who consumes (``client.*`` factors); or use ``kbear.client.*`` keys.
         **kwargs: more configuration, as confluent-kafka accepts (e.g. ``logger=``).

@@ -54,8 +54,8 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
               for the old cluster's in-flight messages (default 30000);
             - ``kbear.delay.enable``: ``produce`` takes ``deliver_after`` / ``deliver_at``;
             - ``kbear.chunking.enable``: values larger than ``message.max.bytes``
-              are sent in chunks, joined by kbear consumers (README,
-              "Message-level acknowledgement").
+              are sent in chunks, joined by kbear consumers
+              (docs/concepts/acknowledgement.md).
         router: a :class:`~kbear.Router` to share; the producer does not close it.
         client: who produces (``client.*`` factors); or use ``kbear.client.*`` keys.
         topics: topics to route now: unroutable ones fail here, and the clients

@@ -1,4 +1,4 @@
-"""``kbear serve``: the meta-service (``../shared/spec/meta-service.md``) over a directory.
+"""``kbear serve``: the meta-service (``docs/reference/meta-service-protocol.md``) over a directory.
 
 Needs the ``server`` extra (``pip install 'kbear[server]'``: Starlette, uvicorn,
 prometheus_client). Modules, one concept each:

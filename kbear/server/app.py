@@ -1,6 +1,6 @@
 """The ``kbear serve`` web application (Starlette): endpoints, probes, metrics.
 
-Endpoints (``../shared/spec/meta-service.md``; request and response shapes in
+Endpoints (``docs/reference/meta-service-protocol.md``; request and response shapes in
 :mod:`kbear.server.protocol`, answers in :mod:`kbear.server.service`):
 
 =======================================  ==========================================

@@ -1,4 +1,4 @@
-"""The meta-service protocol's messages as pydantic models (``../shared/spec/meta-service.md``).
+"""The meta-service protocol's messages as pydantic models (``docs/reference/meta-service-protocol.md``).
 
 Field names on the wire are camelCase (``topicIds``, ``clusterId``); the Python
 attributes are snake_case. Requests follow the reference server's JSON parser

@@ -1,6 +1,6 @@
 """The meta-service's answers: a request and a configuration in, a response out (no I/O).
 
-Behaviour (``../shared/spec/meta-service.md``, and the reference server where
+Behaviour (``docs/reference/meta-service-protocol.md``, and the reference server where
 the spec is silent):
 
 - ``/route/producer``, ``/route/consumer``: an empty ``topicIds`` /

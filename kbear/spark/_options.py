@@ -4,7 +4,7 @@ Spark's Kafka connector (``spark-sql-kafka-0-10``) runs the Java Kafka client,
 configured with ``kafka.``-prefixed Java property names; ``clusters.yaml``
 holds librdkafka property names. :func:`translate_properties` maps one to the
 other (:mod:`kbear.spark._translate`; the table is :data:`TRANSLATION_TABLE`, also in
-the README, "Spark").
+docs/guides/spark.md).
 
 Sources: librdkafka ``CONFIGURATION.md``; Apache Kafka's client configuration
 reference (``security.protocol``, ``sasl.*``, ``ssl.*``, KIP-651 PEM stores);
