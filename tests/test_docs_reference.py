@@ -98,3 +98,18 @@ def test_metrics_page_has_every_metric_of_a_scrape() -> None:
         assert shown in documented, name
         assert f"`{shown}`" in page
     assert "kbear_serve_requests_total" in page
+
+
+def test_every_public_name_of_kbear_has_an_api_entry() -> None:
+    import kbear
+
+    api = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api"
+    entries = {
+        line.removeprefix("::: ").strip()
+        for page in api.glob("*.md")
+        for line in page.read_text().splitlines()
+        if line.startswith("::: ")
+    }
+    documented = {entry.rsplit(".", 1)[-1] for entry in entries}
+    missing = [name for name in kbear.__all__ if not name.startswith("_") and name not in documented]
+    assert not missing, f"no ::: entry in docs/reference/api/ for {missing}"
