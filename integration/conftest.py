@@ -21,6 +21,7 @@ from integration.backends import (
     Cluster,
     Started,
     candidates,
+    consumer_settings,
     requested,
     start,
 )
@@ -139,15 +140,12 @@ class Harness:
         return self.register(RoutedProducer(settings))
 
     def consumer(self, config: ConfigDir, group: str, reload_ms: int = 0, **conf: Any) -> RoutedConsumer:
-        settings = {
-            "auto.offset.reset": "earliest",
-            "logger": RDKAFKA_LOG,
-            **self.backend.consumer_conf,
-            "group.id": group,
-            "kbear.config": str(config),
-            "kbear.reload.interval.ms": reload_ms,
-            **conf,
-        }
+        settings = consumer_settings(
+            {"auto.offset.reset": "earliest", "logger": RDKAFKA_LOG},
+            self.backend.consumer_conf,
+            {"group.id": group, "kbear.config": str(config), "kbear.reload.interval.ms": reload_ms},
+            conf,
+        )
         return self.register(RoutedConsumer(settings))
 
     def note(self, text: str) -> None:

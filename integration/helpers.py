@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from integration.backends import RDKAFKA_LOG, topic_partitions
 from kbear.reload import replace_file
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- configuration
 
@@ -146,3 +149,22 @@ def wait_for_assignment(consumers: Sequence[Any], partitions: int, timeout_s: fl
 def duplicates(items: Iterable[Any]) -> dict[Any, int]:
     """Items seen more than once, with their counts."""
     return {k: n for k, n in Counter(items).items() if n > 1}
+
+
+def settled(read: Callable[[], T], until: Callable[[T], bool], timeout_s: float = 15.0) -> T:
+    """``read()`` every 100 ms (tenacity) until ``until`` holds for its value or
+    ``timeout_s`` seconds passed; returns the last value, which the test then asserts.
+
+    Apache Kafka applies topic, partition and config changes through its controller:
+    the broker that answers the next request may still show the old state for a
+    moment after the change was acknowledged (eventually consistent metadata).
+    """
+    retrying = Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.1),
+        retry=retry_if_result(lambda value: not until(value)),
+        # out of time: the last value, for the test's assertion to show
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+    )
+    value: T = retrying(read)
+    return value

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from integration.backends import RDKAFKA_LOG
+from integration.backends import RDKAFKA_LOG, consumer_settings
 from integration.conftest import Harness
 from integration.helpers import global_rule, topic_rule, wait_for_assignment
 from kbear.consumer._closing import close_consumer
@@ -336,14 +336,12 @@ def test_a_commit_in_on_revoke_is_accepted_where_the_backend_says_so(it: Harness
         except KafkaException as exc:
             answers.append(exc.args[0].name())
 
-    conf = {
-        "bootstrap.servers": it.bootstrap("A"),
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "logger": RDKAFKA_LOG,
-        **it.backend.consumer_conf,
-        **group_protocol.conf,
-    }
+    conf = consumer_settings(
+        {"bootstrap.servers": it.bootstrap("A"), "group.id": group, "auto.offset.reset": "earliest"},
+        {"logger": RDKAFKA_LOG},
+        it.backend.consumer_conf,
+        group_protocol.conf,
+    )
     first = Consumer(conf)
     second = Consumer(conf)
     try:

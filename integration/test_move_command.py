@@ -27,7 +27,7 @@ from integration.conftest import Harness
 from integration.helpers import ConfigDir, global_rule, values
 from kbear.cli import main
 
-ADMIN_BACKENDS = ("noida", "docker")
+ADMIN_BACKENDS = ("noida", "docker", "kafka")
 
 
 def move(conf: ConfigDir, *args: str) -> tuple[int, dict[str, Any]]:
