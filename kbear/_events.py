@@ -60,7 +60,9 @@ class RouteChanged:
 @dataclass(frozen=True)
 class DrainStarted:
     """A drain of ``topic`` on cluster ``cluster`` began (``kind``: ``"producer"``, a
-    flush before the topic moves; ``"consumer"``, reading the old cluster to its end)."""
+    flush before the topic moves; ``"consumer"``, a RoutedConsumer (or the asyncio
+    consumer over it) reading the old cluster to its end; ``"spark"``, the Spark
+    source reading the old cluster to its end over micro-batches)."""
 
     kind: str
     topic: str
@@ -72,7 +74,7 @@ class DrainFinished:
     """The drain of :class:`DrainStarted` ended after ``duration_s`` seconds;
     ``timed_out``: by ``kbear.switch.drain.timeout.ms``, not complete;
     ``messages``: read from the old cluster during the drain (consumer; 0 for a
-    producer's flush)."""
+    producer's flush and for the Spark source)."""
 
     kind: str
     topic: str

@@ -17,6 +17,12 @@ actions
     the topic on the old cluster, read it on the new one from
     :class:`StartPlan`), and :meth:`SwitchEngine.wake_at` (when to call
     :meth:`SwitchEngine.step` again at the latest).
+outcomes
+    what happened, for the driver to tell (:meth:`SwitchEngine.outcomes`):
+    :class:`DrainBegun`, :class:`DrainEnded` (complete or timed out, with its
+    duration and the messages read), :class:`ProbeFailed`,
+    :class:`NoTimestamps`. The engine neither logs nor emits events: each
+    driver tells under its own labels (:mod:`kbear._switch_report`).
 
 Modes (``kbear.switch.mode``, one class each): ``immediate`` switches at once;
 ``drain`` keeps reading the old cluster until it has stayed idle
@@ -31,17 +37,13 @@ there meanwhile).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
-from kbear import _events
 from kbear._route import Route
 from kbear.settings import SwitchMode, SwitchStart
-
-log = logging.getLogger("kbear.consumer")
 
 #: How long after a probe answered "not yet" the next one is sent (seconds).
 PROBE_INTERVAL_S = 0.5
@@ -108,6 +110,53 @@ class Progress:
 
 
 Action = Probe | Switch
+
+
+@dataclass(frozen=True)
+class DrainBegun:
+    """Outcome: a drain of ``topic`` on ``old``'s cluster began at ``started`` (the
+    engine's clock, seconds); ``next_move``: the topic moved again during a drain
+    and this drains the route it had meanwhile."""
+
+    topic: str
+    old: Route
+    started: float
+    next_move: bool = False
+
+
+@dataclass(frozen=True)
+class DrainEnded:
+    """Outcome: the drain of ``topic`` on ``old``'s cluster ended after ``duration_s``
+    seconds (the engine's clock); ``timed_out``: by ``kbear.switch.drain.timeout.ms``,
+    not complete; ``messages``: read from the old cluster during the drain."""
+
+    topic: str
+    old: Route
+    duration_s: float
+    timed_out: bool
+    messages: int
+
+
+@dataclass(frozen=True)
+class ProbeFailed:
+    """Outcome: a probe of the drain of ``topic`` on ``old``'s cluster could not be
+    completed (``error``); a later probe retries."""
+
+    topic: str
+    old: Route
+    error: str
+
+
+@dataclass(frozen=True)
+class NoTimestamps:
+    """Outcome: ``kbear.switch.start=timestamp``, but nothing of ``topic`` was read on
+    ``old``'s cluster: the topic starts from the committed offsets on the new one."""
+
+    topic: str
+    old: Route
+
+
+Outcome = DrainBegun | DrainEnded | ProbeFailed | NoTimestamps
 
 
 def caught_up(progress: Progress, reset_to_end: bool) -> bool:
@@ -189,6 +238,7 @@ class SwitchEngine:
         self._drains: dict[str, _Drain] = {}
         self._timestamps: dict[tuple[str, str, int], int] = {}  # (cluster, topic, partition) -> ms
         self._seq = 0
+        self._outcomes: list[Outcome] = []
 
     # ------------------------------------------------------------------ state
 
@@ -205,6 +255,17 @@ class SwitchEngine:
     def drains(self) -> dict[str, tuple[Route, Route | None]]:
         """Logical topic -> (old route, next route) of every drain in progress."""
         return {topic: (d.old, d.new) for topic, d in self._drains.items()}
+
+    def drain_started(self, topic: str) -> float | None:
+        """When the drain of ``topic`` in progress began (the engine's clock), or None."""
+        drain = self._drains.get(topic)
+        return None if drain is None else drain.started
+
+    def outcomes(self) -> list[Outcome]:
+        """What happened since the last call, oldest first (drains begun and ended,
+        probes failed, ...): the driver tells it (logs, events) under its own labels."""
+        done, self._outcomes = self._outcomes, []
+        return done
 
     def chain(self, topic: str) -> list[Route | None]:
         """The routes ``topic`` goes to after its drain in progress, in order (empty: no drain)."""
@@ -250,20 +311,28 @@ class SwitchEngine:
             return []
         if self.mode is SwitchMode.IMMEDIATE:
             return [self._switch(topic, old, new)]
-        self._start_drain(topic, old)
+        self._outcomes.append(DrainBegun(topic, old, now))
         self._drains[topic] = _Drain(old, new, now, now, next_probe=now + self.first_probe_s)
         return []
 
-    @staticmethod
-    def _start_drain(topic: str, old: Route, next_move: bool = False) -> None:
-        log.info(
-            "kbear: draining topic %r on cluster %r before the %s",
-            topic,
-            old.cluster_id,
-            "next move" if next_move else "move",
-            extra=_events.fields("drain_started", topic, cluster=old.cluster_id),
-        )
-        _events.emit(_events.DrainStarted("consumer", topic, old.cluster_id))
+    def resume(
+        self, topic: str, old: Route, routes: Iterable[Route | None], started: float, now: float
+    ) -> None:
+        """Take up a drain begun earlier and recorded (the Spark source keeps its
+        drains in its offsets and rebuilds its engine each micro-batch): ``topic``
+        drains on ``old`` since ``started`` (the engine's clock), then goes to
+        ``routes`` in order (the last: its route now), as :meth:`route_changed`
+        would have left it. No :class:`DrainBegun`: that was reported when the
+        drain began.
+        """
+        for new in routes:
+            drain = self._drains.get(topic)
+            if drain is not None:
+                last = drain.then[-1] if drain.then else drain.new
+                if not same_route(last, new):
+                    drain.then.append(new)
+            elif not same_route(old, new):
+                self._drains[topic] = _Drain(old, new, started, now, next_probe=now + self.first_probe_s)
 
     def message(self, topic: str, cluster_id: str, partition: int, timestamp_ms: int, now: float) -> None:
         """A message of ``topic`` (logical) was read from ``cluster_id``.
@@ -287,12 +356,7 @@ class SwitchEngine:
         drain.probe_seq = None
         drain.next_probe = now + PROBE_INTERVAL_S
         if answer.error is not None:
-            log.warning(
-                "kbear: drain of topic %r on cluster %r: %s; retrying",
-                topic,
-                drain.old.cluster_id,
-                answer.error,
-            )
+            self._outcomes.append(ProbeFailed(topic, drain.old, answer.error))
             return
         if drain.last_activity > drain.probe_sent:
             return
@@ -307,11 +371,12 @@ class SwitchEngine:
         for topic, drain in list(self._drains.items()):
             timed_out = self.timeout_s is not None and now - drain.started >= self.timeout_s
             if drain.done or timed_out:
-                self._end_drain(topic, drain, now, timed_out and not drain.done)
+                cut = timed_out and not drain.done
+                self._outcomes.append(DrainEnded(topic, drain.old, now - drain.started, cut, drain.messages))
                 del self._drains[topic]
-                actions.append(self._switch(topic, drain.old, drain.new, timed_out and not drain.done))
+                actions.append(self._switch(topic, drain.old, drain.new, cut))
                 if drain.then and drain.new is not None:
-                    self._start_drain(topic, drain.new, next_move=True)
+                    self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
                     self._drains[topic] = _Drain(
                         drain.new,
                         drain.then[0],
@@ -331,26 +396,6 @@ class SwitchEngine:
             actions.append(Probe(topic, drain.old, self._seq))
         return actions
 
-    @staticmethod
-    def _end_drain(topic: str, drain: _Drain, now: float, timed_out: bool) -> None:
-        cluster = drain.old.cluster_id
-        extra = _events.fields(
-            "drain_finished", topic, cluster=cluster, reason="timeout" if timed_out else "complete"
-        )
-        if timed_out:
-            log.warning(
-                "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
-                "switching with what was read",
-                topic,
-                cluster,
-                extra=extra,
-            )
-        else:
-            log.info("kbear: drain of topic %r on cluster %r complete", topic, cluster, extra=extra)
-        _events.emit(
-            _events.DrainFinished("consumer", topic, cluster, now - drain.started, timed_out, drain.messages)
-        )
-
     def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:
         return Switch(topic, old, new, self._plan_start(topic, old), timed_out)
 
@@ -366,7 +411,5 @@ class SwitchEngine:
             }
             if seen:
                 return StartPlan(max(0, min(seen) - self.margin_ms), by_time=True)
-            log.info(
-                "kbear: nothing consumed of %r on %r: starting from committed offsets", topic, old.cluster_id
-            )
+            self._outcomes.append(NoTimestamps(topic, old))
         return StartPlan()

@@ -5,6 +5,7 @@ a route change that drains the old cluster before the new one is read."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,58 @@ def test_route_change_drains_old_cluster_before_reading_new(
         assert sorted(row[0] for row in rows) == sorted(k for k, _ in keyed(3, "back"))
     finally:
         r.stop()
+
+
+def test_a_drain_over_several_batches_and_a_restart_is_reported_once(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+    topics: tuple[str, str],
+    make_config: Callable[[Sequence[Rule]], Path],
+) -> None:
+    """One DrainStarted and one DrainFinished (kind "spark") per drain, however many
+    micro-batches it spans and across a restart from the checkpointed offsets; the
+    duration is the drain's, from the batch that saw the move to the one that ended it."""
+    from kbear import _events
+
+    a, _ = two_clusters
+    t1, _ = topics
+    conf = make_config([rule("t1", "use cluster A", topic=t1)])
+    seen: list[_events.Event] = []
+    _events.subscribe(seen.append)
+    options = {"kbear.config": str(conf), "subscribe": t1, "startingOffsets": "earliest"}
+    r = reader(options)
+    try:
+        start = r.initialOffset()
+        start = r.latestOffset(start, ReadAllAvailable())  # nothing yet
+        produce(a, t1, keyed(30, "a"))  # the backlog the drain reads
+        rewrite_rules(conf, [rule("t1", f"use cluster B, topic {t1}", topic=t1)])
+        moved = time.time()
+        end = r.latestOffset(start, ReadMaxRows(10))  # the move is seen: the drain begins
+        assert t1 in end["draining"]
+        start = json.loads(json.dumps(end))  # as Spark checkpoints it
+        time.sleep(0.3)
+        end = r.latestOffset(start, ReadMaxRows(10))
+        assert t1 in end["draining"]
+        start = json.loads(json.dumps(end))
+        r.stop()
+        r = reader(options)  # a restarted query goes on from its checkpoint
+        time.sleep(0.3)
+        for _ in range(5):
+            end = r.latestOffset(start, ReadMaxRows(10))
+            start = json.loads(json.dumps(end))
+            if not end["draining"]:
+                break
+        ended = time.time()
+        assert not end["draining"]
+    finally:
+        r.stop()
+        _events.unsubscribe(seen.append)
+    drains = [
+        e for e in seen if isinstance(e, _events.DrainStarted | _events.DrainFinished) and e.topic == t1
+    ]
+    assert [(type(e).__name__, e.kind, e.cluster) for e in drains] == [
+        ("DrainStarted", "spark", "A"),
+        ("DrainFinished", "spark", "A"),
+    ]
+    finished = drains[1]
+    assert isinstance(finished, _events.DrainFinished) and not finished.timed_out
+    assert 0.6 <= finished.duration_s <= ended - moved

@@ -17,7 +17,18 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
-from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine, caught_up
+from kbear._switch import (
+    DrainBegun,
+    DrainEnded,
+    NoTimestamps,
+    Probe,
+    ProbeFailed,
+    Progress,
+    StartPlan,
+    Switch,
+    SwitchEngine,
+    caught_up,
+)
 from kbear.router import Route
 
 T = "t"
@@ -281,28 +292,79 @@ def test_forget_drops_drains() -> None:
 
 
 def test_a_finished_drain_reports_the_messages_read_on_the_old_cluster() -> None:
-    """``DrainFinished.messages`` (the ``kbear_drain_messages`` metric): messages of the
+    """``DrainEnded.messages`` (the ``kbear_drain_messages`` metric): messages of the
     old cluster read during the drain; the new cluster's are not counted."""
+    engine = SwitchEngine("drain", "committed", idle_s=1.0, timeout_s=30.0)
+    run(
+        engine,
+        [
+            (0.0, ("move", "B")),
+            (0.1, ("msg", "A")),
+            (0.2, ("msg", "A")),
+            (0.3, ("msg", "B")),
+            (0.4, ("msg", "A")),
+            (1.5, ("step", ["probe A"])),
+            (1.6, ("answer", DONE)),
+            (1.6, ("step", ["switch A->B"])),
+        ],
+    )
+    ended = [o for o in engine.outcomes() if isinstance(o, DrainEnded)]
+    assert [(o.old.cluster_id, o.messages, o.timed_out) for o in ended] == [("A", 3, False)]
+
+
+def test_the_engine_reports_what_happened_and_neither_logs_nor_emits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Drains begun and ended (with their durations on the engine's clock, timed out or
+    not), failed probes: returned by ``outcomes()`` once each, oldest first; no log
+    record and no process-wide event (the drivers tell, under their own labels)."""
     from kbear import _events
 
     seen: list[_events.Event] = []
     _events.subscribe(seen.append)
     try:
-        engine = SwitchEngine("drain", "committed", idle_s=1.0, timeout_s=30.0)
-        run(
-            engine,
-            [
-                (0.0, ("move", "B")),
-                (0.1, ("msg", "A")),
-                (0.2, ("msg", "A")),
-                (0.3, ("msg", "B")),
-                (0.4, ("msg", "A")),
-                (1.5, ("step", ["probe A"])),
-                (1.6, ("answer", DONE)),
-                (1.6, ("step", ["switch A->B"])),
-            ],
-        )
+        with caplog.at_level("DEBUG"):
+            engine = SwitchEngine("drain", "timestamp", idle_s=1.0, timeout_s=10.0)
+            run(
+                engine,
+                [
+                    (100.0, ("move", "B")),
+                    (100.5, ("move", "C")),  # moved again during the drain
+                    (101.5, ("step", ["probe A"])),
+                    (101.6, ("answer", {"error": "broker down"})),
+                    (102.5, ("step", ["probe A"])),
+                    (102.6, ("answer", DONE)),
+                    (102.6, ("step", ["switch A->B"])),  # then B is drained before C
+                    (112.6, ("step", ["switch B->C timeout"])),
+                ],
+            )
     finally:
         _events.unsubscribe(seen.append)
-    finished = [e for e in seen if isinstance(e, _events.DrainFinished)]
-    assert [(e.cluster, e.messages, e.timed_out) for e in finished] == [("A", 3, False)]
+    assert seen == [] and caplog.records == []
+    outcomes = engine.outcomes()
+    assert outcomes == [
+        DrainBegun(T, route("A"), 100.0),  # type: ignore[arg-type]
+        ProbeFailed(T, route("A"), "broker down"),  # type: ignore[arg-type]
+        DrainEnded(T, route("A"), pytest.approx(2.6), False, 0),  # type: ignore[arg-type]
+        NoTimestamps(T, route("A")),  # type: ignore[arg-type]
+        DrainBegun(T, route("B"), 102.6, next_move=True),  # type: ignore[arg-type]
+        DrainEnded(T, route("B"), pytest.approx(10.0), True, 0),  # type: ignore[arg-type]
+        NoTimestamps(T, route("B")),  # type: ignore[arg-type]
+    ]
+    assert engine.outcomes() == []
+
+
+def test_a_resumed_drain_keeps_its_start_and_is_not_reported_as_begun() -> None:
+    """``resume`` (the Spark source rebuilding its engine from a checkpoint): the drain
+    goes on from its recorded start; its end reports the whole duration."""
+    engine = SwitchEngine("drain", idle_s=0.0, timeout_s=None, first_probe_s=0.0)
+    engine.resume(T, route("A"), [route("B")], started=40.0, now=100.0)  # type: ignore[arg-type]
+    engine.resume("u", route("A"), [route("A")], started=40.0, now=100.0)  # type: ignore[arg-type]
+    assert engine.drains() == {T: (route("A"), route("B"))}
+    assert engine.drain_started(T) == 40.0 and engine.drain_started("u") is None
+    assert engine.outcomes() == []
+    (probe,) = engine.step(100.0)
+    engine.progress(T, Progress(probe.seq, **DONE), 100.0)  # type: ignore[union-attr,arg-type]
+    assert [describe(a) for a in engine.step(100.0)] == ["switch A->B"]
+    (ended,) = engine.outcomes()
+    assert ended == DrainEnded(T, route("A"), 60.0, False, 0)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear._route import Route
 from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
+from kbear._switch_report import tell
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 
@@ -137,6 +138,7 @@ class SwitchDriver:
         """A reload gave ``topic`` another route: start its move."""
         for action in self.engine.route_changed(topic, old, new, self._clock()):
             self._act(action)
+        self._tell()
         self._wake = 0.0
 
     def message(self, entry: ClusterClient, msg: Any, route: Route | None) -> None:
@@ -172,6 +174,7 @@ class SwitchDriver:
             return
         for action in self.engine.step(now):
             self._act(action)
+        self._tell()
         wake = self.engine.wake_at()
         self._wake = now + 0.05 if wake is None or self._probes else max(wake, now + 0.01)
 
@@ -191,6 +194,10 @@ class SwitchDriver:
         watcher = self._registry.watcher(action.route)
         future = self.submit(entry.cluster_id, measure, watcher, action.route.topic, action.seq, positions)
         self._probes[action.topic] = future
+
+    def _tell(self) -> None:
+        # The engine reports, the driver tells: logs on kbear.consumer, events of kind "consumer".
+        tell(self.engine.outcomes(), "consumer", log)
 
     def submit(self, cluster_id: str | None, call: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``call(*args)`` in the background thread; it uses the client of

@@ -59,7 +59,8 @@ class KBearMetrics(Collector):
         )
         self.drains_started = Counter(
             "kbear_drains_started",
-            "Drains begun before a topic moves (producer: a flush; consumer: reading the old cluster out)",
+            "Drains begun before a topic moves "
+            "(producer: a flush; consumer, spark: reading the old cluster out)",
             ["kind", "topic", "cluster"],
             registry=registry,
         )

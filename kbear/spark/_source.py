@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from kbear._route import NoRouteError, Route
 from kbear._switch import Progress, Switch, SwitchEngine
+from kbear._switch_report import tell
 from kbear.config import ConfigError
 from kbear.router import Router
 from kbear.settings import SwitchMode
@@ -47,9 +48,13 @@ _META_TIMEOUT_S = 10.0
 # offsets: {"v": 1,
 #           "positions": {cluster: {physical topic: {partition: next offset}}},
 #           "routes": {logical topic: {"cluster": c, "topic": physical}},
-#           "draining": {logical topic: {"cluster": c, "topic": physical, "then": [{"cluster", "topic"}...]}}}
+#           "draining": {logical topic: {"cluster": c, "topic": physical, "then": [{"cluster", "topic"}...],
+#                                        "since": wall-clock seconds the drain began}}}
 # (a drain is read until this source's positions reach the old cluster's high watermarks;
-# "then": routes the topic took meanwhile, each drained in turn before the current route)
+# "then": routes the topic took meanwhile, each drained in turn before the current route;
+# "since": the drain's start, so that its duration is measured once, across micro-batches
+# and restarts; absent in offsets written before it was recorded: the drain counts from
+# the first micro-batch that reads them)
 Offsets = dict[str, Any]
 
 
@@ -289,8 +294,10 @@ class KBearStreamReader(DataSourceStreamReader):
         positions: dict[str, dict[str, dict[str, int]]] = new["positions"]
         previous = {t: _target(t, r) for t, r in new["routes"].items()}
         routes = self._routes(previous)
-        engine = self._engine(new, previous)
-        now = time.monotonic()
+        # Wall-clock seconds: a drain's start is kept in the checkpoint, read again by a
+        # restarted query (another process, another monotonic clock).
+        now = time.time()
+        engine = self._engine(new, previous, now)
         for logical, route in routes.items():
             current = previous.get(logical)
             if current is not None and (current.cluster_id, current.topic) != (route.cluster_id, route.topic):
@@ -317,6 +324,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 "cluster": old.cluster_id,
                 "topic": old.topic,
                 "then": [{"cluster": r.cluster_id, "topic": r.topic} for r in then],
+                "since": engine.drain_started(logical),
             }
         wanted: dict[tuple[str, str, str], int] = {}
         for logical in routes:
@@ -338,20 +346,21 @@ class KBearStreamReader(DataSourceStreamReader):
         self._last = new
         return new
 
-    def _engine(self, offsets: Offsets, routes: Mapping[str, Route]) -> SwitchEngine:
+    def _engine(self, offsets: Offsets, routes: Mapping[str, Route], now: float) -> SwitchEngine:
         """A switch engine holding the drains recorded in ``offsets`` (the checkpoint
-        is the truth: a restarted query goes on with the same drains)."""
+        is the truth: a restarted query goes on with the same drains, since the
+        time recorded there; they were reported when they began)."""
         engine = SwitchEngine(
             SwitchMode.DRAIN, idle_s=0.0, timeout_s=None, reset_to_end=False, first_probe_s=0.0
         )
         drains: Mapping[str, Mapping[str, Any]] = offsets["draining"]
         for logical, d in drains.items():
-            chain = [_target(logical, r) for r in d.get("then", [])]
+            chain: list[Route | None] = [_target(logical, r) for r in d.get("then", [])]
             if logical in routes:
                 chain.append(routes[logical])
-            old = _target(logical, d)
-            for nxt in chain:
-                engine.route_changed(logical, old, nxt, 0.0)
+            since = d.get("since")
+            started = float(since) if isinstance(since, int | float) else now
+            engine.resume(logical, _target(logical, d), chain, started, now)
         return engine
 
     def _drive(
@@ -361,8 +370,10 @@ class KBearStreamReader(DataSourceStreamReader):
         are its "committed" offsets) and carry out the switches the engine decides.
         Returns logical topic -> the old cluster's watermarks, for drains still running."""
         marks: dict[str, dict[int, tuple[int, int]]] = {}
+        tell(engine.outcomes(), "spark", log)  # the drains begun by this batch's route changes
         for _ in range(16):  # a chain of moves is drained one route per round; bounded
             actions = engine.step(now)
+            tell(engine.outcomes(), "spark", log)
             if not actions:
                 break
             for action in actions:

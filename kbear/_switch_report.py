@@ -1,0 +1,65 @@
+"""Telling what the switch engine reports: logs and events, under the driver's labels.
+
+Responsible for: turning the engine's outcomes (:meth:`kbear._switch.SwitchEngine.outcomes`)
+into log records (with :mod:`kbear._events`' structured fields) on the driver's
+logger and into process-wide events (:class:`~kbear._events.DrainStarted`,
+:class:`~kbear._events.DrainFinished`) of the driver's kind. The engine does
+neither itself: the blocking consumer (``kind="consumer"``; the asyncio
+consumer drives it) and the Spark source (``kind="spark"``) call :func:`tell`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from kbear import _events
+from kbear._switch import DrainBegun, DrainEnded, NoTimestamps, Outcome, ProbeFailed
+
+__all__ = ["tell"]
+
+
+def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
+    """Log each outcome on ``log`` and emit the drain events of ``kind``.
+
+    Args:
+        outcomes: what the engine reported, oldest first.
+        kind: the events' ``kind`` (``"consumer"``, ``"spark"``): the ``kind``
+            label of the drain metrics (``kbear_drains_started``,
+            ``kbear_drain_duration_seconds``, ...).
+        log: the driver's logger (``kbear.consumer``, ``kbear.spark``).
+    """
+    for outcome in outcomes:
+        cluster = outcome.old.cluster_id
+        topic = outcome.topic
+        if isinstance(outcome, DrainBegun):
+            log.info(
+                "kbear: draining topic %r on cluster %r before the %s",
+                topic,
+                cluster,
+                "next move" if outcome.next_move else "move",
+                extra=_events.fields("drain_started", topic, cluster=cluster),
+            )
+            _events.emit(_events.DrainStarted(kind, topic, cluster))
+        elif isinstance(outcome, DrainEnded):
+            reason = "timeout" if outcome.timed_out else "complete"
+            extra = _events.fields("drain_finished", topic, cluster=cluster, reason=reason)
+            if outcome.timed_out:
+                log.warning(
+                    "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
+                    "switching with what was read",
+                    topic,
+                    cluster,
+                    extra=extra,
+                )
+            else:
+                log.info("kbear: drain of topic %r on cluster %r complete", topic, cluster, extra=extra)
+            _events.emit(
+                _events.DrainFinished(
+                    kind, topic, cluster, max(0.0, outcome.duration_s), outcome.timed_out, outcome.messages
+                )
+            )
+        elif isinstance(outcome, ProbeFailed):
+            log.warning("kbear: drain of topic %r on cluster %r: %s; retrying", topic, cluster, outcome.error)
+        elif isinstance(outcome, NoTimestamps):
+            log.info("kbear: nothing consumed of %r on %r: starting from committed offsets", topic, cluster)
