@@ -31,9 +31,6 @@ __all__ = ["RouteGuard", "guard", "jvm_kafka_available", "read_stream", "registe
 
 log = logging.getLogger("kbear.spark")
 
-_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-
-
 def register(spark: SparkSession) -> None:
     """Register the ``kbear`` Python streaming source with ``spark`` (idempotent).
 
@@ -49,19 +46,24 @@ def register(spark: SparkSession) -> None:
 
 
 def jvm_kafka_available(spark: SparkSession) -> bool:
-    """Whether Spark's JVM Kafka connector (``spark-sql-kafka-0-10``) classes load in ``spark``.
+    """Whether Spark's JVM Kafka connector (``spark-sql-kafka-0-10``) is usable in ``spark``.
 
-    False under Spark Connect (no JVM gateway) or when the jars are absent.
+    Asked through Spark's public API: a Kafka stream read without options, which
+    the connector, when Spark finds it, refuses for want of ``subscribe`` /
+    ``subscribePattern`` / ``assign`` (``IllegalArgumentException``); without it,
+    Spark refuses the format (``KAFKA_DATA_SOURCE_NOT_ENABLED``). Nothing is read
+    and no job runs. Under Spark Connect the server answers. Any other failure
+    answers False.
     """
+    from pyspark.errors import IllegalArgumentException
+
     try:
-        jvm = spark.sparkContext._jvm
-        if jvm is None:
-            return False
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(_KAFKA_PROVIDER, False, loader)
-        return True
+        spark.readStream.format("kafka").load().schema  # noqa: B018 (Spark Connect analyses here)
+    except IllegalArgumentException as exc:
+        return "subscribe" in str(exc)  # the connector's own check of its options ran
     except Exception:
         return False
+    return True
 
 
 def _client_options(client: Client | None) -> dict[str, str]:
