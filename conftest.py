@@ -17,9 +17,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: Longest time one test (setup, call and teardown) may take before the process is
 #: ended, seconds (``KBEAR_TEST_WATCHDOG_S``); above pytest-timeout's 300 s so that it
@@ -43,3 +46,29 @@ def _watchdog(request: pytest.FixtureRequest, _watchdog_log: TextIO) -> Iterator
     faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=_watchdog_log)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[tuple[SparkSession, str | None]]:
+    """The test process's one SparkSession and why Spark's Kafka connector is absent
+    (None when its jars are on the classpath). One per process: pyspark keeps its JVM,
+    whose classpath the first session fixes (``integration/spark.py``); start-up ~10-15 s."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from integration.spark import JvmUnavailable, connector_jars, java_version, session
+
+    if java_version() is None:
+        pytest.skip("no Java runtime (java not on PATH nor in JAVA_HOME): Spark needs Java 17+")
+    jars: list[Any] = []
+    missing: str | None = None
+    try:
+        jars = connector_jars()
+    except JvmUnavailable as exc:
+        missing = f"Spark's Kafka connector jars could not be resolved: {exc}"
+    spark = session(jars)
+    try:
+        yield spark, missing
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+        spark.stop()

@@ -7,10 +7,14 @@ count messages per topic and 10-second window, write the counts to a routed topi
 Without ``KBEAR_CONFIG`` it starts two embedded clusters (``east``, ``west``) in this
 process and writes a configuration for them: ``orders`` on east, ``payments`` on
 west, ``stats`` on west as ``stats.v1``. No bootstrap server appears in the job:
-:func:`kbear.spark.read_stream` routes the topics (the ``kbear`` Python source
-when Spark's JVM Kafka connector is absent) and :func:`kbear.spark.write_stream`
-writes the counts. With ``KBEAR_CONFIG=dir`` the job uses that configuration and
-produces nothing itself. Exit status 0 when every produced message was counted.
+:func:`kbear.spark.read_stream` routes the topics (Spark's JVM Kafka connector when
+its classes load, else the ``kbear`` Python source) and
+:func:`kbear.spark.write_stream` writes the counts. With ``KBEAR_CONFIG=dir`` the job
+uses that configuration (real clusters, e.g. two Apache Kafka clusters) and produces
+nothing itself unless ``--produce`` is given. ``KBEAR_SPARK_JARS`` (comma-separated
+paths) puts Spark's Kafka connector on the session's classpath (``spark.jars``; the
+embedded clusters do not talk to Java clients, so use it with ``KBEAR_CONFIG``).
+Exit status 0 when every produced message was counted.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import time
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from kbear import Router
+from kbear import RoutedProducer, Router
 from kbear.testing import EmbeddedCluster
 
 TOPICS = ["orders", "payments"]
@@ -46,21 +50,23 @@ def write_demo_config(directory: Path, east: EmbeddedCluster, west: EmbeddedClus
     (directory / "route-rules.yaml").write_text(yaml.safe_dump({"route-rules": rules}))
 
 
-def produce_demo_messages(router: Router, count: int) -> None:
-    """``count`` keyed messages to each topic, on the cluster its route names."""
-    for topic in TOPICS:
-        route = router.route_producer(topic)
-        producer = Producer({"bootstrap.servers": route.bootstrap_servers})
-        for i in range(count):
-            producer.produce(route.topic, key=f"{topic}-{i}".encode(), value=b"{}")
-        producer.flush(10)
-        print(f"produced {count} to {topic} on {route.cluster_id}/{route.topic}")
+def produce_demo_messages(config_dir: str, count: int) -> None:
+    """``count`` keyed messages to each topic, through a :class:`kbear.RoutedProducer`."""
+    with RoutedProducer({"kbear.config": config_dir, "kbear.reload.interval.ms": 0}) as producer:
+        for topic in TOPICS:
+            for i in range(count):
+                producer.produce(topic, key=f"{topic}-{i}".encode(), value=b"{}")
+                producer.poll(0)
+            if producer.flush(30):
+                raise RuntimeError(f"{topic}: messages not delivered within 30 s")
+            route = producer.route(topic)
+            print(f"produced {count} to {topic} on {route.cluster_id}/{route.topic}")
 
 
 def read_counts(router: Router) -> dict[str, int]:
     """The latest count per (topic, window) in the stats topic, summed per topic."""
     route = router.route_producer("stats")
-    c = Consumer({"bootstrap.servers": route.bootstrap_servers, "group.id": "spark-pipeline-check"})
+    c = Consumer({**route.properties, "group.id": "spark-pipeline-check"})
     latest: dict[tuple[str, str], int] = {}
     try:
         md = c.list_topics(route.topic, timeout=5).topics.get(route.topic)
@@ -93,13 +99,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=500, help="messages per topic (default 500)")
     parser.add_argument("--timeout", type=float, default=180.0, help="longest run, seconds")
+    parser.add_argument(
+        "--produce", action="store_true", help="with KBEAR_CONFIG: produce --messages per topic first"
+    )
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from kbear.spark import checkpoint_location, read_stream, write_stream
+    from kbear.spark import checkpoint_location, jvm_kafka_available, read_stream, write_stream
 
     work = Path(tempfile.mkdtemp(prefix="kbear-spark-"))
     clusters: list[EmbeddedCluster] = []
@@ -111,11 +120,15 @@ def main() -> int:
         Path(config_dir).mkdir()
         write_demo_config(Path(config_dir), east, west)
     router = Router.from_path(config_dir)
-    if clusters:
-        produce_demo_messages(router, args.messages)
+    produce = bool(clusters) or args.produce
+    if produce:
+        produce_demo_messages(config_dir, args.messages)
 
+    builder = SparkSession.builder
+    if os.environ.get("KBEAR_SPARK_JARS"):
+        builder = builder.config("spark.jars", os.environ["KBEAR_SPARK_JARS"])
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("kbear-spark-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -126,6 +139,10 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     started = time.monotonic()
+    if jvm_kafka_available(spark):
+        print("reading with Spark's Kafka connector (source=kafka)")
+    else:
+        print("reading with kbear's Python source (source=kbear; Spark's Kafka connector absent)")
     try:
         events = read_stream(spark, TOPICS, config=config_dir, options={"startingOffsets": "earliest"})
         counts = events.groupBy(F.window("timestamp", "10 seconds"), "topic").count()
@@ -140,7 +157,7 @@ def main() -> int:
             output_mode="update",
             trigger={"processingTime": "1 second"},
         )
-        expected = {t: args.messages for t in TOPICS} if clusters else None
+        expected = {t: args.messages for t in TOPICS} if produce else None
         totals: dict[str, int] = {}
         while time.monotonic() - started < args.timeout:
             if query.exception() is not None:

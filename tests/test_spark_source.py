@@ -7,10 +7,6 @@ Spark's Python workers reach them over TCP on 127.0.0.1."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -33,46 +29,12 @@ from kbear.testing import EmbeddedCluster
 WAIT_S = 180.0
 
 
-def _java_version() -> str | None:
-    java = shutil.which("java") or (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else None
-    )
-    if java is None:
-        return None
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stderr.splitlines()[0] if out.returncode == 0 and out.stderr else None
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    if _java_version() is None:
-        pytest.skip("no Java runtime (java not on PATH nor in JAVA_HOME): Spark needs Java 17+")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("kbear-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.sql.streaming.stopTimeout", "30s")
-    )
-    jars = os.environ.get("KBEAR_SPARK_JARS")
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        for q in session.streams.active:
-            q.stop()
-        session.stop()
+@pytest.fixture
+def spark(spark_session: tuple[SparkSession, str | None]) -> Iterator[SparkSession]:
+    session, _missing = spark_session
+    yield session
+    for q in session.streams.active:
+        q.stop()
 
 
 def produce(cluster: EmbeddedCluster, topic: str, pairs: Sequence[tuple[bytes, bytes]]) -> None:
@@ -116,7 +78,7 @@ def test_read_stream_follows_a_route_change_every_message_once(
     produce(b, audit, keyed(100, "audit"))
 
     df = read_stream(
-        spark, [orders, audit], config=str(conf), options={"startingOffsets": "earliest"}, source="auto"
+        spark, [orders, audit], config=str(conf), options={"startingOffsets": "earliest"}, source="kbear"
     )
     assert df.isStreaming and df.columns[-1] == "cluster"
     table = "kbear_route_change"
@@ -204,12 +166,13 @@ def test_guard_stops_a_query_when_its_route_changes(
     assert seen and seen[0][1]["orders"].cluster_id == "B"
 
 
-def test_jvm_connector_plan(spark: SparkSession, make_router: Callable[[Sequence[Rule]], Router]) -> None:
-    if not os.environ.get("KBEAR_SPARK_JARS"):
-        pytest.skip(
-            "Spark's JVM Kafka connector jars not given: set KBEAR_SPARK_JARS to the "
-            "spark-sql-kafka-0-10 jar and its dependencies (comma-separated)"
-        )
+def test_jvm_connector_plan(
+    spark: SparkSession,
+    spark_session: tuple[SparkSession, str | None],
+    make_router: Callable[[Sequence[Rule]], Router],
+) -> None:
+    if spark_session[1] is not None:
+        pytest.skip(spark_session[1])
     assert jvm_kafka_available(spark)
     router = make_router(
         [

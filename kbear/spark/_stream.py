@@ -115,7 +115,8 @@ def read_stream(
         options: more source options (``startingOffsets``, ``maxOffsetsPerTrigger``,
             ``includeHeaders``, ``kafka.*``); the forbidden ones are refused.
         source: ``"kafka"`` (Spark's JVM connector: one source per cluster,
-            named ``kbear_<cluster>`` where Spark >= 4.2 supports source names,
+            named ``kbear_<cluster>`` where the session enables source names:
+            Spark >= 4.2 with ``spark.sql.streaming.queryEvolution.enableSourceEvolution``,
             unioned by name), ``"kbear"`` (the Python source, which routes and
             follows route changes itself) or ``"auto"`` (``kafka`` when its
             classes load, else ``kbear``).
@@ -147,6 +148,18 @@ def read_stream(
     return _read_jvm(spark, topics, group, client, _router(router, config, client), opts)
 
 
+def _source_names_enabled(spark: SparkSession) -> bool:
+    """Whether this session names streaming sources: Spark >= 4.2 with
+    ``spark.sql.streaming.queryEvolution.enableSourceEvolution=true`` (off by default;
+    a named source then fails when the query is analysed, not when named)."""
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    if not hasattr(DataStreamReader, "name"):
+        return False
+    value = spark.conf.get("spark.sql.streaming.queryEvolution.enableSourceEvolution", "false")
+    return str(value).strip().lower() == "true"
+
+
 def _read_jvm(
     spark: SparkSession,
     topics: str | Iterable[str],
@@ -168,16 +181,14 @@ def _read_jvm(
                 "(each cluster's source gets its own groupIdPrefix)"
             ]
         )
+    named = _source_names_enabled(spark)
     frames = []
     for cluster, logicals in sorted(by_cluster.items()):
         reader = spark.readStream.format("kafka").options(
             **kafka_options(logicals, group=group, client=client, router=router, **opts)
         )
-        if hasattr(reader, "name"):
-            try:
-                reader = reader.name(f"kbear_{re.sub(r'[^A-Za-z0-9_]', '_', cluster)}")
-            except Exception as exc:  # source naming disabled in this session
-                log.debug("kbear: source names unavailable: %s", exc)
+        if named:
+            reader = reader.name(f"kbear_{re.sub(r'[^A-Za-z0-9_]', '_', cluster)}")
         df = reader.load()
         pairs = [x for t in logicals for x in (F.lit(routes[t].topic), F.lit(t))]
         df = df.withColumn("topic", F.coalesce(F.create_map(*pairs)[F.col("topic")], F.col("topic")))

@@ -1,0 +1,103 @@
+"""The SparkSession of the tests, with Spark's own Kafka connector on its classpath.
+
+Spark's JVM Kafka source and sink (``spark-sql-kafka-0-10``) are not part of
+pyspark: :func:`connector_jars` has Maven resolve ``jvm/spark-kafka/pom.xml`` at
+the installed pyspark's exact version (:mod:`integration.jvm`) and keeps the jars
+pyspark does not ship itself (``pyspark/jars``: Scala, Hadoop client, lz4,
+snappy, slf4j... would otherwise be on the classpath twice, at other versions).
+
+The jars must be on the driver's classpath when its JVM starts: pyspark launches
+one JVM per Python process and keeps it for later sessions, so a session built
+later with ``spark.jars`` would not load them. Hence one session per test
+process, made by :func:`session` (the ``spark_session`` fixture of the root
+``conftest.py``), shared by ``tests/`` and ``integration/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from integration.jvm import JvmUnavailable, classpath
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def pyspark_jars_dir() -> Path:
+    """The ``jars`` directory of the installed pyspark (the jars its JVM starts with)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def _shipped(jar: Path, shipped: set[str]) -> bool:
+    # a jar resolved from Maven's repository sits in .../<artifactId>/<version>/; pyspark
+    # ships the same artifact as <artifactId>-<any version>.jar
+    prefix = f"{jar.parent.parent.name}-"
+    return any(n.startswith(prefix) and n[len(prefix) : len(prefix) + 1].isdigit() for n in shipped)
+
+
+def connector_jars() -> list[Path]:
+    """``spark-sql-kafka-0-10_2.13`` at pyspark's version and its runtime dependencies,
+    minus the artifacts pyspark already ships (any version).
+
+    Raises:
+        JvmUnavailable: Java or Maven is missing, or Maven Central does not serve the
+            connector at this pyspark version (the ``spark`` extra keeps pyspark at a
+            version it serves; see ``jvm/spark-kafka/pom.xml``).
+    """
+    import pyspark
+
+    jars = classpath("spark-kafka", {"spark.version": pyspark.__version__})
+    shipped = {p.name for p in pyspark_jars_dir().glob("*.jar")}
+    return [j for j in jars if not _shipped(j, shipped)]
+
+
+def java_version() -> str | None:
+    """``java -version``'s first line, or None when no Java runs here."""
+    java = shutil.which("java") or (
+        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else None
+    )
+    if java is None:
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stderr.splitlines()[0] if out.returncode == 0 and out.stderr else None
+
+
+def session(jars: list[Path] | None) -> SparkSession:
+    """A local SparkSession (``local[2]``, no UI, 127.0.0.1, 2 shuffle partitions) for the
+    tests, with ``jars`` as ``spark.jars`` when given. Its Python workers run this
+    interpreter."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("kbear-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        # a Python worker must connect back within this (default 15 s): more than that
+        # was seen on this 2-core machine under the load of parallel test runs
+        .config("spark.python.authenticate.socketTimeout", "120s")
+    )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+__all__ = ["JvmUnavailable", "connector_jars", "java_version", "pyspark_jars_dir", "session"]

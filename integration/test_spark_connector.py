@@ -1,0 +1,309 @@
+"""Spark's own Kafka connector (``spark-sql-kafka-0-10``, the Java client) against the
+backend's clusters, through kbear's routing: ``read_stream(source="kafka")`` over
+topics on two clusters, ``write_stream(sink="kafka")``, ``spark.readStream.format("kafka")``
+with ``kafka_options()`` as a user writes it, and a route change while a query runs
+(``guard`` stops it; the query restarted on its new ``checkpoint_location`` reads
+the new cluster).
+
+One SparkSession for the whole test process (root ``conftest.py``, ``spark_session``):
+its JVM starts with the connector's jars, which Maven resolves at the installed
+pyspark's version (``integration/spark.py``, ``jvm/spark-kafka/pom.xml``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from integration.backends import Started
+from integration.conftest import Harness
+from integration.helpers import read_topic, topic_rule
+
+#: Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
+WAIT_S = 180.0
+
+
+@pytest.fixture
+def spark(spark_session: tuple[SparkSession, str | None], started: Started) -> Iterator[SparkSession]:
+    session, missing = spark_session
+    if missing is not None:
+        pytest.skip(missing)
+    if started.backend.name == "mock":
+        pytest.skip("librdkafka's mock clusters do not talk to Java clients (integration/BACKENDS.md)")
+    yield session
+    for query in session.streams.active:
+        query.stop()
+
+
+def produce(producer: Any, topic: str, label: str, n: int) -> list[bytes]:
+    """``n`` messages keyed ``<label>-<i>`` through ``producer`` (flushed); the keys."""
+    keys = [f"{label}-{i}".encode() for i in range(n)]
+    for key in keys:
+        producer.produce(topic, value=b"v-" + key, key=key)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return keys
+
+
+def wait_for(query: StreamingQuery, done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if query.exception() is not None:
+            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}; last {query.lastProgress}")
+        time.sleep(0.3)
+
+
+def table_rows(spark: SparkSession, table: str) -> list[tuple[Any, ...]]:
+    """``(cluster, topic, key)`` of every row of a memory-sink table."""
+    return [(r["cluster"], r["topic"], bytes(r["key"])) for r in spark.table(table).collect()]
+
+
+def to_memory(df: Any, table: str, checkpoint: str) -> StreamingQuery:
+    return (
+        df.select("key", "topic", "cluster")
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+
+def test_read_stream_kafka_source_over_two_clusters(it: Harness, spark: SparkSession, tmp_path: Any) -> None:
+    from kbear.spark import read_stream
+
+    orders, audit = it.name("orders"), it.name("audit")
+    it.create_topic(orders, 3, "A")
+    it.create_topic(f"{audit}.v2", 2, "B")
+    conf = it.config([topic_rule(orders, "A"), topic_rule(audit, "B", physical=f"{audit}.v2")])
+    producer = it.producer(conf)
+    sent = {("A", orders, k) for k in produce(producer, orders, "o", 300)}
+    sent |= {("B", audit, k) for k in produce(producer, audit, "a", 200)}
+
+    df = read_stream(
+        spark, [orders, audit], config=str(conf), options={"startingOffsets": "earliest"}, source="kafka"
+    )
+    table = "kbear_it_read_two"
+    query = to_memory(df, table, str(tmp_path / "ckpt"))
+    try:
+        wait_for(query, lambda: len(table_rows(spark, table)) >= len(sent), f"{len(sent)} rows")
+        time.sleep(1.5)  # a few more micro-batches: nothing may arrive twice
+        rows = table_rows(spark, table)
+    finally:
+        query.stop()
+    assert [r for r, n in Counter(rows).items() if n > 1] == []
+    assert set(rows) == sent  # logical topic names, the cluster of each row
+    sources = query.lastProgress["sources"]
+    assert len(sources) == 2 and all("KafkaV2" in s["description"] for s in sources)
+
+
+def keys_on(bootstrap: str, topic: str, expected: int) -> Counter[bytes]:
+    """How often each key is stored in ``topic`` on the cluster at ``bootstrap``."""
+    return Counter(bytes(m.key()) for m in read_topic(bootstrap, topic, expected, timeout_s=60))
+
+
+def test_write_stream_kafka_sink_fixed_topic_and_topic_column(
+    it: Harness, spark: SparkSession, tmp_path: Any
+) -> None:
+    from pyspark.sql import functions as F
+
+    from kbear.spark import read_stream, write_stream
+
+    src, out, left, right = (it.name(p) for p in ("src", "out", "left", "right"))
+    it.create_topic(src, 2, "A")
+    it.create_topic(f"{out}.v2", 2, "B")
+    it.create_topic(left, 1, "A")
+    it.create_topic(f"{right}.v2", 1, "B")
+    conf = it.config(
+        [
+            topic_rule(src, "A"),
+            topic_rule(out, "B", physical=f"{out}.v2"),
+            topic_rule(left, "A"),
+            topic_rule(right, "B", physical=f"{right}.v2"),
+        ]
+    )
+    sent = produce(it.producer(conf), src, "s", 200)
+    df = read_stream(spark, src, config=str(conf), options={"startingOffsets": "earliest"}, source="kafka")
+    fixed = write_stream(
+        df.select("key", "value"),
+        out,
+        checkpoint=str(tmp_path / "fixed"),
+        config=str(conf),
+        sink="kafka",
+        trigger={"processingTime": "500 milliseconds"},
+    )
+    # a topic column of logical names on two clusters: each micro-batch split per cluster
+    even = F.substring_index(F.col("key").cast("string"), "-", -1).cast("int") % 2 == 0
+    column = write_stream(
+        df.select("key", "value", F.when(even, F.lit(left)).otherwise(F.lit(right)).alias("topic")),
+        checkpoint=str(tmp_path / "column"),
+        config=str(conf),
+        sink="kafka",
+        trigger={"processingTime": "500 milliseconds"},
+    )
+    try:
+        for query, bootstrap, topic, n in (
+            (fixed, it.bootstrap("B"), f"{out}.v2", 200),
+            (column, it.bootstrap("A"), left, 100),
+            (column, it.bootstrap("B"), f"{right}.v2", 100),
+        ):
+            wait_for(query, lambda b=bootstrap, t=topic, n=n: len(read_topic(b, t, n, 1, 0)) >= n, topic)
+    finally:
+        fixed.stop()
+        column.stop()
+    assert keys_on(it.bootstrap("B"), f"{out}.v2", 200) == Counter(sent)
+    assert keys_on(it.bootstrap("A"), left, 100) == Counter(k for i, k in enumerate(sent) if i % 2 == 0)
+    assert keys_on(it.bootstrap("B"), f"{right}.v2", 100) == Counter(k for i, k in enumerate(sent) if i % 2)
+    assert read_topic(it.bootstrap("A"), out, 0, 1, 0.2) == []  # nothing on the other cluster
+
+
+def test_connector_options_as_a_user_writes_them(it: Harness, spark: SparkSession, tmp_path: Any) -> None:
+    """``spark.readStream.format("kafka").options(**kafka_options(...))`` and
+    ``df.writeStream.format("kafka").options(**write_options(...))``, no kbear call between."""
+    from kbear.spark import kafka_options, write_options
+
+    src, copy = it.name("user.src"), it.name("user.copy")
+    it.create_topic(f"{src}.v1", 3, "B")
+    it.create_topic(copy, 1, "A")
+    conf = it.config([topic_rule(src, "B", physical=f"{src}.v1"), topic_rule(copy, "A")])
+    sent = produce(it.producer(conf), src, "u", 150)
+
+    options = kafka_options(src, group="reporting", config=str(conf), startingOffsets="earliest")
+    assert options["subscribe"] == f"{src}.v1" and options["groupIdPrefix"] == "reporting-kbear-B"
+    df = spark.readStream.format("kafka").options(**options).load()
+    table = "kbear_it_user_options"
+    seen = df.select("key", "topic").writeStream.format("memory").queryName(table)
+    read_query = seen.option("checkpointLocation", str(tmp_path / "read")).start()
+    write_query = (
+        df.select("key", "value")
+        .writeStream.format("kafka")
+        .options(**write_options(copy, config=str(conf)))
+        .option("checkpointLocation", str(tmp_path / "write"))
+        .start()
+    )
+    try:
+        wait_for(read_query, lambda: spark.table(table).count() >= 150, "150 rows read")
+        wait_for(write_query, lambda: len(read_topic(it.bootstrap("A"), copy, 150, 1, 0)) >= 150, "copy")
+    finally:
+        read_query.stop()
+        write_query.stop()
+    rows = spark.table(table).collect()
+    assert Counter(bytes(r["key"]) for r in rows) == Counter(sent)
+    assert {r["topic"] for r in rows} == {f"{src}.v1"}  # Spark's own column: the physical name
+    assert keys_on(it.bootstrap("A"), copy, 150) == Counter(sent)
+
+
+def test_route_change_guard_stops_and_the_restarted_query_reads_the_new_cluster(
+    it: Harness, spark: SparkSession, tmp_path: Any
+) -> None:
+    """What ``docs/spark-connector.md`` promises for a JVM-connector query paired with
+    ``guard`` and ``checkpoint_location``: the query stops on the change; restarted on
+    its new checkpoint (``startingOffsets=earliest``) it reads every message of the new
+    cluster once; nothing is read twice; the old cluster's messages not read before
+    the stop (its backlog, and what producers still sent there) are not read."""
+    from kbear import Router
+    from kbear.spark import checkpoint_location, guard, read_stream
+
+    topic = it.name("moving")
+    it.create_topic(topic, 2)
+    conf = it.config([topic_rule(topic, "A")])
+    router = Router.from_path(str(conf))
+    old_producer = it.producer(conf)  # never reloads: a producer that has not seen the change yet
+    first = produce(old_producer, topic, "first", 200)
+
+    base = str(tmp_path / "ckpt")
+    before = checkpoint_location(base, topic, router=router)
+    options = {"startingOffsets": "earliest"}
+
+    def start(table: str, checkpoint: str) -> StreamingQuery:
+        df = read_stream(spark, topic, router=router, options=options, source="kafka")
+        return to_memory(df, table, checkpoint)
+
+    query = start("kbear_it_mv1", before)
+    stopped = guard(query, topic, router=router, watch_interval_s=0.5)
+    try:
+        wait_for(query, lambda: len(table_rows(spark, "kbear_it_mv1")) >= 200, "the first 200 rows")
+        backlog = produce(old_producer, topic, "backlog", 100)  # on A at the change, maybe unread
+        conf.write_rules([topic_rule(topic, "B")])
+        query.awaitTermination(60)
+        assert not query.isActive
+        assert stopped.fired is not None and f"{topic}: A/{topic} -> B/{topic}" in str(stopped.message)
+        late = produce(old_producer, topic, "late", 50)  # still sent to A after the stop
+        after = checkpoint_location(base, topic, router=router)
+        assert after != before
+        moved = produce(it.producer(conf), topic, "moved", 150)
+        assert router.route(topic).cluster_id == "B"
+        query = start("kbear_it_mv2", after)
+        wait_for(query, lambda: len(table_rows(spark, "kbear_it_mv2")) >= 150, "150 rows on B")
+        time.sleep(1.5)
+    finally:
+        query.stop()
+        stopped.close()
+        router.close()
+    rows = table_rows(spark, "kbear_it_mv1") + table_rows(spark, "kbear_it_mv2")
+    twice = [r for r, n in Counter(rows).items() if n > 1]
+    read_a = {k for c, _, k in rows if c == "A"}
+    lost = set(first + backlog + late) - read_a
+    assert twice == []
+    assert {k for c, _, k in rows if c == "B"} == set(moved)
+    assert set(first) <= read_a and read_a <= set(first + backlog)
+    assert set(late) <= lost and lost <= set(backlog + late)
+    it.note(
+        f"JVM connector, guard + restart: {len(rows)} read, {len(lost)} lost on the old cluster "
+        f"({len(set(backlog) - read_a)} of {len(backlog)} backlog, {len(late)} sent after the stop), 0 twice"
+    )
+
+
+def test_the_spark_pipeline_example_runs_with_the_connector(
+    it: Harness, spark_session: tuple[SparkSession, str | None], spark: SparkSession
+) -> None:
+    """``examples/spark_pipeline.py`` on the backend's clusters (``east`` = A, ``west`` = B),
+    Spark's connector given as ``KBEAR_SPARK_JARS``: its own process and SparkSession."""
+    from integration.spark import connector_jars
+
+    it.create_topic("orders", 2, "A")
+    it.create_topic("payments", 2, "B")
+    it.create_topic("stats.v1", 1, "B")
+    conf = it.config(
+        [
+            topic_rule("orders", "east"),
+            topic_rule("stats", "west", physical="stats.v1"),
+            {"id": "default-west", "meta": {"rule.isGlobal": True}, "rule": "use cluster west"},
+        ],
+        clusters={"east": it.bootstrap("A"), "west": it.bootstrap("B")},
+    )
+    env = {
+        **os.environ,
+        "KBEAR_CONFIG": str(conf),
+        "KBEAR_SPARK_JARS": ",".join(str(j) for j in connector_jars()),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    example = Path(__file__).resolve().parent.parent / "examples" / "spark_pipeline.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--produce", "--messages", "300", "--timeout", "240"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "reading with Spark's Kafka connector (source=kafka)" in done.stdout
+    counted = "counted per topic (from the routed 'stats' topic): {'orders': 300, 'payments': 300}"
+    assert counted in done.stdout
