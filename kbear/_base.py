@@ -104,6 +104,7 @@ class RoutedClientBase:
     _log: logging.Logger
     _router: Router
     _client: Client
+    _closed: bool
     _fast_paths: tuple[str, ...] = ()
     #: ``"producer"`` or ``"consumer"``: the kind of client in events and metrics
     _kind = "client"
@@ -132,6 +133,44 @@ class RoutedClientBase:
     def _initialized(self) -> bool:
         """False in an instance whose ``__init__`` never ran."""
         return "_route_listeners" in self.__dict__
+
+    def snapshot(self) -> _events.ClientSnapshot | None:
+        """What this client shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
+        its kind, ``client.id``, group, routes in use, drains in progress and the
+        configuration in force; None once closed, or when its constructor failed.
+
+        Raises:
+            RuntimeError: the route table changed while it was copied (taken from
+                another thread); try again.
+        """
+        if not self._initialized:
+            return None
+        try:
+            if self._closed:
+                return None
+            native = self._native
+            config = self._router.config
+            routes = self._routes_in_use()
+            drains = self._drains_in_progress()
+        except AttributeError:  # the constructor failed before the client was complete
+            return None
+        return _events.ClientSnapshot(
+            kind=self._kind,
+            client_id=_events.client_id(native),
+            group=str(native.get("group.id", "")) if self._kind == "consumer" else "",
+            routes=routes,
+            drains=drains,
+            config_location=_events.location(config.directory or config.location),
+            config_digest=config.digest,
+        )
+
+    def _routes_in_use(self) -> dict[str, Route]:
+        """Logical topic -> route in use, copied (for :meth:`snapshot`); none by default."""
+        return {}
+
+    def _drains_in_progress(self) -> int:
+        """Drains in progress (for :meth:`snapshot`); none by default."""
+        return 0
 
     def _listen(self, owns_router: bool) -> None:
         """Follow the router's reloads through a weak reference to this client; when

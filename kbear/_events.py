@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
@@ -39,10 +39,48 @@ FIELDS = ("event", "cluster", "old_cluster", "topic", "rule", "reason")
 
 
 @dataclass(frozen=True)
-class ClientOpened:
-    """A routed client (RoutedProducer, RoutedConsumer) was constructed: ``client``."""
+class ClientSnapshot:
+    """What a routed client shows its observers (:mod:`kbear.metrics`) at one moment.
 
-    client: Any
+    Attributes:
+        kind: ``"producer"``, ``"consumer"``, or ``"client"`` (the admin client).
+        client_id: the confluent-kafka ``client.id`` (see :func:`client_id`).
+        group: a consumer's ``group.id``; ``""`` for other clients.
+        routes: logical topic -> the route in use (a consumer's: its
+            subscription's, topics still drained on their old cluster included).
+        drains: drains in progress (a consumer's; 0 for other clients).
+        config_location: where the configuration in force comes from (a directory
+            or a URL without credentials, see :func:`location`).
+        config_digest: that configuration's content digest.
+    """
+
+    kind: str
+    client_id: str
+    group: str
+    routes: Mapping[str, Route]
+    drains: int
+    config_location: str
+    config_digest: str
+
+
+class Observed(Protocol):
+    """A routed client as its observers see it: the ``client`` of :class:`ClientOpened`."""
+
+    def snapshot(self) -> ClientSnapshot | None:
+        """The client now, or None once it is closed (or its constructor failed).
+
+        Raises:
+            RuntimeError: a table changed while it was copied (taken from another
+                thread than the client's); the caller may try again.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ClientOpened:
+    """A routed client (RoutedProducer, RoutedConsumer, RoutedAdminClient) was constructed: ``client``."""
+
+    client: Observed
 
 
 @dataclass(frozen=True)
@@ -144,7 +182,7 @@ Configurer = Callable[[str, str, MutableMapping[str, Any]], None]
 _listeners: list[Listener] = []
 _configurers: list[Configurer] = []
 #: every routed client constructed and still alive (for listeners subscribing late)
-_clients: weakref.WeakSet[Any] = weakref.WeakSet()
+_clients: weakref.WeakSet[Observed] = weakref.WeakSet()
 
 
 def subscribe(listener: Listener | None = None, configurer: Configurer | None = None) -> None:
@@ -164,7 +202,7 @@ def unsubscribe(listener: Listener | None = None, configurer: Configurer | None 
         _configurers.remove(configurer)
 
 
-def open_clients() -> list[Any]:
+def open_clients() -> list[Observed]:
     """The routed clients constructed so far and not yet collected."""
     return list(_clients)
 

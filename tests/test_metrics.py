@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
 from kbear import RoutedConsumer, RoutedProducer, Router
-from kbear._events import FIELDS, location
+from kbear._events import FIELDS, ClientSnapshot, location
 from kbear.demo import run_demo
 from kbear.metrics import instrument, serve, uninstrument
 from kbear.metrics._stats import StatsStore, families
@@ -105,6 +105,39 @@ def rules_for(cluster: str, topic: str) -> list[dict[str, Any]]:
         rule("move", f"use cluster {cluster}", topic=topic),
         rule("global", "use cluster B", isGlobal=True),
     ]
+
+
+def test_a_client_snapshot_is_what_the_metrics_read_and_nothing_once_closed(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+    make_config: Callable[..., Path],
+    unique: Callable[[str], str],
+) -> None:
+    """``snapshot()`` (kbear_route_info, kbear_drains_in_progress, kbear_config_info
+    read it at scrape time): kind, client.id, group, the routes in use, drains in
+    progress, the configuration in force; None once the client is closed."""
+    topic = unique("snap")
+    for cluster in two_clusters:
+        cluster.create_topic(topic, 1)
+    conf_dir = make_config(rules_for("A", topic))
+    router = Router.from_path(conf_dir)
+    producer = RoutedProducer({**NO_WATCH, "client.id": "app-p"}, router=router)
+    native = {**NO_WATCH, **FAST_GROUP, "group.id": "g", "client.id": "app-c"}
+    consumer = RoutedConsumer(native, router=router)
+    try:
+        producer.produce(topic, b"v")
+        consumer.subscribe([topic])
+        where = (str(conf_dir), router.config.digest)
+        assert producer.snapshot() == ClientSnapshot(
+            "producer", "app-p", "", {topic: router.route_producer(topic)}, 0, *where
+        )
+        assert consumer.snapshot() == ClientSnapshot(
+            "consumer", "app-c", "g", {topic: router.route_consumer(topic, "g")}, 0, *where
+        )
+    finally:
+        producer.close(10)
+        consumer.close()
+        router.close()
+    assert producer.snapshot() is None and consumer.snapshot() is None
 
 
 def test_a_routed_run_with_a_live_move_is_scraped_as_the_clients_reported(

@@ -324,6 +324,13 @@ class RoutedConsumer(RoutedClientBase):
     def _native_clients(self) -> Iterable[Any]:
         return [entry.consumer for entry in self._registry]
 
+    # the snapshot of kbear's metrics (RoutedClientBase.snapshot)
+    def _routes_in_use(self) -> dict[str, Route]:
+        return self.routes()
+
+    def _drains_in_progress(self) -> int:
+        return len(self._driver.engine.drains())
+
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
         # next call takes the slow path); the caller's thread applies.

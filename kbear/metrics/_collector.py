@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -228,21 +227,13 @@ class KBearMetrics(Collector):
         )
         consumer_drains = 0
         configs: dict[str, str] = {}
-        for client in _events.open_clients():
-            kind = str(getattr(client, "_kind", "client"))
-            native = getattr(client, "_native", None)
-            if native is None or getattr(client, "_closed", True):
-                continue
-            cid = _events.client_id(native)
-            group = str(native.get("group.id", "")) if kind == "consumer" else ""
-            for topic, route in _routes_of(client):
-                self._remember(kind, cid, route)
-                info.add_metric([kind, cid, group, topic, route.cluster_id, route.topic, route.rule_id], 1)
-            consumer_drains += _drains_of(client)
-            router = getattr(client, "_router", None)
-            if router is not None:
-                conf = router.config
-                configs[_events.location(conf.directory or conf.location)] = conf.digest
+        for snap in _snapshots():
+            for topic, route in snap.routes.items():
+                self._remember(snap.kind, snap.client_id, route)
+                labels = [snap.kind, snap.client_id, snap.group, topic, route.cluster_id, route.topic]
+                info.add_metric([*labels, route.rule_id], 1)
+            consumer_drains += snap.drains
+            configs[snap.config_location] = snap.config_digest
         now = time.time()
         with self._lock:
             producer_drains = self._producer_drains
@@ -266,27 +257,15 @@ class KBearMetrics(Collector):
         yield from families(self.stats, names)
 
 
-def _routes_of(client: Any) -> Iterable[tuple[str, Route]]:
-    """(logical topic, route) of every topic ``client`` uses now, and of every topic a
-    consumer still drains on its old cluster (read from another thread: a table
-    changed meanwhile is read again, a few times at most)."""
-    for _ in range(5):
-        try:
-            table = dict(getattr(client, "_routes", None) or {})
-            sub = getattr(client, "_sub", None)
-            if sub is not None:
-                table.update(sub.routes)
-            return list(table.items())
-        except RuntimeError:  # changed during the copy
-            continue
-    return []
-
-
-def _drains_of(client: Any) -> int:
-    driver = getattr(client, "_driver", None)
-    if driver is None:
-        return 0
-    try:
-        return len(driver.engine.drains())
-    except RuntimeError:
-        return 0
+def _snapshots() -> Iterator[_events.ClientSnapshot]:
+    """The snapshot of every live routed client (taken from another thread: one whose
+    tables changed during the copy is asked again, a few times at most)."""
+    for client in _events.open_clients():
+        for _ in range(5):
+            try:
+                snapshot = client.snapshot()
+            except RuntimeError:  # changed during the copy
+                continue
+            if snapshot is not None:
+                yield snapshot
+            break

@@ -307,6 +307,10 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
     def _native_clients(self) -> list[Any]:
         return [entry.producer for entry in self._all()]
 
+    def _routes_in_use(self) -> dict[str, Route]:
+        # the snapshot of kbear's metrics (RoutedClientBase.snapshot)
+        return dict(self._routes)
+
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks of every cluster's client.
 
