@@ -85,11 +85,112 @@ def check_config_argument(config: Any, kwargs: Mapping[str, Any], router: Any) -
     return config
 
 
+class Uninitialized:
+    """Stands for the parts of a routed client whose ``__init__`` never ran (a subclass
+    not calling it): any use raises ``RuntimeError(message)``, as a confluent-kafka
+    client refuses every call then ("Producer has been closed")."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(self.message)
+
+    def __enter__(self) -> None:
+        raise RuntimeError(self.message)
+
+    def __exit__(self, *exc: object) -> None:
+        raise RuntimeError(self.message)
+
+
 def _release(router: Router, listener: Callable[..., None], owned: bool) -> None:
     """At a routed client's collection: stop its reload listener (and its router if owned)."""
     router.unsubscribe(listener)
     if owned:
         router.close()
+
+
+class ReloadSubscription:
+    """A routed client's subscription to its router's reloads, held weakly.
+
+    ``on_change(old, new)`` (a bound method of the routed client or of one of its
+    parts) is called in the reloading thread through a weak reference: a routed
+    client dropped without ``close()`` is freed, and at its collection the
+    listener is removed (and the router closed when ``owns_router``), which stops
+    the router's watcher thread.
+
+    Args:
+        owner: the routed client (its collection ends the subscription).
+        router: the router whose reloads are followed.
+        on_change: called as ``on_change(old_config, new_config)``.
+        owns_router: close ``router`` when ``owner`` is collected unclosed.
+    """
+
+    def __init__(
+        self,
+        owner: object,
+        router: Router,
+        on_change: Callable[[KBearConfig, KBearConfig], None],
+        owns_router: bool,
+    ) -> None:
+        ref = weakref.WeakMethod(on_change)
+
+        def listener(old: KBearConfig, new: KBearConfig) -> None:
+            method = ref()
+            if method is not None:
+                method(old, new)
+
+        self._router = router
+        self.listener: Callable[[KBearConfig, KBearConfig], None] | None = listener
+        router.subscribe(listener)
+        self._finalizer = weakref.finalize(owner, _release, router, listener, owns_router)
+
+    def stop(self) -> None:
+        """Stop following reloads (``close()``); the router is left to the caller. Idempotent."""
+        if self.listener is not None:
+            self._finalizer.detach()
+            self._router.unsubscribe(self.listener)
+            self.listener = None
+
+
+def notify_route_change(
+    kind: str,
+    native: dict[str, Any],
+    callbacks: Iterable[RouteChangeCallback],
+    log: logging.Logger,
+    old: Route,
+    new: Route | None,
+) -> None:
+    """Emit :class:`~kbear._events.RouteChanged` for a routed client of ``kind``
+    (``native``: its confluent-kafka configuration) and call each ``callback(old,
+    new)`` in the calling thread; a callback that raises is logged on ``log`` and
+    the switch stands."""
+    _events.emit(_events.RouteChanged(kind, _events.client_id(native), old.requested_topic, old, new))
+    for callback in list(callbacks):
+        try:
+            callback(old, new)
+        except Exception:
+            log.exception("kbear: on_route_change hook %r failed", callback)
+
+
+def set_credentials(native: dict[str, Any], clients: Iterable[Any], username: str, password: str) -> None:
+    """Set SASL/PLAIN or SCRAM credentials on each of ``clients`` (confluent-kafka
+    clients) and in ``native``, the configuration later clients are built from.
+
+    Raises:
+        TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
+    """
+    for position, value in enumerate((username, password), 1):
+        if not isinstance(value, str):
+            raise TypeError(
+                f"set_sasl_credentials() argument {position} must be str, not {type(value).__name__}"
+            )
+    native["sasl.username"] = username
+    native["sasl.password"] = password
+    for client in clients:
+        client.set_sasl_credentials(username, password)
 
 
 class RoutedClientBase:
@@ -176,24 +277,13 @@ class RoutedClientBase:
         """Follow the router's reloads through a weak reference to this client; when
         the client is collected unclosed, the listener is removed (and an owned
         router closed, which stops its watcher thread)."""
-        ref = weakref.ref(self)
-
-        def listener(old: KBearConfig, new: KBearConfig) -> None:
-            client = ref()
-            if client is not None:
-                client._on_config_change(old, new)
-
-        self._listener = listener
-        self._router.subscribe(listener)
-        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
-            self, _release, self._router, listener, owns_router
-        )
+        self._subscription = ReloadSubscription(self, self._router, self._on_config_change, owns_router)
+        self._listener = self._subscription.listener
 
     def _stop_listening(self) -> None:
         """Stop following reloads (``close()``); the router is left to the caller."""
         if self._listener is not None:
-            self._finalizer.detach()
-            self._router.unsubscribe(self._listener)
+            self._subscription.stop()
             self._listener = None
 
     @property
@@ -213,13 +303,7 @@ class RoutedClientBase:
         self._route_listeners.append(callback)
 
     def _notify_route_change(self, old: Route, new: Route | None) -> None:
-        client_id = _events.client_id(self._native)
-        _events.emit(_events.RouteChanged(self._kind, client_id, old.requested_topic, old, new))
-        for callback in list(self._route_listeners):
-            try:
-                callback(old, new)
-            except Exception:
-                self._log.exception("kbear: on_route_change hook %r failed", callback)
+        notify_route_change(self._kind, self._native, self._route_listeners, self._log, old, new)
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
@@ -241,12 +325,4 @@ class RoutedClientBase:
         Raises:
             TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
         """
-        for position, value in enumerate((username, password), 1):
-            if not isinstance(value, str):
-                raise TypeError(
-                    f"set_sasl_credentials() argument {position} must be str, not {type(value).__name__}"
-                )
-        self._native["sasl.username"] = username
-        self._native["sasl.password"] = password
-        for client in self._native_clients():
-            client.set_sasl_credentials(username, password)
+        set_credentials(self._native, self._native_clients(), username, password)

@@ -1,5 +1,8 @@
-"""Shared plumbing of RoutedProducer and RoutedConsumer (private).
+"""Shared plumbing of the routed clients (private).
 
+- the per-cluster client registry (:class:`ClientRegistry`) and the factory that
+  builds confluent-kafka's clients (:data:`ClientFactory`; tests and
+  :mod:`kbear.testing` put theirs in with :func:`mount`);
 - splitting the application's configuration into kbear keys and the
   confluent-kafka configuration;
 - the router and client each routed client uses;
@@ -9,13 +12,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from kbear import _events
 from kbear._identity import Client
 from kbear.config import ClusterConfig, KBearConfig, RuleKind
 from kbear.router import Router
@@ -144,6 +151,22 @@ class Deadline:
         return -1 if left is None else left
 
 
+def poll_clients(clients: list[Any], timeout: float | None) -> int:
+    """Serve the callbacks of several confluent-kafka clients: with one, its own
+    ``poll(timeout)``; with more, each in turn without waiting, then in slices of
+    10 ms until one serves something or ``timeout`` (seconds; None or negative:
+    infinite) ends. Returns the number of events served."""
+    if len(clients) == 1:
+        return int(clients[0].poll(-1 if timeout is None else timeout))
+    served = sum(int(c.poll(0)) for c in clients)
+    deadline = Deadline(timeout)
+    while not served and clients and not deadline.expired():
+        left = deadline.remaining()
+        slice_s = 0.01 if left is None else min(0.01, left)
+        served = sum(int(c.poll(slice_s)) for c in clients)
+    return served
+
+
 def single_cluster(config: KBearConfig, client: Client, group: str | None = None) -> str | None:
     """The cluster every lookup of ``client`` yields, for any topic, without a remap;
     None when the configuration does not prove there is one.
@@ -179,3 +202,213 @@ def single_cluster(config: KBearConfig, client: Client, group: str | None = None
         if rule.kind is RuleKind.GLOBAL and all(c.key.startswith("client.") for c in conds):
             sure = True
     return cluster if sure else None
+
+
+# ---------------------------------------------------------------------- the client registry
+
+#: The kinds of confluent-kafka client a routed client builds per cluster.
+ClientKind = Literal["producer", "consumer", "admin"]
+
+
+class ClientFactory(Protocol):
+    """Builds the confluent-kafka client of one cluster (the shape of httpx's transports).
+
+    Called as ``factory(kind, cluster_id, config)``: ``kind`` is ``"producer"``,
+    ``"consumer"`` or ``"admin"``, ``cluster_id`` the cluster's id in
+    clusters.yaml, ``config`` the client's full librdkafka configuration (the
+    application's keys with the cluster's properties merged over them, including
+    ``bootstrap.servers``). Returns an object with the methods of
+    ``confluent_kafka.Producer``, ``Consumer`` or ``admin.AdminClient``
+    respectively. Exceptions propagate to the routed client's call.
+    """
+
+    def __call__(self, kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any: ...
+
+
+def confluent_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
+    """The default :class:`ClientFactory`: confluent-kafka's own client of ``kind``.
+
+    Raises:
+        KafkaException: confluent-kafka refused ``config``.
+        ValueError: an unknown ``kind``.
+    """
+    if kind == "producer":
+        return Producer(config)
+    if kind == "consumer":
+        return Consumer(config)
+    if kind == "admin":
+        return AdminClient(config)
+    raise ValueError(f"unknown client kind {kind!r}")
+
+
+_mounted: list[ClientFactory] = []
+_mounted_lock = threading.Lock()
+
+
+@contextmanager
+def mount(factory: ClientFactory) -> Iterator[ClientFactory]:
+    """Build the clients of routed clients created inside the ``with`` block with
+    ``factory`` (process-wide; the innermost mount wins), as httpx mounts a
+    transport. A routed client keeps the factory it was created with."""
+    with _mounted_lock:
+        _mounted.append(factory)
+    try:
+        yield factory
+    finally:
+        with _mounted_lock:
+            _mounted.remove(factory)
+
+
+def current_factory() -> ClientFactory:
+    """The innermost mounted factory, else :func:`confluent_client`."""
+    with _mounted_lock:
+        return _mounted[-1] if _mounted else confluent_client
+
+
+class Target(Protocol):
+    """What a cluster's client is built for: a :class:`~kbear.Route` or a :class:`ClusterTarget`."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+
+class ClusterEntry:
+    """One cluster's client in a :class:`ClientRegistry`.
+
+    Attributes:
+        cluster_id: the cluster's id (clusters.yaml).
+        properties: the cluster properties the client was built with.
+        client: the confluent-kafka client (or what the factory built).
+        retired_at: the registry generation that retired it (0 while in use).
+    """
+
+    __slots__ = ("client", "cluster_id", "properties", "retired_at")
+
+    def __init__(self, cluster_id: str, properties: Mapping[str, str], client: Any) -> None:
+        self.cluster_id = cluster_id
+        self.properties = dict(properties)
+        self.client = client
+        self.retired_at = 0
+
+
+E = TypeVar("E", bound=ClusterEntry)
+
+
+class ClientRegistry(Generic[E]):
+    """One client per cluster for one routed client, built on first use by a factory.
+
+    Responsible for: merging the cluster's properties over the application's
+    configuration (:func:`cluster_config`), letting the process's configurers
+    (:func:`kbear._events.configure`) and the routed client's ``prepare`` hook
+    (callbacks bound to that client) see the configuration, building the client
+    through the :class:`ClientFactory`, rebuilding it when the cluster's
+    properties change, and keeping replaced clients (``retired``) until the
+    routed client lets them go: a message, a future or a revocation may still be
+    pending on them.
+
+    Args:
+        kind: ``"producer"``, ``"consumer"`` or ``"admin"``.
+        native: the application's confluent-kafka configuration, without kbear
+            keys (read at each build: credentials set later reach later clients).
+        entry: wraps a new client: ``entry(cluster_id, properties, client, prepared)``
+            where ``prepared`` is what ``prepare`` returned.
+        prepare: called as ``prepare(cluster_id, config)`` before the build; may
+            change ``config`` in place and returns a value handed to ``entry``.
+        factory: builds the client; default: the mounted one (:func:`mount`),
+            else confluent-kafka's.
+        observed: hand each configuration to the process's configurers
+            (``kbear.metrics`` adds its statistics callback there); False for
+            admin clients, which send and read no messages.
+    """
+
+    def __init__(
+        self,
+        kind: ClientKind,
+        native: dict[str, Any],
+        entry: Callable[[str, Mapping[str, str], Any, Any], E],
+        prepare: Callable[[str, dict[str, Any]], Any] | None = None,
+        factory: ClientFactory | None = None,
+        observed: bool = True,
+    ) -> None:
+        self.kind: ClientKind = kind
+        self._observed = observed
+        self.native = native
+        self._entry = entry
+        self._prepare = prepare
+        self.factory: ClientFactory = factory if factory is not None else current_factory()
+        self._clients: dict[str, E] = {}
+        self._retired: list[E] = []
+        #: bumped by :meth:`next_generation` (a routed client's reload)
+        self.generation = 0
+
+    def get(self, cluster_id: str) -> E | None:
+        """The client of ``cluster_id`` in use, if one was built."""
+        return self._clients.get(cluster_id)
+
+    def __contains__(self, cluster_id: object) -> bool:
+        return cluster_id in self._clients
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def entries(self) -> list[E]:
+        """The clients in use, in the order they were built."""
+        return list(self._clients.values())
+
+    def items(self) -> list[tuple[str, E]]:
+        """(cluster id, entry) of the clients in use."""
+        return list(self._clients.items())
+
+    def retired(self) -> list[E]:
+        """Clients replaced or of clusters gone, not yet released."""
+        return list(self._retired)
+
+    def all(self) -> list[E]:
+        """The clients in use, then the retired ones."""
+        return [*self._clients.values(), *self._retired]
+
+    def client(self, target: Target) -> E:
+        """The client of ``target``'s cluster: the one in use when its properties are
+        ``target.properties``, else a new one (the old one retired)."""
+        current = self._clients.get(target.cluster_id)
+        if current is not None and current.properties == dict(target.properties):
+            return current
+        if current is not None:
+            self._retire(current)
+        conf = cluster_config(self.native, target.properties)
+        if self._observed:
+            _events.configure(self.kind, target.cluster_id, conf)
+        prepared = self._prepare(target.cluster_id, conf) if self._prepare is not None else None
+        built = self.factory(self.kind, target.cluster_id, conf)
+        entry = self._entry(target.cluster_id, target.properties, built, prepared)
+        self._clients[target.cluster_id] = entry
+        return entry
+
+    def _retire(self, entry: E) -> None:
+        entry.retired_at = self.generation
+        self._retired.append(entry)
+
+    def next_generation(self) -> int:
+        """Count a reload applied: clients retired from now on are of this generation."""
+        self.generation += 1
+        return self.generation
+
+    def retire_unknown(self, known: Mapping[str, Any]) -> None:
+        """Retire the clients of clusters not in ``known`` (clusters.yaml in force)."""
+        for cluster_id in [c for c in self._clients if c not in known]:
+            self._retire(self._clients.pop(cluster_id))
+
+    def release_retired(self, busy: Callable[[E], bool]) -> None:
+        """Let go of the retired clients that are not ``busy`` and were retired
+        before the current generation (never at the reload that retired them)."""
+        self._retired = [e for e in self._retired if busy(e) or e.retired_at >= self.generation]
+
+    def clear(self) -> list[E]:
+        """Forget every client (closing): the ones in use, then the retired ones."""
+        out = self.all()
+        self._clients = {}
+        self._retired = []
+        return out

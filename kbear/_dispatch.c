@@ -410,6 +410,190 @@ static PyTypeObject TurnTakerType = {
     .tp_getset = turns_getset,
 };
 
+/* ------------------------------------------------------------------ FastMethod
+ *
+ * A method of a routed client class whose instances may each bind a fast path:
+ * FastMethod(slot, slow) placed on the class under the method's name. ``slot``
+ * is the member descriptor of a ``__slots__`` entry of that class; ``slow`` is
+ * the method's Python function. Called on an instance (``routed.produce(t, v)``,
+ * as people write it), it reads the instance's slot: a callable there (the one
+ * cluster's own ``produce``, or a Dispatcher) gets the call without ``self``;
+ * an empty slot (None or unset) calls ``slow(self, ...)``.
+ *
+ * It is a method descriptor (Py_TPFLAGS_METHOD_DESCRIPTOR) in a class without
+ * ``__getattr__``: the interpreter then looks ``routed.produce`` up as it looks up
+ * a method of a class (specialized, no bound-method object, no instance
+ * dictionary lookup), which an instance attribute over a class method is not.
+ * ``__get__`` answers as such an instance attribute did: the slot's callable when
+ * set (``produce = routed.produce`` hoisted, as fast as before), else ``slow``
+ * bound to the instance; on the class, ``slow`` itself (its signature and doc).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *slot;          /* the member descriptor of the __slots__ entry */
+    PyObject *slow;          /* the Python function */
+    PyTypeObject *owner;     /* the class whose slot it is */
+    Py_ssize_t offset;       /* the slot's offset in an instance */
+    vectorcallfunc vectorcall;
+} FastMethod;
+
+/* The instance's fast path (a new reference), or NULL when its slot is empty. */
+static PyObject *
+fast_target(FastMethod *self, PyObject *obj)
+{
+    PyObject *target;
+    if (!PyObject_TypeCheck(obj, self->owner)) {
+        return NULL;
+    }
+    target = *(PyObject **)((char *)obj + self->offset);
+    if (target == NULL || target == Py_None) {
+        return NULL;
+    }
+    Py_INCREF(target);
+    return target;
+}
+
+static PyObject *
+fast_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastMethod *self = (FastMethod *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *target, *result;
+
+    if (nargs >= 1 && (target = fast_target(self, args[0])) != NULL) {
+        /* args[0] (self) may be overwritten by the callee: PY_VECTORCALL_ARGUMENTS_OFFSET */
+        result = PyObject_Vectorcall(target, args + 1, (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                     kwnames);
+        Py_DECREF(target);
+        return result;
+    }
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+fast_descr_get(PyObject *op, PyObject *obj, PyObject *type)
+{
+    FastMethod *self = (FastMethod *)op;
+    PyObject *target;
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self->slow);
+        return self->slow;
+    }
+    target = fast_target(self, obj);
+    if (target != NULL) {
+        return target;
+    }
+    return PyMethod_New(self->slow, obj);
+}
+
+static PyObject *
+fast_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"slot", "slow", NULL};
+    PyObject *slot, *slow;
+    PyMemberDescrObject *member;
+    FastMethod *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:FastMethod", kwlist, &PyMemberDescr_Type, &slot,
+                                     &slow)) {
+        return NULL;
+    }
+    member = (PyMemberDescrObject *)slot;
+    if (member->d_member->type != T_OBJECT_EX && member->d_member->type != T_OBJECT) {
+        PyErr_SetString(PyExc_TypeError, "FastMethod: slot must be a __slots__ entry");
+        return NULL;
+    }
+    if (!PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_TypeError, "FastMethod: slow must be callable");
+        return NULL;
+    }
+    self = (FastMethod *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(slot);
+    self->slot = slot;
+    Py_INCREF(slow);
+    self->slow = slow;
+    self->owner = PyDescr_TYPE(member);
+    Py_INCREF(self->owner);
+    self->offset = member->d_member->offset;
+    self->vectorcall = fast_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+fast_traverse(FastMethod *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->slot);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->owner);
+    return 0;
+}
+
+static int
+fast_clear(FastMethod *self)
+{
+    Py_CLEAR(self->slot);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->owner);
+    return 0;
+}
+
+static void
+fast_dealloc(FastMethod *self)
+{
+    PyObject_GC_UnTrack(self);
+    fast_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+fast_get_doc(FastMethod *self, void *closure)
+{
+    if (self->slow == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyObject_GetAttrString(self->slow, "__doc__");
+}
+
+static PyObject *
+fast_repr(FastMethod *self)
+{
+    return PyUnicode_FromFormat("<kbear fast method %R>", self->slow);
+}
+
+static PyMemberDef fast_members[] = {
+    {"slot", T_OBJECT, offsetof(FastMethod, slot), READONLY, "the __slots__ entry holding each instance's fast path"},
+    {"slow", T_OBJECT, offsetof(FastMethod, slow), READONLY, "the method's Python function"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(FastMethod, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef fast_getset[] = {
+    {"__doc__", (getter)fast_get_doc, NULL, "the Python function's docstring", NULL},
+    {NULL},
+};
+
+static PyTypeObject FastMethodType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kbear._cdispatch.FastMethod",
+    .tp_basicsize = sizeof(FastMethod),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = fast_new,
+    .tp_dealloc = (destructor)fast_dealloc,
+    .tp_traverse = (traverseproc)fast_traverse,
+    .tp_clear = (inquiry)fast_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastMethod, vectorcall),
+    .tp_descr_get = fast_descr_get,
+    .tp_repr = (reprfunc)fast_repr,
+    .tp_members = fast_members,
+    .tp_getset = fast_getset,
+};
+
 static struct PyModuleDef cdispatch_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kbear._cdispatch",
@@ -429,7 +613,8 @@ PyInit__cdispatch(void)
     if (topic_name == NULL || timeout_name == NULL || num_name == NULL || zero == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&DispatcherType) < 0 || PyType_Ready(&TurnTakerType) < 0) {
+    if (PyType_Ready(&DispatcherType) < 0 || PyType_Ready(&TurnTakerType) < 0 ||
+        PyType_Ready(&FastMethodType) < 0) {
         return NULL;
     }
     module = PyModule_Create(&cdispatch_module);
@@ -445,6 +630,12 @@ PyInit__cdispatch(void)
     Py_INCREF(&TurnTakerType);
     if (PyModule_AddObject(module, "TurnTaker", (PyObject *)&TurnTakerType) < 0) {
         Py_DECREF(&TurnTakerType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&FastMethodType);
+    if (PyModule_AddObject(module, "FastMethod", (PyObject *)&FastMethodType) < 0) {
+        Py_DECREF(&FastMethodType);
         Py_DECREF(module);
         return NULL;
     }

@@ -6,6 +6,9 @@ TCP ports on 127.0.0.1, so any Kafka client in this or another process can use
 :attr:`EmbeddedCluster.bootstrap_servers`; several clusters can run in one
 process, each independent of the others.
 
+Tests can also put their own clients under the routed clients:
+:func:`mount_clients` (a client factory, as httpx mounts a transport).
+
 Example::
 
     from confluent_kafka import Consumer, Producer
@@ -31,8 +34,18 @@ from __future__ import annotations
 from types import TracebackType
 
 from kbear import _mock
+from kbear._clients import ClientFactory, ClientKind, confluent_client, mount
 
-__all__ = ["EmbeddedCluster"]
+__all__ = ["ClientFactory", "ClientKind", "EmbeddedCluster", "confluent_client", "mount_clients"]
+
+#: ``with mount_clients(factory):`` the routed clients (RoutedProducer,
+#: RoutedConsumer, RoutedAdminClient) created inside the block build each cluster's
+#: confluent-kafka client with ``factory(kind, cluster_id, config)`` (a
+#: :class:`ClientFactory`; :func:`confluent_client` builds confluent-kafka's own), as
+#: httpx mounts a transport: a test injects fakes or wraps the real clients there.
+#: Process-wide; the innermost mount wins; a routed client keeps the factory it was
+#: created with.
+mount_clients = mount
 
 
 class EmbeddedCluster:

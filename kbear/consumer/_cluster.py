@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kbear import _events
-from kbear._clients import cluster_config, renamed
+from kbear._clients import cluster_config, current_factory, renamed
 from kbear._route import Route
 
 #: application callbacks a background client must not fire (it commits and reads nothing)
@@ -129,15 +129,20 @@ class ClusterRegistry:
     Args:
         native: the application's confluent-kafka configuration (no kbear keys);
             each cluster's properties are merged over it (the cluster's win).
-        factory: builds a consumer from a configuration (``confluent_kafka.Consumer``).
+        factory: builds a consumer from a configuration; default: the client factory
+            mounted when the registry is made (:func:`kbear._clients.mount`), else
+            ``confluent_kafka.Consumer``.
     """
 
-    def __init__(self, native: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
+    def __init__(
+        self, native: dict[str, Any], factory: Callable[[dict[str, Any]], Any] | None = None
+    ) -> None:
         self.native = native
         #: called as ``hook(cluster_id, err, partitions)`` from each member client's
         #: ``on_commit`` (before the application's), when set
         self.commit_hook: Callable[[str, Any, list[TopicPartition]], None] | None = None
         self._factory = factory
+        self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
         # Both lists are replaced, never changed in place: a poll loop in another
         # thread keeps iterating the list it read.
@@ -150,6 +155,11 @@ class ClusterRegistry:
         # are kept until close (a background call may still use them)
         self._watchers: dict[str, tuple[dict[str, str], Any]] = {}
         self._old_watchers: list[Any] = []
+
+    def _build(self, cluster_id: str, conf: dict[str, Any]) -> Any:
+        if self._factory is not None:
+            return self._factory(conf)
+        return self._mounted("consumer", cluster_id, conf)
 
     def __iter__(self) -> Iterator[ClusterClient]:
         return iter(list(self.clients.values()))
@@ -169,7 +179,7 @@ class ClusterRegistry:
         _events.configure("consumer", target.cluster_id, conf)
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
-        entry = ClusterClient(target.cluster_id, target.properties, self._factory(conf))
+        entry = ClusterClient(target.cluster_id, target.properties, self._build(target.cluster_id, conf))
         self.clients[target.cluster_id] = entry
         return entry, current
 
@@ -208,7 +218,7 @@ class ClusterRegistry:
             self._old_watchers.append(current[1])
         conf = {k: v for k, v in cluster_config(self.native, props).items() if k not in _NOT_FOR_WATCHERS}
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
-        client = self._factory(conf)
+        client = self._build(target.cluster_id, conf)
         self._watchers[target.cluster_id] = (props, client)
         return client
 

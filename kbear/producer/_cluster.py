@@ -1,9 +1,11 @@
-"""One cluster's confluent-kafka Producer, and when a producer needs only one (private).
+"""One cluster's confluent-kafka Producer in the client registry, and delivery reports
+under the logical names of remapped topics (private).
 
-:class:`ClusterProducer` is a cluster's client with the properties it was built
-from and the logical names of the remapped topics it sends (delivery reports);
-:func:`~kbear._clients.single_cluster` proves from the configuration alone that
-every producer lookup of a client yields one cluster without a remap (the fast path).
+:class:`ClusterProducer` is a cluster's client (an entry of
+:class:`~kbear._clients.ClientRegistry`) with the logical names of the remapped
+topics it sends; :func:`~kbear._clients.single_cluster` proves from the
+configuration alone that every producer lookup of a client yields one cluster
+without a remap (the fast path).
 """
 
 from __future__ import annotations
@@ -11,14 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Producer
+from kbear._clients import ClientFactory, ClientRegistry, ClusterEntry, Deadline, single_cluster
+from kbear._route import Route
 
-from kbear._clients import single_cluster
+__all__ = [
+    "ClusterProducer",
+    "close_producers",
+    "logical_callback",
+    "produce_batch",
+    "producer_registry",
+    "single_cluster",
+]
 
-__all__ = ["ClusterProducer", "logical_callback", "single_cluster"]
+DeliveryCallback = Callable[[Any, Any], None]
 
 
-def logical_callback(cb: Callable[[Any, Any], None], logical: str) -> Callable[[Any, Any], None]:
+def logical_callback(cb: DeliveryCallback, logical: str) -> DeliveryCallback:
+    """``cb`` called with the message's topic set to ``logical`` first."""
+
     def deliver(err: Any, msg: Any) -> None:
         msg.set_topic(logical)
         cb(err, msg)
@@ -26,22 +38,104 @@ def logical_callback(cb: Callable[[Any, Any], None], logical: str) -> Callable[[
     return deliver
 
 
-class ClusterProducer:
-    """The confluent-kafka Producer of one cluster, with the properties it was built from."""
+def renaming_callback(user_cb: DeliveryCallback, logical: Mapping[str, str]) -> DeliveryCallback:
+    """The configuration's ``on_delivery`` of one cluster's client: ``user_cb`` with
+    remapped physical topics (``logical``: physical -> logical) renamed first."""
 
-    __slots__ = ("cluster_id", "logical", "producer", "properties", "retired_at")
+    def deliver(err: Any, msg: Any) -> None:
+        if logical:
+            name = logical.get(msg.topic())
+            if name is not None:
+                msg.set_topic(name)
+        user_cb(err, msg)
+
+    return deliver
+
+
+class ClusterProducer(ClusterEntry):
+    """The confluent-kafka Producer of one cluster, with the properties it was built from.
+
+    Attributes:
+        producer: the cluster's ``confluent_kafka.Producer`` (also ``client``).
+        logical: physical -> logical name of the remapped topics sent here
+            (delivery reports of the configuration's ``on_delivery``).
+    """
+
+    __slots__ = ("logical", "producer")
 
     def __init__(
-        self,
-        cluster_id: str,
-        properties: Mapping[str, str],
-        producer: Producer,
-        logical: dict[str, str],
+        self, cluster_id: str, properties: Mapping[str, str], producer: Any, logical: dict[str, str]
     ) -> None:
-        self.cluster_id = cluster_id
-        self.properties = dict(properties)
+        super().__init__(cluster_id, properties, producer)
         self.producer = producer
-        # physical topic -> logical topic, for remapped topics (delivery reports)
         self.logical = logical
-        # the reload generation that retired this client (RoutedProducer._retired)
-        self.retired_at = 0
+
+
+def producer_registry(
+    native: dict[str, Any],
+    on_delivery: DeliveryCallback | None,
+    on_build: Callable[[str], None],
+    factory: ClientFactory | None = None,
+) -> ClientRegistry[ClusterProducer]:
+    """The client registry of one RoutedProducer.
+
+    Args:
+        native: the producer's confluent-kafka configuration (no kbear keys, no
+            ``on_delivery``).
+        on_delivery: the configuration's delivery callback, given to each client
+            with remapped names translated; None: none.
+        on_build: called with the cluster id after each client is built (a new
+            client has, e.g., not run ``init_transactions`` yet).
+        factory: builds the clients (default: the mounted one, else confluent-kafka's).
+    """
+
+    def prepare(cluster_id: str, conf: dict[str, Any]) -> dict[str, str]:
+        logical: dict[str, str] = {}
+        if on_delivery is not None:
+            conf["on_delivery"] = renaming_callback(on_delivery, logical)
+        return logical
+
+    def entry(cluster_id: str, properties: Mapping[str, str], client: Any, logical: Any) -> ClusterProducer:
+        on_build(cluster_id)
+        return ClusterProducer(cluster_id, properties, client, logical)
+
+    return ClientRegistry("producer", native, entry, prepare, factory)
+
+
+def produce_batch(
+    producer: Any, route: Route, messages: list[dict[str, Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> int:
+    """``producer.produce_batch`` of ``messages`` to ``route``'s topic; for a remapped
+    topic, delivery reports carry the logical name: the callbacks are wrapped on
+    copies of the messages, then each copy's ``_error`` is copied back to the
+    application's dict. Returns the number of messages queued."""
+    if not route.remapped:
+        return int(producer.produce_batch(route.topic, messages, *args, **kwargs))
+    topic = route.requested_topic
+    copies = [
+        {**m, "callback": logical_callback(m["callback"], topic)} if m.get("callback") else dict(m)
+        for m in messages
+    ]
+    for name in ("on_delivery", "callback"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = logical_callback(kwargs[name], topic)
+    if len(args) > 1 and args[1] is not None:
+        args = (args[0], logical_callback(args[1], topic), *args[2:])
+    queued = int(producer.produce_batch(route.topic, copies, *args, **kwargs))
+    for original, copy in zip(messages, copies, strict=True):
+        if "_error" in copy:
+            original["_error"] = copy["_error"]
+    return queued
+
+
+def close_producers(producers: list[Any], timeout: float | None) -> None:
+    """Flush ``producers`` within ``timeout`` seconds together (None: infinite), purge
+    what is left (its delivery callbacks report it failed), then close each."""
+    deadline = Deadline(timeout)
+    for producer in producers:
+        producer.flush(deadline.as_arg())
+    for producer in producers:
+        if len(producer):
+            producer.purge()
+            producer.flush(0)
+        producer.close()

@@ -1,4 +1,11 @@
-"""RoutedProducer: routing, produce, poll/flush and topic moves over one client per cluster."""
+"""RoutedProducer: the facade that builds a producer's parts and hands each what it needs.
+
+The parts: the client registry (``_cluster``, :class:`~kbear._clients.ClientRegistry`),
+the route table and the binding of the fast path (``_routes``), the reload
+applier (``_moves``), the transactions (``_transactions``) and the metadata
+calls (``_metadata``); what several of them change is one explicit
+:class:`~kbear.producer._state.ProducerState`. No part sees the facade.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +13,48 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from types import MethodType
 from typing import Any
-
-from confluent_kafka import Producer
 
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
+    ReloadSubscription,
     RouteChangeCallback,
-    RoutedClientBase,
+    Uninitialized,
     check_config_argument,
-    no_route,
+    notify_route_change,
+    set_credentials,
 )
-from kbear._clients import (
-    ClusterTarget,
-    Deadline,
-    cluster_config,
-    open_router,
-    split_config,
-)
+from kbear._clients import Deadline, open_router, poll_clients, split_config
+from kbear._compiled import EXTENSION
 from kbear._identity import Client
-from kbear._route import NoRouteError, Route
+from kbear._route import Route
+from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
-from kbear.producer._cluster import ClusterProducer, logical_callback
-from kbear.producer._metadata import MetadataCalls
-from kbear.producer._routes import RouteTable
-from kbear.producer._transactions import TransactionCalls
+from kbear.producer._cluster import (
+    close_producers,
+    produce_batch,
+    producer_registry,
+)
+from kbear.producer._metadata import Metadata
+from kbear.producer._moves import ReloadApplier, Routing
+from kbear.producer._routes import ProduceBinding, RouteTable, Send
+from kbear.producer._state import ProducerState
+from kbear.producer._transactions import Transactions
 from kbear.router import Router
 
 __all__ = ["RoutedProducer"]
 
 log = logging.getLogger("kbear.producer")
 
+#: The RuntimeError message of a call on a closed (or never initialized) producer
+#: (confluent-kafka's).
+_CLOSED = "Producer has been closed"
 
-class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
+
+class RoutedProducer:
     """A ``confluent_kafka.Producer`` that sends each topic to the cluster its route names.
 
     Args:
@@ -83,9 +98,25 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
     then goes to the new cluster, so nothing is lost and per-partition order holds.
     """
 
-    _fast_paths = ("produce",)
-    _closed_message = "Producer has been closed"
+    # ``_fast_produce``: produce()'s fast path of this instance (None: kbear's checks),
+    # read by the compiled ``produce`` (kbear._cdispatch.FastMethod) at every call.
+    __slots__ = ("__dict__", "__weakref__", "_fast_produce")
+
     _kind = "producer"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RoutedProducer:
+        self = super().__new__(cls)
+        # What an instance whose __init__ never ran (a subclass not calling it) has:
+        # every call refuses as a closed confluent-kafka Producer.
+        self._fast_produce = None
+        refusing: Any = Uninitialized(_CLOSED)
+        self._state = refusing
+        self._routing = refusing
+        self._lock = refusing
+        self._clients = refusing
+        self._txn = refusing
+        self._meta = refusing
+        return self
 
     def __init__(
         self,
@@ -97,50 +128,97 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         **kwargs: Any,
     ) -> None:
         config = check_config_argument(config, kwargs, router)
-        RoutedClientBase.__init__(self)
-        self._log = log
+        _events.emit(_events.ClientOpened(self))
         native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
-        self._on_delivery = native.pop("on_delivery", None)
+        on_delivery = native.pop("on_delivery", None)
         self._native = native
-        self._router, self._owns_router = open_router(router, self._settings, "RoutedProducer")
+        self._router, owns_router = open_router(router, self._settings, "RoutedProducer")
+        self._owns_router = owns_router
         self._client = self._settings.client
         self._lock = threading.RLock()
-        self._clusters: dict[str, ClusterProducer] = {}
-        # Clients replaced (their cluster's properties changed, or the cluster left
-        # clusters.yaml): still polled and flushed until empty and one reload old.
-        self._retired: list[ClusterProducer] = []
-        self._generation = 0  # reloads applied
-        # logical topic -> produce function with the physical topic bound; the hot path
-        self._send: dict[str, Callable[..., None]] = {}
-        # logical topic -> its cluster client's produce, for topics not remapped: the
-        # compiled dispatcher's table (kbear.producer._dispatch)
-        self._direct: dict[str, Callable[..., None]] = {}
-        self._routes: dict[str, Route] = {}
-        self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
-        self._txn_init_called = False
-        self._txn_init_timeout: float | None = None
-        self._txn_open = False
-        self._txn_cluster: str | None = None  # the cluster the open transaction runs on
-        self._closed = False
-        # When every route of this client is one cluster without remap, produce() is
-        # that cluster's own bound method (an instance attribute), rebound on reload.
-        self._pinned: str | None = None
-        # deliver_after / deliver_at, chunking: produce() is the class method's
-        self._features = self._settings.delay_enable or self._settings.chunking_enable
-        self._listen(self._owns_router)
+        self._route_listeners: list[RouteChangeCallback] = []
+        # deliver_after / deliver_at, chunking: produce() prepares every call
+        self._state = state = ProducerState(
+            features=self._settings.delay_enable or self._settings.chunking_enable
+        )
+        config_now = _config_of(self._router)
+        self._clients = clients = producer_registry(native, on_delivery, self._on_new_client)
+        self._table = table = RouteTable(clients)
+        self._binding = ProduceBinding(
+            state,
+            table,
+            clients,
+            config_now,
+            self._client,
+            partial(bool, self._route_listeners),
+            MethodType(type(self).produce, self),
+            self._store_fast_path,
+        )
+        lookup = partial(self._router.route_producer, client=self._client)
+        moves = ReloadApplier(
+            table,
+            clients,
+            lookup,
+            config_now,
+            self._client,
+            self._settings.drain_timeout_ms / 1000.0,
+            self._notify_route_change,
+        )
+        self._routing = routing = Routing(
+            state, self._lock, table, clients, self._binding, moves, lookup, config_now, self._client
+        )
+        self._txn = Transactions(
+            state, clients, table.routes, self._lock, native, routing.home, routing.route, self._binding.bind
+        )
+        self._meta = Metadata(clients, table.routes, routing.route, config_now, self._client)
+        self._subscription = ReloadSubscription(self, self._router, self._on_config_change, owns_router)
         try:
             if topics is not None:
-                self._route_all(list(topics))
-            self._pin()
+                routing.route_all(list(topics))
+            self._binding.bind()
         except BaseException:
-            for entry in self._all():
+            for entry in clients.all():
                 entry.producer.close()
-            self._stop_listening()
-            if self._owns_router:
+            self._subscription.stop()
+            if owns_router:
                 self._router.close()
             raise
 
+    # ------------------------------------------------------------------ parts' hooks
+
+    def _store_fast_path(self, produce: Send | None) -> None:
+        """Where produce() finds its fast path (None: kbear's checks)."""
+        if _COMPILED:
+            self._fast_produce = produce
+        elif produce is None:  # the pure-Python produce: an instance attribute over the method
+            self.__dict__.pop("produce", None)
+        else:
+            self.__dict__["produce"] = produce
+
+    def _on_new_client(self, cluster_id: str) -> None:
+        if isinstance(self._txn, Transactions):  # (built after the registry)
+            self._txn.forget(cluster_id)
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        # Runs in the reloading thread: only flag (and unbind the fast path, so the
+        # next call takes the slow path); the caller's thread applies.
+        self._state.pending = True
+        self._binding.unbind()
+
+    def _notify_route_change(self, old: Route, new: Route | None) -> None:
+        notify_route_change("producer", self._native, self._route_listeners, log, old, new)
+
     # ------------------------------------------------------------------ routing
+
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._client
 
     def route(self, topic: str) -> Route:
         """The route this producer uses for ``topic`` (routing it now if new).
@@ -148,14 +226,7 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         Raises:
             NoRouteError: no rule routes the topic.
         """
-        if self._pending:
-            self._apply_changes()
-        route = self._routes.get(topic)
-        if route is None:
-            with self._lock:
-                self._add_route(topic)
-                route = self._routes[topic]
-        return route
+        return self._routing.route(topic)
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
@@ -164,54 +235,8 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         kbear's routing path (never the pinned fast path). A hook that raises is logged
         on ``kbear.producer`` and the switch stands."""
         with self._lock:
-            super().on_route_change(callback)
-            self._pin()
-
-    def _route_all(self, topics: list[str]) -> None:
-        failures = []
-        for topic in topics:
-            try:
-                self._add_route(topic)
-            except NoRouteError as exc:
-                failures.append(exc)
-        if len(failures) == 1:
-            raise failures[0]
-        if failures:
-            raise no_route(self._client, [f.topic for f in failures], None)
-
-    def _cluster(self, route: Route | ClusterTarget) -> ClusterProducer:
-        current = self._clusters.get(route.cluster_id)
-        if current is not None and current.properties == dict(route.properties):
-            return current
-        if current is not None:  # the cluster's properties changed: retire the old client
-            current.retired_at = self._generation
-            self._retired.append(current)
-        logical: dict[str, str] = {}
-        conf = cluster_config(self._native, route.properties)
-        _events.configure("producer", route.cluster_id, conf)
-        if self._on_delivery is not None:
-            conf["on_delivery"] = self._config_callback(self._on_delivery, logical)
-        entry = ClusterProducer(route.cluster_id, route.properties, Producer(conf), logical)
-        self._clusters[route.cluster_id] = entry
-        # a new client of the cluster has not run init_transactions() yet
-        self._txn_initialized.discard(route.cluster_id)
-        return entry
-
-    @staticmethod
-    def _config_callback(
-        user_cb: Callable[[Any, Any], None], logical: dict[str, str]
-    ) -> Callable[[Any, Any], None]:
-        def deliver(err: Any, msg: Any) -> None:
-            if logical:
-                name = logical.get(msg.topic())
-                if name is not None:
-                    msg.set_topic(name)
-            user_cb(err, msg)
-
-        return deliver
-
-    def _all(self) -> list[ClusterProducer]:
-        return [*self._clusters.values(), *self._retired]
+            self._route_listeners.append(callback)
+            self._binding.bind()
 
     # ------------------------------------------------------------------ Producer API
 
@@ -235,19 +260,20 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
             KafkaException: other errors of confluent-kafka.
             ValueError: both ``deliver_after`` and ``deliver_at``, or a negative ``deliver_after``.
         """
-        if self._features:
+        if self._state.features:
             self._produce_prepared(topic, args, kwargs)
             return
         self._sender(topic)(*args, **kwargs)
 
-    def _sender(self, topic: str) -> Callable[..., None]:
+    def _sender(self, topic: str) -> Send:
         """The send function of ``topic``, after any pending reload or transaction step."""
-        if self._pending or self._txn_open:
+        state = self._state
+        if state.pending or state.txn_open:
             self._before_produce(topic)
         try:
-            return self._send[topic]
+            return self._table.send[topic]
         except KeyError:
-            return self._add_route(topic)
+            return self._routing.add_route(topic)
 
     def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
@@ -262,10 +288,10 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
             self._sender(topic)(**call)
 
     def _before_produce(self, topic: str) -> None:
-        if self._pending:
-            self._apply_changes()
-        if self._txn_open:
-            self._join_transaction(self.route(topic))
+        if self._state.pending:
+            self._routing.apply_changes()
+        if self._state.txn_open:
+            self._txn.join(self._routing.route(topic))
 
     def produce_batch(self, topic: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> int:
         """Produce a batch of messages to ``topic`` on the cluster of its route.
@@ -281,31 +307,11 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
             NoRouteError: the topic has no route.
             BufferError, KafkaException, TypeError: as confluent-kafka.
         """
-        if self._pending or self._txn_open:
+        state = self._state
+        if state.pending or state.txn_open:
             self._before_produce(topic)
         route = self.route(topic)
-        producer = self._clusters[route.cluster_id].producer
-        if not route.remapped:
-            return int(producer.produce_batch(route.topic, messages, *args, **kwargs))
-        # Remapped: delivery reports must carry the logical name; wrap the callbacks
-        # on copies, then copy each copy's _error back to the application's dict.
-        copies = [
-            {**m, "callback": logical_callback(m["callback"], topic)} if m.get("callback") else dict(m)
-            for m in messages
-        ]
-        for name in ("on_delivery", "callback"):
-            if kwargs.get(name) is not None:
-                kwargs[name] = logical_callback(kwargs[name], topic)
-        if len(args) > 1 and args[1] is not None:
-            args = (args[0], logical_callback(args[1], topic), *args[2:])
-        queued = int(producer.produce_batch(route.topic, copies, *args, **kwargs))
-        for original, copy in zip(messages, copies, strict=True):
-            if "_error" in copy:
-                original["_error"] = copy["_error"]
-        return queued
-
-    def _native_clients(self) -> list[Any]:
-        return [entry.producer for entry in self._all()]
+        return produce_batch(self._clients.client(route).producer, route, messages, args, kwargs)
 
     def _routes_in_use(self) -> dict[str, Route]:
         # the snapshot of kbear's metrics (RoutedClientBase.snapshot)
@@ -320,18 +326,9 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         Returns:
             The number of events served.
         """
-        if self._pending:
-            self._apply_changes()
-        clients = self._all()
-        if len(clients) == 1:
-            return int(clients[0].producer.poll(-1 if timeout is None else timeout))
-        served = sum(int(c.producer.poll(0)) for c in clients)
-        deadline = Deadline(timeout)
-        while not served and clients and not deadline.expired():
-            left = deadline.remaining()
-            slice_s = 0.01 if left is None else min(0.01, left)
-            served = sum(int(c.producer.poll(slice_s)) for c in clients)
-        return served
+        if self._state.pending:
+            self._routing.apply_changes()
+        return poll_clients([e.producer for e in self._clients.all()], timeout)
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for all messages of every cluster's client to be delivered.
@@ -342,25 +339,25 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         Returns:
             The number of messages still in queue or in flight.
         """
-        if self._pending:
-            self._apply_changes()
+        if self._state.pending:
+            self._routing.apply_changes()
         deadline = Deadline(timeout)
         left = 0
-        for entry in self._all():
+        for entry in self._clients.all():
             left += int(entry.producer.flush(deadline.as_arg()))
         return left
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         """``confluent_kafka.Producer.purge`` on every cluster's client."""
-        for entry in self._all():
+        for entry in self._clients.all():
             entry.producer.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
 
     def __len__(self) -> int:
         """Messages in queue or in flight, over every cluster's client (0 for an
         instance whose ``__init__`` never ran, as confluent-kafka)."""
-        if not self._initialized:
+        if not isinstance(self._state, ProducerState):
             return 0
-        return sum(len(entry.producer) for entry in self._all())
+        return sum(len(entry.producer) for entry in self._clients.all())
 
     def __bool__(self) -> bool:
         return True
@@ -383,28 +380,97 @@ class RoutedProducer(MetadataCalls, TransactionCalls, RouteTable):
         thread still using it.
         """
         with self._lock:
-            if self._closed:
+            state = self._state
+            if state.closed:
                 return True
-            self._closed = True
-            self._pin()
-            self._stop_listening()
+            state.closed = True
+            self._binding.bind()
+            self._subscription.stop()
             # A reload not yet applied is dropped, not applied: closing needs no new
             # client, and the drain it would do is this flush, within ``timeout``.
-            self._pending = False
-            deadline = Deadline(timeout)
-            for entry in self._all():
-                entry.producer.flush(deadline.as_arg())
-            for entry in self._all():
-                if len(entry.producer):
-                    entry.producer.purge()
-                    entry.producer.flush(0)
-                entry.producer.close()
+            state.pending = False
+            close_producers([e.producer for e in self._clients.all()], timeout)
             if self._owns_router:
                 self._router.close()
             return True
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on
+        clients built later (as confluent-kafka's ``set_sasl_credentials``).
+
+        Raises:
+            TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
+        """
+        set_credentials(self._native, [e.producer for e in self._clients.all()], username, password)
+
+    # ------------------------------------------------------------------ transactions, metadata
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._txn.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._txn.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, positions: list[Any], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        self._txn.send_offsets_to_transaction(positions, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._txn.commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._txn.abort_transaction(timeout)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._meta.list_topics(topic, timeout)
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        return self._meta.cluster_id(timeout)
+
+    # ------------------------------------------------------------------ read by kbear.metrics
+
+    @property
+    def _routes(self) -> dict[str, Route]:
+        """logical topic -> route of the topics in use (kbear.metrics reads it)."""
+        return self._table.routes
+
+    @property
+    def _closed(self) -> bool:
+        return bool(self._state.closed)
+
+    @property
+    def _pending(self) -> bool:
+        return bool(self._state.pending)
 
     def __enter__(self) -> RoutedProducer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _config_of(router: Router) -> Callable[[], KBearConfig]:
+    """The configuration ``router`` has in force, read at each call."""
+    return lambda: router.config
+
+
+# Each public transactional and metadata call carries its part's docstring.
+for _name, _part in (
+    ("init_transactions", Transactions),
+    ("begin_transaction", Transactions),
+    ("send_offsets_to_transaction", Transactions),
+    ("commit_transaction", Transactions),
+    ("abort_transaction", Transactions),
+    ("list_topics", Metadata),
+    ("cluster_id", Metadata),
+):
+    getattr(RoutedProducer, _name).__doc__ = getattr(_part, _name).__doc__
+
+#: produce() is the compiled method descriptor (kbear._cdispatch.FastMethod) over the
+#: instance's ``_fast_produce``; without the extension, an instance attribute.
+_COMPILED = EXTENSION is not None
+if EXTENSION is not None:
+    RoutedProducer.produce = EXTENSION.FastMethod(  # type: ignore[method-assign]
+        RoutedProducer.__dict__["_fast_produce"], RoutedProducer.__dict__["produce"]
+    )

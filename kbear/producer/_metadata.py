@@ -1,34 +1,44 @@
-"""Cluster metadata of RoutedProducer (a base class): ``list_topics`` and
+"""Cluster metadata of a RoutedProducer: ``list_topics`` and
 ``cluster_id`` answered over the routes (a topic's cluster, every cluster merged,
 or the one cluster in use)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kbear._base import not_one_cluster, rename_metadata
-from kbear._clients import ClusterTarget, Deadline, cluster_target
+from kbear._clients import ClientRegistry, Deadline, cluster_target
 from kbear._identity import Client
 from kbear._route import Route
+from kbear.config import KBearConfig
 from kbear.producer._cluster import ClusterProducer, single_cluster
-from kbear.router import Router
 
 
-class MetadataCalls:
-    """The metadata calls of :class:`~kbear.RoutedProducer`."""
+class Metadata:
+    """The metadata calls of :class:`~kbear.RoutedProducer`.
 
-    _clusters: dict[str, ClusterProducer]
-    _routes: dict[str, Route]
-    _router: Router
-    _client: Client
+    Args:
+        clients: the producer's client registry.
+        routes: the route table's routes (read only: logical topic -> route).
+        route: ``route(topic)``: the topic's route (routing it if new).
+        config: the configuration in force.
+        client: the client the routes are looked up for.
+    """
 
-    if TYPE_CHECKING:
-
-        def route(self, topic: str) -> Route: ...
-
-        def _cluster(self, route: Route | ClusterTarget) -> ClusterProducer: ...
-
-        def _all(self) -> list[ClusterProducer]: ...
+    def __init__(
+        self,
+        clients: ClientRegistry[ClusterProducer],
+        routes: Mapping[str, Route],
+        route: Callable[[str], Route],
+        config: Callable[[], KBearConfig],
+        client: Client,
+    ) -> None:
+        self._clients = clients
+        self._routes = routes
+        self.route = route
+        self._config = config
+        self._client = client
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         """Cluster metadata, as ``confluent_kafka.Producer.list_topics``.
@@ -46,15 +56,16 @@ class MetadataCalls:
         """
         if topic is not None:
             route = self.route(topic)
-            md = self._clusters[route.cluster_id].producer.list_topics(route.topic, timeout)
+            entry = self._clients.client(route)
+            md = entry.producer.list_topics(route.topic, timeout)
             return rename_metadata(md, route, topic)
-        for cluster_id, cluster in self._router.config.clusters.items():
-            if cluster_id not in self._clusters:
-                self._cluster(cluster_target(cluster_id, cluster))
+        for cluster_id, cluster in self._config().clusters.items():
+            if cluster_id not in self._clients:
+                self._clients.client(cluster_target(cluster_id, cluster))
         merged = None
         routed = {r.topic: r.cluster_id for r in self._routes.values()}
         deadline = Deadline(timeout)
-        for cluster_id, entry in self._clusters.items():
+        for cluster_id, entry in self._clients.items():
             md = entry.producer.list_topics(None, deadline.as_arg())
             if merged is None:
                 merged = md
@@ -75,11 +86,12 @@ class MetadataCalls:
                 cluster, or to none yet and its routes may go to several; the
                 cluster's errors (e.g. ``_TIMED_OUT``).
         """
-        clients = self._all()
+        clients = self._clients.all()
         if not clients:
-            home = single_cluster(self._router.config, self._client)
-            if home is not None and home in self._router.config.clusters:
-                clients = [self._cluster(cluster_target(home, self._router.config.clusters[home]))]
+            config = self._config()
+            home = single_cluster(config, self._client)
+            if home is not None and home in config.clusters:
+                clients = [self._clients.client(cluster_target(home, config.clusters[home]))]
         if len(clients) != 1:
             raise not_one_cluster(
                 "cluster_id",

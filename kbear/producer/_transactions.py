@@ -16,55 +16,69 @@ cluster is chosen, and its ``_STATE`` errors start with librdkafka's message
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kbear._clients import ClusterTarget, cluster_target, renamed
-from kbear._identity import Client
+from kbear._clients import ClientRegistry, renamed
 from kbear._route import Route
-from kbear.producer._cluster import ClusterProducer, single_cluster
-from kbear.router import Router
+from kbear.producer._cluster import ClusterProducer
+from kbear.producer._state import ProducerState
 
 
-class TransactionCalls:
-    """``init_transactions`` ... ``abort_transaction`` over the routed clusters."""
+class Transactions:
+    """``init_transactions`` ... ``abort_transaction`` of a RoutedProducer over its clusters.
 
-    _native: dict[str, Any]
-    _lock: threading.RLock
-    _router: Router
-    _client: Client
-    _clusters: dict[str, ClusterProducer]
-    _routes: dict[str, Route]
-    _pending: bool
-    _txn_initialized: set[str]
-    _txn_init_called: bool
-    _txn_init_timeout: float | None
-    _txn_open: bool
-    _txn_cluster: str | None
+    Args:
+        state: the producer's flags (``txn_open`` is kept here).
+        clients: the client registry.
+        routes: the route table's routes (read only: logical topic -> route).
+        lock: the producer's lock.
+        native: the producer's confluent-kafka configuration (``transactional.id``).
+        home: the client of the one cluster every route goes to when the
+            configuration proves there is one (pending reloads applied first), else None.
+        route: ``route(topic)``: the topic's route (routing it if new).
+        rebind: binds produce()'s fast path again (a transaction opened or ended).
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        state: ProducerState,
+        clients: ClientRegistry[ClusterProducer],
+        routes: Mapping[str, Route],
+        lock: threading.RLock,
+        native: Mapping[str, Any],
+        home: Callable[[], ClusterProducer | None],
+        route: Callable[[str], Route],
+        rebind: Callable[[], None],
+    ) -> None:
+        self._state = state
+        self._clients = clients
+        self._routes = routes
+        self._lock = lock
+        self._native = native
+        self._home = home
+        self.route = route
+        self._pin = rebind
+        self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
+        self._txn_init_called = False
+        self._txn_init_timeout: float | None = None
+        self._txn_cluster: str | None = None  # the cluster the open transaction runs on
 
-        def _cluster(self, route: Route | ClusterTarget) -> ClusterProducer: ...
+    def forget(self, cluster_id: str) -> None:
+        """A new client of ``cluster_id`` was built: it has not run init_transactions() yet."""
+        self._txn_initialized.discard(cluster_id)
 
-        def _apply_changes(self) -> None: ...
+    @property
+    def _txn_open(self) -> bool:
+        return self._state.txn_open
 
-        def _pin(self) -> None: ...
-
-        def route(self, topic: str) -> Route: ...
+    @_txn_open.setter
+    def _txn_open(self, value: bool) -> None:
+        self._state.txn_open = value
 
     # ------------------------------------------------------------------ transactions
-
-    def _home(self) -> ClusterProducer | None:
-        """The client of the one cluster every route of this producer goes to, when
-        the configuration proves there is one (reloads pending applied first)."""
-        if self._pending:
-            self._apply_changes()
-        config = self._router.config
-        cluster_id = single_cluster(config, self._client)
-        if cluster_id is None:
-            return None
-        return self._cluster(cluster_target(cluster_id, config.clusters[cluster_id]))
 
     def _state_error(self, detail: str) -> KafkaException:
         """A ``_STATE`` error worded as librdkafka's, with kbear's ``detail`` after it."""
@@ -73,10 +87,10 @@ class TransactionCalls:
             KafkaError(KafkaError._STATE, f"Operation not valid in state {state}: {detail}")
         )
 
-    def _join_transaction(self, route: Route) -> None:
+    def join(self, route: Route) -> None:
         """Begin the open transaction on ``route``'s cluster, or check it runs there."""
         if self._txn_cluster is None:
-            entry = self._cluster(route)
+            entry = self._clients.client(route)
             if route.cluster_id not in self._txn_initialized:
                 entry.producer.init_transactions(*self._timeout_args(self._txn_init_timeout))
                 self._txn_initialized.add(route.cluster_id)
@@ -124,7 +138,7 @@ class TransactionCalls:
             home = self._home()
             if home is None:
                 self._require_transactional_id()
-            for cluster_id, entry in list(self._clusters.items()):
+            for cluster_id, entry in self._clients.items():
                 if cluster_id not in self._txn_initialized:
                     entry.producer.init_transactions(*self._timeout_args(timeout))
                     self._txn_initialized.add(cluster_id)
@@ -189,21 +203,21 @@ class TransactionCalls:
         if not self._txn_open:
             raise self._state_error("no transaction is open")
         if self._txn_cluster is None:
-            if len(self._clusters) != 1:
+            if len(self._clients) != 1:
                 raise self._state_error(
                     "produce to the transaction first: its cluster is the cluster of the first "
                     "topic produced in it"
                 )
-            self._join_transaction(next(iter(self._routes.values())))
+            self.join(next(iter(self._routes.values())))
         if not isinstance(positions, list):
             raise TypeError("requires list of TopicPartition")
         physical = []
         for tp in positions:
             route = self.route(tp.topic)
             if route.cluster_id != self._txn_cluster:
-                self._join_transaction(route)  # raises _CONFLICT naming both clusters
+                self.join(route)  # raises _CONFLICT naming both clusters
             physical.append(tp if route.topic == tp.topic else renamed(tp, route.topic))
-        producer = self._clusters[str(self._txn_cluster)].producer
+        producer = self._entry(str(self._txn_cluster)).producer
         producer.send_offsets_to_transaction(physical, group_metadata, *self._timeout_args(timeout))
 
     def commit_transaction(self, timeout: float | None = None) -> None:
@@ -231,8 +245,14 @@ class TransactionCalls:
             self._require_transactional_id()
             raise self._state_error("no transaction is open")
         if self._txn_cluster is not None:
-            producer = self._clusters[self._txn_cluster].producer
+            producer = self._entry(self._txn_cluster).producer
             getattr(producer, method)(*self._timeout_args(timeout))
         self._txn_open = False
         self._txn_cluster = None
         self._pin()
+
+    def _entry(self, cluster_id: str) -> ClusterProducer:
+        entry = self._clients.get(cluster_id)
+        if entry is None:  # the transaction's cluster always has its client
+            raise KeyError(cluster_id)
+        return entry
