@@ -18,12 +18,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._group import ListConsumerGroupsResult
+from confluent_kafka.admin import AdminClient, ListConsumerGroupsResult
 
 from kbear._base import rename_metadata
 from kbear._clients import Deadline, single_cluster
 from kbear._identity import Client
+from kbear.admin._checks import check_elect_leaders
 from kbear.admin._futures import gather
 from kbear.admin._names import Names
 from kbear.admin._split import rename_partitions
@@ -280,7 +280,7 @@ class ClusterCalls:
                 several clusters; confluent-kafka's input checks.
             NoRouteError: a topic has no route.
         """
-        AdminClient._check_elect_leaders(election_type, partitions)
+        check_elect_leaders(election_type, partitions)
         if partitions is None or cluster is not None:
             target = self._one_cluster(cluster, "elect_leaders")
             return self._admin(target).elect_leaders(election_type, partitions, **kwargs)

@@ -13,7 +13,14 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument
-from kbear._clients import Deadline, cluster_config, open_router, split_config
+from kbear._clients import (
+    ClientRegistry,
+    ClusterEntry,
+    cluster_target,
+    open_router,
+    poll_clients,
+    split_config,
+)
 from kbear._identity import Client
 from kbear.admin._cluster_calls import ClusterCalls
 from kbear.admin._groups import GroupCalls
@@ -83,10 +90,11 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         self._router, self._owns_router = open_router(router, self._settings, "RoutedAdminClient")
         self._client = self._settings.client
         self._lock = threading.Lock()
-        # cluster id -> (its properties, its AdminClient); clients whose cluster's
-        # properties changed stay referenced (retired) so their pending futures complete
-        self._admins: dict[str, tuple[dict[str, str], AdminClient]] = {}
-        self._retired: list[AdminClient] = []
+        # one AdminClient per cluster; clients whose cluster's properties changed stay
+        # referenced (retired) until close() so their pending futures complete
+        self._admins: ClientRegistry[ClusterEntry] = ClientRegistry(
+            "admin", native, lambda cid, props, client, _: ClusterEntry(cid, props, client), observed=False
+        )
         self._closed = False
         self._listen(self._owns_router)
         # As a confluent-kafka AdminClient has its client (callbacks, logger, error_cb on
@@ -100,23 +108,16 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
     def _admin(self, cluster_id: str) -> AdminClient:
         """The AdminClient of ``cluster_id`` (built on first use, rebuilt when the
         cluster's properties changed in clusters.yaml)."""
-        cluster = self._router.config.clusters[cluster_id]
-        properties = cluster.client_properties
+        target = cluster_target(cluster_id, self._router.config.clusters[cluster_id])
         with self._lock:
             if self._closed:
                 raise RuntimeError(self._closed_message)
-            entry = self._admins.get(cluster_id)
-            if entry is not None and entry[0] == properties:
-                return entry[1]
-            if entry is not None:
-                self._retired.append(entry[1])
-            admin = AdminClient(cluster_config(self._native, properties))
-            self._admins[cluster_id] = (properties, admin)
+            admin: AdminClient = self._admins.client(target).client
             return admin
 
     def _native_clients(self) -> list[Any]:
         with self._lock:
-            return [admin for _props, admin in self._admins.values()] + list(self._retired)
+            return [entry.client for entry in self._admins.all()]
 
     def _check_open(self, message: str | None = None) -> None:
         """Raises RuntimeError (confluent-kafka's words) once closed."""
@@ -161,14 +162,7 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         if not clients:
             time.sleep(1.0 if timeout is None or timeout < 0 else timeout)
             return 0
-        if len(clients) == 1:
-            return int(clients[0].poll(-1 if timeout is None else timeout))
-        served = sum(int(c.poll(0)) for c in clients)
-        deadline = Deadline(timeout)
-        while not served and clients and not deadline.expired():
-            left = deadline.remaining()
-            served = sum(int(c.poll(0.01 if left is None else min(0.01, left))) for c in clients)
-        return served
+        return poll_clients(clients, timeout)
 
     def __len__(self) -> int:
         """Requests and callbacks waiting in every cluster's client (0 once closed, or
@@ -200,7 +194,6 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
                 return
             self._closed = True
             self._admins.clear()
-            self._retired.clear()
         self._stop_listening()
         if self._owns_router:
             self._router.close()

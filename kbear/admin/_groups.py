@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from kbear.admin._checks import check_group_offsets
 from kbear.admin._futures import gather, settled
 from kbear.admin._names import Names
 from kbear.admin._split import rename_partitions
@@ -115,7 +116,8 @@ class GroupCalls:
             TypeError, ValueError: bad request (confluent-kafka's checks and words).
             NoRouteError: a topic has no route for the group; nothing is sent.
         """
-        AdminClient._check_list_consumer_group_offsets_request(list_consumer_group_offsets_request)
+        request = list_consumer_group_offsets_request
+        check_group_offsets(request, altering=False)
         return self._offsets_call(
             _group_of(list_consumer_group_offsets_request),
             cluster,
@@ -140,7 +142,8 @@ class GroupCalls:
             TypeError, ValueError: bad request (confluent-kafka's checks and words).
             NoRouteError: a topic has no route for the group; nothing is sent.
         """
-        AdminClient._check_alter_consumer_group_offsets_request(alter_consumer_group_offsets_request)
+        request = alter_consumer_group_offsets_request
+        check_group_offsets(request, altering=True)
         return self._offsets_call(
             _group_of(alter_consumer_group_offsets_request),
             cluster,

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin._config import ConfigResource, ConfigSource
-from confluent_kafka.admin._listoffsets import OffsetSpec
-from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.admin import ConfigResource, ConfigSource, OffsetSpec, ResourceType
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from kbear.admin._facade import RoutedAdminClient

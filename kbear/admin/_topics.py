@@ -15,13 +15,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.admin._resource import ResourceType
-from confluent_kafka.cimpl import NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
 from kbear._clients import renamed
 from kbear._route import Route
+from kbear.admin._checks import check_delete_records, check_list_offsets, offset_spec_value
 from kbear.admin._names import Names
 from kbear.admin._split import Send, Share, fan_out
 
@@ -289,9 +287,9 @@ class TopicCalls:
             TypeError, ValueError: bad input (confluent-kafka's checks and words).
             NoRouteError, KafkaException: as :meth:`create_topics`.
         """
-        AdminClient._check_list_offsets_request(topic_partition_offsets, kwargs)
+        check_list_offsets(topic_partition_offsets, kwargs)
         keyed = {
-            TopicPartition(tp.topic, int(tp.partition), int(spec._value)): (tp, spec)
+            TopicPartition(tp.topic, int(tp.partition), offset_spec_value(spec)): (tp, spec)
             for tp, spec in topic_partition_offsets.items()
         }
         shares = self._shares(
@@ -316,7 +314,7 @@ class TopicCalls:
             TypeError, ValueError: bad input (confluent-kafka's checks and words).
             NoRouteError, KafkaException: as :meth:`create_topics`.
         """
-        AdminClient._check_delete_records(topic_partition_offsets)
+        check_delete_records(topic_partition_offsets)
         shares = self._shares(
             {tp: tp for tp in topic_partition_offsets},
             lambda tp: str(tp.topic),
