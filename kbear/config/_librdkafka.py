@@ -34,7 +34,7 @@ from functools import lru_cache
 
 # librdkafka's own client class, bound at import: a name rebound later in
 # ``confluent_kafka`` (a test harness's stand-in) must not answer the probe.
-from confluent_kafka.cimpl import KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from kbear._secrets import REDACTED, is_secret
 
