@@ -76,26 +76,46 @@ def bench_produce(
     }
 
 
+class _Before(RoutedProducer):
+    """The shape of produce() before #25 item 5, for the same-run comparison: the fast
+    path an instance attribute over the class method, in a class with ``__getattr__``
+    (what RoutedClientBase had); the same dispatcher behind it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
+
+    def shadow(self) -> None:
+        self.__dict__["produce"] = self._fast_produce
+
+
 def bench_produce_dispatch(
-    n: int,
     rounds: int,
     router_dir: Path,
     clusters: dict[str, EmbeddedCluster],
     topics: list[str],
     spread: dict[str, str],
-    block: int = 5_000,
+    block: int = 50_000,
 ) -> dict[str, Any]:
-    """Produce n messages over ``topics`` on several clusters, three ways in the same run:
-    hand-written (a dict of plain Producers, ``producers[topic].produce(topic, value)``
-    inline: the reference), RoutedProducer with the compiled dispatcher (when built) and
-    RoutedProducer with the pure-Python one. On one cluster: raw (the Producer's bound
-    ``produce``) and RoutedProducer. A round sends n messages each way in
-    blocks of ``block`` calls taking turns (so the three share the machine's load of
-    the moment: it is shared with other work), then flushes; only the produce() calls
-    are timed, in CPU time of the calling thread (``time.thread_time``: time spent
-    descheduled by other processes does not count; the wall-clock ratio is kept as
-    ``ratio_wall_clock``). The ratio hand-written/routed (1.0 = as fast) is taken per
-    round, and the median of the rounds reported."""
+    """produce() over ``topics`` on several clusters, each way in the same run, in
+    ``rounds`` rounds of one block of ``block`` calls per way, the ways taking turns
+    block by block (the order rotating each round), timed in the calling thread's CPU
+    time (``time.thread_time``: time spent descheduled by other processes does not
+    count; the wall-clock ratio is kept as ``ratio_wall_clock``); the clients are
+    flushed after each round, untimed. The reference: hand-written, a dict of plain
+    Producers, ``producers[topic].produce(topic, value)`` inline. The ways, with the
+    compiled dispatcher (when built) and with the pure-Python one:
+
+    - ``<kind>``: ``routed.produce(topic, value)`` as people write it, the method
+      looked up at every call;
+    - ``<kind>_hoisted``: ``produce = routed.produce`` before the loop, then
+      ``produce(topic, value)``;
+    - ``before`` (compiled): the lookup as it was before #25 item 5 (an instance
+      attribute over the class method, in a class with ``__getattr__``), as written.
+
+    On one cluster (``produce`` is the cluster's own method): raw (the Producer's
+    bound ``produce``, hoisted), ``routed`` and ``routed_hoisted``. The ratio
+    hand-written/way (1.0 = as fast) is taken per round, the median reported."""
+    from kbear import _compiled
     from kbear.producer import _dispatch
 
     producers = {
@@ -111,14 +131,15 @@ def bench_produce_dispatch(
     else:
         if compiled is not None:
             routed["compiled"] = RoutedProducer(conf, topics=topics)
+            if _compiled.EXTENSION is not None and hasattr(_compiled.EXTENSION, "FastMethod"):
+                before = routed["before"] = _Before(conf, topics=topics)
+                before.shadow()
         _dispatch._Dispatcher = None  # the pure-Python dispatcher, as with KBEAR_PURE_PYTHON=1
         try:
             routed["pure"] = RoutedProducer(conf, topics=topics)
         finally:
             _dispatch._Dispatcher = compiled
     seq = [topics[i % len(topics)] for i in range(block)]
-    per_round: dict[str, list[float]] = {"hand": [], **{k: [] for k in routed}}
-    wall: dict[str, list[float]] = {k: [] for k in per_round}
     raw_produce = next(iter(producers.values())).produce
 
     def hand() -> tuple[float, float]:
@@ -131,7 +152,16 @@ def bench_produce_dispatch(
                 by_topic[t].produce(t, VALUE)
         return time.thread_time() - c0, time.perf_counter() - t0
 
-    def via(p: RoutedProducer) -> Callable[[], tuple[float, float]]:
+    def as_written(p: RoutedProducer) -> Callable[[], tuple[float, float]]:
+        def run() -> tuple[float, float]:
+            c0, t0 = time.thread_time(), time.perf_counter()
+            for t in seq:
+                p.produce(t, VALUE)
+            return time.thread_time() - c0, time.perf_counter() - t0
+
+        return run
+
+    def hoisted(p: RoutedProducer) -> Callable[[], tuple[float, float]]:
         def run() -> tuple[float, float]:
             produce = p.produce
             c0, t0 = time.thread_time(), time.perf_counter()
@@ -141,52 +171,45 @@ def bench_produce_dispatch(
 
         return run
 
-    runs: dict[str, Callable[[], tuple[float, float]]] = {
-        "hand": hand,
-        **{k: via(p) for k, p in routed.items()},
-    }
+    runs: dict[str, Callable[[], tuple[float, float]]] = {"hand": hand}
+    for k, p in routed.items():
+        runs[k] = as_written(p)
+        if k != "before":
+            runs[f"{k}_hoisted"] = hoisted(p)
     names = list(runs)
-    for _ in range(rounds):
-        spent = dict.fromkeys(names, 0.0)
-        spent_wall = dict.fromkeys(names, 0.0)
-        for b in range(n // block):
-            for j in range(len(names)):
-                name = names[(b + j) % len(names)]
-                cpu, elapsed = runs[name]()
-                spent[name] += cpu
-                spent_wall[name] += elapsed
-        for name in names:
-            per_round[name].append(spent[name])
-            wall[name].append(spent_wall[name])
-        for p in producers.values():
-            p.flush()
-        for r in routed.values():
-            r.flush()
+    per_round: dict[str, list[float]] = {k: [] for k in names}
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            cpu, elapsed = runs[name]()
+            per_round[name].append(cpu)
+            wall[name].append(elapsed)
+        for pr in producers.values():
+            pr.flush()
+        for rp in routed.values():
+            rp.flush()
     kinds = {k: type(p.produce).__name__ for k, p in routed.items()}
-    for p in routed.values():
-        p.close()
-    for p in producers.values():
-        p.flush()
-    calls = n // block * block
+    for rp in routed.values():
+        rp.close()
     med = {k: statistics.median(v) for k, v in per_round.items()}
     out: dict[str, Any] = {
-        "messages": calls,
+        "calls_per_block": block,
         "rounds": rounds,
-        "block": block,
-        "hand_ns_per_call": med["hand"] / calls * 1e9,
+        "hand_ns_per_call": med["hand"] / block * 1e9,
     }
-    for k in routed:
-        ratios = [h / r for h, r in zip(per_round["hand"], per_round[k], strict=True)]
+    for k in names[1:]:
+        ratios = [h / w for h, w in zip(per_round["hand"], per_round[k], strict=True)]
         out[k] = {
-            "dispatcher_type": kinds[k],
+            "bound": kinds[k.removesuffix("_hoisted")],
             "ratio": statistics.median(ratios),
             "ratio_min_max": [min(ratios), max(ratios)],
             "ratio_wall_clock": statistics.median(
-                [h / r for h, r in zip(wall["hand"], wall[k], strict=True)]
+                [h / w for h, w in zip(wall["hand"], wall[k], strict=True)]
             ),
-            "ns_per_call": med[k] / calls * 1e9,
+            "ns_per_call": med[k] / block * 1e9,
             "overhead_ns_per_call": statistics.median(
-                [(r - h) / calls * 1e9 for h, r in zip(per_round["hand"], per_round[k], strict=True)]
+                [(w - h) / block * 1e9 for h, w in zip(per_round["hand"], per_round[k], strict=True)]
             ),
         }
     return out
@@ -298,9 +321,11 @@ def bench_turns(
     mode: str,
 ) -> dict[str, Any]:
     """poll() (or consume(100)) over two clusters whose clients have their queues
-    filled, three ways in one run: hand-written (plain Consumers, one per cluster,
+    filled, in one run: hand-written (plain Consumers, one per cluster,
     ``consumers[i % n].poll(0)`` inline: the reference), RoutedConsumer with the
-    compiled turn taking and with the pure-Python one. Each round makes ``blocks``
+    compiled turn taking and with the pure-Python one, each called as people write
+    it (``routed.poll(0)``, the method looked up per call) and hoisted
+    (``poll = routed.poll`` before the loop: ``<kind>_hoisted``). Each round makes ``blocks``
     blocks of ``block`` calls per way, the ways taking turns block by block, timed
     in the calling thread's CPU time (``time.thread_time``); the ratio
     hand-written/routed per message is taken per round, the median reported."""
@@ -357,6 +382,21 @@ def bench_turns(
         return time.thread_time() - c0, got
 
     def via(r: RoutedConsumer) -> Callable[[], tuple[float, int]]:
+        def run() -> tuple[float, int]:  # as people write it: the method looked up per call
+            got = 0
+            c0 = time.thread_time()
+            if mode == "poll":
+                for _ in range(block):
+                    if r.poll(0) is not None:
+                        got += 1
+            else:
+                for _ in range(block):
+                    got += len(r.consume(100, 0))
+            return time.thread_time() - c0, got
+
+        return run
+
+    def via_hoisted(r: RoutedConsumer) -> Callable[[], tuple[float, int]]:
         def run() -> tuple[float, int]:
             got = 0
             c0 = time.thread_time()
@@ -373,10 +413,10 @@ def bench_turns(
 
         return run
 
-    runs: dict[str, Callable[[], tuple[float, int]]] = {
-        "hand": run_hand,
-        **{k: via(r) for k, r in routed.items()},
-    }
+    runs: dict[str, Callable[[], tuple[float, int]]] = {"hand": run_hand}
+    for k, r in routed.items():
+        runs[k] = via(r)
+        runs[f"{k}_hoisted"] = via_hoisted(r)
     names = list(runs)
     per_round: dict[str, list[float]] = {k: [] for k in names}  # seconds per message
     for _ in range(rounds):
@@ -392,7 +432,7 @@ def bench_turns(
             if got[name] == 0:
                 raise RuntimeError(f"{mode}: {name} read nothing in a round")
             per_round[name].append(spent[name] / got[name])
-    kinds = {k: type(r.__dict__.get(mode)).__name__ for k, r in routed.items()}
+    kinds = {k: type(getattr(r, mode)).__name__ for k, r in routed.items()}
     for c in hand:
         c.close()
     for r in routed.values():
@@ -402,10 +442,10 @@ def bench_turns(
         "rounds": rounds,
         "hand_ns_per_message": statistics.median(per_round["hand"]) * 1e9,
     }
-    for k in routed:
+    for k in names[1:]:
         ratios = [h / r for h, r in zip(per_round["hand"], per_round[k], strict=True)]
         out[k] = {
-            "bound": kinds[k],
+            "bound": kinds[k.removesuffix("_hoisted")],
             "ratio": statistics.median(ratios),
             "ratio_min_max": [min(ratios), max(ratios)],
             "ns_per_message": statistics.median(per_round[k]) * 1e9,

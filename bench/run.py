@@ -94,17 +94,14 @@ def main() -> int:
             )
             print("produce, 3 topics on 2 clusters:", results["produce_two_clusters"], flush=True)
         if "dispatch" in want:
+            # #25 item 5's method: 30 rounds of one block of 50,000 calls per way, taking turns
+            blocks = rounds if args.quick else 30
             results["produce_dispatch"] = bench_produce_dispatch(
-                n,
-                rounds if args.quick else 21,
-                two,
-                clusters,
-                ["p1", "p2", "p3"],
-                {"p1": "A", "p2": "A", "p3": "B"},
+                blocks, two, clusters, ["p1", "p2", "p3"], {"p1": "A", "p2": "A", "p3": "B"}
             )
             print("produce, 3 topics on 2 clusters, by dispatcher:", results["produce_dispatch"], flush=True)
             results["produce_dispatch_one"] = bench_produce_dispatch(
-                n, rounds if args.quick else 21, one, {"A": a}, ["p1"], {"p1": "A"}
+                blocks, one, {"A": a}, ["p1"], {"p1": "A"}
             )
             print("produce, one cluster, CPU time:", results["produce_dispatch_one"], flush=True)
         if "turns" in want:
