@@ -44,7 +44,10 @@ class FakeProducer:
 
 
 def test_a_mounted_factory_builds_every_cluster_client_of_a_producer(tmp_path: Path) -> None:
-    rules = [rule("all", "use cluster A", isGlobal=True), rule("b", "use cluster B, topic b-there", topic="b")]
+    rules = [
+        rule("all", "use cluster A", isGlobal=True),
+        rule("b", "use cluster B, topic b-there", topic="b"),
+    ]
     router = Router.from_path(write_config(tmp_path, {"A": "a.invalid:9092", "B": "b.invalid:9092"}, rules))
     built: list[FakeProducer] = []
 

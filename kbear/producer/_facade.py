@@ -437,11 +437,13 @@ class RoutedProducer:
 
     @property
     def _closed(self) -> bool:
-        return bool(self._state.closed)
+        state = self._state  # (not yet a ProducerState while __init__ runs: closed)
+        return not isinstance(state, ProducerState) or state.closed
 
     @property
     def _pending(self) -> bool:
-        return bool(self._state.pending)
+        state = self._state
+        return isinstance(state, ProducerState) and state.pending
 
     def __enter__(self) -> RoutedProducer:
         return self
