@@ -10,27 +10,16 @@ and are still polled until their revocation was served (``leaving``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from kbear import _events
-from kbear._clients import cluster_config, current_factory, renamed
+from kbear._clients import Target, cluster_config, current_factory, renamed
 from kbear._route import Route
 
 #: application callbacks a background client must not fire (it commits and reads nothing)
 _NOT_FOR_WATCHERS = frozenset({"on_commit", "stats_cb"})
-
-
-class Target(Protocol):
-    """What a cluster client is built for: a :class:`~kbear.Route` or a
-    :class:`~kbear._clients.ClusterTarget`."""
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def properties(self) -> Mapping[str, str]: ...
 
 
 class ClusterClient:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import TopicPartition
 
-from kbear._clients import renamed
+from kbear._clients import Target, renamed
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.consumer._closing import close_consumer
-from kbear.consumer._cluster import ClusterClient, ClusterRegistry, Target
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._rebalance import Rebalancer, commit_sync
 from kbear.consumer._subscription import Subscription
