@@ -144,7 +144,8 @@ def render_markdown(r: dict[str, Any]) -> str:
                 w = v[kind]
                 rows.append(
                     _row(
-                        f"produce, one cluster, {idiom}, vs raw Producer (CPU time, blocks taking turns)",
+                        f"produce, one cluster, {idiom}, vs raw producer.produce(t, v) "
+                        "(CPU time, blocks taking turns)",
                         ">= 0.97 x raw",
                         _vs(w, v["hand_ns_per_call"], "raw", "call"),
                         w["ratio"] >= 0.97,

@@ -112,8 +112,9 @@ def bench_produce_dispatch(
     - ``before`` (compiled): the lookup as it was before #25 item 5 (an instance
       attribute over the class method, in a class with ``__getattr__``), as written.
 
-    On one cluster (``produce`` is the cluster's own method): raw (the Producer's
-    bound ``produce``, hoisted), ``routed`` and ``routed_hoisted``. The ratio
+    On one cluster (``produce`` is the cluster's own method): raw (the plain
+    Producer, ``producer.produce(topic, value)`` as written), ``routed`` and
+    ``routed_hoisted``. The ratio
     hand-written/way (1.0 = as fast) is taken per round, the median reported."""
     from kbear import _compiled
     from kbear.producer import _dispatch
@@ -140,13 +141,13 @@ def bench_produce_dispatch(
         finally:
             _dispatch._Dispatcher = compiled
     seq = [topics[i % len(topics)] for i in range(block)]
-    raw_produce = next(iter(producers.values())).produce
+    raw = next(iter(producers.values()))
 
     def hand() -> tuple[float, float]:
         c0, t0 = time.thread_time(), time.perf_counter()
-        if len(producers) == 1:  # raw: the one Producer's bound method
+        if len(producers) == 1:  # raw: the one Producer, as written
             for t in seq:
-                raw_produce(t, VALUE)
+                raw.produce(t, VALUE)
         else:
             for t in seq:
                 by_topic[t].produce(t, VALUE)
