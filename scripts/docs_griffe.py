@@ -8,6 +8,11 @@ Markdown mkdocstrings renders, without touching the docstrings in the code.
   in Markdown too);
 - a simple table (``====  ====`` borders) becomes a fenced ``text`` block, so its
   columns stay aligned.
+
+:class:`Delegates` makes the methods a facade builds with
+:func:`kbear._delegate.delegate` (``poll = delegate("_loop", PollLoop.poll)``) read as
+the facade's own: each becomes an alias of the part's method, whose signature and
+docstring it has at run time too.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from griffe import Extension
+from griffe import Alias, Attribute, Class, ExprAttribute, ExprCall, Extension, Module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -61,3 +66,31 @@ class SphinxMarkup(Extension):
         obj = kwargs["obj"]
         if obj.docstring is not None:
             obj.docstring.value = rst_to_markdown(obj.docstring.value)
+
+
+class Delegates(Extension):
+    """Class attributes ``name = delegate("_part", Part.method)`` become aliases of
+    ``Part.method`` (see the module docstring)."""
+
+    def on_package(self, **kwargs: Any) -> None:
+        self._walk(kwargs["pkg"])
+
+    def _walk(self, obj: Module | Class) -> None:
+        for member in list(obj.members.values()):
+            if isinstance(member, Alias):
+                continue
+            if isinstance(member, (Module, Class)):
+                self._walk(member)
+            elif isinstance(member, Attribute) and isinstance(obj, Class):
+                target = _delegated(member)
+                if target is not None:
+                    obj.set_member(member.name, Alias(member.name, target, parent=obj))
+
+
+def _delegated(attribute: Attribute) -> str | None:
+    """The path of the method an attribute ``delegate("_part", Part.method)`` hands to."""
+    value = attribute.value
+    if not isinstance(value, ExprCall) or str(value.function) != "delegate" or len(value.arguments) != 2:
+        return None
+    method = value.arguments[1]
+    return method.canonical_path if isinstance(method, ExprAttribute) else None

@@ -116,6 +116,11 @@ def settings_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _anchor(key: str) -> str:
+    """The page anchor of a key: ``kbear.switch.mode`` -> ``kbear-switch-mode``."""
+    return re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+
+
 def _readers(key: str) -> str:
     clients = key in settings_module.CLIENT_KEYS or key.startswith(settings_module.CLIENT_META_PREFIX)
     spark = key in settings_module.SPARK_SOURCE_KEYS or key.startswith(settings_module.CLIENT_META_PREFIX)
@@ -163,22 +168,22 @@ def settings_page() -> str:
         "[`kbear.settings.KBearSettings`](api/config.md#kbear.settings.KBearSettings). "
         "This page is generated from it at build time.",
         "",
-        "| key | default | read by | meaning |",
-        "|---|---|---|---|",
+        "| key | default | read by |",
+        "|---|---|---|",
     ]
-    for key, default, readers, meaning in settings_rows():
-        lines.append(f"| `{key}` | {default} | {readers} | {_cell(meaning)} |")
-    lines += [
-        "",
-        "## Client-balanced consumer",
-        "",
-        "[`ClientBalancedConsumer`](api/balanced.md) takes the keys of `RoutedConsumer` and these:",
-        "",
-        "| key | default | read by | meaning |",
-        "|---|---|---|---|",
-    ]
-    for key, default, readers, meaning in balanced_rows():
-        lines.append(f"| `{key}` | {default} | {readers} | {_cell(meaning)} |")
+    rows = settings_rows() + balanced_rows()
+    for key, default, readers, _meaning in rows:
+        lines.append(f"| [`{key}`](#{_anchor(key)}) | {default} | {readers} |")
+    lines.append("")
+    for key, default, readers, meaning in rows:
+        lines += [
+            f"## `{key}` {{#{_anchor(key)}}}",
+            "",
+            f"Default: {default}. Read by: {readers}.",
+            "",
+            " ".join(meaning.split()),
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
