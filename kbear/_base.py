@@ -85,6 +85,23 @@ def check_config_argument(config: Any, kwargs: Mapping[str, Any], router: Any) -
     return config
 
 
+def client_snapshot(
+    kind: str, native: Mapping[str, Any], config: KBearConfig, routes: dict[str, Route], drains: int
+) -> _events.ClientSnapshot:
+    """The :class:`~kbear._events.ClientSnapshot` of a routed client of ``kind`` with the
+    confluent-kafka configuration ``native``, the configuration ``config`` in force,
+    ``routes`` (logical topic -> route in use) and ``drains`` in progress."""
+    return _events.ClientSnapshot(
+        kind=kind,
+        client_id=_events.client_id(dict(native)),
+        group=str(native.get("group.id", "")) if kind == "consumer" else "",
+        routes=routes,
+        drains=drains,
+        config_location=_events.location(config.directory or config.location),
+        config_digest=config.digest,
+    )
+
+
 class Uninitialized:
     """Stands for the parts of a routed client whose ``__init__`` never ran (a subclass
     not calling it): any use raises ``RuntimeError(message)``, as a confluent-kafka
@@ -255,15 +272,7 @@ class RoutedClientBase:
             drains = self._drains_in_progress()
         except AttributeError:  # the constructor failed before the client was complete
             return None
-        return _events.ClientSnapshot(
-            kind=self._kind,
-            client_id=_events.client_id(native),
-            group=str(native.get("group.id", "")) if self._kind == "consumer" else "",
-            routes=routes,
-            drains=drains,
-            config_location=_events.location(config.directory or config.location),
-            config_digest=config.digest,
-        )
+        return client_snapshot(self._kind, native, config, routes, drains)
 
     def _routes_in_use(self) -> dict[str, Route]:
         """Logical topic -> route in use, copied (for :meth:`snapshot`); none by default."""

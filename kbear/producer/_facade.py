@@ -24,6 +24,7 @@ from kbear._base import (
     RouteChangeCallback,
     Uninitialized,
     check_config_argument,
+    client_snapshot,
     notify_route_change,
     set_credentials,
 )
@@ -313,9 +314,23 @@ class RoutedProducer:
         route = self.route(topic)
         return produce_batch(self._clients.client(route).producer, route, messages, args, kwargs)
 
-    def _routes_in_use(self) -> dict[str, Route]:
-        # the snapshot of kbear's metrics (RoutedClientBase.snapshot)
-        return dict(self._routes)
+    def snapshot(self) -> _events.ClientSnapshot | None:
+        """What this producer shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
+        its ``client.id``, the routes in use and the configuration in force; None once
+        closed, or while (or when) its constructor did not complete.
+
+        Raises:
+            RuntimeError: the route table changed while it was copied (taken from
+                another thread); try again.
+        """
+        state = self._state
+        if not isinstance(state, ProducerState) or state.closed:
+            return None
+        try:
+            routes = dict(self._table.routes)
+        except AttributeError:  # the constructor has not built the table (yet)
+            return None
+        return client_snapshot("producer", self._native, self._router.config, routes, 0)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks of every cluster's client.
@@ -428,20 +443,9 @@ class RoutedProducer:
     def cluster_id(self, timeout: float = -1) -> str:
         return self._meta.cluster_id(timeout)
 
-    # ------------------------------------------------------------------ read by kbear.metrics
-
-    @property
-    def _routes(self) -> dict[str, Route]:
-        """logical topic -> route of the topics in use (kbear.metrics reads it)."""
-        return self._table.routes
-
-    @property
-    def _closed(self) -> bool:
-        state = self._state  # (not yet a ProducerState while __init__ runs: closed)
-        return not isinstance(state, ProducerState) or state.closed
-
     @property
     def _pending(self) -> bool:
+        """Whether a reload waits to be applied (tests watch it)."""
         state = self._state
         return isinstance(state, ProducerState) and state.pending
 
