@@ -59,7 +59,8 @@ class Rebalancer:
     """The rebalance state of a RoutedConsumer and the wrapping of its callbacks.
 
     Args:
-        owner: the RoutedConsumer handed to the application's callbacks.
+        owner: what the application's callbacks receive as their consumer (the
+            RoutedConsumer), handed to them as it is, never used here.
         native: the application's confluent-kafka configuration (for
             ``enable.auto.commit``, ``group.protocol``, ``partition.assignment.strategy``).
 
@@ -80,7 +81,7 @@ class Rebalancer:
             protocols only): kept for the cluster's next assignment only.
     """
 
-    def __init__(self, owner: Any, native: Mapping[str, Any]) -> None:
+    def __init__(self, owner: object, native: Mapping[str, Any]) -> None:
         self.owner = owner
         self.commit_on_revoke = _auto_commit(native)
         self.incremental = str(native.get("group.protocol", "classic")) == "consumer" or "cooperative" in str(
