@@ -178,28 +178,52 @@ Listener = Callable[[Event], None]
 #: ``configurer(kind, cluster_id, conf)``: may change ``conf`` (a cluster client's
 #: configuration, before the client is built)
 Configurer = Callable[[str, str, MutableMapping[str, Any]], None]
+#: ``builder(kind, cluster_id, conf, factory)``: builds the cluster client itself (the
+#: metrics' counting consumer), or returns None to leave it to ``factory(conf)``
+Builder = Callable[[str, str, dict[str, Any], Callable[..., Any]], Any]
 
 _listeners: list[Listener] = []
 _configurers: list[Configurer] = []
+_builders: list[Builder] = []
 #: every routed client constructed and still alive (for listeners subscribing late)
 _clients: weakref.WeakSet[Observed] = weakref.WeakSet()
 
 
-def subscribe(listener: Listener | None = None, configurer: Configurer | None = None) -> None:
-    """Add ``listener`` (called with every event) and/or ``configurer`` (called with
-    every cluster client configuration as it is built)."""
+def subscribe(
+    listener: Listener | None = None, configurer: Configurer | None = None, builder: Builder | None = None
+) -> None:
+    """Add ``listener`` (called with every event), ``configurer`` (called with every
+    cluster client configuration as it is built) and/or ``builder`` (see :func:`build`)."""
     if listener is not None and listener not in _listeners:
         _listeners.append(listener)
     if configurer is not None and configurer not in _configurers:
         _configurers.append(configurer)
+    if builder is not None and builder not in _builders:
+        _builders.append(builder)
 
 
-def unsubscribe(listener: Listener | None = None, configurer: Configurer | None = None) -> None:
+def unsubscribe(
+    listener: Listener | None = None, configurer: Configurer | None = None, builder: Builder | None = None
+) -> None:
     """Remove what :func:`subscribe` added; unknown ones are ignored."""
     if listener in _listeners:
         _listeners.remove(listener)
     if configurer in _configurers:
         _configurers.remove(configurer)
+    if builder in _builders:
+        _builders.remove(builder)
+
+
+def build(kind: str, cluster_id: str, conf: dict[str, Any], factory: Callable[..., Any]) -> Any:
+    """The confluent-kafka client of ``kind`` for ``cluster_id``: the first builder's
+    that builds one (kbear's metrics build a consumer that counts what it hands
+    out), else ``factory(conf)``. What building raises (confluent-kafka refusing
+    ``conf``) reaches the caller, as ``factory(conf)``'s would."""
+    for builder in list(_builders):
+        client = builder(kind, cluster_id, conf, factory)
+        if client is not None:
+            return client
+    return factory(conf)
 
 
 def open_clients() -> list[Observed]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from kbear import _events
-from kbear._clients import Target, cluster_config, current_factory, renamed
+from kbear._clients import Target, cluster_config, confluent_client, current_factory, renamed
 from kbear._route import Route
 
 #: application callbacks a background client must not fire (it commits and reads nothing)
@@ -148,6 +148,8 @@ class ClusterRegistry:
     def _build(self, cluster_id: str, conf: dict[str, Any]) -> Any:
         if self._factory is not None:
             return self._factory(conf)
+        if self._mounted is confluent_client:  # kbear's metrics may count what it hands out
+            return _events.build("consumer", cluster_id, conf, Consumer)
         return self._mounted("consumer", cluster_id, conf)
 
     def __iter__(self) -> Iterator[ClusterClient]:

@@ -108,12 +108,12 @@ class KBearMetrics(Collector):
             registry=registry,
         )
         registry.register(self)
-        _events.subscribe(self.on_event, self.stats.configure)
+        _events.subscribe(self.on_event, self.stats.configure, self.stats.build)
 
     def close(self) -> None:
         """Stop following kbear's events and unregister from the registry (clients
         built from now on get no statistics callback)."""
-        _events.unsubscribe(self.on_event, self.stats.configure)
+        _events.unsubscribe(self.on_event, self.stats.configure, self.stats.build)
         for metric in (
             self,
             self.route_changes,

@@ -24,6 +24,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from kbear._events import client_id
+from kbear.metrics._delivered import CountingConsumer, Delivered
 
 #: at most this many clients' statistics are kept (the oldest are dropped)
 MAX_CLIENTS = 1000
@@ -44,7 +45,18 @@ _COUNTERS = ("msgs", "txmsgs", "txbytes", "rxmsgs", "rxbytes")
 class _Slot:
     """The latest statistics of one cluster client, and its per-partition counters."""
 
-    __slots__ = ("at", "client_id", "cluster", "counters", "interval_s", "kind", "lock", "rtt", "stats")
+    __slots__ = (
+        "at",
+        "client_id",
+        "cluster",
+        "counters",
+        "delivered",
+        "interval_s",
+        "kind",
+        "lock",
+        "rtt",
+        "stats",
+    )
 
     def __init__(self, kind: str, cluster: str, cid: str, interval_s: float) -> None:
         self.kind = kind
@@ -58,6 +70,8 @@ class _Slot:
         #: broker name -> (avg, p99) round-trip time in µs of the last interval that had one
         self.rtt: dict[str, tuple[float, float]] = {}
         self.lock = threading.Lock()
+        #: consumer: messages poll()/consume() handed out, by physical topic (None: not counted)
+        self.delivered: Delivered | None = None
 
     def update(self, text: str) -> None:
         """Take the statistics JSON ``text``; unparsable text is ignored."""
@@ -121,6 +135,19 @@ class StatsStore:
             self._slots.append(slot)
         conf["stats_cb"] = _callback(slot, user_cb if user_on else None)
 
+    def build(self, kind: str, cluster: str, conf: dict[str, Any], factory: Callable[..., Any]) -> Any:
+        """A consumer cluster client that counts what its poll()/consume() hand out
+        (:class:`~kbear.metrics._delivered.CountingConsumer`), when ``conf`` got its
+        statistics callback from :meth:`configure` and ``factory`` is confluent-kafka's
+        ``Consumer``; else None (the caller builds the client)."""
+        from confluent_kafka import Consumer
+
+        slot = getattr(conf.get("stats_cb"), "kbear_slot", None)
+        if kind != "consumer" or factory is not Consumer or not isinstance(slot, _Slot):
+            return None
+        slot.delivered = Delivered()
+        return CountingConsumer(conf, slot.delivered)
+
     def latest(self) -> list[tuple[_Slot, dict[str, Any], bool]]:
         """(slot, latest statistics, fresh) of every client that reported; ``fresh``:
         within :data:`STALE_INTERVALS` intervals (or :data:`STALE_MIN_S`)."""
@@ -137,15 +164,24 @@ class StatsStore:
         return out
 
 
+class _Callback:
+    """The ``stats_cb`` given to a cluster client: updates ``kbear_slot``, then calls
+    the application's callback (if it had statistics on)."""
+
+    __slots__ = ("kbear_slot", "user_cb")
+
+    def __init__(self, slot: _Slot, user_cb: Callable[[str], None] | None) -> None:
+        self.kbear_slot = slot
+        self.user_cb = user_cb
+
+    def __call__(self, text: str) -> None:
+        self.kbear_slot.update(text)
+        if self.user_cb is not None:
+            self.user_cb(text)
+
+
 def _callback(slot: _Slot, user_cb: Callable[[str], None] | None) -> Callable[[str], None]:
-    if user_cb is None:
-        return slot.update
-
-    def update_and_chain(text: str) -> None:
-        slot.update(text)
-        user_cb(text)
-
-    return update_and_chain
+    return _Callback(slot, user_cb)
 
 
 class _Family:
@@ -216,7 +252,15 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
         ),
         "rx": _counter(
             "kbear_consumer_messages",
-            "Messages fetched by the consumer, per cluster and topic (librdkafka rxmsgs)",
+            "Messages handed to the application by poll() and consume(), per cluster and topic "
+            "(counted by kbear; a record fetched again after a pause, seek or rebalance is not "
+            "counted twice unless handed out twice)",
+            _CT,
+        ),
+        "fetched": _counter(
+            "kbear_consumer_fetched_messages",
+            "Records fetched from the brokers, per cluster and topic; a record fetched again "
+            "after a pause, a seek or a rebalance counts again (librdkafka rxmsgs)",
             _CT,
         ),
         "rxb": _counter(
@@ -280,6 +324,10 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
             if kind == "producer":
                 f["inflight"].add((cid, cluster), _num(stats.get("msg_cnt")))
                 f["inflight_b"].add((cid, cluster), _num(stats.get("msg_size")))
+        if slot.delivered is not None:
+            for physical, count in slot.delivered.totals().items():
+                logical = names.get((kind, cid, cluster, physical), physical)
+                f["rx"].add((cid, cluster, logical, physical), count)
         for (physical, pid, name), value in slot.totals().items():
             if pid == "-1":
                 continue  # counted again once partitioned
@@ -316,7 +364,7 @@ _TOTALS = {
     ("producer", "msgs"): "produced",
     ("producer", "txmsgs"): "tx",
     ("producer", "txbytes"): "txb",
-    ("consumer", "rxmsgs"): "rx",
+    ("consumer", "rxmsgs"): "fetched",
     ("consumer", "rxbytes"): "rxb",
 }
 
