@@ -95,12 +95,15 @@ def _on_delivery(tally: _Tally, key: _Key) -> Callable[[Any, Any], None]:
 def _produce_round(
     producers: dict[str, RoutedProducer], tally: _Tally, round_no: int, per_topic: int
 ) -> None:
+    reports: dict[_Key, Callable[[Any, Any], None]] = {}
     for env, producer in producers.items():
         for topic in _TOPICS:
-            cluster = producer.route(topic).cluster_id
-            key: _Key = (env, topic, cluster)
-            report = _on_delivery(tally, key)
             for i in range(per_topic):
+                # The route of each message, looked up just before it is produced: the
+                # watcher may switch the topic in the middle of a round (route() applies
+                # a pending change, so produce() uses the cluster it names).
+                key: _Key = (env, topic, producer.route(topic).cluster_id)
+                report = reports.get(key) or reports.setdefault(key, _on_delivery(tally, key))
                 msg_id = f"{env}/{topic}/{round_no}/{i}"
                 producer.produce(topic, value=msg_id.encode(), key=f"k{i % 16}", on_delivery=report)
                 tally.produced[key] += 1

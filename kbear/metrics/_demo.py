@@ -44,7 +44,7 @@ def agree(
 ) -> bool:
     """Whether the scraped figures equal the demo's table: per (env, topic, cluster),
     messages transmitted by the producer (``kbear_producer_transmitted_messages_total``)
-    = delivered, fetched by the consumer (``kbear_consumer_messages_total``) =
+    = delivered, handed to the application by the consumer (``kbear_consumer_messages_total``) =
     consumed. Polls ``clients`` (their statistics are served by poll()) for up to
     :data:`SETTLE_S` seconds; prints the verdict and any difference."""
     clients = list(clients)
@@ -70,5 +70,7 @@ def agree(
         for line in diffs:
             print(f"  {line}", file=out)
         return False
-    print("metrics: the scrape agrees with the table (delivered = transmitted, consumed = fetched)", file=out)
+    print(
+        "metrics: the scrape agrees with the table (delivered = transmitted, consumed = handed out)", file=out
+    )
     return True

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -93,6 +94,15 @@ class _BadRequest(Exception):
 def _status_body(ack: Ack, code: ErrorCode, message: str) -> bytes:
     status = ResponseStatus(ack=ack, error=ResponseError(code=code, message=message))
     return b'{"status":' + status.model_dump_json(by_alias=True, exclude_none=True).encode() + b"}"
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 4xx (an unknown path: 404, a method not served there: 405)
+    with the protocol's ``fail`` body, as every other refusal (found by fuzzing)."""
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    body = _status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, str(exc.detail))
+    return Response(body, status_code=exc.status_code, media_type="application/json", headers=headers)
 
 
 def _json(body: bytes, http_status: int = 200, digest: str | None = None) -> Response:
@@ -341,7 +351,7 @@ def create_app(
             if watch:
                 holder.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.metrics = metrics
     app.state.holder = holder
     # add_middleware puts the last one outermost: every request is measured, 401s included.
