@@ -212,7 +212,9 @@ def test_a_routed_run_with_a_live_move_is_scraped_as_the_clients_reported(
             value(s, "kbear_consumer_messages_total", cluster="B", topic=topic),
         ]
         rtt = labelsets(s, "kbear_rdkafka_broker_rtt_seconds", client="app-c", cluster="B", stat="avg")
-        return counts == [on_a, on_b, on_a, on_b] and routes_on("B")(s) and bool(rtt)
+        # the committed offset reaches the statistics after the (auto-)commit
+        committed = labelsets(s, "kbear_consumer_committed_offset", client="app-c", cluster="B", topic=topic)
+        return counts == [on_a, on_b, on_a, on_b] and routes_on("B")(s) and bool(rtt) and bool(committed)
 
     after = wait_for(endpoint, final, [consumer, producer])
     # produced / delivered / consumed per cluster and topic: what the clients reported
