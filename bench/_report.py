@@ -63,6 +63,28 @@ FINDINGS = """
   rounds), two runs: poll() compiled **1.029 / 1.012**, pure-Python 0.890 /
   0.897; consume(100) compiled **0.978 / 1.017**, pure-Python 0.943 / 0.983 x
   hand-written.
+- **`routed.produce(t, v)` as people write it (#25 item 5, 2026-11-25)**: the
+  rows above hoisted the bound method (`produce = routed.produce`), an idiom few
+  users write; written as usual, `produce` was looked up on the instance at every
+  call: an instance attribute over the class method, in a class with
+  `__getattr__` (which keeps the interpreter from specializing the lookup),
+  about +100-160 ns per call. `produce` is now `kbear._cdispatch.FastMethod`, a
+  method descriptor on the class that reads the instance's fast path from a
+  `__slots__` entry (the Dispatcher, or the one cluster's own `produce`), and the
+  class has no `__getattr__` (an instance whose `__init__` never ran refuses its
+  calls through its parts instead): the lookup is specialized as for any method.
+  `--only dispatch turns` now measures both idioms beside the hand-written
+  reference, #25's method (30 rounds of one block of 50,000 calls per way, the
+  ways taking turns, CPU time of the calling thread), and `before` (the same
+  dispatcher behind the lookup as it was) in the same run. Two runs (the 2 cores
+  shared, load average 15-18; ranges of the rounds 0.5-1.9, so only medians mean
+  something): as written **1.004 / 0.997** of hand-written, hoisted 1.027 / 1.000,
+  `before` 0.888 / 0.942; one cluster, as written vs a plain
+  `producer.produce(t, v)`, 0.970 (second run only; the first compared with the
+  hoisted raw method: 0.955). The consumer's `poll()` / `consume(100)` as written
+  read 0.918 / 0.907 and 0.961 / 0.930 (hoisted 1.049 / 1.018 and 1.018 / 0.991):
+  the same lookup (an instance attribute over the method, `__getattr__` on
+  RoutedClientBase); FastMethod takes any method and slot, for the consumer to use.
 - **load of 10,000 rules / 100,000 topics** (block-style YAML) took 17.8 s: PyYAML's composer and
   constructor were 29 of 34 s under the profiler (even libyaml's CSafeLoader takes
   12 s on the 3.9 MB topics file here), pydantic per entry most of the rest. Then
