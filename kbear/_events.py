@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from kbear._cluster_errors import name_cluster_errors
+
 if TYPE_CHECKING:
     from kbear._route import Route
 
@@ -245,7 +247,9 @@ def emit(event: Event) -> None:
 def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """``conf``, the configuration of the confluent-kafka client of ``kind``
     (``"producer"``, ``"consumer"``) for cluster ``cluster_id``, as every configurer
-    leaves it; returned for chaining."""
+    leaves it, its ``error_cb`` first made to name the cluster in authentication and
+    TLS errors (:mod:`kbear._cluster_errors`); returned for chaining."""
+    name_cluster_errors(kind, cluster_id, conf)
     for configurer in list(_configurers):
         try:
             configurer(kind, cluster_id, conf)

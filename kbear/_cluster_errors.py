@@ -1,0 +1,72 @@
+"""Authentication and TLS errors of a cluster's client, named after the cluster (private).
+
+A routed client holds one confluent-kafka client per cluster; librdkafka's error
+for a refused login or an unverifiable certificate names a broker address
+(``sasl_plaintext://127.0.0.1:9094/bootstrap: SASL authentication error: ...``),
+not the ``clusters.yaml`` entry whose credentials or CA are wrong. The client's
+``error_cb`` is wrapped as each cluster's client is built
+(:func:`kbear._events.configure`): for those errors the application's
+``error_cb`` receives a :class:`~confluent_kafka.KafkaError` of the same code,
+fatal and retriable flags whose text starts with ``cluster '<id>':``, and the
+``kbear.client`` logger writes one warning naming the cluster, its
+``security.protocol`` and ``sasl.mechanism`` (never a credential: librdkafka's
+text carries none, and no property value other than those two is read). Other
+errors reach the application's ``error_cb`` unchanged; without one, they are
+logged on ``kbear.client`` at ERROR with the cluster named, where librdkafka
+would have logged them itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+log = logging.getLogger("kbear.client")
+
+#: the codes of a refused login (SASL) or a failed TLS handshake (unknown CA, wrong
+#: client certificate)
+AUTH_CODES = frozenset(
+    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+)
+
+
+def _named(err: KafkaError, cluster_id: str) -> KafkaError:
+    return KafkaError(
+        err.code(),
+        f"cluster '{cluster_id}': {err.str()}",
+        fatal=err.fatal(),
+        retriable=err.retriable(),
+        txn_requires_abort=err.txn_requires_abort(),
+    )
+
+
+def name_cluster_errors(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> None:
+    """Wrap ``conf``'s ``error_cb`` (the configuration of ``kind``'s client of cluster
+    ``cluster_id``) as the module docstring says."""
+    app: Callable[[KafkaError], Any] | None = conf.get("error_cb")
+    if app is not None and not callable(app):
+        return  # confluent-kafka refuses it, with its own message
+    protocol = str(conf.get("security.protocol", "plaintext")).upper()
+    mechanism = conf.get("sasl.mechanism", conf.get("sasl.mechanisms"))
+    how = protocol if mechanism is None else f"{protocol} {str(mechanism).upper()}"
+
+    def error_cb(err: KafkaError) -> None:
+        if err.code() in AUTH_CODES:
+            log.warning(
+                "kbear %s: cluster '%s' (%s) refused the connection: %s",
+                kind,
+                cluster_id,
+                how,
+                err.str(),
+                extra={"event": "authentication_failed", "cluster": cluster_id, "reason": err.name()},
+            )
+            err = _named(err, cluster_id)
+        elif app is None:
+            log.error("kbear %s: cluster '%s': %s", kind, cluster_id, err.str())
+        if app is not None:
+            app(err)
+
+    conf["error_cb"] = error_cb
