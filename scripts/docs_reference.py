@@ -52,7 +52,7 @@ def sphinx_roles_to_markdown(text: str) -> str:
             name = name.rsplit(".", 1)[-1]
         return f"`{name}`"
 
-    return _ROLE.sub(code, text).replace("``", "`")
+    return re.sub(r"(?<!`)``(?!`)", "`", _ROLE.sub(code, text))
 
 
 # --------------------------------------------------------------------------- settings
