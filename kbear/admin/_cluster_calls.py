@@ -13,22 +13,18 @@ credentials, and leader elections of every partition, need one cluster.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, ListConsumerGroupsResult
+from confluent_kafka.admin import ListConsumerGroupsResult
 
 from kbear._base import rename_metadata
-from kbear._clients import Deadline, single_cluster
-from kbear._identity import Client
+from kbear._clients import Deadline
 from kbear.admin._checks import check_elect_leaders
+from kbear.admin._clusters import HANDLE_CLOSED, AdminClusters
 from kbear.admin._futures import gather
-from kbear.admin._names import Names
 from kbear.admin._split import rename_partitions
-from kbear.config import RuleKind
-from kbear.router import Router
 
 
 def _tagged(items: list[Any], cluster_id: str) -> list[Any]:
@@ -48,51 +44,18 @@ class ClusterCalls:
     """list_topics, list_groups, list_consumer_groups, describe_cluster, cluster_id,
     ACLs, SCRAM credentials, elect_leaders."""
 
-    _router: Router
-    _client: Client
-    _names: Callable[..., Names]
-    _admin: Callable[[str], AdminClient]
-    _target: Callable[[str | None], str | None]
-    _check_open: Callable[..., None]
-    _handle_closed_message: str
-
-    def _cluster_wide(self, cluster: str | None) -> list[str]:
-        """The clusters a cluster-wide call goes to: ``cluster``, else the one cluster
-        every route of the client names (when proven), else all of them."""
-        target = self._target(cluster)
-        if target is not None:
-            return [target]
-        config = self._router.config
-        only = single_cluster(config, self._client)
-        factors = self._client.factors()
-        for rule in config.rules:  # single_cluster leaves out consumer-group rules
-            conditions = rule.statement.conditions
-            never = any(c.key.startswith("client.") and factors.get(c.key) != c.value for c in conditions)
-            moved = rule.statement.cluster != only or rule.statement.topic is not None
-            if rule.kind is RuleKind.CONSUMER_GROUP and moved and not never:
-                only = None
-        if only is not None:
-            return [only]
-        return list(config.clusters)
-
-    def _one_cluster(self, cluster: str | None, call: str) -> str:
-        clusters = self._cluster_wide(cluster)
-        if len(clusters) > 1:
-            raise ValueError(
-                f"RoutedAdminClient.{call}: pass cluster= (one of {', '.join(clusters)}): "
-                "the routes of this client name several clusters"
-            )
-        return clusters[0]
+    def __init__(self, clusters: AdminClusters) -> None:
+        self._clusters = clusters
 
     # ------------------------------------------------------------------ metadata
 
     def list_topics(
-        self, topic: str | None = None, timeout: float = -1, *, cluster: str | None = None
+        self, /, topic: str | None = None, timeout: float = -1, *, cluster: str | None = None
     ) -> Any:
         """Cluster metadata, as ``AdminClient.list_topics``.
 
         With ``topic``: from the cluster of its route, the topic listed under the
-        name given. Without: the metadata of the cluster(s) of :meth:`_cluster_wide`;
+        name given. Without: the metadata of the cluster(s) of the clusters of a cluster-wide call;
         from several clusters, one ``ClusterMetadata`` (``brokers``, ``cluster_id``,
         ``controller_id`` of the first) listing each topic under its logical name from
         the cluster its producer route names (a topic no route names on a cluster,
@@ -103,28 +66,28 @@ class ClusterCalls:
             NoRouteError: ``topic`` has no route.
             KafkaException: a cluster did not answer within ``timeout`` seconds.
         """
-        self._check_open(self._handle_closed_message)
+        self._clusters.check_open(HANDLE_CLOSED)
         if topic is not None:
-            target = self._target(cluster)
+            target = self._clusters.target(cluster)
             if target is not None:
-                md = self._admin(target).list_topics(topic, timeout)
+                md = self._clusters.admin(target).list_topics(topic, timeout)
                 _tagged(list(md.topics.values()), target)
                 return md
-            route = self._names().route(topic)
-            md = self._admin(route.cluster_id).list_topics(route.topic, timeout)
+            route = self._clusters.names().route(topic)
+            md = self._clusters.admin(route.cluster_id).list_topics(route.topic, timeout)
             _tagged(list(md.topics.values()), route.cluster_id)
             return rename_metadata(md, route, topic)
-        clusters = self._cluster_wide(cluster)
+        clusters = self._clusters.cluster_wide(cluster)
         deadline = Deadline(timeout)
         if len(clusters) == 1:
-            md = self._admin(clusters[0]).list_topics(None, deadline.as_arg())
+            md = self._clusters.admin(clusters[0]).list_topics(None, deadline.as_arg())
             _tagged(list(md.topics.values()), clusters[0])
             return md
-        names = self._names()
+        names = self._clusters.names()
         merged = None
         topics: dict[str, Any] = {}
         for cluster_id in clusters:
-            md = self._admin(cluster_id).list_topics(None, deadline.as_arg())
+            md = self._clusters.admin(cluster_id).list_topics(None, deadline.as_arg())
             merged = merged or md
             for physical, tmd in md.topics.items():
                 logical = names.logical(cluster_id, physical)
@@ -136,36 +99,36 @@ class ClusterCalls:
         return merged
 
     def list_groups(
-        self, group: str | None = None, timeout: float = -1, *, cluster: str | None = None
+        self, /, group: str | None = None, timeout: float = -1, *, cluster: str | None = None
     ) -> list[Any]:
         """Deprecated in confluent-kafka (2.0.2, warns the same): ``GroupMetadata`` of
-        the cluster(s) of :meth:`_cluster_wide` (``group`` given: the clusters its
+        the cluster(s) of the clusters of a cluster-wide call (``group`` given: the clusters its
         routes name), concatenated, each tagged with a ``cluster`` attribute.
 
         Raises:
             KafkaException: a cluster failed or did not answer within ``timeout`` seconds.
         """
-        self._check_open(self._handle_closed_message)
+        self._clusters.check_open(HANDLE_CLOSED)
         warnings.warn(
             "list_groups() is deprecated, use list_consumer_groups() and describe_consumer_groups() instead.",
             category=DeprecationWarning,
             stacklevel=2,
         )
         if group is not None and cluster is None:
-            clusters = self._names().group_clusters(group)
+            clusters = self._clusters.names().group_clusters(group)
         else:
-            clusters = self._cluster_wide(cluster)
+            clusters = self._clusters.cluster_wide(cluster)
         deadline = Deadline(timeout)
         out: list[Any] = []
         for cluster_id in clusters:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                groups = self._admin(cluster_id).list_groups(group, deadline.as_arg())
+                groups = self._clusters.admin(cluster_id).list_groups(group, deadline.as_arg())
             out += _tagged(list(groups), cluster_id)
         return out
 
-    def list_consumer_groups(self, *, cluster: str | None = None, **kwargs: Any) -> Future[Any]:
-        """Consumer groups of the cluster(s) of :meth:`_cluster_wide`, as
+    def list_consumer_groups(self, /, *, cluster: str | None = None, **kwargs: Any) -> Future[Any]:
+        """Consumer groups of the cluster(s) of the clusters of a cluster-wide call, as
         ``AdminClient.list_consumer_groups`` (``states``, ``types``, ``request_timeout``).
 
         Returns:
@@ -173,8 +136,8 @@ class ClusterCalls:
             of every cluster concatenated, each ``ConsumerGroupListing`` tagged with
             a ``cluster`` attribute; or the first failed cluster's exception.
         """
-        clusters = self._cluster_wide(cluster)
-        answers = [self._admin(c).list_consumer_groups(**dict(kwargs)) for c in clusters]
+        clusters = self._clusters.cluster_wide(cluster)
+        answers = [self._clusters.admin(c).list_consumer_groups(**dict(kwargs)) for c in clusters]
 
         def merge(results: list[Any]) -> ListConsumerGroupsResult:
             valid: list[Any] = []
@@ -186,53 +149,53 @@ class ClusterCalls:
 
         return gather(answers, merge)
 
-    def describe_cluster(self, *, cluster: str | None = None, **kwargs: Any) -> Future[Any]:
+    def describe_cluster(self, /, *, cluster: str | None = None, **kwargs: Any) -> Future[Any]:
         """``AdminClient.describe_cluster`` of ``cluster`` (or of the one cluster every
         route names): a future of ``DescribeClusterResult``. With several clusters:
         a future of ``{cluster_id: DescribeClusterResult}``."""
-        clusters = self._cluster_wide(cluster)
+        clusters = self._clusters.cluster_wide(cluster)
         if len(clusters) == 1:
-            return self._admin(clusters[0]).describe_cluster(**kwargs)
-        answers = [self._admin(c).describe_cluster(**kwargs) for c in clusters]
+            return self._clusters.admin(clusters[0]).describe_cluster(**kwargs)
+        answers = [self._clusters.admin(c).describe_cluster(**kwargs) for c in clusters]
         return gather(answers, lambda results: dict(zip(clusters, results, strict=True)))
 
-    def cluster_id(self, timeout: float = -1, *, cluster: str | None = None) -> Any:
+    def cluster_id(self, /, timeout: float = -1, *, cluster: str | None = None) -> Any:
         """``AdminClient.cluster_id`` of ``cluster`` (or of the one cluster every route
         names): a str. With several clusters: ``{kbear cluster id: cluster id}``."""
-        self._check_open(self._handle_closed_message)
-        clusters = self._cluster_wide(cluster)
+        self._clusters.check_open(HANDLE_CLOSED)
+        clusters = self._clusters.cluster_wide(cluster)
         deadline = Deadline(timeout)
-        ids = {c: self._admin(c).cluster_id(deadline.as_arg()) for c in clusters}
+        ids = {c: self._clusters.admin(c).cluster_id(deadline.as_arg()) for c in clusters}
         return ids[clusters[0]] if len(clusters) == 1 else ids
 
     # ------------------------------------------------------------------ ACLs, SCRAM, elections
 
     def _on_each(self, cluster: str | None, call: Any) -> tuple[list[str], list[Any]]:
-        clusters = self._cluster_wide(cluster)
-        return clusters, [call(self._admin(c)) for c in clusters]
+        clusters = self._clusters.cluster_wide(cluster)
+        return clusters, [call(self._clusters.admin(c)) for c in clusters]
 
     def create_acls(
-        self, acls: list[Any], *, cluster: str | None = None, **kwargs: Any
+        self, /, acls: list[Any], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[Any, Future[Any]]:
-        """``AdminClient.create_acls`` on the cluster(s) of :meth:`_cluster_wide`: a
+        """``AdminClient.create_acls`` on the cluster(s) of the clusters of a cluster-wide call: a
         binding's future succeeds (None) when every cluster created it, else raises
         the first cluster's ``KafkaException``."""
         _clusters, answers = self._on_each(cluster, lambda a: a.create_acls(acls, **kwargs))
         return {acl: gather([answer[acl] for answer in answers], lambda _r: None) for acl in answers[0]}
 
     def describe_acls(
-        self, acl_binding_filter: Any, *, cluster: str | None = None, **kwargs: Any
+        self, /, acl_binding_filter: Any, *, cluster: str | None = None, **kwargs: Any
     ) -> Future[Any]:
-        """``AdminClient.describe_acls`` on the cluster(s) of :meth:`_cluster_wide`: a
+        """``AdminClient.describe_acls`` on the cluster(s) of the clusters of a cluster-wide call: a
         future of every cluster's ``AclBinding`` list, concatenated, each tagged with
         a ``cluster`` attribute."""
         clusters, answers = self._on_each(cluster, lambda a: a.describe_acls(acl_binding_filter, **kwargs))
         return gather(answers, lambda results: _concat_tagged(clusters, results))
 
     def delete_acls(
-        self, acl_binding_filters: list[Any], *, cluster: str | None = None, **kwargs: Any
+        self, /, acl_binding_filters: list[Any], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[Any, Future[Any]]:
-        """``AdminClient.delete_acls`` on the cluster(s) of :meth:`_cluster_wide`: per
+        """``AdminClient.delete_acls`` on the cluster(s) of the clusters of a cluster-wide call: per
         filter, a future of the deleted bindings of every cluster, tagged with ``cluster``."""
         clusters, answers = self._on_each(cluster, lambda a: a.delete_acls(acl_binding_filters, **kwargs))
         return {
@@ -241,7 +204,7 @@ class ClusterCalls:
         }
 
     def describe_user_scram_credentials(
-        self, users: list[str] | None = None, *, cluster: str | None = None, **kwargs: Any
+        self, /, users: list[str] | None = None, *, cluster: str | None = None, **kwargs: Any
     ) -> Any:
         """``AdminClient.describe_user_scram_credentials`` of one cluster (SCRAM users
         are per cluster).
@@ -249,22 +212,23 @@ class ClusterCalls:
         Raises:
             ValueError: no ``cluster=`` and the routes of the client name several clusters.
         """
-        target = self._one_cluster(cluster, "describe_user_scram_credentials")
-        return self._admin(target).describe_user_scram_credentials(users, **kwargs)
+        target = self._clusters.one_cluster(cluster, "describe_user_scram_credentials")
+        return self._clusters.admin(target).describe_user_scram_credentials(users, **kwargs)
 
     def alter_user_scram_credentials(
-        self, alterations: list[Any], *, cluster: str | None = None, **kwargs: Any
+        self, /, alterations: list[Any], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """``AdminClient.alter_user_scram_credentials`` on one cluster.
 
         Raises:
             ValueError: no ``cluster=`` and the routes of the client name several clusters.
         """
-        target = self._one_cluster(cluster, "alter_user_scram_credentials")
-        return self._admin(target).alter_user_scram_credentials(alterations, **kwargs)
+        target = self._clusters.one_cluster(cluster, "alter_user_scram_credentials")
+        return self._clusters.admin(target).alter_user_scram_credentials(alterations, **kwargs)
 
     def elect_leaders(
         self,
+        /,
         election_type: Any,
         partitions: list[TopicPartition] | None = None,
         *,
@@ -282,9 +246,9 @@ class ClusterCalls:
         """
         check_elect_leaders(election_type, partitions)
         if partitions is None or cluster is not None:
-            target = self._one_cluster(cluster, "elect_leaders")
-            return self._admin(target).elect_leaders(election_type, partitions, **kwargs)
-        routes = self._names().routes(tp.topic for tp in partitions)
+            target = self._clusters.one_cluster(cluster, "elect_leaders")
+            return self._clusters.admin(target).elect_leaders(election_type, partitions, **kwargs)
+        routes = self._clusters.names().routes(tp.topic for tp in partitions)
         per_cluster: dict[str, list[TopicPartition]] = {}
         for tp in partitions:
             per_cluster.setdefault(routes[tp.topic].cluster_id, []).append(tp)
@@ -293,7 +257,7 @@ class ClusterCalls:
         for cluster_id, tps in per_cluster.items():
             to_physical = {t: r.topic for t, r in routes.items() if r.cluster_id == cluster_id}
             physical = rename_partitions(tps, to_physical)
-            answers.append(self._admin(cluster_id).elect_leaders(election_type, physical, **kwargs))
+            answers.append(self._clusters.admin(cluster_id).elect_leaders(election_type, physical, **kwargs))
 
         def merge(results: list[Any]) -> dict[TopicPartition, Any]:
             out: dict[TopicPartition, Any] = {}

@@ -1,30 +1,24 @@
-"""RoutedAdminClient: construction, one confluent-kafka AdminClient per cluster,
-the cluster a name or a ``cluster=`` argument addresses, poll and close (the
-calls themselves: ``_topics``, ``_groups``, ``_cluster_calls``)."""
+"""RoutedAdminClient: the facade that builds the admin client's parts and hands each
+what it needs: :class:`~kbear.admin._clusters.AdminClusters` (one AdminClient per
+cluster, from the client registry; how a call picks its clusters), shared by the
+topic calls (``_topics``), the group calls (``_groups``) and the cluster-wide calls
+(``_cluster_calls``); each public call is delegated to its part
+(:func:`kbear._delegate.delegate`: same signature and docstring)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument
-from kbear._clients import (
-    ClientRegistry,
-    ClusterEntry,
-    cluster_target,
-    open_router,
-    poll_clients,
-    split_config,
-)
+from kbear._clients import open_router, poll_clients, split_config
+from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear.admin._cluster_calls import ClusterCalls
+from kbear.admin._clusters import CLOSED, HANDLE_CLOSED, AdminClusters
 from kbear.admin._groups import GroupCalls
-from kbear.admin._names import Names
 from kbear.admin._topics import TopicCalls
 from kbear.router import Router
 
@@ -33,7 +27,7 @@ __all__ = ["RoutedAdminClient"]
 log = logging.getLogger("kbear.admin")
 
 
-class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
+class RoutedAdminClient(RoutedClientBase):
     """A ``confluent_kafka.admin.AdminClient`` whose calls go to the clusters the
     routes name.
 
@@ -69,10 +63,7 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
     an unroutable name raises :class:`~kbear.NoRouteError` before anything is sent.
     """
 
-    _closed_message = "AdminClient has been closed"
-    #: confluent-kafka's words for its C methods (list_topics, list_groups,
-    #: cluster_id, set_sasl_credentials) on a closed client
-    _handle_closed_message = "Handle has been closed"
+    _closed_message = CLOSED
 
     def __init__(
         self,
@@ -89,54 +80,47 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         self._native = native
         self._router, self._owns_router = open_router(router, self._settings, "RoutedAdminClient")
         self._client = self._settings.client
-        self._lock = threading.Lock()
-        # one AdminClient per cluster; clients whose cluster's properties changed stay
-        # referenced (retired) until close() so their pending futures complete
-        self._admins: ClientRegistry[ClusterEntry] = ClientRegistry(
-            "admin", native, lambda cid, props, client, _: ClusterEntry(cid, props, client), observed=False
-        )
         self._closed = False
+        self._clusters = clusters = AdminClusters(self._router, self._client, native)
+        self._topics = TopicCalls(clusters)
+        self._groups = GroupCalls(clusters)
+        self._cluster_calls = ClusterCalls(clusters)
         self._listen(self._owns_router)
         # As a confluent-kafka AdminClient has its client (callbacks, logger, error_cb on
         # connection errors) from construction: when every route names one cluster.
-        only = self._cluster_wide(None)
+        only = clusters.cluster_wide(None)
         if len(only) == 1:
-            self._admin(only[0])
+            clusters.admin(only[0])
 
-    # ------------------------------------------------------------------ clusters
+    # ------------------------------------------------------------------ the calls, by part
 
-    def _admin(self, cluster_id: str) -> AdminClient:
-        """The AdminClient of ``cluster_id`` (built on first use, rebuilt when the
-        cluster's properties changed in clusters.yaml)."""
-        target = cluster_target(cluster_id, self._router.config.clusters[cluster_id])
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(self._closed_message)
-            admin: AdminClient = self._admins.client(target).client
-            return admin
+    create_topics = delegate("_topics", TopicCalls.create_topics)
+    delete_topics = delegate("_topics", TopicCalls.delete_topics)
+    create_partitions = delegate("_topics", TopicCalls.create_partitions)
+    describe_topics = delegate("_topics", TopicCalls.describe_topics)
+    describe_configs = delegate("_topics", TopicCalls.describe_configs)
+    incremental_alter_configs = delegate("_topics", TopicCalls.incremental_alter_configs)
+    alter_configs = delegate("_topics", TopicCalls.alter_configs)
+    list_offsets = delegate("_topics", TopicCalls.list_offsets)
+    delete_records = delegate("_topics", TopicCalls.delete_records)
+    list_consumer_group_offsets = delegate("_groups", GroupCalls.list_consumer_group_offsets)
+    alter_consumer_group_offsets = delegate("_groups", GroupCalls.alter_consumer_group_offsets)
+    describe_consumer_groups = delegate("_groups", GroupCalls.describe_consumer_groups)
+    delete_consumer_groups = delegate("_groups", GroupCalls.delete_consumer_groups)
+    list_topics = delegate("_cluster_calls", ClusterCalls.list_topics)
+    list_groups = delegate("_cluster_calls", ClusterCalls.list_groups)
+    list_consumer_groups = delegate("_cluster_calls", ClusterCalls.list_consumer_groups)
+    describe_cluster = delegate("_cluster_calls", ClusterCalls.describe_cluster)
+    cluster_id = delegate("_cluster_calls", ClusterCalls.cluster_id)
+    create_acls = delegate("_cluster_calls", ClusterCalls.create_acls)
+    describe_acls = delegate("_cluster_calls", ClusterCalls.describe_acls)
+    delete_acls = delegate("_cluster_calls", ClusterCalls.delete_acls)
+    describe_user_scram_credentials = delegate("_cluster_calls", ClusterCalls.describe_user_scram_credentials)
+    alter_user_scram_credentials = delegate("_cluster_calls", ClusterCalls.alter_user_scram_credentials)
+    elect_leaders = delegate("_cluster_calls", ClusterCalls.elect_leaders)
 
     def _native_clients(self) -> list[Any]:
-        with self._lock:
-            return [entry.client for entry in self._admins.all()]
-
-    def _check_open(self, message: str | None = None) -> None:
-        """Raises RuntimeError (confluent-kafka's words) once closed."""
-        if self._closed:
-            raise RuntimeError(message or self._closed_message)
-
-    def _names(self, group: str | None = None) -> Names:
-        self._check_open()
-        return Names(self._router, self._client, group)
-
-    def _target(self, cluster: str | None) -> str | None:
-        """``cluster`` checked against clusters.yaml, or None (route each name)."""
-        self._check_open()
-        if cluster is None:
-            return None
-        known = self._router.config.clusters
-        if cluster not in known:
-            raise ValueError(f"RoutedAdminClient: unknown cluster {cluster!r} (known: {', '.join(known)})")
-        return cluster
+        return self._clusters.clients()
 
     @property
     def clusters(self) -> list[str]:
@@ -157,8 +141,8 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
             client there is nothing to serve: it waits ``timeout`` (at most 1 s
             when infinite) and returns 0, so a polling loop does not spin.
         """
-        self._check_open()
-        clients = self._native_clients()
+        self._clusters.check_open()
+        clients = self._clusters.clients()
         if not clients:
             time.sleep(1.0 if timeout is None or timeout < 0 else timeout)
             return 0
@@ -167,7 +151,7 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
     def __len__(self) -> int:
         """Requests and callbacks waiting in every cluster's client (0 once closed, or
         for an instance whose ``__init__`` never ran, as confluent-kafka)."""
-        if not self._initialized or self._closed:
+        if not self._initialized or self._clusters.closed:
             return 0
         return sum(len(client) for client in self._native_clients())
 
@@ -179,7 +163,7 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
             TypeError: ``username`` or ``password`` is not a str.
             RuntimeError: the client is closed ("Handle has been closed").
         """
-        self._check_open(self._handle_closed_message)
+        self._clusters.check_open(HANDLE_CLOSED)
         super().set_sasl_credentials(username, password)
 
     def close(self) -> None:
@@ -189,11 +173,9 @@ class RoutedAdminClient(TopicCalls, GroupCalls, ClusterCalls, RoutedClientBase):
         call raises RuntimeError with confluent-kafka's words. Futures still pending
         when the clients are dropped fail with ``_DESTROY``, as when a confluent-kafka
         AdminClient is collected."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._admins.clear()
+        if not self._clusters.close():
+            return
+        self._closed = True
         self._stop_listening()
         if self._owns_router:
             self._router.close()

@@ -21,8 +21,8 @@ from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, Ka
 from confluent_kafka.admin import AdminClient
 
 from kbear.admin._checks import check_group_offsets
+from kbear.admin._clusters import AdminClusters
 from kbear.admin._futures import gather, settled
-from kbear.admin._names import Names
 from kbear.admin._split import rename_partitions
 
 
@@ -40,9 +40,8 @@ def _deciding(decide: Decide, group: str, clusters: list[str]) -> Callable[[Sequ
 class GroupCalls:
     """list/alter group offsets, describe and delete groups."""
 
-    _names: Callable[..., Names]
-    _admin: Callable[[str], AdminClient]
-    _target: Callable[[str | None], str | None]
+    def __init__(self, clusters: AdminClusters) -> None:
+        self._clusters = clusters
 
     def _offsets_call(
         self,
@@ -51,13 +50,13 @@ class GroupCalls:
         send: Callable[[AdminClient, ConsumerGroupTopicPartitions], dict[str, Future[Any]]],
     ) -> dict[str, Future[Any]]:
         group = request.group_id
-        target = self._target(cluster)
+        target = self._clusters.target(cluster)
         if target is not None:
-            return send(self._admin(target), request)
-        names = self._names(group)
+            return send(self._clusters.admin(target), request)
+        names = self._clusters.names(group)
         if request.topic_partitions is None:  # the whole group: every cluster, kept where routed
             clusters = names.clusters()
-            answers = [send(self._admin(c), request)[group] for c in clusters]
+            answers = [send(self._clusters.admin(c), request)[group] for c in clusters]
 
             def merge(results: list[Any]) -> ConsumerGroupTopicPartitions:
                 merged = []
@@ -82,7 +81,8 @@ class GroupCalls:
         for cluster_id in order:
             to_physical = {t: r.topic for t, r in routes.items() if r.cluster_id == cluster_id}
             tps = rename_partitions(per_cluster[cluster_id], to_physical)
-            answers.append(send(self._admin(cluster_id), ConsumerGroupTopicPartitions(group, tps))[group])
+            request = ConsumerGroupTopicPartitions(group, tps)
+            answers.append(send(self._clusters.admin(cluster_id), request)[group])
         to_logical = {r.topic: t for t, r in routes.items() if r.remapped}
 
         def join(results: list[Any]) -> ConsumerGroupTopicPartitions:
@@ -95,6 +95,7 @@ class GroupCalls:
 
     def list_consumer_group_offsets(
         self,
+        /,
         list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
         *,
         cluster: str | None = None,
@@ -126,6 +127,7 @@ class GroupCalls:
 
     def alter_consumer_group_offsets(
         self,
+        /,
         alter_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
         *,
         cluster: str | None = None,
@@ -157,16 +159,16 @@ class GroupCalls:
         send: Callable[[AdminClient, list[str]], dict[str, Future[Any]]],
         decide: Decide,
     ) -> dict[str, Future[Any]]:
-        target = self._target(cluster)
+        target = self._clusters.target(cluster)
         if target is not None:
-            return send(self._admin(target), group_ids)
-        names = self._names()
+            return send(self._clusters.admin(target), group_ids)
+        names = self._clusters.names()
         homes = {g: names.group_clusters(g) for g in group_ids}
         asked: dict[str, list[str]] = {}
         for group, clusters in homes.items():
             for cluster_id in clusters:
                 asked.setdefault(cluster_id, []).append(group)
-        answers = {c: send(self._admin(c), groups) for c, groups in asked.items()}
+        answers = {c: send(self._clusters.admin(c), groups) for c, groups in asked.items()}
         out: dict[str, Future[Any]] = {}
         for group, clusters in homes.items():
             futures = [answers[c][group] for c in clusters]
@@ -174,7 +176,7 @@ class GroupCalls:
         return out
 
     def describe_consumer_groups(
-        self, group_ids: list[str], *, cluster: str | None = None, **kwargs: Any
+        self, /, group_ids: list[str], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Describe groups, as ``AdminClient.describe_consumer_groups``.
 
@@ -201,7 +203,7 @@ class GroupCalls:
                 p for p in found if p[1].state not in (ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
             ]
             cluster_id, description = (live or found)[0]
-            names = self._names(group)
+            names = self._clusters.names(group)
             for member in description.members or []:
                 for assignment in (member.assignment, getattr(member, "target_assignment", None)):
                     if assignment is None:
@@ -219,7 +221,7 @@ class GroupCalls:
         )
 
     def delete_consumer_groups(
-        self, group_ids: list[str], *, cluster: str | None = None, **kwargs: Any
+        self, /, group_ids: list[str], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Delete groups on every cluster their routes name (all clusters when the
         configuration knows no topic of the group), as ``AdminClient.delete_consumer_groups``.

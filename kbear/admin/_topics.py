@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, Ne
 from kbear._clients import renamed
 from kbear._route import Route
 from kbear.admin._checks import check_delete_records, check_list_offsets, offset_spec_value
-from kbear.admin._names import Names
+from kbear.admin._clusters import AdminClusters
 from kbear.admin._split import Send, Share, fan_out
 
 
@@ -68,10 +68,8 @@ def _check_list(value: Any, what: str) -> None:
 class TopicCalls:
     """create/delete topics, partitions, describe topics, configs, offsets, records."""
 
-    _names: Callable[..., Names]
-    _admin: Callable[[str], AdminClient]
-    _target: Callable[[str | None], str | None]
-    _cluster_wide: Callable[[str | None], list[str]]
+    def __init__(self, clusters: AdminClusters) -> None:
+        self._clusters = clusters
 
     def _shares(
         self,
@@ -84,10 +82,10 @@ class TopicCalls:
     ) -> dict[Any, Share]:
         """A :class:`Share` per key of ``items`` (key -> item): the item's topic
         routed (or ``cluster``), the item copied under the physical name when remapped."""
-        target = self._target(cluster)
+        target = self._clusters.target(cluster)
         routes: dict[str, Route] = {}
         if target is None:
-            routes = self._names().routes(topic_of(item) for item in items.values())
+            routes = self._clusters.names().routes(topic_of(item) for item in items.values())
         shares: dict[Any, Share] = {}
         for key, item in items.items():
             topic = topic_of(item)
@@ -105,11 +103,11 @@ class TopicCalls:
         """:func:`fan_out`; an empty request goes to one cluster's client as it is
         (confluent-kafka checks its keyword arguments and answers ``{}``)."""
         if not shares:
-            return dict(send(self._admin(self._cluster_wide(cluster)[0]), []))
-        return fan_out(shares, self._admin, send)
+            return dict(send(self._clusters.admin(self._clusters.cluster_wide(cluster)[0]), []))
+        return fan_out(shares, self._clusters.admin, send)
 
     def create_topics(
-        self, new_topics: list[NewTopic], *, cluster: str | None = None, **kwargs: Any
+        self, /, new_topics: list[NewTopic], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Create topics, each on the cluster of its route (``AdminClient.create_topics``).
 
@@ -138,10 +136,10 @@ class TopicCalls:
             lambda _s, t: t,
             cluster,
         )
-        return fan_out(shares, self._admin, lambda a, items: a.create_topics(items, **kwargs))
+        return fan_out(shares, self._clusters.admin, lambda a, items: a.create_topics(items, **kwargs))
 
     def delete_topics(
-        self, topics: list[str], *, cluster: str | None = None, **kwargs: Any
+        self, /, topics: list[str], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Delete topics on the clusters of their routes (physical names), as
         ``AdminClient.delete_topics``; futures keyed by the names given, results None.
@@ -153,10 +151,10 @@ class TopicCalls:
         shares = self._shares(
             {t: t for t in topics}, lambda t: str(t), lambda _t, p: p, lambda _t, p: p, cluster
         )
-        return fan_out(shares, self._admin, lambda a, items: a.delete_topics(items, **kwargs))
+        return fan_out(shares, self._clusters.admin, lambda a, items: a.delete_topics(items, **kwargs))
 
     def create_partitions(
-        self, new_partitions: list[NewPartitions], *, cluster: str | None = None, **kwargs: Any
+        self, /, new_partitions: list[NewPartitions], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Add partitions to topics on the clusters of their routes, as
         ``AdminClient.create_partitions``; futures keyed by the names given, results None.
@@ -173,10 +171,10 @@ class TopicCalls:
             lambda _s, t: t,
             cluster,
         )
-        return fan_out(shares, self._admin, lambda a, items: a.create_partitions(items, **kwargs))
+        return fan_out(shares, self._clusters.admin, lambda a, items: a.create_partitions(items, **kwargs))
 
     def describe_topics(
-        self, topics: TopicCollection, *, cluster: str | None = None, **kwargs: Any
+        self, /, topics: TopicCollection, *, cluster: str | None = None, **kwargs: Any
     ) -> dict[str, Future[Any]]:
         """Describe topics on the clusters of their routes, as ``AdminClient.describe_topics``.
 
@@ -213,10 +211,10 @@ class TopicCalls:
         for resource in resources:
             if not isinstance(resource, ConfigResource):
                 raise ValueError(f"Expected list of {ConfigResource!r}")
-        target = self._target(cluster)
+        target = self._clusters.target(cluster)
         topics = {r: r for r in resources if r.restype == ResourceType.TOPIC}
         if target is None and len(topics) < len(resources):
-            clusters = self._cluster_wide(None)
+            clusters = self._clusters.cluster_wide(None)
             if len(clusters) > 1:
                 kinds = sorted({str(r.restype) for r in resources if r.restype != ResourceType.TOPIC})
                 raise ValueError(
@@ -229,7 +227,7 @@ class TopicCalls:
         return self._shares(topics, lambda r: str(r.name), _config_resource, _config_key, None)
 
     def describe_configs(
-        self, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
+        self, /, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[ConfigResource, Future[Any]]:
         """Describe configurations, as ``AdminClient.describe_configs``: a topic
         resource goes to the cluster of the topic's route (physical name); other
@@ -244,18 +242,19 @@ class TopicCalls:
             NoRouteError, TypeError, KafkaException: as :meth:`create_topics`.
         """
         shares = self._config_shares(resources, cluster)
-        return fan_out(shares, self._admin, lambda a, items: a.describe_configs(items, **kwargs))
+        return fan_out(shares, self._clusters.admin, lambda a, items: a.describe_configs(items, **kwargs))
 
     def incremental_alter_configs(
-        self, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
+        self, /, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[ConfigResource, Future[Any]]:
         """Alter configurations incrementally, routed as :meth:`describe_configs`
         (``AdminClient.incremental_alter_configs``); results None."""
         shares = self._config_shares(resources, cluster)
-        return fan_out(shares, self._admin, lambda a, items: a.incremental_alter_configs(items, **kwargs))
+        admin = self._clusters.admin
+        return fan_out(shares, admin, lambda a, items: a.incremental_alter_configs(items, **kwargs))
 
     def alter_configs(
-        self, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
+        self, /, resources: list[ConfigResource], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[ConfigResource, Future[Any]]:
         """Deprecated (as in confluent-kafka 2.2): replace configurations, routed as
         :meth:`describe_configs`; warns ``DeprecationWarning`` like confluent-kafka."""
@@ -271,10 +270,15 @@ class TopicCalls:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 return admin.alter_configs(items, **kwargs)
 
-        return fan_out(shares, self._admin, send)
+        return fan_out(shares, self._clusters.admin, send)
 
     def list_offsets(
-        self, topic_partition_offsets: dict[TopicPartition, Any], *, cluster: str | None = None, **kwargs: Any
+        self,
+        /,
+        topic_partition_offsets: dict[TopicPartition, Any],
+        *,
+        cluster: str | None = None,
+        **kwargs: Any,
     ) -> dict[TopicPartition, Future[Any]]:
         """Offsets by ``OffsetSpec`` (earliest, latest, max timestamp, timestamp),
         each partition asked on the cluster of its topic's route, as ``AdminClient.list_offsets``.
@@ -302,7 +306,7 @@ class TopicCalls:
         return self._fan_out(shares, cluster, lambda a, items: a.list_offsets(dict(items), **kwargs))
 
     def delete_records(
-        self, topic_partition_offsets: list[TopicPartition], *, cluster: str | None = None, **kwargs: Any
+        self, /, topic_partition_offsets: list[TopicPartition], *, cluster: str | None = None, **kwargs: Any
     ) -> dict[TopicPartition, Future[Any]]:
         """Delete records before the given offsets, each partition on the cluster
         of its topic's route, as ``AdminClient.delete_records``.
