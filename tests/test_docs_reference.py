@@ -113,3 +113,10 @@ def test_every_public_name_of_kbear_has_an_api_entry() -> None:
     documented = {entry.rsplit(".", 1)[-1] for entry in entries}
     missing = [name for name in kbear.__all__ if not name.startswith("_") and name not in documented]
     assert not missing, f"no ::: entry in docs/reference/api/ for {missing}"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "the README is a front door: the reference goes in docs/"
+    for command in ("bash scripts/demo.sh", "bash scripts/test.sh"):
+        assert f"\n{command}" in readme.split("\n## ", 1)[0], f"{command} at the top"
