@@ -76,3 +76,17 @@ def test_the_status_codes_table(client: TestClient, request_kwargs: dict[str, ob
     response = client.post("/route/producer", **request_kwargs)  # type: ignore[arg-type]
     assert response.status_code == status
     assert response.json()["status"]["ack"] == "fail"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("GET", "/route/producer", 405), ("GET", "/nope", 404)]
+)
+def test_unknown_paths_and_methods_in_the_table(
+    client: TestClient, method: str, path: str, status: int
+) -> None:
+    table = _section(PAGE.read_text(), "### HTTP status codes")
+    assert f"| {status} |" in table
+    response = client.request(method, path)
+    assert response.status_code == status
+    error = response.json()["status"]
+    assert error["ack"] == "fail" and error["error"]["code"] == "bad_request"
