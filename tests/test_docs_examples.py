@@ -77,4 +77,7 @@ def _failure(example: CodeExample, exc: BaseException) -> str:
             lines.append(tb.tb_lineno)
         tb = tb.tb_next
     where = f"{example.path}, line {lines[-1]}" if lines else str(example)
-    return f"the example at {where} raised {type(exc).__name__}: {exc}"
+    return (
+        f"the example at {where} raised {type(exc).__name__}: {exc}\n(examples run on their own in a "
+        "directory holding routing/, a copy of examples/demo-config: docs/contributing/docs.md)"
+    )
