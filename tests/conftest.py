@@ -3,6 +3,7 @@ and helpers to read back what reached each cluster with plain confluent-kafka cl
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import re
@@ -330,3 +331,53 @@ def dead_clusters(tmp_path: Path) -> Iterator[Router]:
     router = Router.from_path(write_config(tmp_path, {"A": NOWHERE, "B": "127.0.0.1:2"}, rules))
     yield router
     router.close()
+
+
+#: What makes a test more than a unit test (``pytest -m unit``, seconds in all): a
+#: fixture that starts a Kafka cluster, Spark or a server, directly or through
+#: another fixture ...
+_CLUSTER_FIXTURES = frozenset({"two_clusters", "dead_cluster", "dead_clusters", "spark", "spark_session"})
+#: ... or, in the test's source or in one of its fixtures', an embedded cluster, a
+#: child process, the demo, a server or a wait.
+_BEYOND_UNIT = ("EmbeddedCluster(", "subprocess", "sys.executable", "run_demo(", "serve(", "time.sleep(")
+_TESTS = Path(__file__).resolve().parent
+#: ... or a test that reads megabytes (measured at over a second each on its own).
+_LARGE = (
+    "test_config.py::test_one_megabyte_of_rules_loads",
+    "test_config.py::test_catalogue_of_bad_configuration[pyyaml-nesting too deep]",
+    "test_config.py::test_catalogue_of_bad_configuration[rapidyaml-nesting too deep]",
+    "test_fastyaml.py::test_a_large_configuration_loads_the_same_as_block_yaml_json_and_through_pyyaml",
+    "test_fastyaml.py::test_a_generated_block_style_file_is_read_by_rapidyaml_as_pyyaml_reads_it",
+    "test_fastyaml.py::test_a_duplicate_key_in_a_large_file_gets_pyyamls_error",
+    "test_input_errors.py::test_no_message_points_outside_the_repository",
+)
+
+
+def _beyond_unit(function: Any) -> bool:
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return True
+    return any(mark in source for mark in _BEYOND_UNIT)
+
+
+def _is_unit(item: pytest.Item) -> bool:
+    if _TESTS not in item.path.parents or not isinstance(item, pytest.Function):
+        return False
+    if set(item.fixturenames) & _CLUSTER_FIXTURES:
+        return False
+    if getattr(item.function, "is_hypothesis_test", False):  # property tests draw many examples
+        return False
+    if any(large in item.nodeid for large in _LARGE):
+        return False
+    defs = item._fixtureinfo.name2fixturedefs
+    functions = [item.function, *(d.func for name in item.fixturenames for d in defs.get(name, ()))]
+    return not any(_beyond_unit(f) for f in functions if _TESTS in Path(inspect.getfile(f)).resolve().parents)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``unit`` the tests of tests/ that need no cluster, no Spark, no server, no
+    child process and draw no property examples: ``pytest -m unit`` runs in seconds."""
+    for item in items:
+        if _is_unit(item):
+            item.add_marker(pytest.mark.unit)
