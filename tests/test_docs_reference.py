@@ -120,3 +120,10 @@ def test_the_readme_is_a_front_door() -> None:
     assert len(readme.splitlines()) <= 200, "the README is a front door: the reference goes in docs/"
     for command in ("bash scripts/demo.sh", "bash scripts/test.sh"):
         assert f"\n{command}" in readme.split("\n## ", 1)[0], f"{command} at the top"
+
+
+def test_module_map_lists_every_module() -> None:
+    package = Path(kbear.settings.__file__).resolve().parent
+    listed = {path for path, _text in docs_reference.module_rows()}
+    assert listed == {p.relative_to(package.parent).as_posix() for p in package.rglob("*.py")}
+    assert all(text.strip() for _path, text in docs_reference.module_rows())
