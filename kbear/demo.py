@@ -188,7 +188,7 @@ def run_demo(
     server = None
     try:
         if metrics_port is not None:
-            from kbear.metrics import _demo as metrics
+            from kbear import _demo_metrics as metrics  # the metrics extra, imported only when asked for
 
             server = metrics.start(metrics_port, out)
         for cluster in (east, west):

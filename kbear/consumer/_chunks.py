@@ -1,6 +1,6 @@
 """Chunking on the consumer: the parts of a chunked value joined into one message.
 
-Responsible for: collecting the chunks (headers of :mod:`kbear.producer._chunking`)
+Responsible for: collecting the chunks (headers of :mod:`kbear._chunk_headers`)
 of each chunked value until all are read, the joined message, and the bound on
 what is held: an incomplete chunked message older than ``kbear.chunking.expire.ms``
 or beyond ``kbear.chunking.max.pending`` (the oldest first) is dropped. Pure
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from kbear.producer._chunking import CHUNK_COUNT, CHUNK_INDEX, CHUNK_NOKEY, CHUNK_UUID
+from kbear._chunk_headers import CHUNK_COUNT, CHUNK_INDEX, CHUNK_NOKEY, CHUNK_UUID
 
 T = TypeVar("T")
 

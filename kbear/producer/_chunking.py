@@ -18,10 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-CHUNK_UUID = "kbear-chunk-uuid"
-CHUNK_INDEX = "kbear-chunk-index"
-CHUNK_COUNT = "kbear-chunk-count"
-CHUNK_NOKEY = "kbear-chunk-nokey"
+from kbear._chunk_headers import CHUNK_COUNT, CHUNK_INDEX, CHUNK_NOKEY, CHUNK_UUID
 
 #: librdkafka's default ``message.max.bytes`` (bytes)
 DEFAULT_MAX_BYTES = 1_000_000
