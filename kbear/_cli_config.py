@@ -82,6 +82,7 @@ def _everything(location: str) -> tuple[KBearConfig, str | None] | int:
     from kbear._meta_http import fetch_everything
 
     try:
+        check_location(location)
         got = fetch_everything(location)
     except ConfigError as exc:
         return print_config_error(exc, location)

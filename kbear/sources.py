@@ -31,6 +31,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlsplit
 
 from kbear._source import ConfigSource
 from kbear.config import (
@@ -153,12 +154,16 @@ def check_location(location: str | os.PathLike[str]) -> None:
 
     Raises:
         ConfigError: ``location`` starts with ``<scheme>://`` and the scheme is not
-            ``http`` or ``https``, or holds a NUL character (no path can).
+            ``http`` or ``https``, an ``http(s)://`` URL without a host or with a
+            port that is not a number, or a NUL character (no path holds one).
     """
     if "\x00" in str(location):
         raise ConfigError([ConfigProblem(repr(str(location)), None, "contains a NUL character")])
+    if is_url(location):
+        _check_url(str(location))
+        return
     match = _SCHEME.match(location) if isinstance(location, str) else None
-    if match is not None and not is_url(location):
+    if match is not None:
         raise ConfigError(
             [
                 ConfigProblem(
@@ -168,6 +173,16 @@ def check_location(location: str | os.PathLike[str]) -> None:
                 )
             ]
         )
+
+
+def _check_url(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise ConfigError([ConfigProblem(url, None, f"not a valid URL: {exc}")]) from None
+    if not parts.hostname:
+        raise ConfigError([ConfigProblem(url, None, "not a valid URL: no host")])
 
 
 def open_source(

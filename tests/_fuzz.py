@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 #: multiplies every fuzz test's example count (``KBEAR_FUZZ_SCALE``, default 1)
@@ -21,10 +21,12 @@ SCALE = max(1, int(os.environ.get("KBEAR_FUZZ_SCALE", "1") or "1"))
 
 
 def examples(n: int) -> Any:
-    """hypothesis settings for ``n`` examples (times :data:`SCALE`), no deadline."""
+    """hypothesis settings for ``n`` examples (times :data:`SCALE`), no deadline, no
+    "explain" phase (it traces every line of a failing example: minutes under kbear)."""
     return settings(
         max_examples=n * SCALE,
         deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
 

@@ -74,6 +74,16 @@ def test_router_from_a_url_of_another_scheme_names_it() -> None:
         Router.from_source("ftp://x")
 
 
+@pytest.mark.parametrize(
+    ("url", "why"), [("http://[::1", "Invalid IPv6 URL"), ("http://", "no host"), ("https://h:x", "Port")]
+)
+def test_a_malformed_url_is_a_config_error(url: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the CLI fuzz test: httpx's InvalidURL escaped as a traceback."""
+    assert main(["route", "--config", url, "--topic", "orders"]) == EXIT_CONFIG_ERROR
+    err = capsys.readouterr().err
+    assert "not a valid URL" in err and why in err and "Traceback" not in err
+
+
 def test_config_with_a_nul_character_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--config", "a\x00b"]) == EXIT_CONFIG_ERROR
     assert "NUL character" in capsys.readouterr().err
