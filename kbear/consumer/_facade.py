@@ -1,58 +1,75 @@
-"""RoutedConsumer: the facade, which builds its parts and hands each what it needs.
+"""RoutedConsumer: the facade over the parts of a routed consumer.
 
-The parts, each given its collaborators explicitly (never the facade):
-``_polling.PollLoop`` (poll, consume), ``_subscribing.SubscriptionCalls``
-(subscribe, unsubscribe, route changes, the work between calls),
-``_partitions.PartitionCalls`` (commit, seek, assign...),
-``_assigned.AssignedMoves`` (a manual assignment following route changes),
-``_placing.Placement`` (routes, cluster clients, splitting partitions by
-cluster), ``_clusterwide.ClusterCalls`` (member ids, group metadata, cluster
-id), ``_ackcalls.AckCalls`` and the acknowledgement layer; they share the
-consumer's :class:`~kbear.consumer._subscription.ReadState`, registry, rebalance
-state, switch driver and move guard. The facade's methods of the same names
-delegate to them (:func:`kbear._delegate.delegate`: same signatures and
-docstrings); this module holds the construction, the fast-path binding, the
-cluster-wide calls and ``close``.
+:func:`~kbear.consumer._assembly.assemble` builds the parts and hands each its
+collaborators explicitly (never the facade): ``_polling.PollLoop`` (poll,
+consume), ``_subscribing.SubscriptionCalls`` (subscribe, unsubscribe, route
+changes, the work between calls), ``_partitions.PartitionCalls`` (commit,
+seek, assign...), ``_assigned.AssignedMoves`` (a manual assignment following
+route changes), ``_placing.Placement`` (routes, cluster clients, splitting
+partitions by cluster), ``_binding.PollBinding`` (the fast paths) and the
+acknowledgement layer; they share the consumer's
+:class:`~kbear.consumer._subscription.ReadState`, registry, rebalance state,
+switch driver and move guard. The facade's methods of the same names delegate
+to them and to ``_clusterwide.ClusterCalls`` and ``_ackcalls.AckCalls``
+(:func:`kbear._delegate.delegate`: same signatures and docstrings); this module
+holds the construction, what every routed client has (router, client,
+route-change listeners, credentials, the metrics snapshot), ``list_topics``
+and ``close``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument, rename_metadata
+from kbear import _events
+from kbear._base import (
+    NO_CONFIG,
+    ReloadSubscription,
+    RouteChangeCallback,
+    Uninitialized,
+    check_config_argument,
+    client_snapshot,
+    notify_route_change,
+    rename_metadata,
+    set_credentials,
+)
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
-from kbear._switch import StartPlan, SwitchEngine
 from kbear.config import KBearConfig
 from kbear.consumer._ackcalls import AckCalls, check_ack_settings, with_retry_topics
-from kbear.consumer._assigned import AssignedMoves
+from kbear.consumer._assembly import assemble
 from kbear.consumer._closing import close_consumer
-from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._clusterwide import ClusterCalls
-from kbear.consumer._guard import MoveGuard
-from kbear.consumer._individual import AckLayer, open_acks
-from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
-from kbear.consumer._placing import Placement
 from kbear.consumer._polling import PollLoop
-from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
-from kbear.consumer._subscription import ReadState, SubscriptionKind
-from kbear.consumer._turns import turn_taking
 from kbear.router import Router
-from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.consumer")
 
+#: confluent-kafka's RuntimeError message of a call on a closed consumer
+_CLOSED = "Consumer closed"
+#: the parts a call goes to: in an instance whose __init__ never ran, each refuses
+_PARTS = (
+    "_loop",
+    "_subscriber",
+    "_partitions",
+    "_ack_calls",
+    "_cluster_calls",
+    "_sub",
+    "_rebalancer",
+    "_router",
+    "_client",
+    "_route_listeners",
+)
 
-class RoutedConsumer(RoutedClientBase):
+
+class RoutedConsumer:
     """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -114,9 +131,18 @@ class RoutedConsumer(RoutedClientBase):
     from another thread ends a waiting ``poll`` within its current slice.
     """
 
-    _fast_paths: tuple[str, ...] = ("poll", "consume")
-    _closed_message = "Consumer closed"
     _kind = "consumer"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RoutedConsumer:
+        self = super().__new__(cls)
+        # What an instance whose __init__ never ran (a subclass not calling it) has:
+        # every call refuses as a closed confluent-kafka Consumer.
+        self._initialized = False
+        self._closed = True
+        refusing: Any = Uninitialized(_CLOSED)
+        for part in _PARTS:
+            setattr(self, part, refusing)
+        return self
 
     def __init__(
         self,
@@ -127,7 +153,8 @@ class RoutedConsumer(RoutedClientBase):
         **kwargs: Any,
     ) -> None:
         config = check_config_argument(config, kwargs, router)
-        RoutedClientBase.__init__(self)
+        _events.emit(_events.ClientOpened(self))
+        self._route_listeners: list[RouteChangeCallback] = []
         native, self._settings = split_config(config, kwargs, client, "RoutedConsumer")
         group = native.get("group.id")
         if not group:
@@ -139,7 +166,6 @@ class RoutedConsumer(RoutedClientBase):
         self._group = str(group)
         individual = check_ack_settings(self._settings, native)
         self._native = native
-        self._log = log
         # Checked before the router (and its watcher thread) exists: nothing to clean up.
         try:
             refresh_ms = int(native.get("topic.metadata.refresh.interval.ms", 300_000))
@@ -152,11 +178,9 @@ class RoutedConsumer(RoutedClientBase):
         self._router, self._owns_router = open_router(router, s, "RoutedConsumer")
         self._client = s.client
         self._closed = False
-        self._acks: AckLayer | None = None
-        self._build(native, refresh_ms / 1000.0)
-        if individual:
-            self._open_acks(native)
-        self._listen(self._owns_router)
+        self._initialized = True
+        self._build(native, refresh_ms / 1000.0, individual)
+        self._reloads = ReloadSubscription(self, self._router, self._on_config_change, self._owns_router)
         try:
             self._open_home_cluster()
         except BaseException:
@@ -164,116 +188,40 @@ class RoutedConsumer(RoutedClientBase):
                 self.close()
             raise
 
-    def _build(self, native: dict[str, Any], refresh_s: float) -> None:
-        """Build the parts and hand each its collaborators."""
-        s = self._settings
-        self._lock = threading.RLock()
-        self._state = state = ReadState()
-        self._sub = state.sub
-        self._registry = registry = ClusterRegistry(native)
-        self._rebalancer = rebalancer = Rebalancer(self, native)  # hands this consumer to the callbacks
-        session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
-        self._guard = guard = MoveGuard(
-            registry,
-            enabled=rebalancer.commit_on_revoke,
-            linger_s=s.drain_timeout_ms / 1000.0 + session_s,
-            pause_s=session_s,
-            clock=time.monotonic,
-        )
-        if rebalancer.commit_on_revoke:
-            registry.commit_hook = guard.commit_answered
-            rebalancer.assigned_hook = guard.assigned
-
-        def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
-            subscriber.switch_topic(topic, old, new, start, clean)  # built below, before any switch
-
-        self._driver = driver = SwitchDriver(
-            _engine(s, native),
-            registry,
-            switch,
-            commit_positions=rebalancer.commit_on_revoke,
-            clock=time.monotonic,
-        )
-        repin, notify, check_open = self._refresh_pin, self._notify_route_change, self._check_open
-        self._placement = placement = Placement(
-            state.sub,
-            registry,
-            rebalancer,
-            driver,
-            router=self._router,
-            group=self._group,
-            client=self._client,
-            repin=repin,
-        )
-        self._assigned = assigned = AssignedMoves(
-            state.sub, registry, rebalancer, driver, guard, placement, repin=repin, notify=notify
-        )
-        self._partitions = PartitionCalls(
-            state.sub,
-            registry,
-            rebalancer,
-            driver,
-            placement,
-            assigned,
-            lock=self._lock,
-            check_open=check_open,
-            repin=repin,
-        )
-        self._subscriber = subscriber = SubscriptionCalls(
-            state,
-            registry,
-            rebalancer,
-            driver,
-            guard,
-            placement,
-            assigned,
-            router=self._router,
-            group=self._group,
-            client=self._client,
-            refresh_s=refresh_s,
-            lock=self._lock,
-            check_open=check_open,
-            repin=repin,
-            notify=notify,
-        )
-        self._loop = PollLoop(
-            state,
-            registry,
-            driver,
-            guard,
-            between_calls=subscriber.between_calls,
-            check_open=check_open,
-            repin=repin,
-        )
-        self._ack_calls = AckCalls(None)
-        self._cluster_calls = ClusterCalls(registry, check_open)
-
-    def _open_acks(self, native: Mapping[str, Any]) -> None:
-        """Build the acknowledgement layer and wire it in (``kbear.ack.mode=individual``):
-        poll/consume are its delivering part's for good (never unbound by a reload)."""
-        sub = self._sub
-        layer, delivery = open_acks(
+    def _build(self, native: dict[str, Any], refresh_s: float, individual: bool) -> None:
+        """Build the parts (:func:`~kbear.consumer._assembly.assemble`) and keep each
+        one the facade's methods delegate to."""
+        parts = assemble(
+            self,
             self._settings,
-            self._group,
             native,
             router=self._router,
             client=self._client,
-            registry=self._registry,
-            routes=lambda: sub.routes,
-            poll=self._loop.poll,
-            consume=self._loop.consume,
+            group=self._group,
+            refresh_s=refresh_s,
+            notify=self._notify_route_change,
+            check_open=self._check_open,
+            store=self._store_fast_paths,
+            individual=individual,
         )
-        self._acks = self._partitions.acks = layer
-        self._ack_calls = AckCalls(layer)
-        self._loop.tap = delivery.tap
-        self._rebalancer.commit_points = layer.commit_points
-        self._rebalancer.revoked_hook = layer.revoked
-        self._driver.commit_points = layer.commit_points
-        self._fast_paths = ()
-        self.__dict__["poll"] = delivery.poll
-        self.__dict__["consume"] = delivery.consume
-        if self._settings.retry_enable:
-            self.__dict__["subscribe"] = with_retry_topics(self._subscriber.subscribe, layer)
+        self._lock = parts.lock
+        self._state = parts.state
+        self._sub = parts.state.sub
+        self._registry = parts.registry
+        self._rebalancer = parts.rebalancer
+        self._guard = parts.guard
+        self._driver = parts.driver
+        self._placement = parts.placement
+        self._assigned = parts.assigned
+        self._partitions = parts.partitions
+        self._subscriber = parts.subscriber
+        self._loop = parts.loop
+        self._ack_calls = AckCalls(parts.acks)
+        self._cluster_calls = ClusterCalls(parts.registry, self._check_open)
+        self._acks = parts.acks
+        self._binding = parts.binding
+        if parts.acks is not None and self._settings.retry_enable:
+            self.__dict__["subscribe"] = with_retry_topics(parts.subscriber.subscribe, parts.acks)
 
     def _open_home_cluster(self) -> None:
         """As confluent-kafka's client exists from construction on (``oauth_cb`` and
@@ -321,57 +269,66 @@ class RoutedConsumer(RoutedClientBase):
         """Logical topic -> route in use for the current subscription."""
         return dict(self._sub.routes)
 
-    def _native_clients(self) -> Iterable[Any]:
-        return [entry.consumer for entry in self._registry]
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._router
 
-    # the snapshot of kbear's metrics (RoutedClientBase.snapshot)
-    def _routes_in_use(self) -> dict[str, Route]:
-        return self.routes()
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._client
 
-    def _drains_in_progress(self) -> int:
-        return len(self._driver.engine.drains())
+    def on_route_change(self, callback: RouteChangeCallback) -> None:
+        """Call ``callback(old_route, new_route)`` in the caller's thread when a
+        topic in use has switched clusters (``new_route`` None: no route any more).
+        A hook that raises is logged and the switch stands."""
+        self._route_listeners.append(callback)
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on
+        clients built later (as confluent-kafka's ``set_sasl_credentials``).
+
+        Raises:
+            TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
+        """
+        if not self._initialized:
+            raise RuntimeError(_CLOSED)
+        set_credentials(self._native, [entry.consumer for entry in self._registry], username, password)
+
+    def snapshot(self) -> _events.ClientSnapshot | None:
+        """What this client shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
+        its kind, ``client.id``, group, routes in use, drains in progress and the
+        configuration in force; None once closed, or when its constructor failed.
+
+        Raises:
+            RuntimeError: the route table changed while it was copied (taken from
+                another thread); try again.
+        """
+        if self._closed or "_binding" not in self.__dict__:  # closed, or not built
+            return None
+        routes, drains = self.routes(), len(self._driver.engine.drains())
+        return client_snapshot(self._kind, self._native, self._router.config, routes, drains)
+
+    def _notify_route_change(self, old: Route, new: Route | None) -> None:
+        notify_route_change(self._kind, self._native, self._route_listeners, log, old, new)
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
         # next call takes the slow path); the caller's thread applies.
         self._state.pending = True
-        self._unpin()
+        self._binding.unbind()
 
-    def _refresh_pin(self) -> None:
-        """Bind poll() and consume() (instance attributes over the class methods) to the
-        cheapest correct code for the current state: with one cluster and nothing for
-        kbear to do per message (no remap, drain, pattern, pending reload...), that
-        cluster's client's own bound methods; with several such clusters, closures that
-        take turns over them; otherwise the class methods."""
-        if self._acks is not None:  # poll/consume are the acknowledgement layer's for good
-            return
-        active = self._registry.active
-        if (
-            not active
-            or self._closed
-            or self._state.pending
-            or self._driver.busy
-            or self._guard.active
-            or self._registry.leaving
-            or self._sub.kind is SubscriptionKind.PATTERN
-            or self._driver.engine.tracks_timestamps
-            or any(entry.renames for entry in active)
-        ):
-            self._unpin()
-            return
+    def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
+        """Keep ``poll`` and ``consume`` as instance attributes over the methods (the
+        fast paths :class:`~kbear.consumer._binding.PollBinding` chose), or drop them."""
         d = self.__dict__
-        if len(active) == 1:
-            d["poll"] = active[0].consumer.poll
-            d["consume"] = active[0].consumer.consume
+        if poll is None or consume is None:
+            d.pop("poll", None)
+            d.pop("consume", None)
         else:
-            d["poll"], d["consume"] = self._turn_taking([entry.consumer for entry in active])
-        if self._state.pending:  # a reload landed meanwhile (watcher thread)
-            self._unpin()
-
-    def _turn_taking(self, consumers: list[Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """poll() and consume() over several clusters' clients with nothing to translate
-        (kbear.consumer._turns: compiled when built, else pure-Python closures)."""
-        return turn_taking(consumers, self._loop.poll, self._loop.consume)
+            d["poll"] = poll
+            d["consume"] = consume
 
     # ------------------------------------------------------------------ cluster-wide calls
 
@@ -385,7 +342,7 @@ class RoutedConsumer(RoutedClientBase):
             KafkaException: the cluster did not answer within ``timeout`` seconds.
             RuntimeError: "Handle has been closed" (as confluent-kafka) after ``close()``.
         """
-        if not self._initialized or self._closed:
+        if self._closed:  # (also when __init__ never ran)
             raise RuntimeError("Handle has been closed")
         if topic is None:
             # a subscribed (or assigned) cluster first, not a client kept only to
@@ -426,8 +383,8 @@ class RoutedConsumer(RoutedClientBase):
             if self._closed:
                 return
             self._closed = True
-            self._refresh_pin()
-            self._stop_listening()
+            self._binding.close()
+            self._reloads.stop()
             self._guard.close()
             self._driver.close()
             clients = self._registry.clear()
@@ -446,33 +403,10 @@ class RoutedConsumer(RoutedClientBase):
         # A rebalance callback that close() runs (on_revoke) may still use the
         # cluster it is called for, as with confluent-kafka.
         if self._closed and self._rebalancer.current is None:
-            raise RuntimeError(self._closed_message)
+            raise RuntimeError(_CLOSED)
 
     def __enter__(self) -> RoutedConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ms_setting(native: Mapping[str, Any], key: str, default: int) -> int:
-    """A librdkafka property in ms from the application's configuration (``default``
-    when absent or not an integer: librdkafka itself reports a bad value)."""
-    try:
-        return int(native.get(key, default))
-    except (TypeError, ValueError):
-        return default
-
-
-def _engine(s: KBearSettings, native: Mapping[str, Any]) -> SwitchEngine:
-    """The switch engine of a consumer with settings ``s`` (``kbear.switch.*``)."""
-    # Where a partition without a committed offset starts (librdkafka default: the end).
-    reset = str(native.get("auto.offset.reset", "latest")).lower()
-    return SwitchEngine(
-        s.switch_mode,
-        s.switch_start,
-        idle_s=s.drain_idle_ms / 1000.0,
-        timeout_s=s.drain_timeout_ms / 1000.0,
-        timestamp_margin_ms=s.timestamp_margin_ms,
-        reset_to_end=reset in ("latest", "largest", "end"),
-    )

@@ -1,0 +1,222 @@
+"""Building a RoutedConsumer's parts and handing each its collaborators.
+
+:func:`assemble` builds the parts of one consumer (the shared state, the
+registry, the rebalance state, the move guard, the switch driver, the placement,
+the manual-assignment moves, the partition calls, the subscription, the poll loop,
+its fast-path binding and, with ``kbear.ack.mode=individual``, the
+acknowledgement layer), each given exactly what it needs: the shared objects, the
+lock, callables. No part is given the consumer; the consumer is only what the
+application's rebalance callbacks receive (``owner``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kbear._identity import Client
+from kbear._route import Route
+from kbear._switch import StartPlan, SwitchEngine
+from kbear.consumer._assigned import AssignedMoves
+from kbear.consumer._binding import PollBinding, Store
+from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._guard import MoveGuard
+from kbear.consumer._individual import AckLayer, open_acks
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._partitions import PartitionCalls
+from kbear.consumer._placing import Placement
+from kbear.consumer._polling import PollLoop
+from kbear.consumer._rebalance import Rebalancer
+from kbear.consumer._subscribing import SubscriptionCalls
+from kbear.consumer._subscription import ReadState
+from kbear.router import Router
+from kbear.settings import KBearSettings
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The parts of one RoutedConsumer (see :func:`assemble`)."""
+
+    lock: threading.RLock
+    state: ReadState
+    registry: ClusterRegistry
+    rebalancer: Rebalancer
+    guard: MoveGuard
+    driver: SwitchDriver
+    placement: Placement
+    assigned: AssignedMoves
+    partitions: PartitionCalls
+    subscriber: SubscriptionCalls
+    loop: PollLoop
+    binding: PollBinding
+    acks: AckLayer | None
+
+
+def assemble(
+    owner: object,
+    s: KBearSettings,
+    native: dict[str, Any],
+    *,
+    router: Router,
+    client: Client,
+    group: str,
+    refresh_s: float,
+    notify: Callable[[Route, Route | None], None],
+    check_open: Callable[[], None],
+    store: Store,
+    individual: bool,
+) -> Parts:
+    """The parts of a consumer, wired.
+
+    Args:
+        owner: what the application's rebalance callbacks receive (the RoutedConsumer).
+        s, native: its kbear settings and confluent-kafka configuration.
+        router, client, group: what routes are looked up with.
+        refresh_s: seconds between two lookups of a pattern subscription's matches.
+        notify: ``notify(old, new)`` tells the route-change listeners.
+        check_open: raises ``RuntimeError`` when the consumer is closed.
+        store: where the consumer keeps its fast paths (:class:`PollBinding`).
+        individual: ``kbear.ack.mode=individual``: the acknowledgement layer is
+            built, and ``poll``/``consume`` are its delivering part's for good.
+    """
+    lock = threading.RLock()
+    state = ReadState()
+    registry = ClusterRegistry(native)
+    rebalancer = Rebalancer(owner, native)
+    session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
+    guard = MoveGuard(
+        registry,
+        enabled=rebalancer.commit_on_revoke,
+        linger_s=s.drain_timeout_ms / 1000.0 + session_s,
+        pause_s=session_s,
+        clock=time.monotonic,
+    )
+    if rebalancer.commit_on_revoke:
+        registry.commit_hook = guard.commit_answered
+        rebalancer.assigned_hook = guard.assigned
+
+    def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
+        subscriber.switch_topic(topic, old, new, start, clean)  # built below, before any switch
+
+    driver = SwitchDriver(
+        _engine(s, native),
+        registry,
+        switch,
+        commit_positions=rebalancer.commit_on_revoke,
+        clock=time.monotonic,
+    )
+
+    def repin() -> None:
+        binding.refresh()  # built below, with the poll loop it falls back to
+
+    placement = Placement(
+        state.sub,
+        registry,
+        rebalancer,
+        driver,
+        router=router,
+        group=group,
+        client=client,
+        repin=repin,
+    )
+    assigned = AssignedMoves(
+        state.sub, registry, rebalancer, driver, guard, placement, repin=repin, notify=notify
+    )
+    partitions = PartitionCalls(
+        state.sub,
+        registry,
+        rebalancer,
+        driver,
+        placement,
+        assigned,
+        lock=lock,
+        check_open=check_open,
+        repin=repin,
+    )
+    subscriber = SubscriptionCalls(
+        state,
+        registry,
+        rebalancer,
+        driver,
+        guard,
+        placement,
+        assigned,
+        router=router,
+        group=group,
+        client=client,
+        refresh_s=refresh_s,
+        lock=lock,
+        check_open=check_open,
+        repin=repin,
+        notify=notify,
+    )
+    loop = PollLoop(
+        state,
+        registry,
+        driver,
+        guard,
+        between_calls=subscriber.between_calls,
+        check_open=check_open,
+        repin=repin,
+    )
+    binding = PollBinding(state, registry, driver, guard, loop.poll, loop.consume, store)
+    acks: AckLayer | None = None
+    if individual:
+        sub = state.sub
+        acks, delivery = open_acks(
+            s,
+            group,
+            native,
+            router=router,
+            client=client,
+            registry=registry,
+            routes=lambda: sub.routes,
+            poll=loop.poll,
+            consume=loop.consume,
+        )
+        partitions.acks = acks
+        loop.tap = delivery.tap
+        rebalancer.commit_points = driver.commit_points = acks.commit_points
+        rebalancer.revoked_hook = acks.revoked
+        binding.fix(delivery.poll, delivery.consume)
+    return Parts(
+        lock=lock,
+        state=state,
+        registry=registry,
+        rebalancer=rebalancer,
+        guard=guard,
+        driver=driver,
+        placement=placement,
+        assigned=assigned,
+        partitions=partitions,
+        subscriber=subscriber,
+        loop=loop,
+        binding=binding,
+        acks=acks,
+    )
+
+
+def _engine(s: KBearSettings, native: Mapping[str, Any]) -> SwitchEngine:
+    """The switch engine of a consumer with settings ``s`` (``kbear.switch.*``)."""
+    # Where a partition without a committed offset starts (librdkafka default: the end).
+    reset = str(native.get("auto.offset.reset", "latest")).lower()
+    return SwitchEngine(
+        s.switch_mode,
+        s.switch_start,
+        idle_s=s.drain_idle_ms / 1000.0,
+        timeout_s=s.drain_timeout_ms / 1000.0,
+        timestamp_margin_ms=s.timestamp_margin_ms,
+        reset_to_end=reset in ("latest", "largest", "end"),
+    )
+
+
+def _ms_setting(native: Mapping[str, Any], key: str, default: int) -> int:
+    """A librdkafka property in ms from the application's configuration (``default``
+    when absent or not an integer: librdkafka itself reports a bad value)."""
+    try:
+        return int(native.get(key, default))
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,100 @@
+"""Which ``poll()``/``consume()`` a RoutedConsumer's own attributes hold: its fast paths.
+
+Responsible for: binding ``poll`` and ``consume`` (instance attributes over the
+facade's methods, which delegate to the poll loop) to the cheapest correct code
+for the consumer's state: with one cluster and nothing for kbear to do per
+message (no remap, drain, pattern, pending reload...), that cluster's client's
+own bound methods; with several such clusters, the turn taking of
+:mod:`kbear.consumer._turns`; otherwise nothing bound. :class:`PollBinding`
+decides; the facade stores what it is told (``store``), in its own attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._guard import MoveGuard
+from kbear.consumer._mover import SwitchDriver
+from kbear.consumer._subscription import ReadState, SubscriptionKind
+from kbear.consumer._turns import turn_taking
+
+#: ``store(poll, consume)``: bind both (None, None: unbind both)
+Store = Callable[[Callable[..., Any] | None, Callable[..., list[Any]] | None], None]
+
+
+class PollBinding:
+    """The fast paths of one RoutedConsumer (see the module docstring).
+
+    Args:
+        state, registry, driver, guard: the consumer's shared state, per-cluster
+            clients, switch driver and move guard (what needs kbear per message).
+        slow_poll, slow_consume: the poll loop's ``poll`` / ``consume`` (the turn
+            taking falls back to them).
+        store: where the consumer keeps what is bound.
+    """
+
+    def __init__(
+        self,
+        state: ReadState,
+        registry: ClusterRegistry,
+        driver: SwitchDriver,
+        guard: MoveGuard,
+        slow_poll: Callable[..., Any],
+        slow_consume: Callable[..., list[Any]],
+        store: Store,
+    ) -> None:
+        self._state = state
+        self._registry = registry
+        self._driver = driver
+        self._guard = guard
+        self._slow_poll = slow_poll
+        self._slow_consume = slow_consume
+        self._store = store
+        self._closed = False
+        self._fixed = False
+
+    def refresh(self) -> None:
+        """Bind ``poll`` and ``consume`` to what the consumer's state allows now (call
+        after every change of the clients read or of what needs kbear per message)."""
+        if self._fixed:
+            return
+        active = self._registry.active
+        state = self._state
+        if (
+            not active
+            or self._closed
+            or state.pending
+            or self._driver.busy
+            or self._guard.active
+            or self._registry.leaving
+            or state.sub.kind is SubscriptionKind.PATTERN
+            or self._driver.engine.tracks_timestamps
+            or any(entry.renames for entry in active)
+        ):
+            self._store(None, None)
+            return
+        if len(active) == 1:
+            self._store(active[0].consumer.poll, active[0].consumer.consume)
+        else:
+            consumers = [entry.consumer for entry in active]
+            self._store(*turn_taking(consumers, self._slow_poll, self._slow_consume))
+        if state.pending:  # a reload landed meanwhile (watcher thread)
+            self._store(None, None)
+
+    def unbind(self) -> None:
+        """Bind nothing: the next call takes the poll loop (a reload is pending; called
+        from the reloading thread)."""
+        if not self._fixed:
+            self._store(None, None)
+
+    def fix(self, poll: Callable[..., Any], consume: Callable[..., list[Any]]) -> None:
+        """Bind ``poll`` and ``consume`` for good (the acknowledgement layer's)."""
+        self._fixed = True
+        self._store(poll, consume)
+
+    def close(self) -> None:
+        """The consumer closes: nothing is bound any more (but what was fixed)."""
+        self._closed = True
+        self.refresh()
