@@ -172,7 +172,8 @@ def main() -> int:
         spark.stop()
         for c in clusters:
             c.close()
-    print(f"counted per topic (from the routed 'stats' topic): {dict(sorted(totals.items()))}; {time.monotonic() - started:.1f} s")
+    counted = dict(sorted(totals.items()))
+    print(f"counted per topic (from the routed 'stats' topic): {counted}; {time.monotonic() - started:.1f} s")
     if expected is not None and totals != expected:
         print(f"expected {expected}", file=sys.stderr)
         return 1
