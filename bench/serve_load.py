@@ -20,6 +20,11 @@ delay from the edit to a client's first answer with the new route.
 
     PYTHONPATH=. python bench/serve_load.py --clients 1000 --duration 30
 
+``--compare-fleet N`` runs the server N times with the fleet recorded off and
+N times on (``kbear serve --fleet off|on``), alternately, in one invocation, and
+prints each run and the ratio on/off of the medians of p50, mean, p99 and the
+server's CPU per request (issue #30: recording must cost under 5 %).
+
 Needs the server extra (``pip install 'kbear[server]'``) and Linux (``/proc``).
 """
 
@@ -271,6 +276,7 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
         "clients": args.clients,
         "client": args.client,
         "server_workers": args.workers,
+        "fleet": args.fleet,
         "interval_s": args.interval,
         "topics_per_request": args.topics,
         "measured_s": round(wall, 1),
@@ -285,6 +291,7 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
         "mean_ms": round(statistics.fmean(lat) * 1000, 2) if lat else None,
         "server_processes": len(server),
         "server_cpu_pct_of_one_core": round(100 * cpu_server / wall, 1),
+        "server_cpu_ms_per_request": round(1000 * cpu_server / len(lat), 3) if lat else None,
         "load_generator_cpu_pct_of_one_core": round(100 * cpu_self / wall, 1),
         # time runnable but waiting for a CPU taken by other processes, in % of the run
         "server_cpu_wait_pct": round(100 * waited_server / wall, 1),
@@ -325,7 +332,59 @@ def main(argv: list[str] | None = None) -> int:
         help="HTTP client of the simulated clients: raw asyncio streams (cheap) or httpx (default: raw)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object only")
+    parser.add_argument(
+        "--fleet", choices=["on", "off"], default="on", help="kbear serve --fleet (default: on)"
+    )
+    parser.add_argument(
+        "--compare-fleet",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N runs with the fleet off and N on, alternately; prints the ratios (results-fleet.jsonl)",
+    )
     args = parser.parse_args(argv)
+    if args.compare_fleet:
+        return _compare_fleet(args)
+    result = _serve_and_load(args)
+    if result is None:
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>36}: {value}")
+    return 0
+
+
+def _compare_fleet(args: argparse.Namespace) -> int:
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for _ in range(args.compare_fleet):
+        for fleet in ("off", "on"):
+            args.fleet = fleet
+            result = _serve_and_load(args)
+            if result is None:
+                return 1
+            runs[fleet].append(result)
+            print(json.dumps(result), flush=True)
+
+    def median(fleet: str, key: str) -> float:
+        return statistics.median(float(r[key]) for r in runs[fleet])
+
+    summary: dict[str, Any] = {"compare_fleet_runs_each": args.compare_fleet, "clients": args.clients}
+    for key in ("p50_ms", "mean_ms", "p99_ms", "server_cpu_ms_per_request"):
+        off, on = median("off", key), median("on", key)
+        summary[key] = {
+            "off": round(off, 3),
+            "on": round(on, 3),
+            "on_vs_off_pct": round(100 * (on / off - 1), 1),
+        }
+    print(json.dumps(summary))
+    with open(Path(__file__).with_name("results-fleet.jsonl"), "a", encoding="utf-8") as out:
+        out.write(json.dumps({"summary": summary, "runs": runs}) + "\n")
+    return 0
+
+
+def _serve_and_load(args: argparse.Namespace) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory(prefix="kbear-serve-load-") as tmp:
         directory = Path(tmp)
         (directory / "clusters.yaml").write_text(_CLUSTERS)
@@ -346,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                 "warning",
                 "--workers",
                 str(args.workers),
+                "--fleet",
+                args.fleet,
             ],
             stdout=subprocess.DEVNULL,
         )
@@ -360,18 +421,13 @@ def main(argv: list[str] | None = None) -> int:
                     pass
                 if server.poll() is not None or time.monotonic() > deadline:
                     print("kbear serve did not start", file=sys.stderr)
-                    return 1
+                    return None
                 time.sleep(0.1)
-            result = _event_loop_run(_run(args, base, directory, server.pid))
+            result: dict[str, Any] = _event_loop_run(_run(args, base, directory, server.pid))
         finally:
             server.terminate()
             server.wait(timeout=30)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        for key, value in result.items():
-            print(f"{key:>36}: {value}")
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ tokens and error bodies as the other endpoints."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +75,8 @@ def holder(conf: Path) -> ConfigHolder:
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> FleetRecorder:
-    return FleetRecorder(tmp_path / "fleet.db", flush_interval_s=3600)
+    # every request's time written: the move's states to the request
+    return FleetRecorder(tmp_path / "fleet.db", flush_interval_s=3600, seen_resolution_s=0)
 
 
 @pytest.fixture
@@ -236,6 +238,40 @@ def test_bounds_expire_and_evict_and_count(tmp_path: Path) -> None:
     fleet.flush(now=1100.0)
     assert [e.client_id for e in fleet.entries()] == ["c4"]
     assert fleet.stats().expired == 2
+
+
+def test_an_unchanged_entry_is_rewritten_once_per_seen_resolution(tmp_path: Path) -> None:
+    fleet = FleetRecorder(tmp_path / "f.db", seen_resolution_s=5)
+    lookup = [("t", "", "blue", "t")]
+    t0 = time.time()
+
+    def seen() -> float:
+        [entry] = fleet.entries()
+        return entry.seen
+
+    fleet.record("c", {}, "h:1", "producer", "d", lookup, at=t0)
+    assert fleet.flush() == 1 and seen() == t0
+    fleet.record("c", {}, "h:1", "producer", "d", lookup, at=t0 + 3)
+    assert fleet.flush() == 0 and seen() == t0
+    fleet.record("c", {}, "h:1", "producer", "d", lookup, at=t0 + 6)
+    assert fleet.flush() == 1 and seen() == t0 + 6
+    fleet.record(
+        "c", {}, "h:1", "producer", "d2", [("t", "", "green", "t")], at=t0 + 6.5
+    )  # a new route: at once
+    assert fleet.flush() == 1 and (seen(), fleet.entries()[0].cluster) == (t0 + 6.5, "green")
+
+
+def test_a_repeated_request_is_noted_once_per_seen_resolution(holder: ConfigHolder, tmp_path: Path) -> None:
+    fleet = FleetRecorder(tmp_path / "f.db", flush_interval_s=3600, seen_resolution_s=60)
+    with TestClient(create_app(holder, watch=False, fleet=fleet)) as client:
+        produce(client, "app", {}, "orders", "x")
+        assert fleet.flush() == 2
+        produce(client, "app", {}, "orders", "x")  # the same request: same answer
+        assert fleet.flush() == 0
+        produce(client, "app", {}, "orders")  # another request: noted
+        assert fleet.flush() == 0  # ... but its one entry was written with the same route just now
+        produce(client, "app", {"env": "UAT"}, "orders")  # another client (meta): its own entry
+        assert fleet.flush() == 1
 
 
 def test_pending_notes_are_bounded_and_drops_counted(tmp_path: Path) -> None:

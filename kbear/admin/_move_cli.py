@@ -192,7 +192,6 @@ def run(args: argparse.Namespace, router: Router, client: Client) -> int:
         try:
             if fleet is not None:
                 fleet.start()
-            started = time.monotonic()
             result = apply_move(
                 admin,
                 plan,
@@ -201,13 +200,19 @@ def run(args: argparse.Namespace, router: Router, client: Client) -> int:
                 request_timeout_s=args.request_timeout,
                 on_tick=None if args.json else _progress(out, fleet),
             )
+            written_at = time.monotonic() - result.watch.waited_s
             fleet_done = True
             if fleet is not None:
-                fleet_done = fleet.wait(started + args.timeout, None if args.json else _fleet_progress(out))
+                fleet_done = fleet.wait(
+                    written_at + args.timeout, None if args.json else _fleet_progress(out)
+                )
                 report["fleet"] = {
                     **fleet.state.as_json(),
                     "done": fleet_done,
-                    "done_s": None if fleet.done_at is None else round(fleet.done_at - started, 2),
+                    # seconds from the rule write to the first read that found every client moved
+                    "done_s": None
+                    if fleet.done_at is None
+                    else round(max(0.0, fleet.done_at - written_at), 2),
                 }
         finally:
             if fleet is not None:
@@ -308,7 +313,7 @@ def _fleet_line(plan: MovePlan, fleet: FleetWatch) -> str:
     if fleet.done_at is not None:
         return (
             f"fleet: every client that asked for '{plan.topic}' got the new route "
-            f"({state.moved}/{state.clients} client(s) on it)"
+            f"({state.moved}/{state.clients} client(s) on it; reported by kbear serve)"
         )
     listed = ", ".join(f"{cid or '(no id)'} ({address})" for cid, address in state.stragglers[:20])
     more = f" and {len(state.stragglers) - 20} more" if len(state.stragglers) > 20 else ""

@@ -60,10 +60,8 @@ from kbear.server.protocol import (
     ClustersRequest,
     ConsumerGroupsRequest,
     ConsumerRouteRequest,
-    ConsumerRouteResponse,
     ErrorCode,
     ProducerRouteRequest,
-    ProducerRouteResponse,
     ResponseError,
     ResponseStatus,
     RouteRulesRequest,
@@ -148,32 +146,15 @@ _RECORDED = ("/route/producer", "/route/consumer")
 
 
 def _fleet_note(
-    fleet: FleetRecorder, request: Request, parsed: BaseModel
+    fleet: FleetRecorder, request: Request, parsed: BaseModel, body: bytes
 ) -> Callable[[Served, StatusResponse], None]:
-    """What notes an answered route request in the fleet (the answer's items, their routes)."""
-    peer = request.client
-    address = f"{peer.host}:{peer.port}" if peer is not None else "unknown"
+    """What notes an answered route request in the fleet."""
+    peer = request.scope.get("client")
+    peer = None if peer is None else (str(peer[0]), int(peer[1]))
+    client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
 
     def note(served: Served, response: StatusResponse) -> None:
-        lookups: list[tuple[str, str, str, str]]
-        if isinstance(response, ProducerRouteResponse):
-            lookups = [(t, "", r.cluster_id, r.topic_id) for t, r in response.topic_id_routes.items()]
-            kind = "producer"
-        elif isinstance(response, ConsumerRouteResponse):
-            lookups = [
-                (
-                    g.consumer_group_id.topic_id,
-                    g.consumer_group_id.group_name,
-                    g.route.cluster_id,
-                    g.route.topic_id,
-                )
-                for g in response.consumer_group_id_routes
-            ]
-            kind = "consumer"
-        else:
-            return
-        client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
-        fleet.record(client.id, client.meta, address, kind, served.config.digest, lookups)
+        fleet.record_answer(client, response, served.config.digest, peer, body)
 
     return note
 
@@ -198,13 +179,14 @@ class _Endpoints:
             path: str = request.scope["path"]
             try:
                 _check_content_type(request)
-                parsed = _parse(model, await _read_body(request, self.max_body_bytes))
+                body = await _read_body(request, self.max_body_bytes)
+                parsed = _parse(model, body)
             except _BadRequest as exc:
                 self.metrics.answers.labels(path, Ack.FAIL.value).inc()
                 return _json(_status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, exc.message), exc.http_status)
             note = None
             if self.fleet is not None and path in _RECORDED:
-                note = _fleet_note(self.fleet, request, parsed)
+                note = _fleet_note(self.fleet, request, parsed, body)
             return self.answer(path, lambda served: answer(served, parsed), note)
 
         return endpoint
