@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "-m",
                 "kbear.cli",
                 "serve",
+                "--watch-interval",
+                str(args.watch_interval),
                 "--config",
                 tmp,
                 "--port",
@@ -184,10 +186,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             command = [sys.executable, "-m", "kbear.cli", "move", "--config", base, "--topic", TOPIC]
             command += ["--to", "B", "--apply", "--stable", str(args.stable), "--timeout", str(args.timeout)]
             started = time.monotonic()
-            moved = subprocess.run(
-                [*command, "--json"], capture_output=True, text=True, timeout=args.timeout + 60
+            process = subprocess.Popen(
+                [*command, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
+            assert process.stdout is not None
+            lines = []
+            for line in process.stdout:  # the report is printed before the clients are closed
+                lines.append(line)
+                if line.startswith("}"):
+                    seen["printed"] = time.monotonic()
+            process.wait(args.timeout + 60)
             returned = time.monotonic()
+            stdout = "".join(lines)
             time.sleep(0.5)
             stop.set()
             for thread in watchers:
@@ -198,9 +208,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.terminate()
             server.wait(timeout=30)
     try:
-        report = json.loads(moved.stdout)
+        report = json.loads(stdout)
     except json.JSONDecodeError:
-        report = {"stdout": moved.stdout[-2000:], "stderr": moved.stderr[-2000:]}
+        report = {"stdout": stdout[-2000:]}
     write = seen.get("write", started)
     delays = sorted(t - write for t in clients.switched.values()) if clients else []
     return {
@@ -208,8 +218,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_workers": args.workers,
         "interval_s": args.interval,
         "stable_s": args.stable,
+        "serve_watch_interval_s": args.watch_interval,
         "fleet_before_move": before,
-        "move_exit_code": moved.returncode,
+        "move_exit_code": process.returncode,
         "fleet_zero_s": None if "zero" not in seen else round(seen["zero"] - write, 2),
         "fleet_zero_counts": seen.get("zero_move", seen.get("last")),
         # when kbear serve answered the last client's first request with the new route
@@ -217,6 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if seen.get("answered_new") and "write_wall" in seen
         else None,
         "move_returned_s": round(returned - write, 2),
+        "move_printed_report_s": round(seen["printed"] - write, 2) if "printed" in seen else None,
         "move_fleet_done_s_own": report.get("fleet", {}).get("done_s"),
         "move_fleet": {k: v for k, v in report.get("fleet", {}).items() if k != "stragglers"},
         "move_apply": {
@@ -240,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="the clients' refresh interval, s")
     parser.add_argument("--before", type=float, default=5.0, help="seconds of clients before the move")
     parser.add_argument("--stable", type=float, default=1.0, help="kbear move --stable, s")
+    parser.add_argument(
+        "--watch-interval", type=float, default=0.5, help="kbear serve --watch-interval, s (default: 0.5)"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="kbear move --timeout, s")
     args = parser.parse_args(argv)
     result = run(args)

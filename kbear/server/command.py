@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -35,6 +36,8 @@ log = logging.getLogger("kbear.server")
 
 _EXIT_OK = 0
 _EXIT_CONFIG_ERROR = 2
+#: Seconds uvicorn waits for a worker's health-check answer before killing it (uvicorn >= 0.30).
+_WORKER_HEALTHCHECK_S = 30
 # How run() hands its arguments to worker processes (--workers N > 1).
 _WORKER_ENV = "KBEAR_SERVE_WORKER_SETTINGS"
 
@@ -143,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
                         "fleet": fleet,
                     }
                 )
+                if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+                    # uvicorn kills a worker that does not answer its health check within
+                    # 5 s; a worker importing kbear on a loaded machine can take longer.
+                    options["timeout_worker_healthcheck"] = _WORKER_HEALTHCHECK_S
                 uvicorn.run(f"{__name__}:worker_app", factory=True, workers=args.workers, **options)
         except (OSError, ssl.SSLError) as exc:
             return _fail(str(exc))

@@ -413,25 +413,72 @@ class FleetRecorder:
     # ------------------------------------------------------------------ reading
 
     def entries(
-        self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
+        self,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        cluster: str | None = None,
+        clients: int | None = None,
     ) -> list[FleetEntry]:
-        """The entries held, most recently seen first, filtered by requested topic,
-        consumer group and route cluster (None: any)."""
+        """The entries held, filtered by requested topic, consumer group and route
+        cluster (None: any), the most recently seen client first, each client's
+        entries together, most recently seen first.
+
+        Args:
+            clients: the entries of at most this many clients (None: every client):
+                the most recently seen, read without loading the others.
+        """
+        filters = [
+            (c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None
+        ]
+        values: list[str | int] = [v for _, v in filters]
+        inner = " AND ".join(f"{c} = ?" for c, _ in filters)
+        outer = " AND ".join(f"f.{c} = ?" for c, _ in filters)
+        limit = "" if clients is None else " LIMIT ?"
+        sql = (
+            "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
+            f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host ORDER BY last DESC{limit}) "
+            f"SELECT {', '.join('f.' + c.strip() for c in _COLUMNS.split(','))} "
+            f"FROM fleet f JOIN c USING (client_id, meta, host){' WHERE ' + outer if outer else ''} "
+            "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
+        )
+        params = [*values, *([] if clients is None else [clients]), *values]
+        with self._connect() as db:
+            rows = db.execute(sql, params).fetchall()
+        metas: dict[str, dict[str, str]] = {}
+        return [
+            FleetEntry(
+                cid,
+                metas.setdefault(meta, json.loads(meta)) if meta not in metas else metas[meta],
+                address,
+                kind,
+                t,
+                g,
+                c,
+                rt,
+                d,
+                first,
+                seen,
+            )
+            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
+        ]
+
+    def count_clients(
+        self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
+    ) -> int:
+        """How many clients have an entry matching the filters (as :meth:`entries`)."""
         where: list[str] = []
         params: list[str] = []
         for column, value in (("topic", topic), ("grp", group), ("cluster", cluster)):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        sql = f"SELECT {_COLUMNS} FROM fleet"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        condition = (" WHERE " + " AND ".join(where)) if where else ""
         with self._connect() as db:
-            rows = db.execute(sql + " ORDER BY seen DESC", params).fetchall()
-        return [
-            FleetEntry(cid, json.loads(meta), address, kind, t, g, c, rt, d, first, seen)
-            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
-        ]
+            (count,) = db.execute(
+                f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition})", params
+            ).fetchone()
+        return int(count)
 
     def stats(self) -> FleetStats:
         """The fleet's size and the bounds' counters (every process of the file together)."""

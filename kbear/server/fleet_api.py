@@ -82,7 +82,8 @@ def fleet_json(
     recorder: FleetRecorder, holder: ConfigHolder, found: dict[str, str | None], limit: int
 ) -> dict[str, Any]:
     """The ``GET /fleet`` answer (reads the database: call it off the event loop)."""
-    clients = clients_of(recorder.entries(**found))
+    clients = clients_of(recorder.entries(**found, clients=limit))
+    matched = recorder.count_clients(**found)
     stats = recorder.stats()
     return {
         "digest": holder.served.config.digest,
@@ -113,9 +114,9 @@ def fleet_json(
                     for e in entries
                 ],
             }
-            for entries in clients[:limit]
+            for entries in clients
         ],
-        "truncated": len(clients) > limit,
+        "truncated": matched > len(clients),
     }
 
 
