@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError
+from test_faults import on
 
 from conftest import read_all, rewrite_rules, rule
 from kbear import RoutedProducer, Router, _events
@@ -49,13 +50,6 @@ def resent() -> Iterator[list[_events.MessagesResent]]:
         yield seen
     finally:
         _events.unsubscribe(listen)
-
-
-def on(cluster: str, topic: str) -> list[dict[str, Any]]:
-    return [
-        rule("move", f"use cluster {cluster}", topic=topic),
-        rule("global", "use cluster A", isGlobal=True),
-    ]
 
 
 class Reports:
