@@ -17,6 +17,7 @@ and Maven (``integration/jvm.py``).
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from collections import Counter
@@ -48,6 +49,7 @@ PLAIN_USER, SCRAM_USER = "alice", "bob"
 _PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 WAIT_S = 180.0
+EARLIEST = {"startingOffsets": "earliest"}
 
 
 @dataclass
@@ -196,10 +198,11 @@ def watched(
 
     def check() -> None:
         out, err = capfd.readouterr()
+        # py4j's DEBUG records trace the Python-JVM wire protocol, every Spark option value
+        # included (as for any option a user sets): not kbear's to hide; keep py4j at INFO
+        records = [r for r in caplog.records if not r.name.startswith("py4j")]
         texts = {
-            "log records": "\n".join(
-                f"{r.name} {r.getMessage()} {r.__dict__}" for r in caplog.records
-            ),
+            "log records": "\n".join(f"{r.name} {r.getMessage()} {r.__dict__}" for r in records),
             "events": "\n".join(repr(e) for e in events),
             "stdout": out,
             "stderr": err,
@@ -348,4 +351,80 @@ def test_a_refused_login_names_the_cluster_never_the_secret(
     if refusal.secret is not None:
         assert all(refusal.secret not in e.str() for e in errors)
         assert refusal.secret not in caplog.text
+    watched()
+
+
+def _spark(spark_session: tuple[Any, str | None]) -> Any:
+    session, missing = spark_session
+    if missing is not None:
+        pytest.skip(missing)
+    return session
+
+
+# passed in 2 of 4 runs here (data moved through all four clusters); the other two ended
+# the test process with a segmentation fault (origin not found yet: Spark's foreachBatch
+# callbacks, librdkafka and DEBUG logging all run in this process)
+@pytest.mark.skipif(
+    not os.environ.get("KBEAR_SPARK_AUTH_TEST"),
+    reason="opt-in (KBEAR_SPARK_AUTH_TEST=1) until a segmentation fault of 2 in 4 runs is explained",
+)
+def test_spark_connector_authenticates_with_translated_options(
+    secured: Secured,
+    topics: dict[str, str],
+    watched: Callable[[], None],
+    spark_session: tuple[Any, str | None],
+    tmp_path: Path,
+) -> None:
+    """``read_stream``/``write_stream`` over Spark's connector, each cluster's options
+    translated by kbear (``kafka.sasl.jaas.config``, PEM truststore and keystore)."""
+    from pyspark.sql import functions as F
+
+    from kbear.spark import read_stream, write_stream
+
+    spark = _spark(spark_session)
+    outs = {c: f"{t}.out" for c, t in topics.items()}
+    admin_create_topics(secured.plaintext, {t: 1 for t in outs.values()})
+    conf = write_config(tmp_path / "conf", secured, {**topics, **{f"{c}-out": t for c, t in outs.items()}})
+    # one rule per topic: the out topics go to their own cluster too
+    rules = [topic_rule(t, c) for c, t in topics.items()] + [topic_rule(t, c) for c, t in outs.items()]
+    write_yaml_atomically(conf / "route-rules.yaml", {"route-rules": rules})
+    producer = RoutedProducer({"kbear.config": str(conf), "logger": RDKAFKA_LOG})
+    try:
+        sent = produce_each(producer, topics, 30)
+    finally:
+        producer.close()
+
+    df = read_stream(spark, list(topics.values()), config=str(conf), options=EARLIEST, source="kafka")
+    to_out = F.create_map(*[x for c, t in outs.items() for x in (F.lit(c), F.lit(t))])
+    # every message read from its cluster and written to its cluster's out topic, in
+    # micro-batches until the backlog is done (availableNow): one query, few Spark jobs
+    query = write_stream(
+        df.select("key", "value", to_out[F.col("cluster")].alias("topic")),
+        checkpoint=str(tmp_path / "ckpt"),
+        config=str(conf),
+        sink="kafka",
+        trigger={"availableNow": True},
+    )
+    try:
+        assert query.awaitTermination(WAIT_S), "the query did not finish its backlog"
+        assert query.exception() is None, query.exception()
+        progress = str(query.recentProgress)
+    finally:
+        query.stop()
+    consumer = RoutedConsumer(
+        {
+            "kbear.config": str(conf),
+            "group.id": f"auth-spark-{secrets.token_hex(3)}",
+            "auto.offset.reset": "earliest",
+            "logger": RDKAFKA_LOG,
+        }
+    )
+    try:
+        consumer.subscribe(list(outs.values()))
+        copied = consume_all(consumer, sum(sent.values()))
+    finally:
+        consumer.close()
+    assert copied == Counter({(f"{t}.out", k): n for (t, k), n in sent.items()})
+    for secret in secured.secrets:
+        assert secret not in progress
     watched()
