@@ -35,11 +35,14 @@ Checks (``code`` of :class:`LintWarning`):
     consumer-groups.yaml for which some consumer has no route: no rule of the chain
     always matches, so a client without id and meta gets :class:`kbear.NoRouteError`.
 ``unused-cluster``
-    A cluster of clusters.yaml that no rule names.
+    A cluster of clusters.yaml that no rule names (nor another cluster as its
+    standby, ``kbear.failover.to``).
 ``meta-only``
     A cluster meta key that librdkafka does not take as a client property
     (``zookeeper.connect``, a misspelt ``sasl.pasword``, a Java-only
-    ``sasl.jaas.config``): it is kept as meta and never reaches a client. A key
+    ``sasl.jaas.config``): it is kept as meta and never reaches a client (kbear's
+    own cluster keys, ``kbear.failover.to``, ``kbear.mirror*``, ``kbear.cluster.id``,
+    are meta only by design and not reported). A key
     close to a librdkafka property or a ``kbear.*`` setting names it ("did you
     mean 'sasl.password'?", :mod:`kbear._suggest`).
 
@@ -63,6 +66,7 @@ from kbear._suggest import did_you_mean, librdkafka_properties
 from kbear.config import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
+    FAILOVER_KEYS,
     ROUTE_RULES_FILE,
     TOPICS_FILE,
     KBearConfig,
@@ -350,6 +354,7 @@ def _reach_checks(config: KBearConfig, contexts: Mapping[str, _Context]) -> list
                 )
             )
     used = {rule.statement.cluster for rule in config.rules}
+    used |= {s for c in config.clusters.values() if (s := c.failover.standby) is not None}
     for cluster in config.clusters:
         if cluster not in used:
             warnings.append(
@@ -407,6 +412,8 @@ def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:
     out = []
     for cluster in config.clusters.values():
         for key in cluster.meta_only_keys:
+            if key in FAILOVER_KEYS:
+                continue
             why = (
                 "librdkafka does not support it (a Java client property)"
                 if property_kind(key) == "unsupported"

@@ -53,7 +53,8 @@ The package's modules (private; their public names are re-exported here):
 ``_errors`` (:class:`ConfigError`, :class:`ConfigProblem`), ``_models`` (the
 validated models, :class:`KBearConfig`), ``_documents`` (reading the files:
 YAML and JSON readers, the content digest), ``_fastyaml`` (the optional
-rapidyaml reader), ``_librdkafka`` (librdkafka's verdict on cluster
+rapidyaml reader), ``_failover`` (a cluster's standby and mirror keys),
+``_librdkafka`` (librdkafka's verdict on cluster
 properties), ``_loading`` (:func:`load_config`, :func:`load_documents`).
 Nothing here imports anything of kbear above the configuration (the layers
 are written down in ``pyproject.toml``, ``[tool.importlinter]``).
@@ -68,6 +69,7 @@ from kbear.config._documents import (
     config_digest,
 )
 from kbear.config._errors import ConfigError, ConfigProblem
+from kbear.config._failover import FAILOVER_KEYS, Failover, MirrorKind, ReplicationPolicy
 from kbear.config._librdkafka import property_kind
 from kbear.config._loading import documents_digest, load_config, load_documents
 from kbear.config._models import (
@@ -84,6 +86,7 @@ __all__ = [
     "CLUSTERS_FILE",
     "CONFIG_FILES",
     "CONSUMER_GROUPS_FILE",
+    "FAILOVER_KEYS",
     "ROUTE_RULES_FILE",
     "TOPICS_FILE",
     "ClusterConfig",
@@ -91,7 +94,10 @@ __all__ = [
     "ConfigProblem",
     "ConsumerGroupConfig",
     "ConsumerGroupId",
+    "Failover",
     "KBearConfig",
+    "MirrorKind",
+    "ReplicationPolicy",
     "RouteRule",
     "RuleKind",
     "TopicConfig",

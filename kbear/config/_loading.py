@@ -34,6 +34,7 @@ from kbear.config._documents import (
     _yaml_problem,
 )
 from kbear.config._errors import ConfigError, ConfigProblem
+from kbear.config._failover import failover_problems
 from kbear.config._gcpause import collector_paused
 from kbear.config._librdkafka import refused_value
 from kbear.config._models import (
@@ -242,6 +243,10 @@ class _Loader:
             if len(self.problems) > before:
                 continue
             out[cluster.id] = ClusterConfig(id=cluster.id, meta=meta)
+        metas = {c.id: c.meta for c in out.values()}
+        for cluster_id, problems in failover_problems(metas, self.cluster_ids).items():
+            for message in problems:
+                self.problem(CLUSTERS_FILE, f"cluster '{cluster_id}'", message)
         return out
 
     def topics(self) -> Mapping[str, TopicConfig]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from kbear import crrl
 from kbear._secrets import redact
 from kbear.config._documents import _YamlFloat, _YamlInt  # the numbers as written
+from kbear.config._failover import Failover, failover_of
 
 __all__ = [
     "ClusterConfig",
@@ -112,6 +113,12 @@ class ClusterConfig(_Model):
         from kbear.config._librdkafka import meta_only_keys
 
         return meta_only_keys(self.meta)
+
+    @property
+    def failover(self) -> Failover:
+        """Its standby and mirror (``kbear.failover.to``, ``kbear.mirror*``,
+        ``kbear.cluster.id``; see :mod:`kbear.config._failover`), defaults filled in."""
+        return failover_of(self.id, self.meta)
 
     def __repr_args__(self) -> Any:
         yield "id", self.id
