@@ -17,7 +17,7 @@ import pytest
 from _meta_fake import FakeService, HttpServer
 from prometheus_client import CollectorRegistry
 
-from kbear import ConfigError, MetaServiceUnavailable, NoRouteError, RoutedProducer, Router
+from kbear import ConfigError, MetaServiceUnavailable, NoRouteError, RoutedConsumer, RoutedProducer, Router
 from kbear.cli import EXIT_CONFIG_ERROR, EXIT_META_UNAVAILABLE, EXIT_OK, main
 from kbear.meta import MetaServiceSource
 
@@ -106,6 +106,18 @@ def test_a_routed_producer_raises_meta_service_unavailable(tmp_path: Path) -> No
             producer.produce("audit", b"x")
     finally:
         producer.close()
+
+
+def test_a_routed_consumer_subscribing_raises_meta_service_unavailable() -> None:
+    url = closed_port_url()
+    consumer = RoutedConsumer(
+        {"group.id": "g", "kbear.reload.interval.ms": 0}, router=Router.from_source(source(url, None))
+    )
+    try:
+        with pytest.raises(MetaServiceUnavailable, match=r"unreachable since .* topic 'audit'"):
+            consumer.subscribe(["audit", "orders"])
+    finally:
+        consumer.close()
 
 
 def test_metrics_show_an_unreachable_service(

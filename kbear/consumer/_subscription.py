@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear._base import no_route
 from kbear._identity import Client
-from kbear._route import NoRouteError, Route
+from kbear._route import MetaServiceUnavailable, NoRouteError, Route
 from kbear.config import RuleKind
 from kbear.router import Router
 
@@ -128,17 +128,22 @@ def route_topics(
     otherwise unroutable topics are left out (pattern matches).
 
     Raises:
-        NoRouteError: ``strict`` and some topics have no route.
+        NoRouteError: ``strict`` and some topics have no route; the first
+            :class:`~kbear.MetaServiceUnavailable` when a meta-service that cannot
+            be reached is why.
     """
     routes: dict[str, Route] = {}
     failures: list[str] = []
+    unavailable: MetaServiceUnavailable | None = None
     for topic in topics:
         try:
             routes[topic] = router.route_consumer(topic, group, client)
-        except NoRouteError:
+        except NoRouteError as exc:
             failures.append(topic)
+            if unavailable is None and isinstance(exc, MetaServiceUnavailable):
+                unavailable = exc
     if failures and strict:
-        raise no_route(client, failures, group)
+        raise unavailable or no_route(client, failures, group)
     return routes
 
 
