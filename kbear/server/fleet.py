@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS fleet (
     seen REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
+CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
 CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
@@ -434,15 +435,24 @@ class FleetRecorder:
         values: list[str | int] = [v for _, v in filters]
         inner = " AND ".join(f"{c} = ?" for c, _ in filters)
         outer = " AND ".join(f"f.{c} = ?" for c, _ in filters)
-        limit = "" if clients is None else " LIMIT ?"
-        sql = (
-            "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
-            f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host ORDER BY last DESC{limit}) "
-            f"SELECT {', '.join('f.' + c.strip() for c in _COLUMNS.split(','))} "
-            f"FROM fleet f JOIN c USING (client_id, meta, host){' WHERE ' + outer if outer else ''} "
-            "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
-        )
-        params = [*values, *([] if clients is None else [clients]), *values]
+        columns = ", ".join("f." + c.strip() for c in _COLUMNS.split(","))
+        if clients is None:  # every client: one scan, no join
+            sql = (
+                f"SELECT {columns} FROM fleet f{' WHERE ' + outer if outer else ''} "
+                "ORDER BY MAX(f.seen) OVER (PARTITION BY f.client_id, f.meta, f.host) DESC, "
+                "f.client_id, f.meta, f.host, f.seen DESC"
+            )
+        else:  # the most recently seen clients, then their entries (by the fleet_client index)
+            sql = (
+                "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
+                f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host "
+                "ORDER BY last DESC LIMIT ?) "
+                f"SELECT {columns} FROM c CROSS JOIN fleet f "
+                "ON f.client_id = c.client_id AND f.meta = c.meta AND f.host = c.host"
+                f"{' WHERE ' + outer if outer else ''} "
+                "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
+            )
+        params = values if clients is None else [*values, clients, *values]
         with self._connect() as db:
             rows = db.execute(sql, params).fetchall()
         metas: dict[str, dict[str, str]] = {}
