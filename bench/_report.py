@@ -314,4 +314,15 @@ def render_markdown(r: dict[str, Any]) -> str:
         + "".join(f" `--only {k}` rerun {d}." for k, d in r.get("rerun", {}).items()),
         "",
     ]
+    backend = r.get("backend", {"name": "mock"})
+    if backend["name"] == "kafka":
+        head[2] = "Written by `.venv/bin/python bench/run.py --backend kafka` (see bench/run.py's docstring)."
+        head += [
+            f"Clusters: two local Apache Kafka {backend['version']} clusters (one combined "
+            f"broker/controller each, JVM heap {backend['heap']}, started in {backend['startup_s']} s; "
+            "integration/kafka.py) on the same machine as the clients: the broker's CPU is "
+            "shared with them, so the ratios also carry the broker's share of 2 cores.",
+            "",
+        ]
+        return "\n".join([*head, *rows])
     return "\n".join([*head, *rows, FINDINGS])

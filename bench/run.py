@@ -2,12 +2,17 @@
 
     .venv/bin/python bench/run.py            # every benchmark, writes bench/RESULTS.md and bench/results.json
     .venv/bin/python bench/run.py --quick    # fewer rounds and messages (a smoke run)
+    .venv/bin/python bench/run.py --backend kafka   # produce/consume/dispatch rows on Apache Kafka
 
 Each throughput figure is a ratio routed/raw (higher is better; 1.0 = as fast as
 plain confluent-kafka) measured side by side: rounds alternate raw and routed,
 and the median of the rounds is reported, with the per-call overhead in ns.
 Clusters are librdkafka mock clusters in this process (kbear.testing), so the
-figures measure client-side cost, not a network.
+figures measure client-side cost, not a network. ``--backend kafka`` runs the
+one-cluster produce and consume rows and the two-cluster dispatch row against two
+local Apache Kafka clusters instead (integration/kafka.py: JVM processes, jars
+from Maven), kbear and plain confluent-kafka in the same run, and writes
+bench/results-kafka.json and bench/RESULTS-kafka.md.
 """
 
 from __future__ import annotations
@@ -30,10 +35,42 @@ from kbear.testing import EmbeddedCluster
 HERE = Path(__file__).resolve().parent
 
 
+def start_clusters(backend: str, tmp: Path, results: dict[str, Any]) -> tuple[Any, Any]:
+    """Two clusters, ``A`` and ``B``: librdkafka mock clusters, or Apache Kafka
+    (one combined broker/controller each, started side by side; the version and
+    start-up go into ``results["backend"]``)."""
+    if backend == "mock":
+        results["backend"] = {"name": "mock"}
+        return EmbeddedCluster(), EmbeddedCluster()
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, str(HERE.parent))  # the repository's integration/ package
+    from integration.kafka import KafkaCluster
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(KafkaCluster, name, tmp) for name in ("A", "B")]
+    a, b = (f.result() for f in futures)
+    results["backend"] = {
+        "name": "kafka",
+        "version": a.version,
+        "startup_s": [round(c.startup_s or 0.0, 1) for c in (a, b)],
+        "heap": a.heap,
+    }
+    return a, b
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and messages")
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
+    ap.add_argument(
+        "--backend",
+        choices=("mock", "kafka"),
+        default="mock",
+        help="mock: librdkafka mock clusters in this process (default); kafka: two local Apache Kafka "
+        "clusters (JVM processes), for the produce1, dispatch and consume1 rows",
+    )
     ap.add_argument(
         "--only",
         nargs="*",
@@ -47,8 +84,10 @@ def main() -> int:
         return 0
     rounds = 3 if args.quick else 9
     n = 50_000 if args.quick else 200_000
+    kafka_rows = ["produce1", "dispatch", "consume1"]
     want = set(
         args.only
+        or (kafka_rows if args.backend == "kafka" else None)
         or [
             "produce1",
             "produce2",
@@ -63,7 +102,9 @@ def main() -> int:
             "memory",
         ]
     )
-    name = "results-quick" if args.quick else "results"
+    if args.backend == "kafka" and want - set(kafka_rows):
+        ap.error(f"--backend kafka runs {', '.join(kafka_rows)} only")
+    name = ("results-quick" if args.quick else "results") + ("-kafka" if args.backend == "kafka" else "")
     results: dict[str, Any] = {}
     if args.only and (HERE / f"{name}.json").exists():
         # a partial run updates the figures it measures and keeps the others
@@ -73,7 +114,7 @@ def main() -> int:
         results["machine"] = machine()
     results["quick"] = args.quick
     tmp = Path(tempfile.mkdtemp(prefix="kbear-bench-"))
-    a, b = EmbeddedCluster(), EmbeddedCluster()
+    a, b = start_clusters(args.backend, tmp, results)
     clusters = {"A": a, "B": b}
     try:
         parts_n = 8 if args.quick else 16
@@ -173,7 +214,7 @@ def main() -> int:
         b.close()
     results["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     (HERE / f"{name}.json").write_text(json.dumps(results, indent=2))
-    md = HERE / ("RESULTS-quick.md" if args.quick else "RESULTS.md")
+    md = HERE / (name.replace("results", "RESULTS") + ".md")
     md.write_text(render_markdown(results))
     print(f"wrote {HERE / name}.json and {md}")
     return 0

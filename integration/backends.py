@@ -267,7 +267,8 @@ class ProcessCluster(Cluster):
 
 # Environment variables the brokers read (tansu: clap `env =`); never inherited.
 _BROKER_ENV = {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
-_LIVE: set[Cluster] = set()
+#: clusters and other processes (MirrorMaker 2) the atexit hook closes
+_LIVE: set[Any] = set()
 
 
 @atexit.register

@@ -217,6 +217,7 @@ def run_move(it: Harness, members: int, **conf: Any) -> dict[str, Any]:
         "order_breaks": order_breaks,
         "per_member": per_member,
         "routes": [c.routes()[moving].cluster_id for c in consumers],
+        "producer_route": load.producer.route(moving).cluster_id,
         "seconds": round(time.monotonic() - t0, 1),
         "errors": [str(e) for e in errors[:5]],
     }
@@ -228,7 +229,8 @@ def run_move(it: Harness, members: int, **conf: Any) -> dict[str, Any]:
         f"duplicates {result['duplicates']} ({100 * result['duplicates'] / max(1, len(delivered)):.2f} %; "
         f"per topic {result['duplicates_per_topic']}), "
         f"per-key order breaks {order_breaks}, "
-        f"per member {per_member}, {result['seconds']} s{diagnosis}"
+        f"per member {per_member}, routes {result['routes']} (producer {result['producer_route']}), "
+        f"{result['seconds']} s{diagnosis}"
     )
     return result
 

@@ -1,0 +1,169 @@
+"""MirrorMaker 2 between the two Apache Kafka clusters (``A`` = east, ``B`` = west):
+what it writes on the target is read back and decoded here, the mirrored topic,
+the offset syncs and the checkpoints of a group that committed on the source.
+Runs on the ``kafka`` backend only (MirrorMaker 2 is a Kafka Connect application)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from integration.backends import RDKAFKA_LOG, BackendUnavailable, admin_client, topic_partitions
+from integration.conftest import Harness
+from integration.helpers import read_topic, values
+from integration.mirror import Checkpoint, MirrorMaker2, OffsetSync, decode_checkpoint, decode_offset_sync
+
+T = TypeVar("T")
+MESSAGES = 120
+PARTITIONS = 2
+#: MirrorMaker 2 starts three connectors and creates its internal topics first: on
+#: a busy 2-core machine its first mirrored record has taken up to ~60 s
+WAIT_S = 150.0
+
+
+@pytest.fixture
+def mirror_it(it: Harness) -> Harness:
+    if it.backend.name != "kafka":
+        pytest.skip(f"MirrorMaker 2 runs on the kafka backend only (this is {it.backend.name})")
+    return it
+
+
+def wait_until(what: str, probe: Callable[[], T | None], mm2: MirrorMaker2, timeout_s: float = WAIT_S) -> T:
+    """``probe()`` every second until it returns something (bounded); fails with the
+    MirrorMaker 2 log's tail when it never does or the process died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not mm2.alive():
+            break
+        got = probe()
+        if got is not None:
+            return got
+        time.sleep(1.0)
+    tail = mm2.log_path.read_text(errors="replace")[-2000:] if mm2.log_path.is_file() else ""
+    pytest.fail(f"{what} not seen within {timeout_s:.0f} s (MirrorMaker 2 alive: {mm2.alive()}); log: {tail}")
+
+
+def records(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of ``topic`` now (empty while the topic does not exist)."""
+    if not topic_partitions(bootstrap, topic):
+        return []
+    ends = admin_client(bootstrap).list_topics(topic, timeout=10).topics[topic].partitions
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "kbear-it-mm2-reader", "enable.auto.commit": False},
+        logger=RDKAFKA_LOG,
+    )
+    try:
+        total = 0
+        for p in ends:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return [(m.key(), m.value()) for m in read_topic(bootstrap, topic, total, timeout_s=20, grace_s=0)]
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def mm2(mirror_it: Harness, tmp_path: Path) -> Iterator[MirrorMaker2]:
+    it = mirror_it
+    try:
+        mirror = MirrorMaker2(
+            it.clusters["A"],
+            it.clusters["B"],
+            tmp_path / "mm2",
+            topics=r"mirrored\..*",
+            groups=r"mm2-group\..*",
+        )
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield mirror
+    finally:
+        mirror.close()
+
+
+def test_mirrormaker2_mirrors_a_topic_and_checkpoints_a_group(mirror_it: Harness, mm2: MirrorMaker2) -> None:
+    it = mirror_it
+    topic = it.create_topic(it.name("mirrored"), PARTITIONS, "A")
+    east = it.bootstrap("A")
+    west = it.bootstrap("B")
+    producer = Producer({"bootstrap.servers": east, "linger.ms": 5})
+    sent = [f"m-{i}".encode() for i in range(MESSAGES)]
+    for i, value in enumerate(sent):
+        producer.produce(topic, value, key=f"k{i % 8}".encode())
+    assert producer.flush(30) == 0
+
+    # a group reads everything on east and commits (checkpointed by MirrorMaker 2)
+    group = it.name("mm2-group")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": east,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **it.backend.consumer_conf,
+        },
+        logger=RDKAFKA_LOG,
+    )
+    got: list[Message] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < MESSAGES and time.monotonic() < deadline:
+            got.extend(m for m in consumer.consume(500, 0.2) if m.error() is None)
+        committed = consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    assert sorted(values(got)) == sorted(sent)
+    ends = {tp.partition: tp.offset for tp in committed or []}
+    per_partition = {p: sum(1 for m in got if m.partition() == p) for p in range(PARTITIONS)}
+    assert all(n > 0 for n in per_partition.values())  # 8 keys over 2 partitions
+    assert ends == per_partition  # the committed offsets: the ends
+
+    # the mirrored topic on west holds what was produced on east, per partition
+    remote = mm2.remote_topic(topic)
+    mirrored = wait_until(
+        f"{remote} with {MESSAGES} records on west",
+        lambda: (lambda r: r if len(r) >= MESSAGES else None)(read_topic(west, remote, MESSAGES, 5, 0)),
+        mm2,
+    )
+    # same partition, same offset (the mirrored topic started empty), same key and value
+    assert sorted((m.partition(), m.offset(), m.key(), m.value()) for m in mirrored) == sorted(
+        (m.partition(), m.offset(), m.key(), m.value()) for m in got
+    )
+
+    # offset syncs (on west: offset-syncs.topic.location=target): east offset -> west offset
+    def syncs_to_the_end() -> list[OffsetSync] | None:
+        decoded = [decode_offset_sync(k, v) for k, v in records(west, mm2.offset_syncs_topic)]
+        mine = [s for s in decoded if s.topic == topic]
+        last = {s.partition: s.upstream_offset for s in mine}
+        return mine if all(last.get(p) == n - 1 for p, n in ends.items()) else None
+
+    syncs = wait_until("offset syncs up to the last record", syncs_to_the_end, mm2)
+    # the mirrored topic started empty: every record keeps its offset
+    assert all(s.upstream_offset == s.downstream_offset for s in syncs), syncs
+    assert {s.partition for s in syncs} == set(ends)
+
+    # checkpoints (on west, east.checkpoints.internal): the group's east offsets and their translation
+    def checkpoints_of_the_commit() -> dict[int, Checkpoint] | None:
+        decoded = [decode_checkpoint(k, v) for k, v in records(west, mm2.checkpoints_topic)]
+        latest = {c.partition: c for c in decoded if c.group == group}
+        done = all(p in latest and latest[p].upstream_offset == n for p, n in ends.items())
+        return latest if done else None
+
+    checkpoints = wait_until(f"checkpoints of {group}", checkpoints_of_the_commit, mm2)
+    for partition, offset in ends.items():
+        checkpoint = checkpoints[partition]
+        assert checkpoint.topic == remote  # named as on the target
+        assert checkpoint.upstream_offset == offset
+        # the last sync is (offset - 1 -> offset - 1): the commit past it translates to offset
+        assert checkpoint.downstream_offset == offset
+        assert checkpoint.metadata == ""
+    it.note(
+        f"MirrorMaker 2: {len(mirrored)} records mirrored, {len(syncs)} offset syncs, checkpoints "
+        f"{sorted((c.partition, c.upstream_offset, c.downstream_offset) for c in checkpoints.values())}"
+    )
