@@ -104,7 +104,8 @@ def main() -> int:
     )
     if args.backend == "kafka" and want - set(kafka_rows):
         ap.error(f"--backend kafka runs {', '.join(kafka_rows)} only")
-    name = ("results-quick" if args.quick else "results") + ("-kafka" if args.backend == "kafka" else "")
+    # one file for Apache Kafka's rows, quick or not (its header says which)
+    name = "results-kafka" if args.backend == "kafka" else "results-quick" if args.quick else "results"
     results: dict[str, Any] = {}
     if args.only and (HERE / f"{name}.json").exists():
         # a partial run updates the figures it measures and keeps the others

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import Consumer, TopicPartition
 
 from integration.backends import (
     _LIVE,
+    RDKAFKA_LOG,
     Backend,
     BackendUnavailable,
     Cluster,
@@ -210,7 +211,7 @@ class KafkaCluster(Cluster):
         heap: str = DEFAULT_HEAP,
         jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
         log_level: str = "warn",
-        timeout_s: float = 90.0,
+        timeout_s: float = 180.0,
         start: bool = True,
     ) -> None:
         if brokers < 1:
@@ -401,11 +402,19 @@ class KafkaCluster(Cluster):
         retrying(max(1.0, deadline - time.monotonic()), f"brokers of {self.name}")(all_brokers)
 
         def group_coordinator() -> None:
-            # the first group request creates __consumer_offsets and loads its partitions
-            # (seconds on a busy machine): done here, not in a test's first request
-            group = ConsumerGroupTopicPartitions("kbear-warm-up")
-            admin = admin_client(self.bootstrap_servers)
-            admin.list_consumer_group_offsets([group], request_timeout=10)[group.group_id].result(15)
+            # The first group request creates __consumer_offsets and loads its partitions
+            # (seconds on a busy machine): done here, not in a test's first request. With
+            # a Consumer: librdkafka 2.16's AdminClient.list_consumer_group_offsets
+            # crashes the process (SIGSEGV in rd_kafka_cgrp_op, an admin client has no
+            # cgrp) when the coordinator answers that it is still loading.
+            consumer = Consumer(
+                {"bootstrap.servers": self.bootstrap_servers, "group.id": "kbear-warm-up"},
+                logger=RDKAFKA_LOG,
+            )
+            try:
+                consumer.committed([TopicPartition("kbear-warm-up", 0)], timeout=10)
+            finally:
+                consumer.close()
 
         retrying(max(1.0, deadline - time.monotonic()), f"group coordinator, {self.name}")(group_coordinator)
 
@@ -470,14 +479,21 @@ def reap_orphans(parent: Path) -> list[int]:
 def make_backend() -> Backend:
     """The ``kafka`` integration backend: one :class:`KafkaCluster` (a combined
     broker/controller) per cluster, at :func:`kafka_version`. Group protocols:
-    ``classic`` (the clients' session timeouts short, as on docker) and, from 4.0,
-    ``consumer`` (KIP-848, served by the broker). Raises :class:`BackendUnavailable`
+    ``classic`` (the clients' session timeouts short, as on docker), the same with
+    ``cooperative-sticky`` assignment and, from 4.0, ``consumer`` (KIP-848, served
+    by the broker). Raises :class:`BackendUnavailable`
     when Java or Maven is missing or the jars do not resolve."""
     version = kafka_version()
     kafka_classpath(version)  # resolve (or fail) before any cluster starts
     workdir = _workdir("kafka")
     reap_orphans(workdir.parent)
-    protocols = {"classic": GroupProtocol({"group.protocol": "classic"})}
+    protocols = {
+        "classic": GroupProtocol({"group.protocol": "classic"}),
+        # incremental rebalances of the classic protocol (KIP-429)
+        "cooperative-sticky": GroupProtocol(
+            {"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky"}
+        ),
+    }
     if int(version.split(".", 1)[0]) >= 4:
         protocols["consumer"] = GroupProtocol({"group.protocol": "consumer"})
     return Backend(

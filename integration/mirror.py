@@ -203,9 +203,9 @@ class MirrorMaker2:
             "-cp",
             mirror_classpath(),
             "org.apache.kafka.connect.mirror.MirrorMaker",
+            str(self.config),  # before --clusters, which takes one or more names
             "--clusters",
             west,
-            str(self.config),
         ]
         with open(directory / "stdout.log", "ab") as out:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(

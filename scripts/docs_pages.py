@@ -27,6 +27,7 @@ REPOSITORY_FILES = (
     "bench/RESULTS.md",
     "bench/RESULTS-aio.md",
     "bench/RESULTS-close-hang.md",
+    "bench/RESULTS-kafka.md",
     "integration/BACKENDS.md",
     "examples",
     "docker",
