@@ -87,6 +87,8 @@ def _retriable(exc: BaseException) -> bool:
             KafkaError.LEADER_NOT_AVAILABLE,
             KafkaError.NOT_CONTROLLER,
             KafkaError.COORDINATOR_NOT_AVAILABLE,
+            KafkaError.NOT_COORDINATOR,
+            KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
             KafkaError.UNKNOWN_TOPIC_OR_PART,
         )
     return isinstance(exc, _NotYet)

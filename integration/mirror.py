@@ -7,7 +7,7 @@ records it writes, decoded.
 become ``<source alias>.<topic>`` on the target, the consumer groups' committed
 offsets come back as checkpoints in ``<source alias>.checkpoints.internal`` on the
 target, and the offset syncs (upstream offset -> downstream offset) go to
-``mm2-offset-syncs.<target alias>.internal``, on the target here
+``mm2-offset-syncs.<source alias>.internal`` on the target here
 (``offset-syncs.topic.location=target``).
 
 :func:`decode_offset_sync` and :func:`decode_checkpoint` read those records as
@@ -227,7 +227,9 @@ class MirrorMaker2:
 
     @property
     def offset_syncs_topic(self) -> str:
-        return f"mm2-offset-syncs.{self.aliases[1]}.internal"
+        """On the target (``offset-syncs.topic.location=target``) it is named after the
+        source: ``mm2-offset-syncs.<source alias>.internal`` (seen with 4.3.1)."""
+        return f"mm2-offset-syncs.{self.aliases[0]}.internal"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

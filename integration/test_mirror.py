@@ -86,6 +86,7 @@ def mm2(mirror_it: Harness, tmp_path: Path) -> Iterator[MirrorMaker2]:
         mirror.close()
 
 
+@pytest.mark.timeout(400)  # MirrorMaker 2 took ~100 s to mirror its first record on a busy machine
 def test_mirrormaker2_mirrors_a_topic_and_checkpoints_a_group(mirror_it: Harness, mm2: MirrorMaker2) -> None:
     it = mirror_it
     topic = it.create_topic(it.name("mirrored"), PARTITIONS, "A")
@@ -137,16 +138,14 @@ def test_mirrormaker2_mirrors_a_topic_and_checkpoints_a_group(mirror_it: Harness
     )
 
     # offset syncs (on west: offset-syncs.topic.location=target): east offset -> west offset
-    def syncs_to_the_end() -> list[OffsetSync] | None:
+    def syncs_of_every_partition() -> list[OffsetSync] | None:
         decoded = [decode_offset_sync(k, v) for k, v in records(west, mm2.offset_syncs_topic)]
         mine = [s for s in decoded if s.topic == topic]
-        last = {s.partition: s.upstream_offset for s in mine}
-        return mine if all(last.get(p) == n - 1 for p, n in ends.items()) else None
+        return mine if {s.partition for s in mine} == set(ends) else None
 
-    syncs = wait_until("offset syncs up to the last record", syncs_to_the_end, mm2)
+    syncs = wait_until("offset syncs of every partition", syncs_of_every_partition, mm2)
     # the mirrored topic started empty: every record keeps its offset
-    assert all(s.upstream_offset == s.downstream_offset for s in syncs), syncs
-    assert {s.partition for s in syncs} == set(ends)
+    assert all(s.upstream_offset == s.downstream_offset < ends[s.partition] for s in syncs), syncs
 
     # checkpoints (on west, east.checkpoints.internal): the group's east offsets and their translation
     def checkpoints_of_the_commit() -> dict[int, Checkpoint] | None:
@@ -156,13 +155,21 @@ def test_mirrormaker2_mirrors_a_topic_and_checkpoints_a_group(mirror_it: Harness
         return latest if done else None
 
     checkpoints = wait_until(f"checkpoints of {group}", checkpoints_of_the_commit, mm2)
+    syncs = [decode_offset_sync(k, v) for k, v in records(west, mm2.offset_syncs_topic)]
     for partition, offset in ends.items():
         checkpoint = checkpoints[partition]
         assert checkpoint.topic == remote  # named as on the target
         assert checkpoint.upstream_offset == offset
-        # the last sync is (offset - 1 -> offset - 1): the commit past it translates to offset
-        assert checkpoint.downstream_offset == offset
         assert checkpoint.metadata == ""
+        # MirrorMaker 2 translates through a sync at or before the committed offset:
+        # its downstream offset, plus one when the sync is for an earlier record
+        translations = {
+            s.downstream_offset + (s.upstream_offset < offset)
+            for s in syncs
+            if s.topic == topic and s.partition == partition and s.upstream_offset <= offset
+        }
+        assert checkpoint.downstream_offset in translations, (checkpoint, translations)
+        assert checkpoint.downstream_offset <= offset
     it.note(
         f"MirrorMaker 2: {len(mirrored)} records mirrored, {len(syncs)} offset syncs, checkpoints "
         f"{sorted((c.partition, c.upstream_offset, c.downstream_offset) for c in checkpoints.values())}"
