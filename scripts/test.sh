@@ -26,16 +26,6 @@ else
 fi
 export KBEAR_ARTIFACTS="${KBEAR_ARTIFACTS:-${TMPDIR:-/tmp}/kbear-artifacts}"
 echo "console screenshots go to $KBEAR_ARTIFACTS/console"
-# The integration suite runs on Apache Kafka (KBEAR_IT_BACKEND=auto picks the kafka
-# backend when Java and Maven are there): Maven resolves the broker's and MirrorMaker 2's
-# jars first (~/.m2 is the cache; a fresh machine downloads them once, ~150 MB).
-echo "== Apache Kafka jars (Maven)"
-start=$SECONDS
-if .venv/bin/python -c 'from integration.jvm import classpath; from integration.kafka import kafka_version; v = kafka_version(); classpath("kafka", {"kafka.version": v}); classpath("mirror"); print("Apache Kafka", v, "resolved")'; then
-    echo "   in $((SECONDS - start)) s"
-else
-    echo "   not resolved: the integration suite runs on the next backend auto finds"
-fi
 echo "== pytest"
 # conftest.py's watchdog ends the process on a hang pytest-timeout cannot interrupt,
 # writing every thread's traceback here: shown when pytest fails.
