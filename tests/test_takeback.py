@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError
-from test_faults import on
 
 from conftest import read_all, rewrite_rules, rule
 from kbear import RoutedProducer, Router, _events
@@ -50,6 +49,13 @@ def resent() -> Iterator[list[_events.MessagesResent]]:
         yield seen
     finally:
         _events.unsubscribe(listen)
+
+
+def on(cluster: str, topic: str) -> list[dict[str, Any]]:
+    return [
+        rule("move", f"use cluster {cluster}", topic=topic),
+        rule("global", "use cluster A", isGlobal=True),
+    ]
 
 
 class Reports:
