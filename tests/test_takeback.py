@@ -52,10 +52,7 @@ def resent() -> Iterator[list[_events.MessagesResent]]:
 
 
 def on(cluster: str, topic: str) -> list[dict[str, Any]]:
-    return [
-        rule("move", f"use cluster {cluster}", topic=topic),
-        rule("global", "use cluster A", isGlobal=True),
-    ]
+    return [rule("move", f"use cluster {cluster}", topic=topic), rule("global", "use cluster A", isGlobal=True)]
 
 
 class Reports:
@@ -110,12 +107,7 @@ def test_topic_moved_off_a_dead_cluster_loses_nothing(
                 producer.produce(topic, value, key, timestamp=stamp + n, headers=[("n", str(n).encode())])
             else:
                 producer.produce(
-                    topic,
-                    value,
-                    key,
-                    timestamp=stamp + n,
-                    headers={"n": str(n).encode()},
-                    callback=own.delivery,
+                    topic, value, key, timestamp=stamp + n, headers={"n": str(n).encode()}, callback=own.delivery
                 )
 
         # flush() and poll() keep their timeouts while the cluster is dead
@@ -162,9 +154,7 @@ def test_topic_moved_off_a_dead_cluster_loses_nothing(
             assert m.timestamp() == (TIMESTAMP_CREATE_TIME, stamp + n)
     # per key, B holds the messages in the order they were produced (stuck before later)
     for key in KEYS:
-        stored = sorted(
-            (m for m in on_b.values() if m.key() == key), key=lambda m: (m.partition(), m.offset())
-        )
+        stored = sorted((m for m in on_b.values() if m.key() == key), key=lambda m: (m.partition(), m.offset()))
         assert len({m.partition() for m in stored}) == 1
         assert [m.value() for m in stored] == [v for k, v in stuck + later if k == key]
 

@@ -167,11 +167,7 @@ class KBearMetrics(Collector):
                 with self._lock:
                     self._producer_drains -= 1
         elif isinstance(event, _events.MessagesResent):
-            for reason, count in (
-                ("queued", event.queued),
-                ("in_flight", event.in_flight),
-                ("failed", event.failed),
-            ):
+            for reason, count in (("queued", event.queued), ("in_flight", event.in_flight), ("failed", event.failed)):
                 if count:
                     self.messages_resent.labels(event.kind, event.cluster, reason).inc(count)
         elif isinstance(event, _events.ReloadApplied):

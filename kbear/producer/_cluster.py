@@ -28,7 +28,6 @@ __all__ = [
 
 DeliveryCallback = Callable[[Any, Any], None]
 
-
 def logical_callback(cb: DeliveryCallback, logical: str) -> DeliveryCallback:
     """``cb`` called with the message's topic set to ``logical`` first."""
 

@@ -88,12 +88,7 @@ class Pending:
 
     def __call__(self, err: Any, msg: Any) -> None:
         rescue = self.rescue
-        if (
-            err is not None
-            and rescue.resend is not None
-            and err.code() in PURGED
-            and rescue.resend(err, msg, self)
-        ):
+        if err is not None and rescue.resend is not None and err.code() in PURGED and rescue.resend(err, msg, self):
             return
         (rescue.report if self.own is None else self.own)(err, msg)
 
@@ -122,12 +117,7 @@ def delivery_callback(
         rescue.report = report
 
     def deliver(err: Any, msg: Any) -> None:
-        if (
-            err is not None
-            and rescue.resend is not None
-            and err.code() in PURGED
-            and rescue.resend(err, msg, None)
-        ):
+        if err is not None and rescue.resend is not None and err.code() in PURGED and rescue.resend(err, msg, None):
             return
         rescue.report(err, msg)
 

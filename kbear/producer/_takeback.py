@@ -92,9 +92,7 @@ class TakeBack:
                 extra=_events.fields("messages_resent", None, cluster=entry.cluster_id),
             )
             _events.emit(
-                _events.MessagesResent(
-                    "producer", entry.cluster_id, counts.queued, counts.in_flight, counts.failed
-                )
+                _events.MessagesResent("producer", entry.cluster_id, counts.queued, counts.in_flight, counts.failed)
             )
         return counts
 
