@@ -125,20 +125,6 @@ class DrainFinished:
 
 
 @dataclass(frozen=True)
-class MessagesResent:
-    """A producer took back what ``cluster``'s client held after its drain timed out
-    and sent it along the routes now: ``queued`` messages from the queue,
-    ``in_flight`` ones whose fate was unknown (at-least-once: possibly duplicates),
-    ``failed`` ones it could not re-send (reported failed to the application)."""
-
-    kind: str
-    cluster: str
-    queued: int
-    in_flight: int
-    failed: int
-
-
-@dataclass(frozen=True)
 class ReloadApplied:
     """A configuration (content digest ``digest``) from ``location`` is in force."""
 
@@ -185,7 +171,6 @@ Event = (
     | RouteChanged
     | DrainStarted
     | DrainFinished
-    | MessagesResent
     | ReloadApplied
     | ReloadRefused
     | MetaRequest

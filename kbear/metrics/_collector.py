@@ -88,14 +88,6 @@ class KBearMetrics(Collector):
             buckets=DRAIN_BUCKETS,
             registry=registry,
         )
-        self.messages_resent = Counter(
-            "kbear_messages_resent",
-            "Messages a producer took back from a cluster whose drain timed out and sent "
-            "along the routes now (reason: queued, in_flight: sent again, at-least-once; "
-            "failed: could not be re-sent, reported failed)",
-            ["kind", "cluster", "reason"],
-            registry=registry,
-        )
         self.reloads = Counter(
             "kbear_config_reloads",
             "Configuration changes applied, or refused (the last good configuration stays)",
@@ -130,7 +122,6 @@ class KBearMetrics(Collector):
             self.drain_messages,
             self.switch_timeouts,
             self.drain_seconds,
-            self.messages_resent,
             self.reloads,
             self.meta_requests,
             self.meta_seconds,
@@ -166,10 +157,6 @@ class KBearMetrics(Collector):
             if event.kind == "producer":
                 with self._lock:
                     self._producer_drains -= 1
-        elif isinstance(event, _events.MessagesResent):
-            for reason, count in (("queued", event.queued), ("in_flight", event.in_flight), ("failed", event.failed)):
-                if count:
-                    self.messages_resent.labels(event.kind, event.cluster, reason).inc(count)
         elif isinstance(event, _events.ReloadApplied):
             self.reloads.labels("applied", "", event.location).inc()
             with self._lock:

@@ -15,7 +15,6 @@ from typing import Any
 
 from kbear._clients import ClientFactory, ClientRegistry, ClusterEntry, Deadline, single_cluster
 from kbear._route import Route
-from kbear.producer._pending import Rescue, delivery_callback, plain_call, recording_send
 
 __all__ = [
     "ClusterProducer",
@@ -28,12 +27,27 @@ __all__ = [
 
 DeliveryCallback = Callable[[Any, Any], None]
 
+
 def logical_callback(cb: DeliveryCallback, logical: str) -> DeliveryCallback:
     """``cb`` called with the message's topic set to ``logical`` first."""
 
     def deliver(err: Any, msg: Any) -> None:
         msg.set_topic(logical)
         cb(err, msg)
+
+    return deliver
+
+
+def renaming_callback(user_cb: DeliveryCallback, logical: Mapping[str, str]) -> DeliveryCallback:
+    """The configuration's ``on_delivery`` of one cluster's client: ``user_cb`` with
+    remapped physical topics (``logical``: physical -> logical) renamed first."""
+
+    def deliver(err: Any, msg: Any) -> None:
+        if logical:
+            name = logical.get(msg.topic())
+            if name is not None:
+                msg.set_topic(name)
+        user_cb(err, msg)
 
     return deliver
 
@@ -45,27 +59,16 @@ class ClusterProducer(ClusterEntry):
         producer: the cluster's ``confluent_kafka.Producer`` (also ``client``).
         logical: physical -> logical name of the remapped topics sent here
             (delivery reports of the configuration's ``on_delivery``).
-        rescue: where a take-back (:mod:`kbear.producer._takeback`) claims the
-            client's purged messages.
-        send: what kbear's produce() calls: the client's ``produce`` for a plain
-            call, else through a per-message record (:mod:`kbear.producer._pending`).
     """
 
-    __slots__ = ("logical", "producer", "rescue", "send")
+    __slots__ = ("logical", "producer")
 
     def __init__(
-        self,
-        cluster_id: str,
-        properties: Mapping[str, str],
-        producer: Any,
-        logical: dict[str, str],
-        rescue: Rescue | None = None,
+        self, cluster_id: str, properties: Mapping[str, str], producer: Any, logical: dict[str, str]
     ) -> None:
         super().__init__(cluster_id, properties, producer)
         self.producer = producer
         self.logical = logical
-        self.rescue = Rescue() if rescue is None else rescue
-        self.send = plain_call(producer.produce, recording_send(producer.produce, self.rescue))
 
 
 def producer_registry(
@@ -80,23 +83,21 @@ def producer_registry(
         native: the producer's confluent-kafka configuration (no kbear keys, no
             ``on_delivery``).
         on_delivery: the configuration's delivery callback, given to each client
-            with remapped names translated (each client gets kbear's
-            :func:`delivery_callback`, with or without one); None: none.
+            with remapped names translated; None: none.
         on_build: called with the cluster id after each client is built (a new
             client has, e.g., not run ``init_transactions`` yet).
         factory: builds the clients (default: the mounted one, else confluent-kafka's).
     """
 
-    def prepare(cluster_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Rescue]:
+    def prepare(cluster_id: str, conf: dict[str, Any]) -> dict[str, str]:
         logical: dict[str, str] = {}
-        rescue = Rescue()
-        conf["on_delivery"] = delivery_callback(on_delivery, logical, rescue)
-        return logical, rescue
+        if on_delivery is not None:
+            conf["on_delivery"] = renaming_callback(on_delivery, logical)
+        return logical
 
-    def entry(cluster_id: str, properties: Mapping[str, str], client: Any, prepared: Any) -> ClusterProducer:
+    def entry(cluster_id: str, properties: Mapping[str, str], client: Any, logical: Any) -> ClusterProducer:
         on_build(cluster_id)
-        logical, rescue = prepared
-        return ClusterProducer(cluster_id, properties, client, logical, rescue)
+        return ClusterProducer(cluster_id, properties, client, logical)
 
     return ClientRegistry("producer", native, entry, prepare, factory)
 

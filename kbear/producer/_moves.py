@@ -4,9 +4,7 @@
 the producer's lock, in the caller's thread. :class:`ReloadApplier` looks every
 topic in use up again, and for a topic that moves, drains its old cluster's
 in-flight messages (``flush``, up to ``kbear.switch.drain.timeout.ms``) before it
-goes to the new one, so nothing is lost and per-partition order holds; a drain
-that times out (a dead cluster) ends with what the old client still holds taken
-back and sent along the new routes (:mod:`kbear.producer._takeback`); then lets
+goes to the new one, so nothing is lost and per-partition order holds; then lets
 go of clients no longer needed.
 """
 
@@ -26,7 +24,6 @@ from kbear.config import KBearConfig
 from kbear.producer._cluster import ClusterProducer
 from kbear.producer._routes import ProduceBinding, RouteTable, Send
 from kbear.producer._state import ProducerState
-from kbear.producer._takeback import TakeBack
 
 log = logging.getLogger("kbear.producer")
 
@@ -62,7 +59,6 @@ class ReloadApplier:
         self._client = client
         self._drain_timeout_s = drain_timeout_s
         self._notify = notify
-        self._take_back = TakeBack(self._send_for)
 
     def apply(self, pinned: str | None) -> None:
         """Move every topic whose route changed; ``pinned``: the cluster produce() was
@@ -70,9 +66,8 @@ class ReloadApplier:
         drained before any topic goes elsewhere)."""
         self._clients.next_generation()
         moved = pinned is not None and single_cluster(self._config(), self._client) != pinned
-        stuck: list[ClusterProducer] = []
         if pinned is not None and moved and self._clients.get(pinned) is not None:
-            stuck += self.drain(pinned, "")
+            self.drain(pinned, "")
         table = self._table
         for topic, old in table.items():
             try:
@@ -91,47 +86,20 @@ class ReloadApplier:
             # miss it in the table, take the slow path and wait on the lock for the
             # new route, instead of adding to the old cluster after its flush.
             table.unbind(topic)
-            stuck += self.drain(old.cluster_id, topic)
+            self.drain(old.cluster_id, topic)
             table.forget(topic)
             if new is not None:
                 table.install(topic, new)
             extra = _events.fields("route_change", topic, old, new, reason="reload")
             log.info("kbear: topic %r moved from %r to %r", topic, old, new, extra=extra)
             self._notify(old, new)
-        self._take_back_from(stuck)
 
-    def _take_back_from(self, stuck: list[ClusterProducer]) -> None:
-        """Take back what the clients whose drain timed out still hold, once every
-        topic is on its new route (:mod:`kbear.producer._takeback`): their queued
-        messages always, their in-flight ones when no route uses the client any more."""
-        done: set[int] = set()
-        for entry in stuck:
-            if id(entry) in done:
-                continue
-            done.add(id(entry))
-            in_use = {id(self._clients.get(c)) for c in self._table.cluster_ids()}
-            self._take_back.take_back(entry, in_flight=id(entry) not in in_use)
-
-    def _send_for(self, topic: str) -> Send | None:
-        """The send function of ``topic``'s route now, routing it if it has none in
-        the table (a pinned producer's topics); None when no rule routes it."""
-        send = self._table.send.get(topic)
-        if send is not None:
-            return send
-        try:
-            return self._table.install(topic, self._lookup(topic))
-        except NoRouteError as exc:
-            log.error("kbear: a message of topic %r taken back has no route: %s", topic, exc)
-            return None
-
-    def drain(self, cluster_id: str, topic: str) -> list[ClusterProducer]:
+    def drain(self, cluster_id: str, topic: str) -> None:
         """Flush ``cluster_id``'s client (and retired ones) before ``topic`` (``""``:
-        every topic of a pinned producer) leaves it; returns the clients that still
-        hold messages after ``kbear.switch.drain.timeout.ms`` (to take back)."""
+        every topic of a pinned producer) leaves it."""
         entry = self._clients.get(cluster_id)
         candidates = [e for e in (entry, *self._clients.retired()) if e is not None]
         started, timed_out = time.monotonic(), False
-        stuck: list[ClusterProducer] = []
         log.info(
             "kbear: draining cluster %r before topic %r moves",
             cluster_id,
@@ -143,11 +111,10 @@ class ReloadApplier:
             left = e.producer.flush(self._drain_timeout_s)
             timed_out = timed_out or left > 0
             if left:
-                stuck.append(e)
                 log.warning(
                     "kbear: %d message(s) still in flight on cluster %r after "
-                    "kbear.switch.drain.timeout.ms; they are taken back and sent along "
-                    "their routes now",
+                    "kbear.switch.drain.timeout.ms; they stay queued there and are "
+                    "reported by poll()/flush()",
                     left,
                     e.cluster_id,
                 )
@@ -163,7 +130,6 @@ class ReloadApplier:
             ),
         )
         _events.emit(_events.DrainFinished("producer", topic, cluster_id, took, timed_out))
-        return stuck
 
     def retire_unused(self) -> None:
         """Drop clients no longer needed, never at the reload that stopped using them.

@@ -56,7 +56,7 @@ class RouteTable:
     def install(self, topic: str, route: Route) -> Send:
         """Send ``topic`` along ``route`` from now on; returns its send function."""
         entry = self._clients.client(route)
-        produce = entry.send
+        produce = entry.producer.produce
         if route.remapped:
             entry.logical[route.topic] = topic
             send: Send = _remapped_send(produce, topic)
@@ -161,7 +161,7 @@ class ProduceBinding:
         else:
             self.pinned = cluster_id
             probe = cluster_target(cluster_id, config.clusters[cluster_id])
-            self._store(self._clients.client(probe).send)
+            self._store(self._clients.client(probe).producer.produce)
         if state.pending:  # a reload landed meanwhile (watcher thread): back to the slow path
             self._store(None)
 
