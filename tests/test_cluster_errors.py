@@ -56,3 +56,35 @@ def test_other_errors_pass_unchanged_or_are_logged_with_the_cluster(caplog: pyte
     with caplog.at_level(logging.ERROR, logger="kbear.client"):
         configure("consumer", "A", conf_for())["error_cb"](err)  # no application error_cb
     assert "kbear consumer: cluster 'A': 127.0.0.1:9092/bootstrap: Connect failed" in caplog.text
+
+
+def test_a_failing_oauth_cb_fails_construction_as_in_confluent_kafka(tmp_path: Any) -> None:
+    """confluent-kafka's own test_oauth_cb_failure, through kbear: an ``oauth_cb`` that
+    raises makes the client's construction raise ``KafkaException``. An ``error_cb``
+    installed by kbear turned it into a ``SystemError`` (confluent-kafka calls the
+    error_cb while the oauth_cb's exception is pending), so none is installed then."""
+    from confluent_kafka import KafkaException
+
+    from kbear import RoutedConsumer
+
+    (tmp_path / "clusters.yaml").write_text(
+        "clusters:\n  - id: c\n    meta:\n      bootstrap.servers: 127.0.0.1:1\n"
+    )
+    (tmp_path / "route-rules.yaml").write_text(
+        "route-rules:\n  - id: g\n    meta: {rule.isGlobal: true}\n    rule: use cluster c\n"
+    )
+
+    def oauth_cb(_config: str) -> tuple[str, float]:
+        raise RuntimeError("no token")
+
+    conf = {
+        "kbear.config": str(tmp_path),
+        "group.id": "oauth",
+        "security.protocol": "sasl_plaintext",
+        "sasl.mechanisms": "OAUTHBEARER",
+        "session.timeout.ms": 1000,
+        "oauth_cb": oauth_cb,
+    }
+    with pytest.raises(KafkaException):
+        RoutedConsumer(conf)
+    assert "error_cb" not in configure("consumer", "c", {"oauth_cb": oauth_cb})
