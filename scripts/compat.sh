@@ -7,9 +7,10 @@
 #
 #   bash scripts/compat.sh PATH_TO_CONFLUENT_KAFKA_PYTHON_CHECKOUT [extra pytest args]
 #
-# Environment: KBEAR_COMPAT_OUT (reports, default /tmp/kbear-compat),
+# Environment: KBEAR_COMPAT_OUT (reports, default /tmp/kbear-compat-<repo>),
 # KBEAR_COMPAT_VENV (the venv holding the tests' extra requirements, default
-# /tmp/kbear-compat-venv), KBEAR_COMPAT_TIMEOUT (seconds per test, default 60),
+# /tmp/kbear-compat-venv-<repo>; <repo> names this checkout, so that two checkouts'
+# runs never share a venv that points at the other's kbear), KBEAR_COMPAT_TIMEOUT (seconds per test, default 60),
 # KBEAR_COMPAT_FILE_TIMEOUT (seconds per test file and run, default 180).
 # Exit status: 0 when every test passing on the baseline passes through kbear.
 set -euo pipefail
@@ -22,8 +23,9 @@ fi
 CHECKOUT="$(cd "$1" && pwd)"
 shift
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${KBEAR_COMPAT_OUT:-/tmp/kbear-compat}"
-VENV="${KBEAR_COMPAT_VENV:-/tmp/kbear-compat-venv}"
+TAG="$(basename "$REPO")-$(printf '%s' "$REPO" | cksum | cut -d' ' -f1)"
+OUT="${KBEAR_COMPAT_OUT:-${TMPDIR:-/tmp}/kbear-compat-$TAG}"
+VENV="${KBEAR_COMPAT_VENV:-${TMPDIR:-/tmp}/kbear-compat-venv-$TAG}"
 TIMEOUT="${KBEAR_COMPAT_TIMEOUT:-60}"
 PROJECT_PY="$REPO/.venv/bin/python"
 [ -x "$PROJECT_PY" ] || { echo "no $PROJECT_PY: run scripts/test.sh (or scripts/demo.sh) first" >&2; exit 2; }
