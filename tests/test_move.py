@@ -177,6 +177,37 @@ def test_plan_text_shows_routes_diff_offsets_and_switch_start(
     assert "ready: yes" in text
 
 
+def test_plan_reads_each_groups_committed_offsets_and_lag(
+    two_clusters: Clusters, make_config: Callable[..., Path], unique: Callable[[str], str]
+) -> None:
+    """The plan reads committed offsets with a Consumer that never joins the group
+    (librdkafka 2.16's AdminClient.list_consumer_group_offsets crashes on a cluster
+    whose coordinator is loading): what the group committed, and its lag."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    a, b = two_clusters
+    topic, group = unique("orders"), unique("group")
+    a.create_topic(topic, 2)
+    b.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": a.bootstrap_servers})
+    for i in range(10):
+        producer.produce(topic, b"x", partition=i % 2)
+    assert producer.flush(10) == 0
+    committer = Consumer({"bootstrap.servers": a.bootstrap_servers, "group.id": group})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        committer.close()
+    conf = make_config([rule("all", "use cluster A", isGlobal=True)])
+
+    code, report = move(conf, "--topic", topic, "--to", "B", "--group", group)
+    assert code == 0, report
+    (planned,) = report["plan"]["groups"]
+    assert planned["committed_source"] == {"0": 3, "1": None}
+    assert planned["lag_source"] == 2 + 5  # partition 0 from its commit, 1 from its start
+    assert planned["committed_target"] == {"0": None, "1": None} and planned["lag_target"] == 0
+
+
 def test_apply_moves_a_topic_under_load_with_nothing_lost(
     two_clusters: Clusters, make_config: Callable[..., Path], unique: Callable[[str], str]
 ) -> None:
@@ -253,7 +284,7 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(
     assert duplicates <= len(delivered) // 100  # the project's bound for the consumer protocol (0 seen here)
 
 
-def test_cluster_reads_are_retried_on_connection_errors_only() -> None:
+def test_cluster_reads_are_retried_on_retriable_errors_only() -> None:
     from confluent_kafka import KafkaError, KafkaException
 
     from kbear.admin._move_state import retried
@@ -268,9 +299,67 @@ def test_cluster_reads_are_retried_on_connection_errors_only() -> None:
 
     assert retried(5.0, flaky, KafkaError._TRANSPORT, 2) == "answer" and len(calls) == 3
     calls.clear()
+    # a topic created a moment before: its partitions have no leader yet
+    assert retried(5.0, flaky, KafkaError.NOT_LEADER_FOR_PARTITION, 2) == "answer" and len(calls) == 3
+    calls.clear()
     with pytest.raises(KafkaException):
-        retried(5.0, flaky, KafkaError.UNKNOWN_TOPIC_OR_PART, 1)
+        retried(5.0, flaky, KafkaError.TOPIC_AUTHORIZATION_FAILED, 1)
     assert len(calls) == 1
+
+
+class _NoLeaderYet:
+    """A stand-in for RoutedAdminClient on a topic created a moment before: the
+    metadata lists it; ListOffsets answers NOT_LEADER_FOR_PARTITION ``failures``
+    times, then the watermarks; DescribeConfigs answers nothing to compare."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.offset_calls = 0
+
+    def list_topics(self, **_kw: Any) -> Any:
+        from types import SimpleNamespace
+
+        partitions = {p: SimpleNamespace(id=p) for p in range(2)}
+        return SimpleNamespace(topics={"t": SimpleNamespace(partitions=partitions, error=None)})
+
+    def list_offsets(self, request: dict[Any, Any], **_kw: Any) -> dict[Any, Any]:
+        from concurrent.futures import Future
+        from types import SimpleNamespace
+
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.offset_calls += 1
+        out: dict[Any, Any] = {}
+        for tp, spec in request.items():
+            future: Future[Any] = Future()
+            if self.offset_calls <= self.failures:
+                future.set_exception(KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION)))
+            else:
+                future.set_result(SimpleNamespace(offset=0 if spec._value == -2 else 10 + tp.partition))
+            out[tp] = future
+        return out
+
+    def describe_configs(self, *_a: Any, **_kw: Any) -> Any:
+        raise RuntimeError("no DescribeConfigs here")
+
+
+def test_the_plan_reads_a_topic_whose_partitions_have_no_leader_yet() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from kbear.admin._move_state import read_topic
+
+    admin = _NoLeaderYet(failures=3)
+    state = read_topic(admin, "B", "t", 5.0)  # type: ignore[arg-type]
+    assert state.partitions == 2 and state.low == {0: 0, 1: 0} and state.high == {0: 10, 1: 11}
+    assert admin.offset_calls == 5  # three refused, then earliest and latest
+
+    # bounded: a leader that never comes gives the error after the timeout
+    admin = _NoLeaderYet(failures=10**6)
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as raised:
+        read_topic(admin, "B", "t", 1.0)  # type: ignore[arg-type]
+    assert raised.value.args[0].code() == KafkaError.NOT_LEADER_FOR_PARTITION
+    assert 1.0 <= time.monotonic() - started < 5.0 and 3 <= admin.offset_calls < 30
 
 
 class _Scripted:
@@ -293,14 +382,11 @@ class _Scripted:
             return {tp: completed(SimpleNamespace(offset=0))}
         return {tp: completed(SimpleNamespace(offset=self.script[self.step][0]))}
 
-    def list_consumer_group_offsets(self, request: list[Any], **_kw: Any) -> dict[str, Any]:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        from kbear.admin._futures import completed
-
-        group = request[0].group_id
-        tp = TopicPartition(request[0].topic_partitions[0].topic, 0, self.script[self.step][1])
-        return {group: completed(ConsumerGroupTopicPartitions(group, [tp]))}
+    def committed(
+        self, cluster: str, group: str, topic: str, partitions: int, timeout_s: float
+    ) -> dict[int, int | None]:
+        assert (cluster, group, topic, partitions) == ("A", "g", "t", 1)
+        return {0: self.script[self.step][1]}
 
 
 def _watch(script: list[tuple[int, int]], stable_s: float, timeout_s: float) -> Any:
@@ -309,8 +395,9 @@ def _watch(script: list[tuple[int, int]], stable_s: float, timeout_s: float) -> 
 
     now = [100.0]
     source = TopicState("A", "t", 1, {0: 0}, {0: script[0][0]})
+    scripted = _Scripted(script)
     return watch_switch(
-        _Scripted(script),  # type: ignore[arg-type]
+        scripted,  # type: ignore[arg-type]
         source,
         [Watched("g", "A", "t")],
         written_at=100.0,
@@ -319,6 +406,7 @@ def _watch(script: list[tuple[int, int]], stable_s: float, timeout_s: float) -> 
         interval_s=0.5,
         clock=lambda: now[0],
         sleep=lambda s: now.__setitem__(0, now[0] + s),
+        read_committed=scripted.committed,
     )
 
 

@@ -34,8 +34,8 @@ from kbear._route import Route
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move_rules import RULES_FILE, RuleChange, plan_rule_change
 from kbear.admin._move_state import (
+    CommittedOffsets,
     TopicState,
-    committed,
     config_differences,
     lag,
     read_topic,
@@ -239,8 +239,12 @@ def plan_move(
                 f"configuration differs: {name}={value_s} on {now.cluster_id}, "
                 f"{value_t} on {to} (--create sets it)"
             )
-    for group in groups:
-        plan.groups.append(_plan_group(plan, after_router, admin, group, group_now[group], client, timeout_s))
+    with CommittedOffsets(router) as offsets:
+        for group in groups:
+            now_g = group_now[group]
+            plan.groups.append(
+                _plan_group(plan, after_router, admin, offsets, group, now_g, client, timeout_s)
+            )
     return plan
 
 
@@ -248,6 +252,7 @@ def _plan_group(
     plan: MovePlan,
     after_router: Router,
     admin: RoutedAdminClient,
+    offsets: CommittedOffsets,
     group: str,
     now: Route,
     client: Client,
@@ -266,12 +271,12 @@ def _plan_group(
     )
     if source.partitions:
         entry.source_offsets = retried(
-            timeout_s, committed, admin, now.cluster_id, group, now.topic, source.partitions, timeout_s
+            timeout_s, offsets.read, now.cluster_id, group, now.topic, source.partitions, timeout_s
         )
         entry.source_lag = lag(entry.source_offsets, source)
     if plan.target.partitions:
         entry.target_offsets = retried(
-            timeout_s, committed, admin, plan.to, group, after.topic, plan.target.partitions, timeout_s
+            timeout_s, offsets.read, plan.to, group, after.topic, plan.target.partitions, timeout_s
         )
         entry.target_lag = lag(entry.target_offsets, plan.target)
     entry.switch_start = _switch_start(plan, entry)

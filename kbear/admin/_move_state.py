@@ -5,19 +5,26 @@ by id (``cluster=``, names as they are there).
 
 Metadata is read with a listing of every topic: a metadata request naming an
 unknown topic makes some brokers create it (noida, Tansu, the mock cluster).
+Committed offsets are read with a ``Consumer`` (:class:`CommittedOffsets`), not
+``AdminClient.list_consumer_group_offsets`` (librdkafka 2.16 crashes there on a
+cluster whose group coordinator is not ready yet).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ConfigSource, OffsetSpec, ResourceType
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from kbear._clients import cluster_config, current_factory
 from kbear.admin._facade import RoutedAdminClient
+from kbear.router import Router
 
 
 @dataclass
@@ -88,22 +95,50 @@ def watermarks(
 
 T = TypeVar("T")
 
-#: errors of a connection being set up or lost: worth another try within the timeout
-_TRANSIENT = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+#: errors worth another try within the timeout: a connection being set up or lost
+#: (a new client's first requests can meet ``_TRANSPORT``), and the errors Kafka's
+#: protocol marks retriable that a cluster answers for a moment after a change: a topic
+#: created a moment before has no leader yet (``NOT_LEADER_OR_FOLLOWER``,
+#: ``LEADER_NOT_AVAILABLE``, ``UNKNOWN_TOPIC_OR_PART`` on a broker whose metadata is
+#: behind), a group coordinator that is starting (``COORDINATOR_LOAD_IN_PROGRESS``) or moved
+_RETRIABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, KafkaException) and bool(exc.args) and exc.args[0].code() in _TRANSIENT
+def _retriable(exc: BaseException) -> bool:
+    if not isinstance(exc, KafkaException) or not exc.args or not isinstance(exc.args[0], KafkaError):
+        return False
+    error: KafkaError = exc.args[0]
+    return error.code() in _RETRIABLE or bool(error.retriable())
 
 
 def retried(timeout_s: float, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call(*args, **kwargs)``, tried again (tenacity) while it fails with a
-    connection error (a new client's first requests can meet ``_TRANSPORT``), for
-    at most ``timeout_s`` seconds; other errors are raised at once."""
+    """``call(*args, **kwargs)``, tried again (tenacity, exponential back-off from
+    0.1 s to 1 s) while it fails with a retriable error (``_RETRIABLE``, or a
+    ``KafkaError`` whose ``retriable()`` is true), for at most ``timeout_s`` seconds;
+    then the last error is raised. Other errors are raised at once.
+
+    Raises:
+        KafkaException: what ``call`` raised last.
+    """
     retrying = Retrying(
         stop=stop_after_delay(timeout_s),
         wait=wait_exponential(multiplier=0.1, max=1.0),
-        retry=retry_if_exception(_transient),
+        retry=retry_if_exception(_retriable),
         reraise=True,
     )
     return retrying(call, *args, **kwargs)
@@ -153,22 +188,75 @@ def config_differences(source: TopicState, target: TopicState) -> list[tuple[str
     ]
 
 
-def committed(
-    admin: RoutedAdminClient, cluster: str, group: str, topic: str, partitions: int, timeout_s: float
-) -> dict[int, int | None]:
-    """Partition -> the group's committed offset of ``topic`` on ``cluster`` (None: none).
+class CommittedOffsets:
+    """Reads consumer groups' committed offsets on the clusters of ``router``'s
+    configuration: one ``Consumer`` per (cluster, group), built on first use, that
+    never joins its group (``Consumer.committed``: an OffsetFetch through the group's
+    coordinator, looked up again and retried by librdkafka while it is not ready).
 
-    Raises:
-        KafkaException: the cluster did not answer.
+    Not ``AdminClient.list_consumer_group_offsets``: librdkafka 2.16 ends the process
+    (SIGSEGV) when that request is answered with an error asking for a coordinator
+    refresh (``COORDINATOR_LOAD_IN_PROGRESS`` from a cluster that has just started or
+    restarted, ``NOT_COORDINATOR``), as it refreshes the admin client's consumer group,
+    which it has none of (integration/BACKENDS.md). A context manager; :meth:`close`
+    closes the consumers.
+
+    Args:
+        router: the configuration whose clusters are read (in force at each read).
+        native: librdkafka settings for every consumer (``logger``...), under each
+            cluster's own properties from ``clusters.yaml``.
     """
-    if not partitions:
-        return {}
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    result = admin.list_consumer_group_offsets([request], cluster=cluster, request_timeout=timeout_s)[group]
-    return {
-        tp.partition: (tp.offset if tp.offset >= 0 else None)
-        for tp in result.result(timeout_s + 5).topic_partitions
-    }
+
+    def __init__(self, router: Router, native: Mapping[str, Any] | None = None) -> None:
+        self._router = router
+        self._native = dict(native or {})
+        self._consumers: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
+        self._lock = threading.Lock()
+
+    def _consumer(self, cluster: str, group: str) -> Any:
+        properties = self._router.config.clusters[cluster].client_properties
+        key = (cluster, group, tuple(sorted(properties.items())))
+        with self._lock:
+            consumer = self._consumers.get(key)
+            if consumer is None:
+                conf = cluster_config(self._native, properties)
+                conf.update({"group.id": group, "enable.auto.commit": False})
+                consumer = self._consumers[key] = current_factory()("consumer", cluster, conf)
+            return consumer
+
+    def read(
+        self, cluster: str, group: str, topic: str, partitions: int, timeout_s: float
+    ) -> dict[int, int | None]:
+        """Partition -> ``group``'s committed offset of ``topic`` (``partitions``
+        partitions) on ``cluster`` (None: none committed).
+
+        Raises:
+            KafkaException: the cluster did not answer within ``timeout_s`` seconds
+                (``_TIMED_OUT``), or answered a partition with an error.
+        """
+        if not partitions:
+            return {}
+        consumer = self._consumer(cluster, group)
+        parts = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout_s)
+        for tp in parts:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in parts}
+
+    def close(self) -> None:
+        """Close every consumer (none joined a group: nothing is committed or revoked)."""
+        with self._lock:
+            consumers, self._consumers = list(self._consumers.values()), {}
+        for consumer in consumers:
+            consumer.close()
+
+    def __enter__(self) -> CommittedOffsets:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def lag(offsets: dict[int, int | None], state: TopicState) -> int:
