@@ -386,15 +386,17 @@ def apply_move(
     groups = [
         Watched(g.group, g.now.cluster_id, g.now.topic) for g in plan.groups if g.now.cluster_id != plan.to
     ]
-    watch = watch_switch(
-        admin,
-        source,
-        groups,
-        written_at=written_at,
-        stable_s=stable_s,
-        timeout_s=timeout_s,
-        interval_s=interval_s,
-        request_timeout_s=request_timeout_s,
-        on_tick=on_tick,
-    )
+    with CommittedOffsets(admin.router) as offsets:
+        watch = watch_switch(
+            admin,
+            source,
+            groups,
+            written_at=written_at,
+            stable_s=stable_s,
+            timeout_s=timeout_s,
+            interval_s=interval_s,
+            request_timeout_s=request_timeout_s,
+            read_committed=offsets.read,
+            on_tick=on_tick,
+        )
     return ApplyResult(path, watch)

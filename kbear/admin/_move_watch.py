@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kbear.admin._facade import RoutedAdminClient
-from kbear.admin._move_state import CommittedOffsets, TopicState, lag, watermarks
+from kbear.admin._move_state import TopicState, lag, watermarks
 
 #: reads a group's committed offsets: (cluster, group, topic, partitions, timeout_s)
-#: -> partition -> offset (None: none), as :meth:`CommittedOffsets.read`
+#: -> partition -> offset (None: none), as ``CommittedOffsets.read`` (``_move_state``)
 ReadCommitted = Callable[[str, str, str, int, float], dict[int, int | None]]
 
 
@@ -62,8 +62,8 @@ def watch_switch(
     request_timeout_s: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    read_committed: ReadCommitted,
     on_tick: Callable[[float, int, dict[str, int]], None] | None = None,
-    read_committed: ReadCommitted | None = None,
 ) -> WatchResult:
     """Poll the old cluster until it is quiet for ``stable_s`` seconds or ``timeout_s`` passes.
 
@@ -76,28 +76,11 @@ def watch_switch(
         request_timeout_s: per admin request.
         on_tick: called with (seconds since the write, old-cluster messages since
             the write, group -> lag) after each observation.
-        read_committed: reads a group's committed offsets; by default a
-            :class:`CommittedOffsets` on ``admin.router``'s clusters, closed at the end.
+        read_committed: reads a group's committed offsets (:meth:`CommittedOffsets.read`).
 
     A failed observation (cluster not answering) is not quiet: the watch goes on
     until the timeout.
     """
-    if read_committed is None:
-        with CommittedOffsets(admin.router) as offsets:
-            return watch_switch(
-                admin,
-                source,
-                groups,
-                written_at=written_at,
-                stable_s=stable_s,
-                timeout_s=timeout_s,
-                interval_s=interval_s,
-                request_timeout_s=request_timeout_s,
-                clock=clock,
-                sleep=sleep,
-                on_tick=on_tick,
-                read_committed=offsets.read,
-            )
     partitions = source.partitions or 0
     start_high = dict(source.high)
     last_high: dict[int, int] | None = None
