@@ -2,7 +2,7 @@
 altered and deleted across two clusters, one topic remapped.
 
 Runs where the backend's brokers answer the admin requests (noida, docker); the
-mock cluster lacks most of them (``tests/test_admin.py`` covers what it has) and
+mock cluster lacks most of them (``tests/admin/test_admin.py`` covers what it has) and
 Tansu lacks CreatePartitions and DeleteRecords.
 """
 

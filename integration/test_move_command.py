@@ -4,7 +4,7 @@ configuration), ``--apply`` moves a topic under load with nothing lost and repor
 the switch time.
 
 ``--create`` needs CreateTopics, CreatePartitions and DescribeConfigs (noida,
-docker); ``--apply`` runs on every backend (``tests/test_move.py`` also runs it
+docker); ``--apply`` runs on every backend (``tests/admin/test_move.py`` also runs it
 on the mock cluster).
 """
 

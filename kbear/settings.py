@@ -4,7 +4,7 @@ Every kbear key a :class:`~kbear.RoutedProducer`, a :class:`~kbear.RoutedConsume
 or the Spark ``kbear`` source takes is a field of :class:`KBearSettings` (the
 field's alias is the key); its default is the field's default, and
 :data:`DEFAULTS` lists them (docs/reference/settings.md is generated from them, checked by
-``tests/test_settings.py``):
+``tests/config/test_settings.py``):
 
 ==================================== ============= ==========================================
 key                                  default       meaning

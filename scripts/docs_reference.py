@@ -14,7 +14,7 @@ Three pages of the site (``mkdocs.yml``, "Reference") are not written by hand:
   of its docstring (a module without a docstring fails).
 
 ``scripts/docs_pages.py`` (mkdocs-gen-files) writes them at build time, and
-``tests/test_docs_reference.py`` calls the same functions. A setting without its
+``tests/docs/test_docs_reference.py`` calls the same functions. A setting without its
 docstring entry, an option without ``help`` or a metric without a description raises
 :class:`UndocumentedError`, so ``mkdocs build`` and the test fail: nothing is added to
 kbear without its line in the reference.

@@ -12,7 +12,7 @@ echo "== docs"
 # mkdocs-material and mkdocs print notices about MkDocs 2.0 on every build: not ours.
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/kbear-site.$$"
 rm -rf "${TMPDIR:-/tmp}/kbear-site.$$"
-echo "== browser (tests/test_server_console_browser.py: the kbear serve console in headless Chromium)"
+echo "== browser (tests/server/test_server_console_browser.py: the kbear serve console in headless Chromium)"
 if [ -n "${KBEAR_CHROMIUM:-}" ] || command -v chromium >/dev/null 2>&1; then
     echo "Chromium: ${KBEAR_CHROMIUM:-$(command -v chromium)}"
 elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -1,10 +1,10 @@
-"""What the fuzz tests (tests/test_fuzz_*.py, issue #31) share: their example
+"""What the fuzz tests (tests/*/test_fuzz_*.py, issue #31) share: their example
 counts and the strategies of random values.
 
 Each fuzz test draws a bounded number of examples (``examples(n)``), the same
 ones on every run unless ``KBEAR_HYPOTHESIS_EXPLORE=1`` (see conftest.py); all
 of them together add about two minutes to the suite. To fuzz longer, multiply
-the counts: ``KBEAR_FUZZ_SCALE=20 KBEAR_HYPOTHESIS_EXPLORE=1 pytest tests/test_fuzz_*.py``
+the counts: ``KBEAR_FUZZ_SCALE=20 KBEAR_HYPOTHESIS_EXPLORE=1 pytest tests/*/test_fuzz_*.py``
 (docs/contributing/fuzzing.md).
 """
 

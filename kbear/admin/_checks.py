@@ -4,7 +4,7 @@ A routed call splits its request by cluster and sends each share with
 confluent-kafka's public method, which checks that share again. These checks
 run first, on the whole request, so that bad input raises before any share is
 sent, with confluent-kafka's exception and words for the same input (a drop-in
-client's errors are confluent-kafka's; tests/test_admin.py compares them with a
+client's errors are confluent-kafka's; tests/admin/test_admin.py compares them with a
 plain AdminClient's).
 """
 

@@ -31,7 +31,7 @@ also writes every error message):
 - no mapping repeats a key (PyYAML's loader reports it).
 
 These rules were checked against PyYAML on random and randomly damaged
-documents (``tests/test_fastyaml.py``): no document was read differently, and
+documents (``tests/config/test_fastyaml.py``): no document was read differently, and
 none that PyYAML refuses was taken.
 
 A document rapidyaml cannot parse is declined too; rapidyaml then prints its

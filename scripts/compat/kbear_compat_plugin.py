@@ -12,7 +12,7 @@ that module name.
 confluent-kafka's ``aio`` tests are unit tests of its own asyncio wiring: they
 patch its internals (the ``Consumer`` its ``AIOConsumer`` builds, ``_common``),
 so they cannot exercise kbear's asyncio clients (``kbear.aio``, compared in
-tests/test_aio_fidelity.py instead). They are skipped here with the reason
+tests/aio/test_aio_fidelity.py instead). They are skipped here with the reason
 :data:`AIO_REASON` (the harness runs them on the baseline only).
 """
 

@@ -536,7 +536,7 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
     token_file = tmp_path / "token"
     token_file.write_text("# rotate by adding a line\ns3rve-t0ken\n")
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
     proc = subprocess.Popen(
         [*command, "--token-file", str(token_file), "--workers", "2"],  # each worker reads the token
@@ -577,7 +577,7 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
 
 def test_kbear_serve_refuses_to_start_on_a_bad_directory(conf: Path) -> None:
     (conf / "route-rules.yaml").write_text(RULES.replace("use cluster uat", "use cluster nowhere"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run(
         [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(_free_port())],
         env=env,
@@ -601,7 +601,7 @@ def test_kbear_serve_over_tls(conf: Path, tmp_path: Path) -> None:
         timeout=60,
     )
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
     proc = subprocess.Popen(
         [*command, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],

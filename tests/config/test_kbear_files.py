@@ -16,7 +16,7 @@ from kbear.cli import main
 from kbear.lint import lint
 from kbear.testing import EmbeddedCluster
 
-KBEAR_DATA = Path(__file__).parent / "data" / "kbear"
+KBEAR_DATA = Path(__file__).parents[1] / "data" / "kbear"
 NEGATIVE_CASES = {"r100101", "r100102", "r100103", "r100104", "r100105"}
 HELLO = "fx.kafka.demo.hello.run"
 

@@ -2,7 +2,7 @@
 ``confluent_kafka.aio.AIOProducer`` / ``AIOConsumer`` exists on the routed twin,
 is a coroutine function exactly when confluent-kafka's is, and accepts the same
 named parameters with the same defaults; the constructors take the same
-arguments. Behaviour is compared in tests/test_aio.py."""
+arguments. Behaviour is compared in tests/aio/test_aio.py."""
 
 from __future__ import annotations
 

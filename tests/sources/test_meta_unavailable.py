@@ -25,7 +25,7 @@ pytest.importorskip("uvicorn", reason="kbear serve needs the server extra")
 from kbear.metrics import instrument
 from kbear.server.embedded import EmbeddedMetaService
 
-DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-config"
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-config"
 ENV = {"KBEAR_DEMO_EAST": "east.example:9092", "KBEAR_DEMO_WEST": "west.example:9092"}
 
 

@@ -190,7 +190,7 @@ def test_the_output_of_the_kbear_serve_process(conf: Path) -> None:
         **os.environ,
         ENV_NAME: ENV_SECRET,
         "KBEAR_SERVE_TOKEN": TOKEN,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
     proc = subprocess.Popen(

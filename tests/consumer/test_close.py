@@ -69,7 +69,7 @@ def test_close_right_after_subscribe_returns(tmp_path: Path) -> None:
     leaves the group before closing, so every close returns."""
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
-    here = Path(__file__).resolve().parent  # the child imports this directory's conftest
+    here = Path(__file__).resolve().parents[1]  # the child imports tests/conftest.py
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]),

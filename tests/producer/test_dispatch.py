@@ -29,7 +29,7 @@ from kbear.producer import _dispatch
 from kbear.testing import EmbeddedCluster
 
 NO_WATCH = {"kbear.reload.interval.ms": 0}
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 Topics = tuple[str, str, str, str]

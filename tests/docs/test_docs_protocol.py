@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from kbear.server import ConfigHolder, create_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "meta-service-protocol.md"
 
 

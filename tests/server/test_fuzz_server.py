@@ -25,7 +25,7 @@ from kbear.server.console import PAGE_PATHS, STATIC_PREFIX
 pytestmark = pytest.mark.filterwarnings("ignore:.*httpx")
 
 TOKEN = "fuzz-t0ken"
-DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-config"
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo-config"
 PROTOCOL = [
     "/route/producer",
     "/route/consumer",

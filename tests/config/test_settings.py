@@ -1,5 +1,5 @@
 """kbear.settings: one model for every kbear.* key (its documentation, generated from the
-model, is checked in tests/test_docs_reference.py)."""
+model, is checked in tests/docs/test_docs_reference.py)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from kbear.testing import EmbeddedCluster
 
 NO_WATCH = {"kbear.reload.interval.ms": 0}
 KEYS = [f"key{i}".encode() for i in range(6)]
-DASHBOARD = Path(__file__).resolve().parent.parent / "examples" / "grafana-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana-dashboard.json"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

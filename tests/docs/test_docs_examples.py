@@ -26,7 +26,7 @@ from pytest_examples import CodeExample, EvalExample, find_examples  # noqa: E40
 
 from kbear.testing import EmbeddedCluster  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = [e for e in find_examples(ROOT / "docs", ROOT / "README.md") if e.prefix_tags() & {"py", "python"}]
 TOPICS = ("orders", "payments", "audit", "audit.v2")
 

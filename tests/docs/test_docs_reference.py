@@ -14,7 +14,7 @@ from pydantic import Field
 import kbear.settings
 from kbear.cli import build_parser
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import docs_reference
 
@@ -103,7 +103,7 @@ def test_metrics_page_has_every_metric_of_a_scrape() -> None:
 def test_every_public_name_of_kbear_has_an_api_entry() -> None:
     import kbear
 
-    api = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api"
+    api = Path(__file__).resolve().parents[2] / "docs" / "reference" / "api"
     entries = {
         line.removeprefix("::: ").strip()
         for page in api.glob("*.md")
@@ -116,7 +116,7 @@ def test_every_public_name_of_kbear_has_an_api_entry() -> None:
 
 
 def test_the_readme_is_a_front_door() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert len(readme.splitlines()) <= 200, "the README is a front door: the reference goes in docs/"
     for command in ("bash scripts/demo.sh", "bash scripts/test.sh"):
         assert f"\n{command}" in readme.split("\n## ", 1)[0], f"{command} at the top"
