@@ -88,6 +88,13 @@ class _Before(RoutedProducer):
         self.__dict__["produce"] = self._fast_produce
 
 
+class _BeforeConsumer(RoutedConsumer):
+    """The shape of poll()/consume() before #25 item 5, for the same-run comparison: the
+    fast paths instance attributes over the class methods; the same turn taking behind."""
+
+    _fast_slots = False
+
+
 def bench_produce_dispatch(
     rounds: int,
     router_dir: Path,
@@ -326,7 +333,9 @@ def bench_turns(
     ``consumers[i % n].poll(0)`` inline: the reference), RoutedConsumer with the
     compiled turn taking and with the pure-Python one, each called as people write
     it (``routed.poll(0)``, the method looked up per call) and hoisted
-    (``poll = routed.poll`` before the loop: ``<kind>_hoisted``). Each round makes ``blocks``
+    (``poll = routed.poll`` before the loop: ``<kind>_hoisted``), and ``before``
+    (compiled, as written): the lookup as it was before #25 item 5 (the fast paths
+    instance attributes over the class methods). Each round makes ``blocks``
     blocks of ``block`` calls per way, the ways taking turns block by block, timed
     in the calling thread's CPU time (``time.thread_time``); the ratio
     hand-written/routed per message is taken per round, the median reported."""
@@ -352,6 +361,11 @@ def bench_turns(
     if compiled is not None:
         routed["compiled"] = RoutedConsumer(rconf)
         routed["compiled"].assign([tp for t in topics for tp in parts(t)])
+        from kbear import _compiled
+
+        if _compiled.EXTENSION is not None and hasattr(_compiled.EXTENSION, "FastMethod"):
+            routed["before"] = _BeforeConsumer(rconf)
+            routed["before"].assign([tp for t in topics for tp in parts(t)])
     _turns._TurnTaker = None  # the pure-Python turn taking, as with KBEAR_PURE_PYTHON=1
     try:
         routed["pure"] = RoutedConsumer(rconf)
@@ -417,7 +431,8 @@ def bench_turns(
     runs: dict[str, Callable[[], tuple[float, int]]] = {"hand": run_hand}
     for k, r in routed.items():
         runs[k] = via(r)
-        runs[f"{k}_hoisted"] = via_hoisted(r)
+        if k != "before":
+            runs[f"{k}_hoisted"] = via_hoisted(r)
     names = list(runs)
     per_round: dict[str, list[float]] = {k: [] for k in names}  # seconds per message
     for _ in range(rounds):

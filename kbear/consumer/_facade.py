@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from kbear import _events
 from kbear._base import (
@@ -37,6 +37,7 @@ from kbear._base import (
     set_credentials,
 )
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
+from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
@@ -131,10 +132,20 @@ class RoutedConsumer:
     from another thread ends a waiting ``poll`` within its current slice.
     """
 
+    # ``_fast_poll``, ``_fast_consume``: this instance's fast paths (None: the poll
+    # loop), read by the compiled ``poll``/``consume`` (kbear._cdispatch.FastMethod)
+    # at every call, as RoutedProducer's ``_fast_produce``.
+    __slots__ = ("__dict__", "__weakref__", "_fast_consume", "_fast_poll")
+
     _kind = "consumer"
+    #: where the fast paths go: the slots the compiled methods read (True when the
+    #: extension is built), or the instance's dictionary, over the methods
+    _fast_slots: ClassVar[bool] = EXTENSION is not None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RoutedConsumer:
         self = super().__new__(cls)
+        self._fast_poll = None
+        self._fast_consume = None
         # What an instance whose __init__ never ran (a subclass not calling it) has:
         # every call refuses as a closed confluent-kafka Consumer.
         self._initialized = False
@@ -320,8 +331,15 @@ class RoutedConsumer:
         self._binding.unbind()
 
     def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
-        """Keep ``poll`` and ``consume`` as instance attributes over the methods (the
-        fast paths :class:`~kbear.consumer._binding.PollBinding` chose), or drop them."""
+        """Keep the fast paths :class:`~kbear.consumer._binding.PollBinding` chose for
+        ``poll`` and ``consume`` (None, None: the poll loop): in the slots the compiled
+        methods read; without the extension, as instance attributes over the methods."""
+        if self._fast_slots:
+            if poll is None or consume is None:
+                self._fast_poll = self._fast_consume = None
+            else:
+                self._fast_poll, self._fast_consume = poll, consume
+            return
         d = self.__dict__
         if poll is None or consume is None:
             d.pop("poll", None)
@@ -410,3 +428,17 @@ class RoutedConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: poll() and consume() are compiled method descriptors (kbear._cdispatch.FastMethod)
+#: over the instance's ``_fast_poll`` / ``_fast_consume``: ``consumer.poll(0)`` as
+#: people write it is looked up as a class method is (no instance dictionary
+#: lookup, no bound method) and calls the fast path when one is bound; without the
+#: extension, the fast paths are instance attributes over the methods.
+if EXTENSION is not None:
+    RoutedConsumer.poll = EXTENSION.FastMethod(
+        RoutedConsumer.__dict__["_fast_poll"], RoutedConsumer.__dict__["poll"]
+    )
+    RoutedConsumer.consume = EXTENSION.FastMethod(
+        RoutedConsumer.__dict__["_fast_consume"], RoutedConsumer.__dict__["consume"]
+    )

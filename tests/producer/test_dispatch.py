@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import inspect
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from conftest import FAST_GROUP, plain_producer, read_all, rewrite_rules, rule
 from kbear import NoRouteError, RoutedConsumer, RoutedProducer, Router, _compiled
 from kbear import dispatcher as active_dispatcher
 from kbear.consumer import _turns
+from kbear.consumer._polling import PollLoop
 from kbear.producer import _dispatch
 from kbear.testing import EmbeddedCluster
 
@@ -344,6 +346,38 @@ def two_cluster_consumer(
     return c
 
 
+def is_bound(c: RoutedConsumer) -> bool:
+    """A fast path is bound: ``c.poll`` is not the class method bound to ``c``."""
+    return not isinstance(c.poll, types.MethodType)
+
+
+def test_poll_and_consume_are_looked_up_as_methods_when_compiled(
+    router: Router,
+    closing: Callable[[Any], Any],
+    unique: Callable[[str], str],
+    filled: dict[str, list[bytes]],
+) -> None:
+    """``consumer.poll(0)`` / ``consumer.consume(100, 0)`` as people write them look the
+    method up on every call: with the extension built, both are method descriptors of
+    the class and a bound fast path lives in a slot, never in the instance's
+    dictionary (which the interpreter would look in first, at every call:
+    bench/run.py --only turns)."""
+    if _compiled.EXTENSION is None:
+        pytest.skip("compiled dispatcher not active (not built, or KBEAR_PURE_PYTHON set)")
+    c = two_cluster_consumer(router, closing, unique, list(filled))
+    for name in ("poll", "consume"):
+        assert type(vars(RoutedConsumer)[name]).__name__ == "FastMethod"
+    assert not any("__getattr__" in vars(k) for k in type(c).__mro__)
+    deadline = time.monotonic() + 10
+    while not is_bound(c) and time.monotonic() < deadline:
+        c.poll(0.05)
+    assert is_bound(c)
+    assert "poll" not in vars(c) and "consume" not in vars(c)
+    assert type(c.poll).__name__ == type(c.consume).__name__ == "TurnTaker"  # hoisting gets the turn taker
+    assert RoutedConsumer.poll.__doc__ == PollLoop.poll.__doc__
+    assert inspect.signature(RoutedConsumer.consume) == inspect.signature(PollLoop.consume)
+
+
 def test_poll_and_consume_take_turns_over_the_clusters(
     dispatcher: str,
     router: Router,
@@ -370,7 +404,7 @@ def test_poll_and_consume_take_turns_over_the_clusters(
     i = 0
     while len(got) < 24 and time.monotonic() < deadline:
         got += [m for m in calls[i % len(calls)]() if m.error() is None]
-        kinds.add(type(c.__dict__.get("poll")).__name__)
+        kinds.add(type(c.poll).__name__)
         i += 1
     assert sorted(m.value() for m in got) == sorted(v for vs in filled.values() for v in vs)
     # the bound path was in use (not only the class methods)
@@ -391,9 +425,9 @@ def test_poll_and_consume_errors_are_those_of_the_pure_python_turn_taking(
         reference = two_cluster_consumer(router, closing, unique, list(filled))
     for consumer in (c, reference):  # until both are on the bound (turn-taking) path
         deadline = time.monotonic() + 10
-        while "poll" not in consumer.__dict__ and time.monotonic() < deadline:
+        while not is_bound(consumer) and time.monotonic() < deadline:
             consumer.poll(0.05)
-        assert "poll" in consumer.__dict__
+        assert is_bound(consumer)
     assert isinstance(reference.poll, types.FunctionType)
     bad: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
         ("poll", (0.1, 2), {}),
@@ -423,9 +457,9 @@ def test_an_unclosed_consumer_is_collected(
     assert c is not None
     c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in filled for p in range(3)])
     deadline = time.monotonic() + 10
-    while "poll" not in c.__dict__ and time.monotonic() < deadline:
+    while not is_bound(c) and time.monotonic() < deadline:
         c.poll(0.05)
-    assert "poll" in c.__dict__
+    assert is_bound(c)
     ref = weakref.ref(c)
     c.close()  # closing does not unbind what the collector must free
     c = None
