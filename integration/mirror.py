@@ -10,24 +10,31 @@ target, and the offset syncs (upstream offset -> downstream offset) go to
 ``mm2-offset-syncs.<source alias>.internal`` on the target here
 (``offset-syncs.topic.location=target``).
 
-:func:`decode_offset_sync` and :func:`decode_checkpoint` read those records as
-MirrorMaker 2 writes them (``OffsetSync`` and ``Checkpoint`` of connect-mirror,
-Kafka's protocol types: ``STRING`` = int16 length + UTF-8, ``INT16/32/64``
-big-endian; a checkpoint's value starts with an int16 version, 0).
+Those records are decoded by kbear's own codec (:mod:`kbear.mirror`: ``OffsetSync``
+and ``Checkpoint`` of connect-mirror, byte for byte), re-exported here for the tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import struct
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from integration.backends import _LIVE, BackendUnavailable, Cluster
 from integration.jvm import JvmUnavailable, classpath, java
+from kbear.mirror import Checkpoint, OffsetSync, decode_checkpoint, decode_offset_sync
+
+__all__ = [
+    "BASE_MM2_PROPERTIES",
+    "Checkpoint",
+    "MirrorMaker2",
+    "OffsetSync",
+    "decode_checkpoint",
+    "decode_offset_sync",
+    "mirror_classpath",
+]
 
 #: mm2.properties settings before the caller's ``properties``: one broker per cluster
 #: (replication factors 1), checkpoints every second, no group offset sync to the
@@ -51,90 +58,6 @@ BASE_MM2_PROPERTIES: dict[str, str] = {
     "refresh.groups.interval.seconds": "1",
     "offset.lag.max": "0",
 }
-
-
-@dataclass(frozen=True)
-class OffsetSync:
-    """One record of ``mm2-offset-syncs.<target>.internal``: ``topic``/``partition``
-    on the source cluster, its ``upstream_offset`` there and the ``downstream_offset``
-    of the same record in the mirrored topic."""
-
-    topic: str
-    partition: int
-    upstream_offset: int
-    downstream_offset: int
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One record of ``<source>.checkpoints.internal``: consumer ``group``'s committed
-    ``upstream_offset`` on the source for ``topic``/``partition`` (the mirrored topic's
-    name on the target) and its translation ``downstream_offset`` on the target."""
-
-    group: str
-    topic: str
-    partition: int
-    upstream_offset: int
-    downstream_offset: int
-    metadata: str
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.at = 0
-
-    def _take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += struct.calcsize(fmt)
-        return int(value)
-
-    def int16(self) -> int:
-        return self._take(">h")
-
-    def int32(self) -> int:
-        return self._take(">i")
-
-    def int64(self) -> int:
-        return self._take(">q")
-
-    def string(self) -> str:
-        size = self.int16()
-        if size < 0:
-            raise ValueError("null STRING where MirrorMaker 2 writes a string")
-        text = self.data[self.at : self.at + size].decode()
-        self.at += size
-        return text
-
-    def done(self) -> None:
-        if self.at != len(self.data):
-            raise ValueError(f"{len(self.data) - self.at} bytes left over after the record")
-
-
-def decode_offset_sync(key: bytes, value: bytes) -> OffsetSync:
-    """An offset-sync record (key: topic STRING, partition INT32; value: upstream and
-    downstream offsets INT64). Raises ``ValueError`` or ``struct.error`` on other bytes."""
-    k, v = _Reader(key), _Reader(value)
-    topic, partition = k.string(), k.int32()
-    upstream, downstream = v.int64(), v.int64()
-    k.done()
-    v.done()
-    return OffsetSync(topic, partition, upstream, downstream)
-
-
-def decode_checkpoint(key: bytes, value: bytes) -> Checkpoint:
-    """A checkpoint record (key: group, topic STRING, partition INT32; value: version
-    INT16 = 0, upstream and downstream offsets INT64, metadata STRING). Raises
-    ``ValueError`` on another version or bytes left over, ``struct.error`` on short ones."""
-    k, v = _Reader(key), _Reader(value)
-    group, topic, partition = k.string(), k.string(), k.int32()
-    version = v.int16()
-    if version != 0:
-        raise ValueError(f"checkpoint value version {version}: only 0 is known")
-    upstream, downstream, metadata = v.int64(), v.int64(), v.string()
-    k.done()
-    v.done()
-    return Checkpoint(group, topic, partition, upstream, downstream, metadata)
 
 
 def mirror_classpath(version: str | None = None) -> str:
