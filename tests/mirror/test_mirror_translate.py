@@ -4,7 +4,7 @@ lag per partition.
 
 The pure property draws a mirror (records copied with random gaps, syncs at random)
 and checks :func:`translate_group` against where each record truly landed; the
-mock-cluster property runs the test replicator (tests/_mirror_replicator.py) between
+mock-cluster property runs the test replicator (tests/mirror/_mirror_replicator.py) between
 two librdkafka mock clusters and reads the records it wrote with :func:`read_mirror`.
 """
 
@@ -14,6 +14,7 @@ import random
 from collections.abc import Iterator
 
 import pytest
+from _mirror_replicator import Replicator
 from confluent_kafka import Consumer, Producer, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,6 @@ from kbear.mirror import (
     translate_group,
 )
 from kbear.testing import EmbeddedCluster
-from tests._mirror_replicator import Replicator
 
 
 @st.composite
