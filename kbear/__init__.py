@@ -5,6 +5,7 @@ Public names only; everything is defined in its own module.
 
 from kbear._compiled import dispatcher
 from kbear._identity import Client
+from kbear._modes import AckMode, SwitchMode, SwitchStart
 from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route, RuleVerdict
 from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
@@ -13,7 +14,6 @@ from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Router
-from kbear.settings import AckMode, SwitchMode, SwitchStart
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
 __all__ = [

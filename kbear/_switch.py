@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
+from kbear._modes import SwitchMode, SwitchStart
 from kbear._route import Route
-from kbear.settings import SwitchMode, SwitchStart
 
 #: How long after a probe answered "not yet" the next one is sent (seconds).
 PROBE_INTERVAL_S = 0.5

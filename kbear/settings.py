@@ -51,7 +51,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any
 
 from pydantic import (
@@ -65,6 +64,7 @@ from pydantic import (
 )
 
 from kbear._identity import Client
+from kbear._modes import SPARK_SWITCH_START, SPARK_SWITCH_STARTS, AckMode, SwitchMode, SwitchStart
 from kbear._suggest import did_you_mean
 
 __all__ = [
@@ -88,60 +88,6 @@ log = logging.getLogger("kbear.settings")
 KBEAR_PREFIX = "kbear."
 #: ``kbear.client.meta.<k>``: the Client's meta entry ``k``
 CLIENT_META_PREFIX = "kbear.client.meta."
-
-
-class SwitchMode(StrEnum):
-    """``kbear.switch.mode``: how a consumer follows a topic to another cluster.
-
-    ``drain`` (default): read the old cluster until the group has committed it
-    at its end, then switch; ``immediate``: switch at once (unread messages stay
-    behind). A ``StrEnum``: ``SwitchMode.DRAIN == "drain"``.
-    """
-
-    DRAIN = "drain"
-    IMMEDIATE = "immediate"
-
-
-class SwitchStart(StrEnum):
-    """``kbear.switch.start``: where a moved topic starts on its new cluster.
-
-    ``committed`` (default for the clients): the group's committed offsets
-    there, else ``auto.offset.reset``; ``earliest`` / ``latest``;
-    ``timestamp``: the first offset at or after the earliest last-read
-    timestamp on the old cluster, less ``kbear.switch.timestamp.margin.ms``.
-    The Spark source takes :data:`SPARK_SWITCH_STARTS` only. A ``StrEnum``:
-    ``SwitchStart.COMMITTED == "committed"``.
-    """
-
-    COMMITTED = "committed"
-    EARLIEST = "earliest"
-    LATEST = "latest"
-    TIMESTAMP = "timestamp"
-
-
-class AckMode(StrEnum):
-    """``kbear.ack.mode``: how a RoutedConsumer's progress is committed.
-
-    ``offset`` (default): as confluent-kafka (offsets stored and committed per
-    partition; ``ack``/``nack`` are refused); ``individual``: message-level
-    acknowledgement (:meth:`~kbear.RoutedConsumer.ack`, ``nack``,
-    ``reconsume_later``): per partition only the contiguous prefix of
-    acknowledged offsets is committed (see
-    docs/concepts/acknowledgement.md). A ``StrEnum``: ``AckMode.OFFSET == "offset"``.
-    """
-
-    OFFSET = "offset"
-    INDIVIDUAL = "individual"
-
-
-#: ``kbear.switch.start`` of the Spark source when the option is absent. Not the
-#: model's default (``committed``): the source keeps its positions in Spark's
-#: checkpoint and reads with no consumer group, so there are no group commits on
-#: the new cluster to start from; ``earliest`` loses nothing.
-SPARK_SWITCH_START = SwitchStart.EARLIEST
-#: the ``kbear.switch.start`` values the Spark source takes (``committed`` and
-#: ``timestamp`` need a group's commits and a consumer's last-read timestamps)
-SPARK_SWITCH_STARTS = (SwitchStart.EARLIEST, SwitchStart.LATEST)
 
 
 class KBearSettings(BaseModel):

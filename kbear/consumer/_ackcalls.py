@@ -16,9 +16,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from kbear._modes import AckMode
 from kbear.consumer._individual import AckLayer
 from kbear.consumer._subscription import RebalanceCallback
-from kbear.settings import AckMode, KBearSettings
+from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.consumer")
 

@@ -20,12 +20,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from kbear._modes import SwitchMode
 from kbear._route import NoRouteError, Route
 from kbear._switch import Progress, Switch, SwitchEngine
 from kbear._switch_report import tell
 from kbear.config import ConfigError
 from kbear.router import Router
-from kbear.settings import SwitchMode
 from kbear.spark._options import SparkOptionsError
 from kbear.spark._read import READER_CONF, RangePart, read_range
 from kbear.spark._source_settings import SourceSettings, option_bool
