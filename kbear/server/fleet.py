@@ -26,18 +26,17 @@ seen are deleted (counted).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kbear._secrets import redact
+from kbear.server._fleet_store import FleetEntry, FleetStats, FleetStore
 from kbear.server.protocol import ClientMessage, ConsumerRouteResponse, ProducerRouteResponse, StatusResponse
 
 __all__ = [
@@ -65,92 +64,6 @@ DEFAULT_MAX_PENDING = 200_000
 DEFAULT_SEEN_RESOLUTION_S = 5.0
 #: Seconds between two applications of the bounds (TTL, entry cap).
 _MAINTENANCE_S = 1.0
-#: How long a writer waits for another process's transaction, milliseconds.
-_BUSY_TIMEOUT_MS = 5000
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS fleet (
-    key TEXT NOT NULL PRIMARY KEY,
-    client_id TEXT NOT NULL,
-    meta TEXT NOT NULL,
-    host TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    address TEXT NOT NULL,
-    cluster TEXT NOT NULL,
-    route_topic TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    first_seen REAL NOT NULL,
-    seen REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
-CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
-CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-"""
-
-_UPSERT = """
-INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
-                   first_seen, seen)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (key) DO UPDATE SET
-    address = excluded.address, cluster = excluded.cluster, route_topic = excluded.route_topic,
-    digest = excluded.digest, seen = excluded.seen
-WHERE excluded.seen >= fleet.seen
-"""
-
-_COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
-
-
-@dataclass(frozen=True)
-class FleetEntry:
-    """One lookup of one client, as last answered.
-
-    Attributes:
-        client_id: ``client.id`` ('' when the client sent none).
-        meta: the client's meta, secret-looking values replaced by ``***``.
-        address: the peer address of its last request (``host:port``).
-        kind: ``producer`` or ``consumer``.
-        topic: the requested topic; group: the consumer group ('' for a producer).
-        cluster, route_topic: the route answered (cluster id, physical topic).
-        digest: the configuration digest the answer came from.
-        first_seen, seen: its first and last answer (Unix time, seconds).
-    """
-
-    client_id: str
-    meta: Mapping[str, str]
-    address: str
-    kind: str
-    topic: str
-    group: str
-    cluster: str
-    route_topic: str
-    digest: str
-    first_seen: float
-    seen: float
-
-    @property
-    def client_key(self) -> tuple[str, str, str]:
-        """What tells two clients apart: id, meta and the peer's host."""
-        return (self.client_id, json.dumps(dict(self.meta), sort_keys=True), self.address.rsplit(":", 1)[0])
-
-
-@dataclass(frozen=True)
-class FleetStats:
-    """The fleet's size and what its bounds cost.
-
-    Attributes:
-        entries: entries held; clients: distinct clients among them.
-        evicted: entries deleted because ``max_entries`` was reached.
-        expired: entries deleted after ``ttl_s`` unseen.
-        dropped: notes dropped because ``max_pending`` notes waited for a flush.
-    """
-
-    entries: int
-    clients: int
-    evicted: int
-    expired: int
-    dropped: int
 
 
 class FleetRecorder:
@@ -203,24 +116,11 @@ class FleetRecorder:
         self._meta_json: dict[tuple[tuple[str, str], ...], str] = {}
         # requests this process noted last: (peer, digest, request body) -> when
         self._answers: dict[tuple[Any, ...], float] = {}
-        self._db: sqlite3.Connection | None = None
         self._dropped = 0
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        try:
-            db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA synchronous=NORMAL")
-            yield db
-        finally:
-            db.close()
+        self._store = FleetStore(self.path)
 
     # ------------------------------------------------------------------ the request path
 
@@ -329,9 +229,7 @@ class FleetRecorder:
             self._thread.join(10.0)
         self.flush()
         with self._flush_lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+            self._store.close()
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
@@ -351,33 +249,16 @@ class FleetRecorder:
             rows = self._rows(pending)
             if not rows and not dropped and not maintain:
                 return 0
-            db = self._writer()
-            db.execute("BEGIN IMMEDIATE")
+            if maintain:
+                self._maintained_at = now
             try:
-                db.executemany(_UPSERT, rows)
-                counts = {"dropped": dropped}
-                if maintain:
-                    self._maintained_at = now
-                    counts["expired"] = db.execute(
-                        "DELETE FROM fleet WHERE seen < ?", (now - self.ttl_s,)
-                    ).rowcount
-                    (count,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
-                    if count > self.max_entries:
-                        counts["evicted"] = db.execute(
-                            "DELETE FROM fleet WHERE rowid IN "
-                            "(SELECT rowid FROM fleet ORDER BY seen LIMIT ?)",
-                            (count - self.max_entries,),
-                        ).rowcount
-                for name, value in counts.items():
-                    if value:
-                        db.execute(
-                            "INSERT INTO fleet_counters VALUES (?, ?) "
-                            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-                            (name, value),
-                        )
-                db.execute("COMMIT")
+                self._store.write(
+                    rows,
+                    {"dropped": dropped},
+                    expire_before=now - self.ttl_s if maintain else None,
+                    max_entries=self.max_entries if maintain else None,
+                )
             except BaseException:
-                db.execute("ROLLBACK")
                 self._written.clear()  # what was not written must not be skipped next time
                 raise
             return len(rows)
@@ -401,16 +282,6 @@ class FleetRecorder:
                 rows[key] = (key, cid, meta_json, host, kind, topic, group, *state, at, at)
         return list(rows.values())
 
-    def _writer(self) -> sqlite3.Connection:
-        """The writer's own connection (kept open: flushes run under ``_flush_lock``)."""
-        if self._db is None:
-            self._db = sqlite3.connect(
-                self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        return self._db
-
     # ------------------------------------------------------------------ reading
 
     def entries(
@@ -429,75 +300,17 @@ class FleetRecorder:
             clients: the entries of at most this many clients (None: every client):
                 the most recently seen, read without loading the others.
         """
-        filters = [
-            (c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None
-        ]
-        values: list[str | int] = [v for _, v in filters]
-        inner = " AND ".join(f"{c} = ?" for c, _ in filters)
-        outer = " AND ".join(f"f.{c} = ?" for c, _ in filters)
-        columns = ", ".join("f." + c.strip() for c in _COLUMNS.split(","))
-        if clients is None:  # every client: one scan, no join
-            sql = (
-                f"SELECT {columns} FROM fleet f{' WHERE ' + outer if outer else ''} "
-                "ORDER BY MAX(f.seen) OVER (PARTITION BY f.client_id, f.meta, f.host) DESC, "
-                "f.client_id, f.meta, f.host, f.seen DESC"
-            )
-        else:  # the most recently seen clients, then their entries (by the fleet_client index)
-            sql = (
-                "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
-                f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host "
-                "ORDER BY last DESC LIMIT ?) "
-                f"SELECT {columns} FROM c CROSS JOIN fleet f "
-                "ON f.client_id = c.client_id AND f.meta = c.meta AND f.host = c.host"
-                f"{' WHERE ' + outer if outer else ''} "
-                "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
-            )
-        params = values if clients is None else [*values, clients, *values]
-        with self._connect() as db:
-            rows = db.execute(sql, params).fetchall()
-        metas: dict[str, dict[str, str]] = {}
-        return [
-            FleetEntry(
-                cid,
-                metas.setdefault(meta, json.loads(meta)) if meta not in metas else metas[meta],
-                address,
-                kind,
-                t,
-                g,
-                c,
-                rt,
-                d,
-                first,
-                seen,
-            )
-            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
-        ]
+        return self._store.entries(topic=topic, group=group, cluster=cluster, clients=clients)
 
     def count_clients(
         self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
     ) -> int:
         """How many clients have an entry matching the filters (as :meth:`entries`)."""
-        where: list[str] = []
-        params: list[str] = []
-        for column, value in (("topic", topic), ("grp", group), ("cluster", cluster)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        condition = (" WHERE " + " AND ".join(where)) if where else ""
-        with self._connect() as db:
-            (count,) = db.execute(
-                f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition})", params
-            ).fetchone()
-        return int(count)
+        return self._store.count_clients(topic=topic, group=group, cluster=cluster)
 
     def stats(self) -> FleetStats:
         """The fleet's size and the bounds' counters (every process of the file together)."""
-        with self._connect() as db:
-            (entries,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
-            (clients,) = db.execute(
-                "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet)"
-            ).fetchone()
-            counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
+        entries, clients, counters = self._store.counts()
         return FleetStats(
             entries,
             clients,

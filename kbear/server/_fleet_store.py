@@ -1,0 +1,292 @@
+"""The fleet's SQLite file: its tables, the one transaction of a flush, and the reads
+behind ``GET /fleet`` (private: :class:`kbear.server.fleet.FleetRecorder` owns one).
+
+One file (stdlib ``sqlite3``, WAL journal) shared by every worker process of one
+``kbear serve --workers N``: each opens it and SQLite serialises their writes.
+A reader opens a connection per call; the writer keeps its own (used under the
+recorder's flush lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["FleetEntry", "FleetStats", "FleetStore"]
+
+#: How long a writer waits for another process's transaction, milliseconds.
+_BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fleet (
+    key TEXT NOT NULL PRIMARY KEY,
+    client_id TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    host TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    address TEXT NOT NULL,
+    cluster TEXT NOT NULL,
+    route_topic TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    seen REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
+CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
+CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_UPSERT = """
+INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
+                   first_seen, seen)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key) DO UPDATE SET
+    address = excluded.address, cluster = excluded.cluster, route_topic = excluded.route_topic,
+    digest = excluded.digest, seen = excluded.seen
+WHERE excluded.seen >= fleet.seen
+"""
+
+_COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
+
+
+@dataclass(frozen=True)
+class FleetEntry:
+    """One lookup of one client, as last answered.
+
+    Attributes:
+        client_id: ``client.id`` ('' when the client sent none).
+        meta: the client's meta, secret-looking values replaced by ``***``.
+        address: the peer address of its last request (``host:port``).
+        kind: ``producer`` or ``consumer``.
+        topic: the requested topic; group: the consumer group ('' for a producer).
+        cluster, route_topic: the route answered (cluster id, physical topic).
+        digest: the configuration digest the answer came from.
+        first_seen, seen: its first and last answer (Unix time, seconds).
+    """
+
+    client_id: str
+    meta: Mapping[str, str]
+    address: str
+    kind: str
+    topic: str
+    group: str
+    cluster: str
+    route_topic: str
+    digest: str
+    first_seen: float
+    seen: float
+
+    @property
+    def client_key(self) -> tuple[str, str, str]:
+        """What tells two clients apart: id, meta and the peer's host."""
+        return (self.client_id, json.dumps(dict(self.meta), sort_keys=True), self.address.rsplit(":", 1)[0])
+
+
+@dataclass(frozen=True)
+class FleetStats:
+    """The fleet's size and what its bounds cost.
+
+    Attributes:
+        entries: entries held; clients: distinct clients among them.
+        evicted: entries deleted because ``max_entries`` was reached.
+        expired: entries deleted after ``ttl_s`` unseen.
+        dropped: notes dropped because ``max_pending`` notes waited for a flush.
+    """
+
+    entries: int
+    clients: int
+    evicted: int
+    expired: int
+    dropped: int
+
+
+class FleetStore:
+    """The fleet's tables in one SQLite file.
+
+    Args:
+        path: the database file (created with its tables when missing).
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or is not a fleet database.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+
+    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            self.path,
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=check_same_thread,
+        )
+        db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        db.execute("PRAGMA synchronous=NORMAL")
+        return db
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = self._open()
+        try:
+            yield db
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ writing
+
+    def write(
+        self,
+        rows: Sequence[tuple[str | float, ...]],
+        counts: Mapping[str, int],
+        *,
+        expire_before: float | None = None,
+        max_entries: int | None = None,
+    ) -> None:
+        """Write in one transaction: upsert ``rows`` (a row per entry: key, client id,
+        meta JSON, host, kind, topic, group, address, cluster, physical topic, digest,
+        first seen, seen; an older ``seen`` never overwrites a newer one); with
+        ``expire_before`` (Unix time, seconds) delete the entries last seen before it
+        and keep at most ``max_entries`` (the least recently seen go); add ``counts``
+        (``dropped``...) and the entries deleted (``expired``, ``evicted``) to the
+        shared counters.
+
+        Raises:
+            sqlite3.Error: the write failed (the transaction is rolled back).
+        """
+        db = self._writer()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(_UPSERT, rows)
+            added = dict(counts)
+            if expire_before is not None:
+                added["expired"] = db.execute("DELETE FROM fleet WHERE seen < ?", (expire_before,)).rowcount
+            if max_entries is not None:
+                (count,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
+                if count > max_entries:
+                    added["evicted"] = db.execute(
+                        "DELETE FROM fleet WHERE rowid IN (SELECT rowid FROM fleet ORDER BY seen LIMIT ?)",
+                        (count - max_entries,),
+                    ).rowcount
+            for name, value in added.items():
+                if value:
+                    db.execute(
+                        "INSERT INTO fleet_counters VALUES (?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                        (name, value),
+                    )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _writer(self) -> sqlite3.Connection:
+        """The writer's own connection (kept open; its caller serialises the writes)."""
+        if self._db is None:
+            self._db = self._open(check_same_thread=False)
+        return self._db
+
+    def close(self) -> None:
+        """Close the writer's connection (a later write opens another)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # ------------------------------------------------------------------ reading
+
+    def entries(
+        self,
+        *,
+        topic: str | None = None,
+        group: str | None = None,
+        cluster: str | None = None,
+        clients: int | None = None,
+    ) -> list[FleetEntry]:
+        """The entries held, filtered by requested topic, consumer group and route
+        cluster (None: any), the most recently seen client first, each client's
+        entries together, most recently seen first.
+
+        Args:
+            clients: the entries of at most this many clients (None: every client):
+                the most recently seen, read without loading the others.
+        """
+        filters = [
+            (c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None
+        ]
+        values: list[str | int] = [v for _, v in filters]
+        inner = " AND ".join(f"{c} = ?" for c, _ in filters)
+        outer = " AND ".join(f"f.{c} = ?" for c, _ in filters)
+        columns = ", ".join("f." + c.strip() for c in _COLUMNS.split(","))
+        if clients is None:  # every client: one scan, no join
+            sql = (
+                f"SELECT {columns} FROM fleet f{' WHERE ' + outer if outer else ''} "
+                "ORDER BY MAX(f.seen) OVER (PARTITION BY f.client_id, f.meta, f.host) DESC, "
+                "f.client_id, f.meta, f.host, f.seen DESC"
+            )
+        else:  # the most recently seen clients, then their entries (by the fleet_client index)
+            sql = (
+                "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
+                f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host "
+                "ORDER BY last DESC LIMIT ?) "
+                f"SELECT {columns} FROM c CROSS JOIN fleet f "
+                "ON f.client_id = c.client_id AND f.meta = c.meta AND f.host = c.host"
+                f"{' WHERE ' + outer if outer else ''} "
+                "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
+            )
+        params = values if clients is None else [*values, clients, *values]
+        with self._connect() as db:
+            rows = db.execute(sql, params).fetchall()
+        metas: dict[str, dict[str, str]] = {}
+        return [
+            FleetEntry(
+                cid,
+                metas.setdefault(meta, json.loads(meta)) if meta not in metas else metas[meta],
+                address,
+                kind,
+                t,
+                g,
+                c,
+                rt,
+                d,
+                first,
+                seen,
+            )
+            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
+        ]
+
+    def count_clients(
+        self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
+    ) -> int:
+        """How many clients have an entry matching the filters (as :meth:`entries`)."""
+        where: list[str] = []
+        params: list[str] = []
+        for column, value in (("topic", topic), ("grp", group), ("cluster", cluster)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        condition = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._connect() as db:
+            (count,) = db.execute(
+                f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition})", params
+            ).fetchone()
+        return int(count)
+
+    def counts(self) -> tuple[int, int, dict[str, int]]:
+        """Entries held, distinct clients among them, and the shared counters
+        (``evicted``, ``expired``, ``dropped``: every process of the file together)."""
+        with self._connect() as db:
+            (entries,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
+            (clients,) = db.execute(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet)"
+            ).fetchone()
+            counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
+        return int(entries), int(clients), counters
