@@ -204,21 +204,10 @@ class FleetStore:
     # ------------------------------------------------------------------ reading
 
     def entries(
-        self,
-        *,
-        topic: str | None = None,
-        group: str | None = None,
-        cluster: str | None = None,
-        clients: int | None = None,
+        self, *, topic: str | None, group: str | None, cluster: str | None, clients: int | None
     ) -> list[FleetEntry]:
-        """The entries held, filtered by requested topic, consumer group and route
-        cluster (None: any), the most recently seen client first, each client's
-        entries together, most recently seen first.
-
-        Args:
-            clients: the entries of at most this many clients (None: every client):
-                the most recently seen, read without loading the others.
-        """
+        """What :meth:`kbear.server.fleet.FleetRecorder.entries` answers (filters and
+        order there)."""
         filters = [
             (c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None
         ]
