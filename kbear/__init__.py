@@ -14,6 +14,7 @@ from kbear.consumer import RoutedConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer
 from kbear.router import Router
+from kbear.share import RoutedShareConsumer
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "RoutedAdminClient",
     "RoutedConsumer",
     "RoutedProducer",
+    "RoutedShareConsumer",
     "Router",
     "RuleVerdict",
     "SwitchMode",

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kbear import _events
@@ -207,19 +207,19 @@ def single_cluster(config: KBearConfig, client: Client, group: str | None = None
 # ---------------------------------------------------------------------- the client registry
 
 #: The kinds of confluent-kafka client a routed client builds per cluster.
-ClientKind = Literal["producer", "consumer", "admin"]
+ClientKind = Literal["producer", "consumer", "admin", "share_consumer"]
 
 
 class ClientFactory(Protocol):
     """Builds the confluent-kafka client of one cluster (the shape of httpx's transports).
 
     Called as ``factory(kind, cluster_id, config)``: ``kind`` is ``"producer"``,
-    ``"consumer"`` or ``"admin"``, ``cluster_id`` the cluster's id in
+    ``"consumer"``, ``"admin"`` or ``"share_consumer"``, ``cluster_id`` the cluster's id in
     clusters.yaml, ``config`` the client's full librdkafka configuration (the
     application's keys with the cluster's properties merged over them, including
     ``bootstrap.servers``). Returns an object with the methods of
-    ``confluent_kafka.Producer``, ``Consumer`` or ``admin.AdminClient``
-    respectively. Exceptions propagate to the routed client's call.
+    ``confluent_kafka.Producer``, ``Consumer``, ``admin.AdminClient`` or
+    ``ShareConsumer`` respectively. Exceptions propagate to the routed client's call.
     """
 
     def __call__(self, kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any: ...
@@ -238,6 +238,8 @@ def confluent_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) 
         return Consumer(config)
     if kind == "admin":
         return AdminClient(config)
+    if kind == "share_consumer":
+        return ShareConsumer(config)
     raise ValueError(f"unknown client kind {kind!r}")
 
 
@@ -310,7 +312,7 @@ class ClientRegistry(Generic[E]):
     pending on them.
 
     Args:
-        kind: ``"producer"``, ``"consumer"`` or ``"admin"``.
+        kind: ``"producer"``, ``"consumer"``, ``"admin"`` or ``"share_consumer"``.
         native: the application's confluent-kafka configuration, without kbear
             keys (read at each build: credentials set later reach later clients).
         entry: wraps a new client: ``entry(cluster_id, properties, client, prepared)``

@@ -79,6 +79,28 @@ _REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
 # there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
 _OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_P, _I32]),
+    # share groups (KIP-932), librdkafka >= 2.15; each void (mcluster, int), applying
+    # to the share groups of the cluster and to those created later
+    **{
+        f"rd_kafka_mock_sharegroup_set_{name}": (None, [_P, _I])
+        for name in (
+            "auto_offset_reset",
+            "record_lock_duration",
+            "max_delivery_attempts",
+            "session_timeout",
+            "heartbeat_interval",
+        )
+    },
+}
+
+#: the share-group settings of the mock cluster (EmbeddedCluster.set_share_group):
+#: keyword -> the setter's name suffix (``rd_kafka_mock_sharegroup_set_<suffix>``)
+SHARE_GROUP_SETTERS: Final = {
+    "auto_offset_reset": "auto_offset_reset",
+    "record_lock_duration_ms": "record_lock_duration",
+    "max_delivery_attempts": "max_delivery_attempts",
+    "session_timeout_ms": "session_timeout",
+    "heartbeat_interval_ms": "heartbeat_interval",
 }
 
 
@@ -183,6 +205,7 @@ class MockBackend(Protocol):
     @property
     def closed(self) -> bool: ...
     def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None: ...
+    def set_share_group(self, settings: dict[str, int]) -> None: ...
     def set_broker_down(self, broker_id: int) -> None: ...
     def set_broker_up(self, broker_id: int) -> None: ...
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None: ...
@@ -281,6 +304,18 @@ class NativeMockCluster:
             )
         )
 
+    def set_share_group(self, settings: dict[str, int]) -> None:
+        for key, value in settings.items():
+            name = f"rd_kafka_mock_sharegroup_set_{SHARE_GROUP_SETTERS[key]}"
+            h = self._h
+            if not hasattr(h.api.lib, name):
+                raise NotImplementedError(f"{name} is not in {h.api.path} (librdkafka {h.api.version})")
+            setter = getattr(h.api.lib, name)
+            with h.lock:
+                if h.mcluster is None:
+                    raise RuntimeError("EmbeddedCluster is closed")
+                setter(h.mcluster, value)
+
     def set_broker_down(self, broker_id: int) -> None:
         check_broker_id(broker_id, self.num_brokers)
         self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_down(mc, broker_id)))
@@ -353,6 +388,11 @@ class PropertyMockCluster:
         raise NotImplementedError(
             f"{what} needs librdkafka's mock C API (rd_kafka_mock_broker_set_down/up/rtt), "
             f"which is unavailable: {_why_not_native()}"
+        )
+
+    def set_share_group(self, settings: dict[str, int]) -> None:
+        raise NotImplementedError(
+            f"set_share_group needs librdkafka's mock C API, which is unavailable: {_why_not_native()}"
         )
 
     def set_broker_down(self, broker_id: int) -> None:

@@ -198,6 +198,55 @@ class EmbeddedCluster:
         """
         self._backend.set_broker_up(broker_id)
 
+    def set_share_group(
+        self,
+        *,
+        auto_offset_reset: str | None = None,
+        record_lock_duration_ms: int | None = None,
+        max_delivery_attempts: int | None = None,
+        session_timeout_ms: int | None = None,
+        heartbeat_interval_ms: int | None = None,
+    ) -> None:
+        """Set the share groups' (KIP-932) settings of this cluster: those of the
+        groups already there and of those created later. The mock's defaults
+        (librdkafka ``rdkafka_mock.c``): ``latest``, a 30,000 ms record lock, 5
+        delivery attempts. An argument left None is left as it is.
+
+        Uses ``rd_kafka_mock_sharegroup_set_*()`` (librdkafka ``rdkafka_mock.h``, 2.15+).
+
+        Args:
+            auto_offset_reset: ``"earliest"`` or ``"latest"``: where a share group
+                starts on a partition it has no state for (the broker's
+                ``share.auto.offset.reset`` group configuration).
+            record_lock_duration_ms: how long a record stays acquired before it is
+                released for redelivery (``group.share.record.lock.duration.ms``).
+            max_delivery_attempts: deliveries of a record before it is archived
+                (``group.share.delivery.count.limit``).
+            session_timeout_ms: the share group's member session timeout.
+            heartbeat_interval_ms: the members' heartbeat interval.
+
+        Raises:
+            ValueError: ``auto_offset_reset`` is neither ``"earliest"`` nor ``"latest"``.
+            NotImplementedError: the C API (or a setter in it) is unavailable.
+            RuntimeError: the cluster is closed.
+        """
+        settings: dict[str, int] = {}
+        if auto_offset_reset is not None:
+            resets = {"latest": 0, "earliest": 1}
+            if auto_offset_reset not in resets:
+                raise ValueError(
+                    f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
+                )
+            settings["auto_offset_reset"] = resets[auto_offset_reset]
+        given = {
+            "record_lock_duration_ms": record_lock_duration_ms,
+            "max_delivery_attempts": max_delivery_attempts,
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+        }
+        settings.update({k: int(v) for k, v in given.items() if v is not None})
+        self._backend.set_share_group(settings)
+
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
         """Delay every response of broker ``broker_id`` by ``rtt_ms`` milliseconds
         (0: no delay): a slow cluster, for tests of timeouts.

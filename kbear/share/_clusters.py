@@ -1,0 +1,146 @@
+"""The share consumer of each cluster a routed share consumer reads (private).
+
+A share group lives on one cluster: a :class:`~kbear.RoutedShareConsumer` whose
+topics are on several clusters holds one confluent-kafka ``ShareConsumer`` per
+cluster, each in the share group ``group.id`` of its cluster and subscribed to
+the physical names of the topics read there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import TopicPartition
+
+from kbear._clients import ClientRegistry, ClusterEntry, renamed
+
+V = TypeVar("V")
+
+#: how long committing the pending acknowledgements before a new subscription may take (seconds)
+RESUBSCRIBE_COMMIT_TIMEOUT_S = 10.0
+
+#: confluent-kafka's acknowledgement commit callback: ``callback(offsets, exception)``
+CommitCallback = Callable[[dict[TopicPartition, set[int]], Any], None]
+
+
+class ShareCluster(ClusterEntry):
+    """One cluster's ``ShareConsumer`` (``client``) and the topics it reads.
+
+    Attributes:
+        topics: physical topic -> logical topic, subscribed on this cluster now.
+        names: physical -> logical of every topic ever read here (acknowledgement
+            results may arrive after a topic left the subscription).
+    """
+
+    __slots__ = ("acquired", "names", "topics")
+
+    def __init__(self, cluster_id: str, properties: Mapping[str, str], client: Any, _prepared: Any) -> None:
+        super().__init__(cluster_id, properties, client)
+        self.topics: dict[str, str] = {}
+        self.names: dict[str, str] = {}
+        #: records were acquired here since the last commit (acknowledgements may be pending)
+        self.acquired = False
+
+    def logical(self, physical: str) -> str:
+        """The logical name of ``physical`` on this cluster (itself when not renamed)."""
+        return self.names.get(physical, physical)
+
+    def read(self, physical: str, logical: str) -> None:
+        """Subscribe ``physical`` (logical ``logical``) here from the next :meth:`resubscribe`."""
+        self.topics[physical] = logical
+        self.names[physical] = logical
+
+    def commit(self, timeout: float) -> dict[TopicPartition, Any]:
+        """Commit the acknowledgements pending here (``commit_sync``), physical names.
+
+        Raises:
+            KafkaException: the commit failed.
+        """
+        results: dict[TopicPartition, Any] = self.client.commit_sync(timeout)
+        self.acquired = False
+        return results
+
+    def resubscribe(self) -> None:
+        """Set the cluster's subscription to :attr:`topics` (unsubscribed when empty),
+        after committing the acknowledgements pending here: a new subscription
+        starts a new share session, and acknowledgements not sent in the old one
+        would be lost (the records redelivered).
+
+        Raises:
+            KafkaException: confluent-kafka refused the subscription.
+        """
+        if self.acquired:
+            with contextlib.suppress(Exception):  # the broker answers for each record later
+                self.commit(RESUBSCRIBE_COMMIT_TIMEOUT_S)
+        if self.topics:
+            self.client.subscribe(sorted(self.topics))
+        else:
+            self.client.unsubscribe()
+
+    def renamed_keys(self, results: Mapping[TopicPartition, V]) -> dict[TopicPartition, V]:
+        """``results`` (keyed by physical TopicPartitions) keyed by logical ones."""
+        out: dict[TopicPartition, V] = {}
+        for tp, value in results.items():
+            name = self.logical(tp.topic)
+            out[tp if name == tp.topic else renamed(tp, name)] = value
+        return out
+
+    def commit_callback(self, callback: CommitCallback) -> CommitCallback:
+        """``callback`` as this cluster's client calls it: with logical topic names."""
+
+        def renaming(offsets: dict[TopicPartition, set[int]], exception: Any) -> None:
+            callback(self.renamed_keys(offsets), exception)
+
+        return renaming
+
+
+class ShareClusters:
+    """The share consumers of one routed share consumer, built on first use.
+
+    Args:
+        native: the application's confluent-kafka configuration (kbear keys removed).
+    """
+
+    def __init__(self, native: dict[str, Any]) -> None:
+        self.registry: ClientRegistry[ShareCluster] = ClientRegistry("share_consumer", native, ShareCluster)
+        self.commit_callback: CommitCallback | None = None
+
+    def entry(self, target: Any) -> ShareCluster:
+        """The share consumer of ``target``'s cluster (a Route or ClusterTarget), built if needed.
+
+        Raises:
+            KafkaException, ValueError: confluent-kafka refused the configuration.
+        """
+        before = self.registry.get(target.cluster_id)
+        entry = self.registry.client(target)
+        if entry is not before and self.commit_callback is not None:
+            entry.client.set_acknowledgement_commit_callback(entry.commit_callback(self.commit_callback))
+        return entry
+
+    def all(self) -> list[ShareCluster]:
+        """Every share consumer built and not closed (in use, then retired)."""
+        return self.registry.all()
+
+    def reading(self) -> list[ShareCluster]:
+        """The share consumers subscribed to at least one topic."""
+        return [e for e in self.registry.all() if e.topics]
+
+    def set_commit_callback(self, callback: CommitCallback | None) -> None:
+        """Give ``callback`` (with logical names) to every share consumer, now and later.
+
+        Raises:
+            TypeError: ``callback`` is neither callable nor None (as confluent-kafka).
+        """
+        if callback is not None and not callable(callback):
+            raise TypeError("expected callable or None for callback")
+        for entry in self.all():
+            entry.client.set_acknowledgement_commit_callback(
+                None if callback is None else entry.commit_callback(callback)
+            )
+        self.commit_callback = callback
+
+    def clear(self) -> list[ShareCluster]:
+        """Forget every share consumer (closing); returns them."""
+        return self.registry.clear()
