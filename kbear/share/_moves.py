@@ -29,11 +29,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from kbear._modes import SwitchStart
 from kbear._route import NoRouteError, Route
 from kbear._switch import Action, Probe, Progress, SwitchEngine
 from kbear._switch import Switch as SwitchAction
 from kbear._switch_report import tell
-from kbear.settings import KBearSettings, SwitchStart
+from kbear.settings import KBearSettings
 from kbear.share._clusters import ShareCluster
 
 log = logging.getLogger("kbear.share")
