@@ -25,3 +25,13 @@ class TurnTaker:
         pure: Callable[..., Any],
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+class PlainCall:
+    """produce() to ``target`` when the call is plain (at most topic, value, key by
+    position or by name) and ``record`` is not set, else to ``fallback``."""
+
+    target: Callable[..., None]
+    fallback: Callable[..., None]
+    record: bool
+    def __init__(self, target: Callable[..., None], fallback: Callable[..., None]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...

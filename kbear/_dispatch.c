@@ -594,6 +594,132 @@ static PyTypeObject FastMethodType = {
     .tp_getset = fast_getset,
 };
 
+/* PlainCall(target, fallback): produce() forwarded to ``target`` (a cluster client's
+ * bound ``produce``) when the call carries nothing a delivery report cannot give
+ * back -- at most (topic, value, key) by position, keywords among topic, value,
+ * key -- and to ``fallback`` otherwise (a partition, a callback of its own, a
+ * timestamp, headers: kbear keeps those per message while it is pending, see
+ * kbear/producer/_pending.py), and every call to ``fallback`` while ``record``
+ * is set (the cluster is suspected lost: every message is kept). Arguments are
+ * forwarded untouched. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *target;
+    PyObject *fallback;
+    vectorcallfunc vectorcall;
+    char record; /* every call to ``fallback`` (a cluster suspected lost) */
+} PlainCall;
+
+static PyObject *value_name, *key_name;
+
+static int
+plain_name(PyObject *name)
+{
+    if (name == topic_name || name == value_name || name == key_name) {
+        return 1;
+    }
+    return PyUnicode_Compare(name, topic_name) == 0 || PyUnicode_Compare(name, value_name) == 0 ||
+           PyUnicode_Compare(name, key_name) == 0;
+}
+
+static PyObject *
+plain_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PlainCall *self = (PlainCall *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *to = self->target;
+
+    if (to == NULL || self->fallback == NULL) {
+        PyErr_SetString(PyExc_ReferenceError, "kbear plain call already cleared");
+        return NULL;
+    }
+    if (self->record || nargs > 3) {
+        to = self->fallback;
+    }
+    else if (kwnames != NULL) {
+        Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!plain_name(PyTuple_GET_ITEM(kwnames, i))) {
+                to = self->fallback;
+                break;
+            }
+        }
+    }
+    return PyObject_Vectorcall(to, args, nargsf, kwnames);
+}
+
+static PyObject *
+plain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"target", "fallback", NULL};
+    PyObject *target, *fallback;
+    PlainCall *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:PlainCall", kwlist, &target, &fallback)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(target) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "PlainCall: target and fallback must be callable");
+        return NULL;
+    }
+    self = (PlainCall *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(target);
+    self->target = target;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    self->vectorcall = plain_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+plain_traverse(PlainCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->target);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+plain_clear(PlainCall *self)
+{
+    Py_CLEAR(self->target);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+plain_dealloc(PlainCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    plain_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef plain_members[] = {
+    {"target", T_OBJECT, offsetof(PlainCall, target), READONLY, "the client's produce (plain calls)"},
+    {"fallback", T_OBJECT, offsetof(PlainCall, fallback), READONLY, "every other call"},
+    {"record", T_BOOL, offsetof(PlainCall, record), 0, "every call to fallback (a cluster suspected lost)"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(PlainCall, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject PlainCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kbear._cdispatch.PlainCall",
+    .tp_basicsize = sizeof(PlainCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = plain_new,
+    .tp_dealloc = (destructor)plain_dealloc,
+    .tp_traverse = (traverseproc)plain_traverse,
+    .tp_clear = (inquiry)plain_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(PlainCall, vectorcall),
+    .tp_members = plain_members,
+};
+
 static struct PyModuleDef cdispatch_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kbear._cdispatch",
@@ -610,11 +736,16 @@ PyInit__cdispatch(void)
     timeout_name = PyUnicode_InternFromString("timeout");
     num_name = PyUnicode_InternFromString("num_messages");
     zero = PyLong_FromLong(0);
+    value_name = PyUnicode_InternFromString("value");
+    key_name = PyUnicode_InternFromString("key");
+    if (value_name == NULL || key_name == NULL) {
+        return NULL;
+    }
     if (topic_name == NULL || timeout_name == NULL || num_name == NULL || zero == NULL) {
         return NULL;
     }
     if (PyType_Ready(&DispatcherType) < 0 || PyType_Ready(&TurnTakerType) < 0 ||
-        PyType_Ready(&FastMethodType) < 0) {
+        PyType_Ready(&FastMethodType) < 0 || PyType_Ready(&PlainCallType) < 0) {
         return NULL;
     }
     module = PyModule_Create(&cdispatch_module);
@@ -636,6 +767,12 @@ PyInit__cdispatch(void)
     Py_INCREF(&FastMethodType);
     if (PyModule_AddObject(module, "FastMethod", (PyObject *)&FastMethodType) < 0) {
         Py_DECREF(&FastMethodType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&PlainCallType);
+    if (PyModule_AddObject(module, "PlainCall", (PyObject *)&PlainCallType) < 0) {
+        Py_DECREF(&PlainCallType);
         Py_DECREF(module);
         return NULL;
     }

@@ -2,7 +2,9 @@
 
 Responsible for: the events kbear's slow paths report (a routed client opened,
 a topic's route changed, a drain started or finished, a configuration reload
-applied or refused, a request to a meta-service), their structured log fields,
+applied or refused, a request to a meta-service, messages re-sent after a
+take-back, a cluster declared lost or recovered, a failover or fail-back), their
+structured log fields,
 and a process-wide registry of listeners (the metrics of :mod:`kbear.metrics`
 subscribe here) and of client configurers (which may add
 ``statistics.interval.ms`` and a ``stats_cb`` to the configuration of each
@@ -125,6 +127,46 @@ class DrainFinished:
 
 
 @dataclass(frozen=True)
+class MessagesResent:
+    """A producer took back what ``cluster``'s client held (its drain timed out, or its
+    brokers were all down) and sent it along the routes now: ``queued`` messages from
+    the queue, ``in_flight`` ones whose fate was unknown (at-least-once: possibly
+    duplicates), ``failed`` ones it could not re-send (reported failed)."""
+
+    kind: str
+    cluster: str
+    queued: int
+    in_flight: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class ClusterHealthChanged:
+    """The lost-cluster policy (:mod:`kbear._health`) declared ``cluster`` lost
+    (``lost=True``: no broker reachable for ``kbear.failover.after.ms``) or recovered
+    (``lost=False``), as seen by ``observer`` (``"producer"``, ``"consumer"``,
+    ``"serve"``), after ``for_s`` seconds unreachable (or reachable again)."""
+
+    observer: str
+    cluster: str
+    lost: bool
+    for_s: float
+
+
+@dataclass(frozen=True)
+class FailedOver:
+    """The routes to ``cluster`` now go to its standby ``standby`` (``back=False``:
+    a failover) or back to ``cluster`` (``back=True``: a fail-back); ``trigger``:
+    ``"client"`` (``kbear.failover.enable``), ``"config"`` (``kbear failover`` /
+    ``kbear failback`` wrote it) or ``"serve"`` (``kbear serve``'s watch)."""
+
+    trigger: str
+    cluster: str
+    standby: str
+    back: bool = False
+
+
+@dataclass(frozen=True)
 class ReloadApplied:
     """A configuration (content digest ``digest``) from ``location`` is in force."""
 
@@ -171,6 +213,9 @@ Event = (
     | RouteChanged
     | DrainStarted
     | DrainFinished
+    | MessagesResent
+    | ClusterHealthChanged
+    | FailedOver
     | ReloadApplied
     | ReloadRefused
     | MetaRequest

@@ -36,6 +36,8 @@ key                                  default       meaning
 ``kbear.chunking.expire.ms``         60000         consumer: incomplete chunked message expiry
 ``kbear.chunking.max.pending``       10            consumer: chunked messages held at once
 ``kbear.delay.enable``               False         producer: ``deliver_after`` / ``deliver_at``
+``kbear.failover.enable``            False         producer: fail over a lost cluster itself
+``kbear.failover.after.ms``          30000         clients: unreachable this long = lost, ms
 ==================================== ============= ==========================================
 
 Which reader takes which key: :data:`CLIENT_KEYS` (:func:`parse_settings`) and
@@ -174,6 +176,13 @@ class KBearSettings(BaseModel):
         delay_enable: ``kbear.delay.enable`` (bool): the producer's ``produce``
             takes ``deliver_after`` / ``deliver_at`` (its one-cluster fast path
             is then a Python function). Default False. Producer only.
+        failover_enable: ``kbear.failover.enable`` (bool): the producer declares a
+            cluster lost itself (:mod:`kbear._health`) and sends the topics routed
+            there to its standby (``kbear.failover.to``, docs/concepts/failover.md).
+            Default False (issue #27). Producer only.
+        failover_after_ms: ``kbear.failover.after.ms`` (int, ms, >= 0): how long no
+            broker of a cluster must be reachable before it is lost (and as long
+            reachable again before it is recovered). Default 30000 (issue #27).
 
     Raises:
         pydantic.ValidationError: a bad value, at validation; :func:`parse_settings`
@@ -209,6 +218,8 @@ class KBearSettings(BaseModel):
     chunking_expire_ms: int = Field(60_000, alias="kbear.chunking.expire.ms")
     chunking_max_pending: int = Field(10, alias="kbear.chunking.max.pending")
     delay_enable: bool = Field(False, alias="kbear.delay.enable")
+    failover_enable: bool = Field(False, alias="kbear.failover.enable")
+    failover_after_ms: int = Field(30_000, alias="kbear.failover.after.ms")
 
     @field_validator(
         "reload_interval_ms",
@@ -222,6 +233,7 @@ class KBearSettings(BaseModel):
         "max_redeliver_count",
         "chunking_expire_ms",
         "chunking_max_pending",
+        "failover_after_ms",
         mode="before",
     )
     @classmethod
@@ -259,7 +271,9 @@ class KBearSettings(BaseModel):
             raise ValueError(f"kbear.nack.backoff.multiplier must be >= 1, got {value!r}")
         return number
 
-    @field_validator("retry_enable", "chunking_enable", "delay_enable", "metrics_enable", mode="before")
+    @field_validator(
+        "retry_enable", "chunking_enable", "delay_enable", "metrics_enable", "failover_enable", mode="before"
+    )
     @classmethod
     def _flag(cls, value: Any, info: ValidationInfo) -> bool:
         key = cls.model_fields[str(info.field_name)].alias

@@ -427,17 +427,19 @@ def test_producer_close_during_switch(
         a.set_broker_up(-1)
         router.close()
 
-    # every message got exactly one report; the stuck ones failed, none delivered
+    # every message got exactly one report
     # the worker's produce() ran before close() took over, or after it (confluent-kafka's
     # "Producer has been closed"): never accepted without a report
     assert outcome == ["queued"] or isinstance(outcome[0], RuntimeError), outcome
     reported = Counter([v for _, v, _, _ in p.ok] + [v for _, v, _ in p.failed])
     expected = Counter(first + stuck + ([b"next"] if outcome == ["queued"] else []))
     assert reported == expected
-    assert {v for _, v, _ in p.failed} >= set(stuck)
     on_a = stored_as_reported(a, topic, p)
     on_b = stored_as_reported(b, topic, p)
     assert on_a | on_b == {v for _, v, _, _ in p.ok} and not on_a & on_b
+    # the stuck ones were taken back from A when the drain timed out (#27): sent to B,
+    # delivered there or purged by close(0.5), never left on A
+    assert not on_a & set(stuck)
 
 
 def test_consumer_close_while_draining(

@@ -88,6 +88,34 @@ class KBearMetrics(Collector):
             buckets=DRAIN_BUCKETS,
             registry=registry,
         )
+        self.messages_resent = Counter(
+            "kbear_messages_resent",
+            "Messages a producer took back from a dead cluster's client and sent along the "
+            "routes now (reason: queued; in_flight: sent again, at-least-once; failed: could "
+            "not be re-sent, reported failed)",
+            ["kind", "cluster", "reason"],
+            registry=registry,
+        )
+        self.clusters_lost = Counter(
+            "kbear_clusters_lost",
+            "Clusters declared lost by the lost-cluster policy (no broker reachable for "
+            "kbear.failover.after.ms), by observer (producer, consumer, serve)",
+            ["observer", "cluster"],
+            registry=registry,
+        )
+        self.clusters_recovered = Counter(
+            "kbear_clusters_recovered",
+            "Lost clusters reachable again for as long (the policy's hysteresis), by observer",
+            ["observer", "cluster"],
+            registry=registry,
+        )
+        self.failovers = Counter(
+            "kbear_failovers",
+            "Routes to a cluster sent to its standby (direction: over) or back (direction: back), "
+            "by trigger (client, config, serve)",
+            ["trigger", "cluster", "standby", "direction"],
+            registry=registry,
+        )
         self.reloads = Counter(
             "kbear_config_reloads",
             "Configuration changes applied, or refused (the last good configuration stays)",
@@ -122,6 +150,10 @@ class KBearMetrics(Collector):
             self.drain_messages,
             self.switch_timeouts,
             self.drain_seconds,
+            self.messages_resent,
+            self.clusters_lost,
+            self.clusters_recovered,
+            self.failovers,
             self.reloads,
             self.meta_requests,
             self.meta_seconds,
@@ -157,6 +189,21 @@ class KBearMetrics(Collector):
             if event.kind == "producer":
                 with self._lock:
                     self._producer_drains -= 1
+        elif isinstance(event, _events.MessagesResent):
+            for reason, count in (
+                ("queued", event.queued),
+                ("in_flight", event.in_flight),
+                ("failed", event.failed),
+            ):
+                if count:
+                    self.messages_resent.labels(event.kind, event.cluster, reason).inc(count)
+        elif isinstance(event, _events.ClusterHealthChanged):
+            (self.clusters_lost if event.lost else self.clusters_recovered).labels(
+                event.observer, event.cluster
+            ).inc()
+        elif isinstance(event, _events.FailedOver):
+            direction = "back" if event.back else "over"
+            self.failovers.labels(event.trigger, event.cluster, event.standby, direction).inc()
         elif isinstance(event, _events.ReloadApplied):
             self.reloads.labels("applied", "", event.location).inc()
             with self._lock:

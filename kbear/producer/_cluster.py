@@ -14,11 +14,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbear._clients import ClientFactory, ClientRegistry, ClusterEntry, Deadline, single_cluster
+from kbear._health import reachable_from_error
+from kbear._identity import Client
 from kbear._route import Route
+from kbear._standby import standby_cluster
+from kbear.config import KBearConfig
+from kbear.producer._pending import Rescue, delivery_callback, plain_call, recording_send
 
 __all__ = [
     "ClusterProducer",
     "close_producers",
+    "home_cluster",
     "logical_callback",
     "produce_batch",
     "producer_registry",
@@ -38,20 +44,6 @@ def logical_callback(cb: DeliveryCallback, logical: str) -> DeliveryCallback:
     return deliver
 
 
-def renaming_callback(user_cb: DeliveryCallback, logical: Mapping[str, str]) -> DeliveryCallback:
-    """The configuration's ``on_delivery`` of one cluster's client: ``user_cb`` with
-    remapped physical topics (``logical``: physical -> logical) renamed first."""
-
-    def deliver(err: Any, msg: Any) -> None:
-        if logical:
-            name = logical.get(msg.topic())
-            if name is not None:
-                msg.set_topic(name)
-        user_cb(err, msg)
-
-    return deliver
-
-
 class ClusterProducer(ClusterEntry):
     """The confluent-kafka Producer of one cluster, with the properties it was built from.
 
@@ -59,16 +51,38 @@ class ClusterProducer(ClusterEntry):
         producer: the cluster's ``confluent_kafka.Producer`` (also ``client``).
         logical: physical -> logical name of the remapped topics sent here
             (delivery reports of the configuration's ``on_delivery``).
+        rescue: where a take-back (:mod:`kbear.producer._takeback`) claims the
+            client's purged messages; whether the cluster is suspect.
+        send: what kbear's produce() calls: the client's ``produce`` for a plain
+            call, else through a per-message record (:mod:`kbear.producer._pending`).
     """
 
-    __slots__ = ("logical", "producer")
+    __slots__ = ("logical", "producer", "rescue", "send")
 
     def __init__(
-        self, cluster_id: str, properties: Mapping[str, str], producer: Any, logical: dict[str, str]
+        self,
+        cluster_id: str,
+        properties: Mapping[str, str],
+        producer: Any,
+        logical: dict[str, str],
+        rescue: Rescue | None = None,
     ) -> None:
         super().__init__(cluster_id, properties, producer)
         self.producer = producer
         self.logical = logical
+        self.rescue = Rescue() if rescue is None else rescue
+        self.send = plain_call(producer.produce, recording_send(producer.produce, self.rescue))
+        self.rescue.call = self.send
+
+
+def home_cluster(config: KBearConfig, client: Client, failed: set[str]) -> str | None:
+    """The one cluster every producer route of ``client`` goes to unremapped when the
+    configuration proves there is one (:func:`single_cluster`), or its standby while it
+    is in ``failed`` (failed over); else None."""
+    home = single_cluster(config, client)
+    if home is None or not failed:
+        return home
+    return standby_cluster(config, home, failed) or home
 
 
 def producer_registry(
@@ -76,6 +90,7 @@ def producer_registry(
     on_delivery: DeliveryCallback | None,
     on_build: Callable[[str], None],
     factory: ClientFactory | None = None,
+    on_reachable: Callable[[str, bool], None] | None = None,
 ) -> ClientRegistry[ClusterProducer]:
     """The client registry of one RoutedProducer.
 
@@ -87,19 +102,45 @@ def producer_registry(
         on_build: called with the cluster id after each client is built (a new
             client has, e.g., not run ``init_transactions`` yet).
         factory: builds the clients (default: the mounted one, else confluent-kafka's).
+        on_reachable: ``on_reachable(cluster_id, False)`` when a client reports every
+            broker of its cluster down (librdkafka's ``_ALL_BROKERS_DOWN``, seen by
+            its ``error_cb``); the client then records every message (suspect).
     """
 
-    def prepare(cluster_id: str, conf: dict[str, Any]) -> dict[str, str]:
+    def prepare(cluster_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Rescue]:
         logical: dict[str, str] = {}
+        rescue = Rescue()
         if on_delivery is not None:
-            conf["on_delivery"] = renaming_callback(on_delivery, logical)
-        return logical
+            conf["on_delivery"] = delivery_callback(on_delivery, logical, rescue)
+        app_error_cb = conf.get("error_cb")
+        if callable(app_error_cb):  # (none: an oauth_cb's client is left as built, see _cluster_errors)
+            conf["error_cb"] = _watching_errors(cluster_id, app_error_cb, rescue, on_reachable)
+        return logical, rescue
 
-    def entry(cluster_id: str, properties: Mapping[str, str], client: Any, logical: Any) -> ClusterProducer:
+    def entry(cluster_id: str, properties: Mapping[str, str], client: Any, prepared: Any) -> ClusterProducer:
         on_build(cluster_id)
-        return ClusterProducer(cluster_id, properties, client, logical)
+        logical, rescue = prepared
+        return ClusterProducer(cluster_id, properties, client, logical, rescue)
 
     return ClientRegistry("producer", native, entry, prepare, factory)
+
+
+def _watching_errors(
+    cluster_id: str,
+    error_cb: Callable[[Any], Any],
+    rescue: Rescue,
+    on_reachable: Callable[[str, bool], None] | None,
+) -> Callable[[Any], Any]:
+    """``error_cb`` after noting what an error says of the cluster's brokers."""
+
+    def watch(err: Any) -> Any:
+        if reachable_from_error(err.code()) is False:
+            rescue.suspect(True)
+            if on_reachable is not None:
+                on_reachable(cluster_id, False)
+        return error_cb(err)
+
+    return watch
 
 
 def produce_batch(

@@ -39,6 +39,7 @@ from kbear.producer._cluster import (
     produce_batch,
     producer_registry,
 )
+from kbear.producer._failover import ClientFailover, failover_lookup
 from kbear.producer._metadata import Metadata
 from kbear.producer._moves import ReloadApplier, Routing
 from kbear.producer._routes import ProduceBinding, RouteTable, Send
@@ -49,6 +50,9 @@ from kbear.router import Router
 __all__ = ["RoutedProducer"]
 
 log = logging.getLogger("kbear.producer")
+
+#: flush()'s slices (seconds) while a cluster is down and may be failed over
+_FAILOVER_SLICE_S = 0.1
 
 #: The RuntimeError message of a call on a closed (or never initialized) producer
 #: (confluent-kafka's).
@@ -117,6 +121,7 @@ class RoutedProducer:
         self._clients = refusing
         self._txn = refusing
         self._meta = refusing
+        self._failover = refusing
         return self
 
     def __init__(
@@ -143,7 +148,9 @@ class RoutedProducer:
             features=self._settings.delay_enable or self._settings.chunking_enable
         )
         config_now = _config_of(self._router)
-        self._clients = clients = producer_registry(native, on_delivery, self._on_new_client)
+        self._clients = clients = producer_registry(
+            native, on_delivery, self._on_new_client, on_reachable=self._on_reachable
+        )
         self._table = table = RouteTable(clients)
         self._binding = ProduceBinding(
             state,
@@ -155,7 +162,15 @@ class RoutedProducer:
             MethodType(type(self).produce, self),
             self._store_fast_path,
         )
-        lookup = partial(self._router.route_producer, client=self._client)
+        self._failover = ClientFailover(
+            self._settings.failover_enable,
+            self._settings.failover_after_ms,
+            state,
+            clients,
+            config_now,
+            self._binding.unbind,
+        )
+        lookup = failover_lookup(partial(self._router.route_producer, client=self._client), config_now, state)
         moves = ReloadApplier(
             table,
             clients,
@@ -164,6 +179,7 @@ class RoutedProducer:
             self._client,
             self._settings.drain_timeout_ms / 1000.0,
             self._notify_route_change,
+            state.failed,
         )
         self._routing = routing = Routing(
             state, self._lock, table, clients, self._binding, moves, lookup, config_now, self._client
@@ -199,6 +215,13 @@ class RoutedProducer:
     def _on_new_client(self, cluster_id: str) -> None:
         if isinstance(self._txn, Transactions):  # (built after the registry)
             self._txn.forget(cluster_id)
+
+    def _on_reachable(self, cluster_id: str, reachable: bool) -> None:
+        # A cluster client's error_cb (in poll()/flush(), or at construction: then the
+        # failover part may not exist yet).
+        failover = self.__dict__.get("_failover")
+        if failover is not None:
+            failover.observe_down(cluster_id, reachable)
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast path, so the
@@ -341,6 +364,7 @@ class RoutedProducer:
         Returns:
             The number of events served.
         """
+        self._failover.tick()
         if self._state.pending:
             self._routing.apply_changes()
         return poll_clients([e.producer for e in self._clients.all()], timeout)
@@ -354,13 +378,26 @@ class RoutedProducer:
         Returns:
             The number of messages still in queue or in flight.
         """
+        failover = self._failover
+        failover.tick()
         if self._state.pending:
             self._routing.apply_changes()
         deadline = Deadline(timeout)
-        left = 0
-        for entry in self._clients.all():
-            left += int(entry.producer.flush(deadline.as_arg()))
-        return left
+        while True:
+            # While a cluster is down and may be failed over, flush in slices: the
+            # failover (and its take-back) happens in the caller's thread, between them.
+            watching = failover.watching()
+            left = 0
+            for entry in self._clients.all():
+                remaining = deadline.as_arg()
+                if watching:
+                    remaining = _FAILOVER_SLICE_S if remaining < 0 else min(remaining, _FAILOVER_SLICE_S)
+                left += int(entry.producer.flush(remaining))
+            if not left or not watching or deadline.expired():
+                return left
+            failover.tick()
+            if self._state.pending:
+                self._routing.apply_changes()
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         """``confluent_kafka.Producer.purge`` on every cluster's client."""

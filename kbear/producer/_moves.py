@@ -4,8 +4,10 @@
 the producer's lock, in the caller's thread. :class:`ReloadApplier` looks every
 topic in use up again, and for a topic that moves, drains its old cluster's
 in-flight messages (``flush``, up to ``kbear.switch.drain.timeout.ms``) before it
-goes to the new one, so nothing is lost and per-partition order holds; then lets
-go of clients no longer needed.
+goes to the new one, so nothing is lost and per-partition order holds; a drain
+that times out, or of a client whose brokers are all down (no wait then), ends
+with what the old client still holds taken back and sent along the new routes
+(:mod:`kbear.producer._takeback`); then lets go of clients no longer needed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable
 
 from kbear import _events
 from kbear._base import no_route
-from kbear._clients import ClientRegistry, cluster_target, single_cluster
+from kbear._clients import ClientRegistry, cluster_target
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.config import KBearConfig
-from kbear.producer._cluster import ClusterProducer
+from kbear.producer._cluster import ClusterProducer, home_cluster
 from kbear.producer._routes import ProduceBinding, RouteTable, Send
 from kbear.producer._state import ProducerState
+from kbear.producer._takeback import TakeBack
 
 log = logging.getLogger("kbear.producer")
 
@@ -40,6 +43,7 @@ class ReloadApplier:
         drain_timeout_s: how long a move waits for the old cluster's messages
             (seconds; ``kbear.switch.drain.timeout.ms`` / 1000).
         notify: ``notify(old, new)``: a topic moved (``new`` None: no route any more).
+        failed: the producer's failed-over clusters (``ProducerState.failed``).
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class ReloadApplier:
         client: Client,
         drain_timeout_s: float,
         notify: Callable[[Route, Route | None], None],
+        failed: set[str] | None = None,
     ) -> None:
         self._table = table
         self._clients = clients
@@ -59,15 +64,18 @@ class ReloadApplier:
         self._client = client
         self._drain_timeout_s = drain_timeout_s
         self._notify = notify
+        self._failed: set[str] = set() if failed is None else failed
+        self._take_back = TakeBack(self._send_for)
 
     def apply(self, pinned: str | None) -> None:
         """Move every topic whose route changed; ``pinned``: the cluster produce() was
         pinned to until now (its topics are not in the table: the whole cluster is
         drained before any topic goes elsewhere)."""
         self._clients.next_generation()
-        moved = pinned is not None and single_cluster(self._config(), self._client) != pinned
+        moved = pinned is not None and home_cluster(self._config(), self._client, self._failed) != pinned
+        stuck: list[ClusterProducer] = []
         if pinned is not None and moved and self._clients.get(pinned) is not None:
-            self.drain(pinned, "")
+            stuck += self.drain(pinned, "")
         table = self._table
         for topic, old in table.items():
             try:
@@ -86,20 +94,47 @@ class ReloadApplier:
             # miss it in the table, take the slow path and wait on the lock for the
             # new route, instead of adding to the old cluster after its flush.
             table.unbind(topic)
-            self.drain(old.cluster_id, topic)
+            stuck += self.drain(old.cluster_id, topic)
             table.forget(topic)
             if new is not None:
                 table.install(topic, new)
             extra = _events.fields("route_change", topic, old, new, reason="reload")
             log.info("kbear: topic %r moved from %r to %r", topic, old, new, extra=extra)
             self._notify(old, new)
+        self._take_back_from(stuck)
 
-    def drain(self, cluster_id: str, topic: str) -> None:
+    def _take_back_from(self, stuck: list[ClusterProducer]) -> None:
+        """Take back what the clients whose drain timed out still hold, once every
+        topic is on its new route (:mod:`kbear.producer._takeback`): their queued
+        messages always, their in-flight ones when no route uses the client any more."""
+        done: set[int] = set()
+        for entry in stuck:
+            if id(entry) in done:
+                continue
+            done.add(id(entry))
+            in_use = {id(self._clients.get(c)) for c in self._table.cluster_ids()}
+            self._take_back.take_back(entry, in_flight=id(entry) not in in_use)
+
+    def _send_for(self, topic: str) -> Send | None:
+        """The send function of ``topic``'s route now, routing it if it has none in
+        the table (a pinned producer's topics); None when no rule routes it."""
+        send = self._table.send.get(topic)
+        if send is not None:
+            return send
+        try:
+            return self._table.install(topic, self._lookup(topic))
+        except NoRouteError as exc:
+            log.error("kbear: a message of topic %r taken back has no route: %s", topic, exc)
+            return None
+
+    def drain(self, cluster_id: str, topic: str) -> list[ClusterProducer]:
         """Flush ``cluster_id``'s client (and retired ones) before ``topic`` (``""``:
-        every topic of a pinned producer) leaves it."""
+        every topic of a pinned producer) leaves it; returns the clients that still
+        hold messages after ``kbear.switch.drain.timeout.ms`` (to take back)."""
         entry = self._clients.get(cluster_id)
         candidates = [e for e in (entry, *self._clients.retired()) if e is not None]
         started, timed_out = time.monotonic(), False
+        stuck: list[ClusterProducer] = []
         log.info(
             "kbear: draining cluster %r before topic %r moves",
             cluster_id,
@@ -108,13 +143,15 @@ class ReloadApplier:
         )
         _events.emit(_events.DrainStarted("producer", topic, cluster_id))
         for e in candidates:
-            left = e.producer.flush(self._drain_timeout_s)
+            # a client whose brokers are all down (suspect) cannot drain: no wait
+            left = e.producer.flush(0 if e.rescue.suspected else self._drain_timeout_s)
             timed_out = timed_out or left > 0
             if left:
+                stuck.append(e)
                 log.warning(
                     "kbear: %d message(s) still in flight on cluster %r after "
-                    "kbear.switch.drain.timeout.ms; they stay queued there and are "
-                    "reported by poll()/flush()",
+                    "kbear.switch.drain.timeout.ms; they are taken back and sent along "
+                    "their routes now",
                     left,
                     e.cluster_id,
                 )
@@ -130,6 +167,7 @@ class ReloadApplier:
             ),
         )
         _events.emit(_events.DrainFinished("producer", topic, cluster_id, took, timed_out))
+        return stuck
 
     def retire_unused(self) -> None:
         """Drop clients no longer needed, never at the reload that stopped using them.
@@ -245,7 +283,7 @@ class Routing:
         if self._state.pending:
             self.apply_changes()
         config = self._config()
-        cluster_id = single_cluster(config, self._client)
+        cluster_id = home_cluster(config, self._client, self._state.failed)
         if cluster_id is None:
             return None
         return self._clients.client(cluster_target(cluster_id, config.clusters[cluster_id]))

@@ -20,7 +20,7 @@ from kbear._clients import ClientRegistry, cluster_target
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
-from kbear.producer._cluster import ClusterProducer, logical_callback, single_cluster
+from kbear.producer._cluster import ClusterProducer, home_cluster, logical_callback
 from kbear.producer._dispatch import make_dispatcher
 from kbear.producer._state import ProducerState
 
@@ -56,7 +56,7 @@ class RouteTable:
     def install(self, topic: str, route: Route) -> Send:
         """Send ``topic`` along ``route`` from now on; returns its send function."""
         entry = self._clients.client(route)
-        produce = entry.producer.produce
+        produce = entry.send
         if route.remapped:
             entry.logical[route.topic] = topic
             send: Send = _remapped_send(produce, topic)
@@ -155,13 +155,13 @@ class ProduceBinding:
             return
         # Hooks need to know every topic produced: the pinned path does not record them.
         config = self._config()
-        cluster_id = None if self._hooked() else single_cluster(config, self._client)
+        cluster_id = None if self._hooked() else home_cluster(config, self._client, state.failed)
         if cluster_id is None:
             self._store(self._dispatcher())
         else:
             self.pinned = cluster_id
             probe = cluster_target(cluster_id, config.clusters[cluster_id])
-            self._store(self._clients.client(probe).producer.produce)
+            self._store(self._clients.client(probe).send)
         if state.pending:  # a reload landed meanwhile (watcher thread): back to the slow path
             self._store(None)
 

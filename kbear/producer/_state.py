@@ -8,7 +8,7 @@ part's attributes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -22,12 +22,16 @@ class ProducerState:
             reloading thread, cleared by the caller's thread that applies it).
         txn_open: a transaction is open (produce() joins it: no fast path).
         closed: ``close()`` ran.
+        failed: the clusters this producer failed over itself
+            (``kbear.failover.enable``, :mod:`kbear.producer._failover`): their
+            routes go to their standby.
     """
 
     features: bool = False
     pending: bool = False
     txn_open: bool = False
     closed: bool = False
+    failed: set[str] = field(default_factory=set)
 
     def fast_path_allowed(self) -> bool:
         """Whether produce() may skip kbear's checks (nothing pending, no transaction,

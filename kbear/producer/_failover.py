@@ -1,0 +1,140 @@
+"""A RoutedProducer that fails over a lost cluster itself (private; issue #27 item 2a).
+
+:class:`ClientFailover` feeds the lost-cluster policy (:mod:`kbear._health`) with
+what the producer's cluster clients see -- librdkafka's ``_ALL_BROKERS_DOWN``
+(their ``error_cb``: the client becomes suspect and records every message, see
+:mod:`kbear.producer._pending`) and a delivery there again (the suspicion ends) --
+and lets time pass at each ``poll()``/``flush()``. A cluster the policy declares
+lost is reported (:class:`~kbear._events.ClusterHealthChanged`); with
+``kbear.failover.enable`` and a standby (``kbear.failover.to``), it joins the
+producer's failed-over clusters (:attr:`ProducerState.failed`): every lookup now
+sends its topics to the standby (:func:`kbear._standby.standby_route`), applied as a
+configuration reload is, by the caller's thread at its next call -- the drain of a
+client whose brokers are all down does not wait, and what it held is taken back
+and sent to the standby (:mod:`kbear.producer._takeback`).
+
+The failover holds for the life of the producer: a recovered cluster is reported,
+not switched back to (fail-back is the operator's, docs/concepts/failover.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from kbear import _events
+from kbear._clients import ClientRegistry
+from kbear._health import HealthBoard
+from kbear._route import Route
+from kbear._standby import standby_route
+from kbear.config import KBearConfig
+from kbear.producer._cluster import ClusterProducer
+from kbear.producer._state import ProducerState
+
+log = logging.getLogger("kbear.producer")
+
+__all__ = ["ClientFailover", "failover_lookup"]
+
+
+def failover_lookup(
+    lookup: Callable[[str], Route], config: Callable[[], KBearConfig], state: ProducerState
+) -> Callable[[str], Route]:
+    """``lookup`` with the routes to the producer's failed-over clusters sent to
+    their standby."""
+
+    def route(topic: str) -> Route:
+        found = lookup(topic)
+        failed = state.failed
+        return standby_route(found, config(), failed) if failed else found
+
+    return route
+
+
+class ClientFailover:
+    """Applies the lost-cluster policy to one RoutedProducer's clusters.
+
+    Args:
+        enabled: ``kbear.failover.enable``: fail over a lost cluster (else only report).
+        after_ms: ``kbear.failover.after.ms``.
+        state: the producer's state (``failed``, ``pending``).
+        clients: the producer's client registry.
+        config: the configuration in force.
+        unbind: takes produce() off its fast path (a change is pending).
+        clock: monotonic seconds (tests give their own).
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        after_ms: int,
+        state: ProducerState,
+        clients: ClientRegistry[ClusterProducer],
+        config: Callable[[], KBearConfig],
+        unbind: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.enabled = enabled
+        self._board = HealthBoard(after_ms)
+        self._state = state
+        self._clients = clients
+        self._config = config
+        self._unbind = unbind
+        self._clock = clock
+        #: clusters observed down and not yet back (nothing to do while empty)
+        self._watched: set[str] = set()
+
+    def observe_down(self, cluster_id: str, reachable: bool) -> None:
+        """A client of ``cluster_id`` reported (``reachable`` False) every broker down."""
+        if not reachable:
+            self._watched.add(cluster_id)
+            self._board.observe(cluster_id, False, self._clock() * 1000)
+
+    def watching(self) -> bool:
+        """Whether a cluster is down and may be failed over (``flush()`` then waits in
+        slices, letting the failover happen between them)."""
+        return self.enabled and bool(self._watched - self._state.failed)
+
+    def tick(self) -> None:
+        """Let time pass: observe the watched clusters' clients, act on transitions."""
+        if not self._watched:
+            return
+        now = self._clock() * 1000
+        for cluster_id in list(self._watched):
+            entry = self._clients.get(cluster_id)
+            if entry is not None and not entry.rescue.suspected:  # delivered there again
+                self._board.observe(cluster_id, True, now)
+        for t in self._board.tick(now):
+            _events.emit(_events.ClusterHealthChanged("producer", t.cluster, t.lost, t.for_ms / 1000))
+            if t.lost:
+                self._lost(t.cluster, t.for_ms)
+            else:
+                log.info(
+                    "kbear: cluster %r is reachable again (for %.1f s); routes stay where they are",
+                    t.cluster,
+                    t.for_ms / 1000,
+                    extra=_events.fields("cluster_recovered", None, cluster=t.cluster),
+                )
+                self._watched.discard(t.cluster)
+
+    def _lost(self, cluster_id: str, for_ms: float) -> None:
+        config = self._config()
+        cluster = config.clusters.get(cluster_id)
+        standby = None if cluster is None else cluster.failover.standby
+        if not self.enabled:
+            how = "kbear.failover.enable is off"
+        else:
+            how = f"failing over to {standby!r}" if standby else "no kbear.failover.to: no standby"
+        log.warning(
+            "kbear: cluster %r lost: no broker reachable for %.1f s (kbear.failover.after.ms); %s",
+            cluster_id,
+            for_ms / 1000,
+            how,
+            extra=_events.fields("cluster_lost", None, cluster=cluster_id),
+        )
+        if not (self.enabled and standby) or cluster_id in self._state.failed:
+            return
+        self._state.failed.add(cluster_id)
+        _events.emit(_events.FailedOver("client", cluster_id, standby))
+        self._state.pending = True  # applied by the caller's thread, as a reload
+        self._unbind()

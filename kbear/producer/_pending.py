@@ -1,0 +1,210 @@
+"""What a RoutedProducer keeps of a message while it is pending on a cluster (private).
+
+A message taken back from a dead cluster (:mod:`kbear.producer._takeback`) is
+produced again from what its purge's delivery report gives back: topic, key, value
+and the partition librdkafka had chosen (confluent-kafka 2.16: a purged message's
+report has no timestamp and no headers, and a message produced with a callback of
+its own reports to that callback only). And librdkafka hands the purge's report to
+Python only for a message that has a delivery callback (its own, or the
+configuration's ``on_delivery``): a message produced without any is dropped
+silently by the purge.
+
+So kbear keeps, per message, only what is needed, and only when needed (a record
+for every message costs a Python callback per delivery: 0.60 x plain
+confluent-kafka on ``bench/run.py --quick --only produce1``):
+
+- a plain call (at most topic, value and key, by position or by name) goes to the
+  client's ``produce`` untouched (:func:`plain_call`; compiled:
+  ``kbear._cdispatch.PlainCall``); its purge report reaches kbear through the
+  configuration's ``on_delivery`` when there is one (:func:`delivery_callback`);
+- every other call (a partition, a callback of its own, a timestamp, headers) gets
+  a :class:`Pending` record as its callback, living exactly as long as the message
+  is pending;
+- once the cluster is **suspect** (librdkafka reported all its brokers down,
+  :meth:`Rescue.suspect`), every call gets a :class:`Pending` (with its CreateTime
+  kept), plain ones included, until a message is delivered there again.
+
+The one gap: a message produced with no delivery callback at all while its cluster
+was not suspect cannot be taken back (documented in docs/concepts/failover.md).
+
+Each cluster client's delivery callback and every :class:`Pending` offer a purged
+message (``_PURGE_QUEUE``/``_PURGE_INFLIGHT``) to the client's :class:`Rescue` first
+while a take-back is under way; a message it re-sends is not reported here: its one
+report is that of its final delivery.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from kbear._compiled import EXTENSION
+
+__all__ = ["PURGED", "Pending", "Rescue", "delivery_callback", "plain_call", "recording_send"]
+
+DeliveryCallback = Callable[[Any, Any], None]
+Send = Callable[..., None]
+
+#: the delivery errors of a message taken back by ``purge()``
+PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+#: the keywords of a plain produce() call
+_PLAIN_KEYWORDS = frozenset({"topic", "value", "key"})
+
+#: the compiled PlainCall, or None (not built, or KBEAR_PURE_PYTHON set)
+_PlainCall: Any = None if EXTENSION is None else getattr(EXTENSION, "PlainCall", None)
+
+
+def _no_report(err: Any, msg: Any) -> None:
+    """No ``on_delivery`` configured: nothing to report to."""
+
+
+class _PurePlainCall:
+    """The pure-Python PlainCall (see :func:`plain_call`)."""
+
+    __slots__ = ("fallback", "record", "target")
+
+    def __init__(self, target: Send, fallback: Send) -> None:
+        self.target = target
+        self.fallback = fallback
+        self.record = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if self.record or len(args) > 3 or not _PLAIN_KEYWORDS.issuperset(kwargs):
+            self.fallback(*args, **kwargs)
+        else:
+            self.target(*args, **kwargs)
+
+
+class Rescue:
+    """One cluster client's take-back hook, default delivery report and suspicion.
+
+    Attributes:
+        resend: ``resend(err, msg, pending)`` -> True when it re-sent the purged
+            ``msg`` (``pending``: its :class:`Pending`, or None); None: no
+            take-back under way.
+        report: the configuration's ``on_delivery`` with remapped names renamed
+            (a no-op when none is configured).
+        call: the client's send function (its ``record`` flag: suspect).
+    """
+
+    __slots__ = ("call", "report", "resend")
+
+    def __init__(self) -> None:
+        self.resend: Callable[[Any, Any, Pending | None], bool] | None = None
+        self.report: DeliveryCallback = _no_report
+        self.call: Any = None
+
+    def suspect(self, on: bool) -> None:
+        """From now on, keep a record of every message (``on``) or only of those
+        whose call needs one (see the module)."""
+        if self.call is not None and self.call.record != on:
+            self.call.record = on
+
+    @property
+    def suspected(self) -> bool:
+        """Whether every message is recorded (the cluster is suspect)."""
+        return bool(self.call is not None and self.call.record)
+
+
+class Pending:
+    """The callback of a recorded message: what a re-send needs that a delivery
+    report does not carry.
+
+    Attributes:
+        own: the message's own callback (None: the configuration's ``on_delivery``).
+        headers: its headers as given to produce() (None: none).
+        partition: its partition as given (-1: the partitioner's choice).
+        timestamp: its timestamp (epoch ms) as given, or its CreateTime when it was
+            recorded because the cluster was suspect (0: librdkafka's CreateTime).
+        rescue: the rescue of the client it was produced to.
+    """
+
+    __slots__ = ("headers", "own", "partition", "rescue", "timestamp")
+
+    def __init__(
+        self, own: DeliveryCallback | None, headers: Any, partition: int, timestamp: int, rescue: Rescue
+    ) -> None:
+        self.own = own
+        self.headers = headers
+        self.partition = partition
+        self.timestamp = timestamp
+        self.rescue = rescue
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        rescue = self.rescue
+        if err is None:
+            if rescue.suspected:  # delivered: the cluster is reachable again
+                rescue.suspect(False)
+        elif rescue.resend is not None and err.code() in PURGED and rescue.resend(err, msg, self):
+            return
+        (rescue.report if self.own is None else self.own)(err, msg)
+
+
+def delivery_callback(
+    user_cb: DeliveryCallback, logical: Mapping[str, str], rescue: Rescue
+) -> DeliveryCallback:
+    """The ``on_delivery`` kbear gives each cluster's client when the configuration
+    has one (never otherwise: it would cost a Python call per message).
+
+    Args:
+        user_cb: the configuration's ``on_delivery``.
+        logical: physical -> logical name of remapped topics (renamed before ``user_cb``).
+        rescue: offered a purged message first while a take-back is under way; its
+            ``report`` is set here (``user_cb`` with the renaming).
+    """
+
+    def report(err: Any, msg: Any) -> None:
+        if logical:
+            name = logical.get(msg.topic())
+            if name is not None:
+                msg.set_topic(name)
+        user_cb(err, msg)
+
+    rescue.report = report
+
+    def deliver(err: Any, msg: Any) -> None:
+        resend = rescue.resend
+        if err is not None and resend is not None and err.code() in PURGED and resend(err, msg, None):
+            return
+        report(err, msg)
+
+    return deliver
+
+
+def recording_send(produce: Send, rescue: Rescue) -> Send:
+    """``produce`` (a cluster client's) for the calls that are recorded: the message's
+    callback becomes a :class:`Pending` keeping its partition, callback, headers and
+    timestamp. Same arguments as ``confluent_kafka.Producer.produce``."""
+
+    def send(
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: Any = None,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        own = on_delivery if on_delivery is not None else callback
+        pending = Pending(own, headers, partition, timestamp or int(time.time() * 1000), rescue)
+        if headers is None:
+            produce(topic, value, key, partition, on_delivery=pending, timestamp=timestamp)
+        else:
+            produce(topic, value, key, partition, on_delivery=pending, timestamp=timestamp, headers=headers)
+
+    return send
+
+
+def plain_call(target: Send, fallback: Send) -> Any:
+    """A send function: ``target`` for a plain produce() call (at most topic, value,
+    key, by position or by name) while its ``record`` flag is not set, ``fallback``
+    for any other; the arguments forwarded untouched (compiled when the extension
+    is built)."""
+    if _PlainCall is not None:
+        return _PlainCall(target, fallback)
+    return _PurePlainCall(target, fallback)

@@ -1,0 +1,200 @@
+"""A producer that fails over a lost cluster itself (issue #27 items 2a and 3):
+``kbear.failover.enable``, cluster ``A`` with standby ``B``; ``A``'s broker goes down;
+after ``kbear.failover.after.ms`` the producer sends A's topics to B, taking back
+what A's client held. Checked against what a plain consumer reads from B."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import TIMESTAMP_CREATE_TIME
+
+from conftest import read_all, rewrite_rules, rule
+from kbear import RoutedProducer, _events
+from kbear.testing import EmbeddedCluster
+
+Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
+
+AFTER_MS = 600
+CONF = {
+    "message.timeout.ms": 30_000,
+    "kbear.failover.enable": True,
+    "kbear.failover.after.ms": AFTER_MS,
+    "kbear.reload.interval.ms": 0,
+}
+
+
+@pytest.fixture(autouse=True)
+def _native(two_clusters: Clusters) -> None:
+    if not all(c.native for c in two_clusters):
+        pytest.skip("needs librdkafka's mock C API (broker down)")
+
+
+@pytest.fixture
+def events() -> Iterator[list[_events.Event]]:
+    seen: list[_events.Event] = []
+    _events.subscribe(seen.append)
+    try:
+        yield seen
+    finally:
+        _events.unsubscribe(seen.append)
+
+
+def standby_config(directory: Path, clusters: Clusters, rules: list[dict[str, Any]]) -> Path:
+    """Clusters A (standby: B) and B, and ``rules``."""
+    a, b = clusters
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = [
+        {"id": "A", "meta": {"bootstrap.servers": a.bootstrap_servers, "kbear.failover.to": "B"}},
+        {"id": "B", "meta": {"bootstrap.servers": b.bootstrap_servers}},
+    ]
+    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": entries}))
+    rewrite_rules(directory, rules)
+    return directory
+
+
+def poll_until(producer: RoutedProducer, done: Callable[[], bool], timeout: float) -> float:
+    """poll(0.05) until ``done()``; returns the longest poll() call, in seconds."""
+    end, longest = time.monotonic() + timeout, 0.0
+    while not done() and time.monotonic() < end:
+        started = time.monotonic()
+        producer.poll(0.05)
+        longest = max(longest, time.monotonic() - started)
+    return longest
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["dispatched", "pinned"])
+def test_producer_fails_over_a_lost_cluster_and_loses_nothing(
+    two_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    events: list[_events.Event],
+    pinned: bool,
+) -> None:
+    a, b = two_clusters
+    topic = unique("orders")
+    for cluster in two_clusters:
+        cluster.create_topic(topic, 3)
+    rules = (
+        [rule("all", "use cluster A", isGlobal=True)]
+        if pinned
+        else [rule("t", "use cluster A", topic=topic), rule("all", "use cluster B", isGlobal=True)]
+    )
+    reports: dict[bytes, list[Any]] = {}
+
+    def delivery(err: Any, msg: Any) -> None:
+        reports.setdefault(msg.value(), []).append((err, msg.topic()))
+
+    producer = RoutedProducer(
+        {**CONF, "kbear.config": str(standby_config(tmp_path / "conf", two_clusters, rules))},
+        on_delivery=delivery,
+    )
+    try:
+        producer.produce(topic, b"warm", b"k")
+        assert producer.flush(10) == 0
+        a.set_broker_down(-1)
+        lost_at = time.monotonic()
+        stamp = int(time.time() * 1000) - 60_000
+        values = []
+        for n in range(90):
+            value = f"m-{n:03d}".encode()
+            values.append(value)
+            if n % 3 == 0:
+                producer.produce(topic, value, f"k{n % 5}".encode())
+            elif n % 3 == 1:
+                producer.produce(
+                    topic, value, f"k{n % 5}".encode(), timestamp=stamp + n, headers=[("n", b"1")]
+                )
+            else:
+                producer.produce(topic, value, f"k{n % 5}".encode(), callback=delivery)
+            if n % 10 == 0:
+                producer.poll(0)
+        longest = poll_until(producer, lambda: all(v in reports for v in values), 15)
+        delivered_at = time.monotonic()
+        assert producer.flush(10) == 0
+    finally:
+        producer.close(5)
+        a.set_broker_up(-1)
+
+    # every produce() got one report, a success; the failover came after after.ms, not much later
+    assert {v: len(reports.get(v, [])) for v in values} == {v: 1 for v in values}
+    assert [v for v in values if reports[v][0][0] is not None] == []
+    assert AFTER_MS / 1000 <= delivered_at - lost_at < AFTER_MS / 1000 + 5
+    assert longest < 0.05 + 0.5  # poll() kept its timeout (a take-back runs in one of them)
+    on_b = {m.value(): m for m in read_all(b, topic)}
+    assert set(on_b) == set(values)
+    for n, value in enumerate(values):
+        if n % 3 == 1:
+            assert on_b[value].timestamp() == (TIMESTAMP_CREATE_TIME, stamp + n)
+            assert on_b[value].headers() == [("n", b"1")]
+    failovers = [e for e in events if isinstance(e, _events.FailedOver)]
+    assert [(e.trigger, e.cluster, e.standby, e.back) for e in failovers] == [("client", "A", "B", False)]
+    lost = [e for e in events if isinstance(e, _events.ClusterHealthChanged)]
+    assert [(e.observer, e.cluster, e.lost) for e in lost] == [("producer", "A", True)]
+    resent = [e for e in events if isinstance(e, _events.MessagesResent)]
+    assert sum(e.queued + e.in_flight for e in resent) == len(values) and not any(e.failed for e in resent)
+
+
+def test_without_any_delivery_callback_messages_produced_once_suspect_are_taken_back(
+    two_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """No on_delivery anywhere: librdkafka drops a purged message's report unless it
+    has a callback; once A is suspect (its brokers all down), kbear records every
+    message (its CreateTime kept), so flush() ends with all of them on B."""
+    a, b = two_clusters
+    topic = unique("orders")
+    for cluster in two_clusters:
+        cluster.create_topic(topic, 3)
+    conf_dir = standby_config(tmp_path / "conf", two_clusters, [rule("all", "use cluster A", isGlobal=True)])
+    producer = RoutedProducer({**CONF, "kbear.config": str(conf_dir)})
+    try:
+        producer.produce(topic, b"warm")
+        assert producer.flush(10) == 0
+        a.set_broker_down(-1)
+        poll_until(producer, lambda: False, 0.3)  # serves A's _ALL_BROKERS_DOWN: suspect
+        before = int(time.time() * 1000)
+        values = [f"m-{n:03d}".encode() for n in range(50)]
+        for value in values:
+            producer.produce(topic, value)
+        after = int(time.time() * 1000)
+        started = time.monotonic()
+        assert producer.flush(10) == 0  # sliced: the failover happens inside
+        assert time.monotonic() - started < 10
+    finally:
+        producer.close(5)
+        a.set_broker_up(-1)
+    on_b = {m.value(): m for m in read_all(b, topic)}
+    assert set(on_b) == set(values)
+    assert all(before <= on_b[v].timestamp()[1] <= after for v in values)
+
+
+def test_failover_off_reports_the_loss_and_keeps_the_route(
+    two_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str], events: list[_events.Event]
+) -> None:
+    a, _ = two_clusters
+    topic = unique("orders")
+    a.create_topic(topic, 1)
+    conf_dir = standby_config(tmp_path / "conf", two_clusters, [rule("all", "use cluster A", isGlobal=True)])
+    producer = RoutedProducer({**CONF, "kbear.failover.enable": False, "kbear.config": str(conf_dir)})
+    try:
+        producer.produce(topic, b"warm")
+        assert producer.flush(10) == 0
+        a.set_broker_down(-1)
+        producer.produce(topic, b"stuck")
+        started = time.monotonic()
+        assert producer.flush(AFTER_MS / 1000 + 1.0) == 1  # flush() keeps its timeout
+        assert time.monotonic() - started < AFTER_MS / 1000 + 1.5
+        producer.poll(0)
+        assert producer.route(topic).cluster_id == "A"
+    finally:
+        producer.purge()
+        producer.close(1)
+        a.set_broker_up(-1)
+    lost = [e for e in events if isinstance(e, _events.ClusterHealthChanged)]
+    assert [(e.cluster, e.lost) for e in lost] == [("A", True)]
+    assert not [e for e in events if isinstance(e, _events.FailedOver)]
