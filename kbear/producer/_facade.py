@@ -28,7 +28,7 @@ from kbear._base import (
     notify_route_change,
     set_credentials,
 )
-from kbear._clients import Deadline, open_router, poll_clients, split_config
+from kbear._clients import open_router, poll_clients, split_config
 from kbear._compiled import EXTENSION
 from kbear._identity import Client
 from kbear._route import Route
@@ -50,9 +50,6 @@ from kbear.router import Router
 __all__ = ["RoutedProducer"]
 
 log = logging.getLogger("kbear.producer")
-
-#: flush()'s slices (seconds) while a cluster is down and may be failed over
-_FAILOVER_SLICE_S = 0.1
 
 #: The RuntimeError message of a call on a closed (or never initialized) producer
 #: (confluent-kafka's).
@@ -378,26 +375,7 @@ class RoutedProducer:
         Returns:
             The number of messages still in queue or in flight.
         """
-        failover = self._failover
-        failover.tick()
-        if self._state.pending:
-            self._routing.apply_changes()
-        deadline = Deadline(timeout)
-        while True:
-            # While a cluster is down and may be failed over, flush in slices: the
-            # failover (and its take-back) happens in the caller's thread, between them.
-            watching = failover.watching()
-            left = 0
-            for entry in self._clients.all():
-                remaining = deadline.as_arg()
-                if watching:
-                    remaining = _FAILOVER_SLICE_S if remaining < 0 else min(remaining, _FAILOVER_SLICE_S)
-                left += int(entry.producer.flush(remaining))
-            if not left or not watching or deadline.expired():
-                return left
-            failover.tick()
-            if self._state.pending:
-                self._routing.apply_changes()
+        return self._failover.flush(timeout, self._routing.apply_changes)
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         """``confluent_kafka.Producer.purge`` on every cluster's client."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from kbear import _events
-from kbear._clients import ClientRegistry
+from kbear._clients import ClientRegistry, Deadline
 from kbear._health import HealthBoard
 from kbear._route import Route
 from kbear._standby import standby_route
@@ -35,6 +35,9 @@ from kbear.producer._state import ProducerState
 log = logging.getLogger("kbear.producer")
 
 __all__ = ["ClientFailover", "failover_lookup"]
+
+#: flush()'s slices (seconds) while a cluster is down and may be failed over
+_SLICE_S = 0.1
 
 
 def failover_lookup(
@@ -138,3 +141,28 @@ class ClientFailover:
         _events.emit(_events.FailedOver("client", cluster_id, standby))
         self._state.pending = True  # applied by the caller's thread, as a reload
         self._unbind()
+
+    def flush(self, timeout: float | None, apply_changes: Callable[[], None]) -> int:
+        """The producer's ``flush(timeout)`` (seconds, None or negative: infinite) over
+        every cluster's client; returns the messages left. While a cluster is down and
+        may be failed over, each client is flushed in slices of 100 ms, the failover
+        (``apply_changes``: a pending change applied, its take-back included) made
+        between them, so that ``flush()`` ends once the standby has the messages and
+        keeps its timeout."""
+        self.tick()
+        if self._state.pending:
+            apply_changes()
+        deadline = Deadline(timeout)
+        while True:
+            watching = self.watching()
+            left = 0
+            for entry in self._clients.all():
+                remaining = deadline.as_arg()
+                if watching:
+                    remaining = _SLICE_S if remaining < 0 else min(remaining, _SLICE_S)
+                left += int(entry.producer.flush(remaining))
+            if not left or not watching or deadline.expired():
+                return left
+            self.tick()
+            if self._state.pending:
+                apply_changes()
