@@ -56,6 +56,30 @@ def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
 
 
 @pytest.fixture
+def native_clusters(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+) -> tuple[EmbeddedCluster, EmbeddedCluster]:
+    """``two_clusters``, the test skipped unless both reach librdkafka's mock C API
+    (brokers taken down and up)."""
+    if not all(c.native for c in two_clusters):
+        pytest.skip("needs librdkafka's mock C API (broker down)")
+    return two_clusters
+
+
+@pytest.fixture
+def kbear_events() -> Iterator[list[Any]]:
+    """Every kbear event (``kbear._events``) emitted during the test, in order."""
+    from kbear import _events
+
+    seen: list[Any] = []
+    _events.subscribe(seen.append)
+    try:
+        yield seen
+    finally:
+        _events.unsubscribe(seen.append)
+
+
+@pytest.fixture
 def closing(two_clusters: tuple[EmbeddedCluster, EmbeddedCluster]) -> Iterator[Callable[[Any], Any]]:
     """Register a client (anything with ``close()``) to close at teardown.
 

@@ -12,7 +12,7 @@ consumer reads back from ``B``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +29,6 @@ Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 #: a producer that would wait 20 s for a dead cluster, and gives a move 1 s to drain
 CONF = {"message.timeout.ms": 20_000, "kbear.switch.drain.timeout.ms": 1000, "kbear.reload.interval.ms": 0}
 KEYS = [f"k{i}".encode() for i in range(8)]
-
-
-@pytest.fixture(autouse=True)
-def _native(two_clusters: Clusters) -> None:
-    if not all(c.native for c in two_clusters):
-        pytest.skip("needs librdkafka's mock C API (broker down)")
-
-
-@pytest.fixture
-def resent() -> Iterator[list[_events.MessagesResent]]:
-    seen: list[_events.MessagesResent] = []
-
-    def listen(event: _events.Event) -> None:
-        if isinstance(event, _events.MessagesResent):
-            seen.append(event)
-
-    _events.subscribe(listen)
-    try:
-        yield seen
-    finally:
-        _events.unsubscribe(listen)
 
 
 class Reports:
@@ -69,15 +48,15 @@ def message(i: int, phase: str) -> tuple[bytes, bytes]:
 
 @pytest.mark.parametrize("pinned", [False, True], ids=["dispatched", "pinned"])
 def test_topic_moved_off_a_dead_cluster_loses_nothing(
-    two_clusters: Clusters,
+    native_clusters: Clusters,
     make_config: Callable[..., Path],
     unique: Callable[[str], str],
-    resent: list[_events.MessagesResent],
+    kbear_events: list[_events.Event],
     pinned: bool,
 ) -> None:
-    a, b = two_clusters
+    a, b = native_clusters
     topic = unique("orders")
-    for cluster in two_clusters:
+    for cluster in native_clusters:
         cluster.create_topic(topic, 3)
     # pinned: one rule for everything (produce() is the cluster's own method);
     # dispatched: a topic rule beside the global one
@@ -163,21 +142,22 @@ def test_topic_moved_off_a_dead_cluster_loses_nothing(
         assert [m.value() for m in stored] == [v for k, v in stuck + later if k == key]
 
     # counted: 200 taken back from A (queued or in flight), none failed
+    resent = [e for e in kbear_events if isinstance(e, _events.MessagesResent)]
     assert [e.cluster for e in resent] == ["A"]
     assert resent[0].queued + resent[0].in_flight == len(stuck)
     assert resent[0].failed == 0
 
 
 def test_explicit_partition_is_kept(
-    two_clusters: Clusters,
+    native_clusters: Clusters,
     make_config: Callable[..., Path],
     unique: Callable[[str], str],
 ) -> None:
     """A message produced to an explicit partition goes to that partition on the new
     cluster; one without goes where the new cluster's partitioner puts its key."""
-    a, b = two_clusters
+    a, b = native_clusters
     topic = unique("orders")
-    for cluster in two_clusters:
+    for cluster in native_clusters:
         cluster.create_topic(topic, 4)
     conf_dir = make_config(on("A", topic))
     router = Router.from_path(conf_dir)

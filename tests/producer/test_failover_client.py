@@ -6,7 +6,7 @@ what A's client held. Checked against what a plain consumer reads from B."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from kbear import RoutedProducer, _events
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
+#: every topic on A
+ALL_ON_A = [rule("all", "use cluster A", isGlobal=True)]
 
 AFTER_MS = 600
 CONF = {
@@ -27,22 +29,6 @@ CONF = {
     "kbear.failover.after.ms": AFTER_MS,
     "kbear.reload.interval.ms": 0,
 }
-
-
-@pytest.fixture(autouse=True)
-def _native(two_clusters: Clusters) -> None:
-    if not all(c.native for c in two_clusters):
-        pytest.skip("needs librdkafka's mock C API (broker down)")
-
-
-@pytest.fixture
-def events() -> Iterator[list[_events.Event]]:
-    seen: list[_events.Event] = []
-    _events.subscribe(seen.append)
-    try:
-        yield seen
-    finally:
-        _events.unsubscribe(seen.append)
 
 
 def standby_config(directory: Path, clusters: Clusters, rules: list[dict[str, Any]]) -> Path:
@@ -70,18 +56,18 @@ def poll_until(producer: RoutedProducer, done: Callable[[], bool], timeout: floa
 
 @pytest.mark.parametrize("pinned", [False, True], ids=["dispatched", "pinned"])
 def test_producer_fails_over_a_lost_cluster_and_loses_nothing(
-    two_clusters: Clusters,
+    native_clusters: Clusters,
     tmp_path: Path,
     unique: Callable[[str], str],
-    events: list[_events.Event],
+    kbear_events: list[_events.Event],
     pinned: bool,
 ) -> None:
-    a, b = two_clusters
+    a, b = native_clusters
     topic = unique("orders")
-    for cluster in two_clusters:
+    for cluster in native_clusters:
         cluster.create_topic(topic, 3)
     rules = (
-        [rule("all", "use cluster A", isGlobal=True)]
+        ALL_ON_A
         if pinned
         else [rule("t", "use cluster A", topic=topic), rule("all", "use cluster B", isGlobal=True)]
     )
@@ -91,7 +77,7 @@ def test_producer_fails_over_a_lost_cluster_and_loses_nothing(
         reports.setdefault(msg.value(), []).append((err, msg.topic()))
 
     producer = RoutedProducer(
-        {**CONF, "kbear.config": str(standby_config(tmp_path / "conf", two_clusters, rules))},
+        {**CONF, "kbear.config": str(standby_config(tmp_path / "conf", native_clusters, rules))},
         on_delivery=delivery,
     )
     try:
@@ -132,25 +118,25 @@ def test_producer_fails_over_a_lost_cluster_and_loses_nothing(
         if n % 3 == 1:
             assert on_b[value].timestamp() == (TIMESTAMP_CREATE_TIME, stamp + n)
             assert on_b[value].headers() == [("n", b"1")]
-    failovers = [e for e in events if isinstance(e, _events.FailedOver)]
+    failovers = [e for e in kbear_events if isinstance(e, _events.FailedOver)]
     assert [(e.trigger, e.cluster, e.standby, e.back) for e in failovers] == [("client", "A", "B", False)]
-    lost = [e for e in events if isinstance(e, _events.ClusterHealthChanged)]
+    lost = [e for e in kbear_events if isinstance(e, _events.ClusterHealthChanged)]
     assert [(e.observer, e.cluster, e.lost) for e in lost] == [("producer", "A", True)]
-    resent = [e for e in events if isinstance(e, _events.MessagesResent)]
+    resent = [e for e in kbear_events if isinstance(e, _events.MessagesResent)]
     assert sum(e.queued + e.in_flight for e in resent) == len(values) and not any(e.failed for e in resent)
 
 
 def test_without_any_delivery_callback_messages_produced_once_suspect_are_taken_back(
-    two_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]
+    native_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]
 ) -> None:
     """No on_delivery anywhere: librdkafka drops a purged message's report unless it
     has a callback; once A is suspect (its brokers all down), kbear records every
     message (its CreateTime kept), so flush() ends with all of them on B."""
-    a, b = two_clusters
+    a, b = native_clusters
     topic = unique("orders")
-    for cluster in two_clusters:
+    for cluster in native_clusters:
         cluster.create_topic(topic, 3)
-    conf_dir = standby_config(tmp_path / "conf", two_clusters, [rule("all", "use cluster A", isGlobal=True)])
+    conf_dir = standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
     producer = RoutedProducer({**CONF, "kbear.config": str(conf_dir)})
     try:
         producer.produce(topic, b"warm")
@@ -174,12 +160,12 @@ def test_without_any_delivery_callback_messages_produced_once_suspect_are_taken_
 
 
 def test_failover_off_reports_the_loss_and_keeps_the_route(
-    two_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str], events: list[_events.Event]
+    native_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str], kbear_events: list[_events.Event]
 ) -> None:
-    a, _ = two_clusters
+    a, _ = native_clusters
     topic = unique("orders")
     a.create_topic(topic, 1)
-    conf_dir = standby_config(tmp_path / "conf", two_clusters, [rule("all", "use cluster A", isGlobal=True)])
+    conf_dir = standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
     producer = RoutedProducer({**CONF, "kbear.failover.enable": False, "kbear.config": str(conf_dir)})
     try:
         producer.produce(topic, b"warm")
@@ -195,6 +181,6 @@ def test_failover_off_reports_the_loss_and_keeps_the_route(
         producer.purge()
         producer.close(1)
         a.set_broker_up(-1)
-    lost = [e for e in events if isinstance(e, _events.ClusterHealthChanged)]
+    lost = [e for e in kbear_events if isinstance(e, _events.ClusterHealthChanged)]
     assert [(e.cluster, e.lost) for e in lost] == [("A", True)]
-    assert not [e for e in events if isinstance(e, _events.FailedOver)]
+    assert not [e for e in kbear_events if isinstance(e, _events.FailedOver)]
