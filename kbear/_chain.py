@@ -91,7 +91,7 @@ class Snapshot:
             topic=rule.statement.topic if rule.statement.topic is not None else topic,
             requested_topic=topic,
             bootstrap_servers=cluster.bootstrap_servers,
-            rule_id=rule.id,
+            rule_id=rule.reported_id,
             properties=self.properties[cluster.id],
         )
 

@@ -4,9 +4,9 @@ configuration directory or a meta-service URL (private to :mod:`kbear.cli`).
 Over a meta-service URL:
 
 - ``route`` asks the service for the lookup's route (one request);
-- ``explain`` asks the same, then reads what the service holds, its rules
-  included (``GET /route/rules/all``: each rule's statement in its meta
-  ``rule``), and explains the chain from them; a service that does not serve its
+- ``explain`` asks the same, then explains the chain of the rules the service
+  serves (:meth:`kbear.Router.explain_consumer`: ``GET /route/rules/all``, each
+  rule's statement in its meta ``rule``); a service that does not serve its
   rules' statements is said to be so, with the service's route, never an
   invented chain;
 - ``validate`` and ``lint`` check everything the service holds, its rules
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
 from kbear._identity import Client
@@ -162,29 +162,26 @@ def _print_explanation(args: argparse.Namespace, client: Client, explanation: Ex
 
 def _explain_service(args: argparse.Namespace, client: Client) -> int:
     """``explain`` over a meta-service: the service's route, then the chain of the
-    rules it serves (or a plain statement that it serves none to explain with)."""
+    rules it serves (:meth:`Router.explain_consumer`), or a plain statement that it
+    serves none to explain with."""
     router = load(args.config, client)
     if isinstance(router, int):
         return router
-    route = _lookup(router, args, client)
-    router.close()
-    if isinstance(route, int) and route != EXIT_NO_ROUTE:
-        return route  # unreachable, or its answer refused: nothing to explain
-    answered = route if isinstance(route, Route) else None
-    got = _everything(args.config)
-    if isinstance(got, int):
-        return got
-    config, missing = got
-    if missing is not None:
-        return _cannot_explain(args, client, answered, missing)
-    explanation = _explain(Router(config), args, client)
+    try:
+        route = _lookup(router, args, client)
+        if isinstance(route, int) and route != EXIT_NO_ROUTE:
+            return route  # unreachable, or its answer refused: nothing to explain
+        explanation = _explain(router, args, client)
+    except MetaServiceUnavailable as exc:
+        print(f"kbear: meta-service unavailable: {exc}", file=sys.stderr)
+        return EXIT_META_UNAVAILABLE
+    except ConfigError as exc:
+        return print_config_error(exc, args.config)
+    finally:
+        router.close()
     code = _print_explanation(args, client, explanation)
-    local = explanation.route
-    if (local is None) != (answered is None) or (
-        local is not None
-        and answered is not None
-        and (local.cluster_id, local.topic) != (answered.cluster_id, answered.topic)
-    ):
+    answered = route if isinstance(route, Route) else None
+    if explanation.chain_unknown is None and _target(explanation.route) != _target(answered):
         said = "no route" if answered is None else route_line(answered)
         print(
             f"kbear: note: the service answered the lookup with {said}; the rules it serves "
@@ -196,29 +193,6 @@ def _explain_service(args: argparse.Namespace, client: Client) -> int:
 
 def _target(route: Route | None) -> tuple[str, str] | None:
     return None if route is None else (route.cluster_id, route.topic)
-
-
-def _cannot_explain(args: argparse.Namespace, client: Client, route: Route | None, why: str) -> int:
-    reason = f"cannot explain the chain: {why}"
-    if args.json:
-        out: dict[str, Any] = {
-            "lookup": "producer" if args.group is None else "consumer",
-            "topic": args.topic,
-            "group": args.group,
-            "client": {"id": client.id, "meta": dict(client.meta)},
-            "chain": None,
-            "chain_unavailable": reason,
-            "winner": None if route is None else {**route_json(route), "rule": None},
-        }
-        print(json.dumps(out))
-    else:
-        from kbear._cli_format import lookup_name
-
-        print(lookup_name(args.topic, args.group, client))
-        print(f"chain: unknown: {reason}")
-        said = "none" if route is None else route_line(route).rsplit(" rule=", 1)[0]
-        print(f"the service's route: {said} (the protocol does not say which rule)")
-    return EXIT_OK if route is not None else EXIT_NO_ROUTE
 
 
 def summary(config: KBearConfig, rules_missing: str | None = None) -> str:

@@ -17,13 +17,13 @@ def lookup_name(topic: str, group: str | None, client: Client) -> str:
     return f"consumer lookup: topic {topic!r}, group {group!r}, {who}"
 
 
-def route_json(route: Route) -> dict[str, str]:
+def route_json(route: Route) -> dict[str, str | None]:
     """``route --json``: cluster, (physical) topic, bootstrap servers, rule id."""
     return {
         "cluster": route.cluster_id,
         "topic": route.topic,
         "bootstrap_servers": route.bootstrap_servers,
-        "rule": route.rule_id,
+        "rule": route.rule_id or None,
     }
 
 
@@ -34,8 +34,13 @@ def route_line(route: Route) -> str:
         topic = f"{route.topic} (remapped from {route.requested_topic})"
     return (
         f"cluster={route.cluster_id} topic={topic} "
-        f"bootstrap.servers={route.bootstrap_servers} rule={route.rule_id}"
+        f"bootstrap.servers={route.bootstrap_servers} rule={rule_name(route)}"
     )
+
+
+def rule_name(route: Route) -> str:
+    """The route's rule id, or that the meta-service which answered it does not say."""
+    return route.rule_id or "unknown (the meta-service does not say which rule)"
 
 
 def no_route_message(exc: NoRouteError) -> str:
@@ -67,14 +72,20 @@ def verdict_text(index: int, verdict: RuleVerdict, explanation: Explanation) -> 
 
 
 def explain_json(explanation: Explanation, topic: str, group: str | None, client: Client) -> dict[str, Any]:
-    """``explain --json``: the lookup, the chain with each rule's verdict, the route."""
-    return {
+    """``explain --json``: the lookup, the chain with each rule's verdict, the route;
+    ``chain`` null and ``chain_unavailable`` saying why when the chain is unknown."""
+    out: dict[str, Any] = {
         "lookup": "producer" if group is None else "consumer",
         "topic": topic,
         "group": group,
         "client": {"id": client.id, "meta": dict(client.meta)},
         "factors": dict(explanation.factors),
-        "chain": [
+    }
+    if explanation.chain_unknown is not None:
+        out["chain"] = None
+        out["chain_unavailable"] = explanation.chain_unknown
+    else:
+        out["chain"] = [
             {
                 "rule": v.rule.id,
                 "kind": kind_name(v),
@@ -84,15 +95,21 @@ def explain_json(explanation: Explanation, topic: str, group: str | None, client
                 "failed": list(v.failed),
             }
             for i, v in enumerate(explanation.verdicts)
-        ],
-        "winner": None if explanation.route is None else route_json(explanation.route),
-    }
+        ]
+    out["winner"] = None if explanation.route is None else route_json(explanation.route)
+    return out
 
 
 def explain_lines(explanation: Explanation, topic: str, group: str | None, client: Client) -> list[str]:
     """``explain``: the lookup, the chain with each rule's verdict, the route, as lines."""
     verdicts = explanation.verdicts
     lines = [f"{lookup_name(topic, group, client)}"]
+    if explanation.chain_unknown is not None:
+        lines.append(f"chain: unknown: {explanation.chain_unknown}")
+        route = explanation.route
+        said = "none" if route is None else route_line(route)
+        lines.append(f"the service's route: {said}")
+        return lines
     if not verdicts:
         lines.append("chain: empty (no rule applies to this lookup)")
     else:
@@ -111,5 +128,5 @@ def explain_lines(explanation: Explanation, topic: str, group: str | None, clien
     if route is None:
         lines.append("winner: none: no rule of the chain matches")
     else:
-        lines.append(f"winner: {route.rule_id}: {route_line(route)}")
+        lines.append(f"winner: {rule_name(route)}: {route_line(route)}")
     return lines

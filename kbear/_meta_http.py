@@ -21,7 +21,14 @@ import httpx
 from kbear import _meta_protocol as protocol
 from kbear.config import ROUTE_RULES_FILE, ConfigError, ConfigProblem, KBearConfig, load_documents
 
-__all__ = ["Everything", "ServiceUnreachableError", "fetch_everything", "load_everything", "request"]
+__all__ = [
+    "Everything",
+    "ServiceUnreachableError",
+    "fetch_everything",
+    "fetch_everything_over",
+    "load_everything",
+    "request",
+]
 
 
 class Unavailable(Exception):
@@ -134,25 +141,37 @@ def fetch_everything(
     token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = url.rstrip("/")
-    rules_missing: str | None = None
     with httpx.Client(
         base_url=base, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers
     ) as http:
+        return fetch_everything_over(http, base, timeout_s, max_body_bytes, environ)
+
+
+def fetch_everything_over(
+    http: httpx.Client, base: str, timeout_s: float, max_body_bytes: int, environ: Mapping[str, str] | None
+) -> Everything:
+    """:func:`fetch_everything` through an open client whose ``base_url`` is the
+    service's URL ``base`` (a :class:`~kbear.meta.MetaServiceSource`'s own).
+
+    Raises:
+        ServiceUnreachableError, ConfigError: as :func:`fetch_everything`.
+    """
+    rules_missing: str | None = None
+    try:
+        answers = [
+            request(http, "GET", f"/meta/{what}/all", None, timeout_s, max_body_bytes)
+            for what in ("clusters", "topics", "consumer-groups")
+        ]
+        documents = protocol.everything_documents(*answers)
         try:
-            answers = [
-                request(http, "GET", f"/meta/{what}/all", None, timeout_s, max_body_bytes)
-                for what in ("clusters", "topics", "consumer-groups")
-            ]
-            documents = protocol.everything_documents(*answers)
-            try:
-                served = request(http, "GET", protocol.RULES_ALL_PATH, None, timeout_s, max_body_bytes)
-                documents[ROUTE_RULES_FILE] = {"route-rules": protocol.rules_document(served)}
-            except protocol.AnswerRefused as exc:
-                rules_missing = f"the service does not serve its rules with their statements ({exc})"
-        except Unavailable as exc:
-            raise unreachable(base, exc) from None
+            served = request(http, "GET", protocol.RULES_ALL_PATH, None, timeout_s, max_body_bytes)
+            documents[ROUTE_RULES_FILE] = {"route-rules": protocol.rules_document(served)}
         except protocol.AnswerRefused as exc:
-            raise problem(base, f"meta-service answer refused: {exc}") from None
+            rules_missing = f"the service does not serve its rules with their statements ({exc})"
+    except Unavailable as exc:
+        raise unreachable(base, exc) from None
+    except protocol.AnswerRefused as exc:
+        raise problem(base, f"meta-service answer refused: {exc}") from None
     return Everything(load_documents(documents, origin=base, environ=environ), rules_missing)
 
 

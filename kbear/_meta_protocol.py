@@ -14,6 +14,11 @@ chain for this client):
 - ``/route/consumer``, group ``G`` on topic ``T``: a consumer-group rule
   ``consumer:G:T`` (meta ``consumerGroup.groupName: G``, ``consumerGroup.topicId: T``).
 
+These ids are kbear's, not the service's: each such rule's meta
+``kbear.served.rule.id`` holds the id of the rule the service says won
+(``Route.ruleId``, which ``kbear serve`` sends and the reference does not; ""
+then), and that is what the routes report as ``Route.rule_id``.
+
 A route naming a cluster the answer does not describe is then refused by that
 validation ("uses cluster 'x', which is not in clusters.yaml"), like a file.
 """
@@ -27,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr, ValidationError
 
 from kbear import crrl
-from kbear.config import CLUSTERS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE, TOPICS_FILE
+from kbear.config import CLUSTERS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE, SERVED_RULE_ID, TOPICS_FILE
 
 PRODUCER_PATH = "/route/producer"
 CONSUMER_PATH = "/route/consumer"
@@ -76,6 +81,8 @@ class _Group(_Message):
 class _Route(_Message):
     clusterId: StrictStr
     topicId: StrictStr
+    # kbear serve names the rule that won; the reference does not (empty: unknown)
+    ruleId: StrictStr = ""
 
 
 class _Error(_Message):
@@ -194,9 +201,11 @@ def _merge_entities(into: dict[str, dict[str, Any]], entities: Mapping[str, _Ent
         into[key] = {"id": entity.id, "meta": dict(entity.meta)}
 
 
-def _rule(rule_id: str, meta: dict[str, str], cluster: str, requested: str, physical: str) -> dict[str, Any]:
-    statement = crrl.Statement(cluster, physical if physical != requested else None, ())
-    return {"id": rule_id, "meta": meta, "rule": str(statement)}
+def _rule(rule_id: str, meta: dict[str, str], route: _Route, requested: str) -> dict[str, Any]:
+    physical = route.topicId
+    statement = crrl.Statement(route.clusterId, physical if physical != requested else None, ())
+    # the routes of this stand-in report the rule the service named, or "" (unknown)
+    return {"id": rule_id, "meta": {**meta, SERVED_RULE_ID: route.ruleId}, "rule": str(statement)}
 
 
 def answer_documents(
@@ -232,7 +241,7 @@ def answer_documents(
                 out.notes.append(f"no producer route for topic '{topic}'")
                 continue
             meta = {"topic.id": topic}
-            rules.append(_rule(f"producer:{topic}", meta, route.clusterId, topic, route.topicId))
+            rules.append(_rule(f"producer:{topic}", meta, route, topic))
             out.answered.add((topic, None))
         extra = sorted(set(producer.topicIdRoutes) - set(asked))
         if extra:
@@ -256,7 +265,7 @@ def answer_documents(
                 out.notes.append(f"no consumer route for group '{group_name}' on topic '{topic}'")
                 continue
             meta = {"consumerGroup.groupName": group_name, "consumerGroup.topicId": topic}
-            rules.append(_rule(f"consumer:{group_name}:{topic}", meta, route.clusterId, topic, route.topicId))
+            rules.append(_rule(f"consumer:{group_name}:{topic}", meta, route, topic))
             out.answered.add((topic, group_name))
         extra_groups = sorted(set(routes) - set(asked_groups))
         if extra_groups:

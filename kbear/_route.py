@@ -25,7 +25,9 @@ class Route:
             ``use cluster c, topic t`` or, without a remap, the topic asked for.
         requested_topic: the topic the application asked for (logical name).
         bootstrap_servers: the cluster's ``bootstrap.servers``.
-        rule_id: the id of the rule that yielded the route.
+        rule_id: the id of the rule that yielded the route. Over a meta-service,
+            the rule the service names (``kbear serve`` does); "" when the service
+            does not say (KBear's reference server), never a made-up id.
         properties: the cluster's librdkafka client properties (including
             ``bootstrap.servers``); secrets are hidden from ``repr``.
     """
@@ -178,9 +180,14 @@ class Explanation:
             ``evaluated``).
         evaluated: how many verdicts were actually evaluated.
         route: the winning route, or None when nothing matches.
+        chain_unknown: None when ``verdicts`` is the chain; else why the chain
+            cannot be shown (a meta-service that does not serve its rules with
+            their statements): ``verdicts`` is then empty and ``route`` the
+            service's answer (None when it answered no route).
     """
 
     factors: Mapping[str, str]
     verdicts: tuple[RuleVerdict, ...]
     evaluated: int
     route: Route | None
+    chain_unknown: str | None = None

@@ -100,6 +100,22 @@ class ConfigSource(ABC):
         invalid (its :class:`~kbear.ConfigError`) apart."""
         return NoRouteError(client, topic, group)
 
+    def chain_config(self) -> tuple[KBearConfig | None, str | None]:
+        """The configuration holding the rules lookups are evaluated against, for
+        explaining a lookup, when it is not the one :meth:`load` returns (a
+        meta-service evaluates the chain itself and answers routes only).
+
+        Returns:
+            ``(None, None)`` (the default): :meth:`load`'s configuration holds the
+            rules. ``(config, None)``: the rules are in ``config``. ``(None, why)``:
+            the rules cannot be read (the service does not serve them with their
+            statements); ``why`` says so.
+
+        Raises:
+            ConfigError: the source cannot be read, or what it holds is invalid.
+        """
+        return None, None
+
     def add_change_listener(self, listener: ChangeListener) -> None:
         """Call ``listener()`` whenever :meth:`notify_changed` is called."""
         self._change_listeners = (*self._change_listeners, listener)

@@ -73,6 +73,7 @@ from kbear._identity import Client
 from kbear._meta_http import (
     ServiceUnreachableError,
     Unavailable,
+    fetch_everything_over,
     load_everything,
     problem,
     request,
@@ -306,6 +307,21 @@ class MetaServiceSource(ConfigSource):
         if refused is not None:
             return refused
         return NoRouteError(client, topic, group)
+
+    def chain_config(self) -> tuple[KBearConfig | None, str | None]:
+        """What the service holds, its rules included (``GET /meta/*/all`` and
+        ``/route/rules/all``, each rule's statement in its meta ``rule``, as ``kbear
+        serve`` serves them), to explain a lookup with the chain the service
+        evaluates; ``(None, why)`` when it does not serve its rules' statements.
+        Asked at each call (four requests, no retries, not cached).
+
+        Raises:
+            ServiceUnreachableError: the service cannot be reached (a ConfigError).
+            ConfigError: an answer refused, or what it holds is invalid (an unset
+                ``${NAME}`` in a cluster's meta included), every problem listed.
+        """
+        got = fetch_everything_over(self._http, self.url, self._timeout_s, self._max_body, self._environ)
+        return (got.config, None) if got.rules_missing is None else (None, got.rules_missing)
 
     def _reached(self, reason: str | None) -> None:
         """Note the outcome of a refresh that asked the service: reached (``reason``

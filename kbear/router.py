@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from kbear import _events
@@ -190,18 +191,47 @@ class Router:
         return self.route(topic, group, client)
 
     def explain_producer(self, topic: str, client: Client | None = None) -> Explanation:
-        """The producer chain of ``topic`` with each rule's verdict (never raises NoRouteError)."""
-        client = client or _ANONYMOUS
-        if self._on_demand is not None:
-            self._on_demand.prepare(topic, None, client)
-        return self._snapshot.explain(topic, None, client)
+        """The producer chain of ``topic`` with each rule's verdict (never raises
+        NoRouteError). Over a meta-service, see :meth:`explain_consumer`."""
+        return self._explain(topic, None, client)
 
     def explain_consumer(self, topic: str, group: str, client: Client | None = None) -> Explanation:
-        """The consumer chain of (``group``, ``topic``) with each rule's verdict."""
+        """The consumer chain of (``group``, ``topic``) with each rule's verdict.
+
+        Over a meta-service the chain is the service's: the rules it serves
+        (``GET /route/rules/all``, read at each call) evaluated for this lookup; a
+        service that does not serve them gives an explanation without a chain
+        (``chain_unknown`` says why) whose route is the service's answer, never
+        the rules kbear builds from its answers.
+
+        Raises:
+            ConfigError: over a meta-service, the service cannot be reached
+                (:class:`~kbear.meta.ServiceUnreachableError`) or what it holds
+                is invalid (an unset ``${NAME}`` included), as a directory's.
+            MetaServiceUnavailable: the service stopped answering between the
+                two requests (its rules, then the lookup).
+        """
+        return self._explain(topic, group, client)
+
+    def _explain(self, topic: str, group: str | None, client: Client | None) -> Explanation:
         client = client or _ANONYMOUS
-        if self._on_demand is not None:
-            self._on_demand.prepare(topic, group, client)
-        return self._snapshot.explain(topic, group, client)
+        source = self._on_demand
+        if source is None:
+            return self._snapshot.explain(topic, group, client)
+        source.prepare(topic, group, client)
+        served, why = source.chain_config()
+        if served is not None:
+            return Snapshot(served).explain(topic, group, client)
+        if why is None:
+            return self._snapshot.explain(topic, group, client)
+        try:
+            answered: Route | None = self.route(topic, group, client)
+        except MetaServiceUnavailable:
+            raise
+        except NoRouteError:
+            answered = None
+        factors = self._snapshot.factors(topic, group, client)
+        return Explanation(MappingProxyType(factors), (), 0, answered, f"cannot explain the chain: {why}")
 
     # ------------------------------------------------------------------ reload
 

@@ -73,6 +73,7 @@ from kbear.config._failover import FAILOVER_KEYS, Failover, MirrorKind, Replicat
 from kbear.config._librdkafka import property_kind
 from kbear.config._loading import documents_digest, load_config, load_documents
 from kbear.config._models import (
+    SERVED_RULE_ID,
     ClusterConfig,
     ConsumerGroupConfig,
     ConsumerGroupId,
@@ -88,6 +89,7 @@ __all__ = [
     "CONSUMER_GROUPS_FILE",
     "FAILOVER_KEYS",
     "ROUTE_RULES_FILE",
+    "SERVED_RULE_ID",
     "TOPICS_FILE",
     "ClusterConfig",
     "ConfigError",

@@ -204,6 +204,12 @@ class _RawRule(_Model):
     rule: Annotated[str, BeforeValidator(_scalar_to_str)]
 
 
+#: Meta key of the rules a meta-service client builds from the service's answers (one
+#: per answered route, see kbear._meta_protocol): the id of the rule the service says
+#: won ("" when it does not say), which routes report as ``Route.rule_id``.
+SERVED_RULE_ID = "kbear.served.rule.id"
+
+
 @dataclass(frozen=True, slots=True)
 class RouteRule:
     """A validated rule of ``route-rules.yaml``.
@@ -233,6 +239,13 @@ class RouteRule:
         if self.kind is RuleKind.CONSUMER_GROUP:
             return self.meta["consumerGroup.topicId"]
         return None
+
+    @property
+    def reported_id(self) -> str:
+        """The rule id a route of this rule reports (``Route.rule_id``): :attr:`id`, or
+        for a rule standing for a meta-service's answer, the rule the service named
+        (meta :data:`SERVED_RULE_ID`; "" when the service did not say)."""
+        return self.meta.get(SERVED_RULE_ID, self.id)
 
     @property
     def group_name(self) -> str | None:

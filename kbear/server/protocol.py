@@ -127,10 +127,12 @@ class ConsumerGroupMessage(_Message):
 
 
 class RouteMessage(_Message):
-    """``Route {clusterId, topicId}``; ``topicId`` is the physical topic (a remap's target)."""
+    """``Route {clusterId, topicId, ruleId}``; ``topicId`` is the physical topic (a remap's
+    target); ``ruleId`` (a kbear field the reference does not send) the rule that won."""
 
     cluster_id: str
     topic_id: str
+    rule_id: str = ""
 
 
 class RouteRuleInfo(_Message):

@@ -11,7 +11,9 @@ the spec is silent):
   out (the reference sends no error there; the field is in the protocol).
   ``partial_fail`` also when no item at all has a route, as the reference does.
 - ``topicIdRoutes`` is keyed by the **requested** topic; ``Route.topicId``
-  is the physical topic (the reference keys by the physical topic: its defect).
+  is the physical topic (the reference keys by the physical topic: its defect);
+  ``Route.ruleId`` names the rule that won (a kbear field: the reference's
+  answer does not say, and clients that do not know it ignore it).
 - ``clusters`` holds every cluster named by a route, meta as written
   (``${NAME}`` unresolved); ``topics`` every physical topic named by a route, with
   its topics.yaml meta (empty when not listed); ``consumerGroups`` one entry per
@@ -132,7 +134,9 @@ def producer_route(served: Served, request: ProducerRouteRequest) -> ProducerRou
         except NoRouteError:
             missing.append(topic_id)
             continue
-        routes[topic_id] = RouteMessage.model_construct(cluster_id=route.cluster_id, topic_id=route.topic)
+        routes[topic_id] = RouteMessage.model_construct(
+            cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
+        )
         if route.cluster_id not in clusters:
             clusters[route.cluster_id] = _cluster(config, route.cluster_id)
         if route.topic not in topics:
@@ -161,7 +165,9 @@ def consumer_route(served: Served, request: ConsumerRouteRequest) -> ConsumerRou
         except NoRouteError:
             missing.append(_group_label(group_id))
             continue
-        message = RouteMessage.model_construct(cluster_id=route.cluster_id, topic_id=route.topic)
+        message = RouteMessage.model_construct(
+            cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
+        )
         answered.append(ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
         if route.cluster_id not in clusters:
             clusters[route.cluster_id] = _cluster(config, route.cluster_id)

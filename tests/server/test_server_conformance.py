@@ -136,7 +136,8 @@ def test_the_spec_example_request_gets_the_spec_example_response(client: TestCli
         "consumerGroupIdRoutes": [
             {
                 "consumerGroupId": EXAMPLE_GROUP,
-                "route": {"clusterId": "uat", "topicId": "fx.kafka.demo.hello.run"},
+                # ruleId: kbear's field (the rule that won); the reference's answer has none
+                "route": {"clusterId": "uat", "topicId": "fx.kafka.demo.hello.run", "ruleId": "r100006"},
             }
         ],
         "clusters": {"uat": CLUSTER_UAT},
@@ -153,6 +154,7 @@ def test_consumer_chain_follows_priority_and_kind(client: TestClient) -> None:
     assert answer["consumerGroupIdRoutes"][0]["route"] == {
         "clusterId": "fws",
         "topicId": "fx.kafka.demo.hello.run",
+        "ruleId": "r100005",
     }
     assert answer["clusters"] == {"fws": CLUSTER_FWS}  # zookeeper.connect kept as meta
 
@@ -164,7 +166,7 @@ def test_producer_remap_is_keyed_by_the_requested_topic(client: TestClient) -> N
     answer = post(client, "/route/producer", {"client": PROD, "topicIds": ["orders"]})
     assert answer == {
         "status": SUCCESS,
-        "topicIdRoutes": {"orders": {"clusterId": "prod", "topicId": "orders.v2"}},
+        "topicIdRoutes": {"orders": {"clusterId": "prod", "topicId": "orders.v2", "ruleId": "r-orders"}},
         "clusters": {"prod": CLUSTER_PROD},
         "topics": {"orders.v2": {"id": "orders.v2", "meta": {"bu": "hotel"}}},
     }
@@ -175,9 +177,13 @@ def test_producer_batch_of_several_topics(client: TestClient) -> None:
     answer = post(client, "/route/producer", body)
     assert answer["status"] == SUCCESS
     assert answer["topicIdRoutes"] == {
-        "orders": {"clusterId": "prod", "topicId": "orders.v2"},
-        "fx.kafka.demo.hello.run": {"clusterId": "uat", "topicId": "fx.kafka.demo.hello.run"},
-        "unknown.topic": {"clusterId": "uat", "topicId": "unknown.topic"},
+        "orders": {"clusterId": "prod", "topicId": "orders.v2", "ruleId": "r-orders"},
+        "fx.kafka.demo.hello.run": {
+            "clusterId": "uat",
+            "topicId": "fx.kafka.demo.hello.run",
+            "ruleId": "r100006",
+        },
+        "unknown.topic": {"clusterId": "uat", "topicId": "unknown.topic", "ruleId": "r100006"},
     }
     assert answer["clusters"] == {"prod": CLUSTER_PROD, "uat": CLUSTER_UAT}
     assert answer["topics"] == {
@@ -193,7 +199,9 @@ def test_producer_partial_fail_leaves_out_the_topics_without_a_route(client: Tes
     assert answer["status"]["ack"] == "partial_fail"
     assert answer["status"]["error"]["code"] == "no_route"
     assert "fx.kafka.demo.hello.run" in answer["status"]["error"]["message"]
-    assert answer["topicIdRoutes"] == {"orders": {"clusterId": "prod", "topicId": "orders.v2"}}
+    assert answer["topicIdRoutes"] == {
+        "orders": {"clusterId": "prod", "topicId": "orders.v2", "ruleId": "r-orders"}
+    }
     assert answer["clusters"] == {"prod": CLUSTER_PROD}
     assert list(answer["topics"]) == ["orders.v2"]
 
@@ -253,7 +261,10 @@ def test_consumer_partial_fail_and_unknown_group(client: TestClient) -> None:
     assert answer["status"]["ack"] == "partial_fail"
     assert answer["status"]["error"]["code"] == "no_route"
     assert answer["consumerGroupIdRoutes"] == [
-        {"consumerGroupId": unknown, "route": {"clusterId": "prod", "topicId": "orders.v2"}}
+        {
+            "consumerGroupId": unknown,
+            "route": {"clusterId": "prod", "topicId": "orders.v2", "ruleId": "r-orders"},
+        }
     ]
     assert answer["consumerGroups"] == [{"id": unknown, "meta": {}}]
     assert answer["clusters"] == {"prod": CLUSTER_PROD}
@@ -464,7 +475,11 @@ def test_a_good_edit_is_served_a_bad_one_refused_and_shown_on_health(
     )
     assert [holder.check(), holder.check()] == [False, True]  # seen, then applied once it held still
     moved = client.post("/route/producer", json=ask)
-    assert moved.json()["topicIdRoutes"]["orders"] == {"clusterId": "fws", "topicId": "orders"}
+    assert moved.json()["topicIdRoutes"]["orders"] == {
+        "clusterId": "fws",
+        "topicId": "orders",
+        "ruleId": "r-orders",
+    }
     assert moved.headers["x-kbear-config-digest"] != first.headers["x-kbear-config-digest"]
     served_digest = moved.headers["x-kbear-config-digest"]
     # bad edit: a rule naming an unknown cluster
@@ -473,7 +488,11 @@ def test_a_good_edit_is_served_a_bad_one_refused_and_shown_on_health(
     )
     assert [holder.check(), holder.check()] == [False, False]
     still = client.post("/route/producer", json=ask)
-    assert still.json()["topicIdRoutes"]["orders"] == {"clusterId": "fws", "topicId": "orders"}
+    assert still.json()["topicIdRoutes"]["orders"] == {
+        "clusterId": "fws",
+        "topicId": "orders",
+        "ruleId": "r-orders",
+    }
     assert still.headers["x-kbear-config-digest"] == served_digest
     health = client.get("/health").json()
     assert health["status"] == "refused_change"
@@ -501,7 +520,7 @@ def test_the_watcher_serves_an_edit_by_itself(conf: Path) -> None:
             if route["orders"]["clusterId"] == "uat":
                 break
             time.sleep(0.05)
-        assert route == {"orders": {"clusterId": "uat", "topicId": "orders"}}
+        assert route == {"orders": {"clusterId": "uat", "topicId": "orders", "ruleId": "r-orders"}}
 
 
 def test_replicas_over_the_same_directory_answer_alike(conf: Path) -> None:
@@ -564,6 +583,7 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
         assert answer["consumerGroupIdRoutes"][0]["route"] == {
             "clusterId": "uat",
             "topicId": "fx.kafka.demo.hello.run",
+            "ruleId": "r100006",
         }
     finally:
         proc.terminate()
@@ -626,7 +646,9 @@ def test_kbear_serve_over_tls(conf: Path, tmp_path: Path) -> None:
             time.sleep(0.1)
         body = {"client": PROD, "topicIds": ["orders"]}
         answer = httpx.post(f"https://127.0.0.1:{port}/route/producer", json=body, verify=trusted, timeout=5)
-        assert answer.json()["topicIdRoutes"] == {"orders": {"clusterId": "prod", "topicId": "orders.v2"}}
+        assert answer.json()["topicIdRoutes"] == {
+            "orders": {"clusterId": "prod", "topicId": "orders.v2", "ruleId": "r-orders"}
+        }
         with pytest.raises(httpx.TransportError):  # plain HTTP is not served on a TLS port
             httpx.post(f"http://127.0.0.1:{port}/route/producer", json=body, timeout=5).raise_for_status()
     finally:

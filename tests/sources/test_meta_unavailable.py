@@ -17,7 +17,15 @@ import pytest
 from _meta_fake import FakeService, HttpServer
 from prometheus_client import CollectorRegistry
 
-from kbear import ConfigError, MetaServiceUnavailable, NoRouteError, RoutedConsumer, RoutedProducer, Router
+from kbear import (
+    Client,
+    ConfigError,
+    MetaServiceUnavailable,
+    NoRouteError,
+    RoutedConsumer,
+    RoutedProducer,
+    Router,
+)
 from kbear.cli import EXIT_CONFIG_ERROR, EXIT_META_UNAVAILABLE, EXIT_OK, main
 from kbear.meta import MetaServiceSource
 
@@ -233,27 +241,32 @@ class NoRules(FakeService):
         return super().answer(path, body)
 
 
-def test_explain_over_a_service_without_rules_says_it_cannot(
-    tmp_path: Path, demo_env: None, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def no_rules(tmp_path: Path, demo_env: None) -> Iterator[HttpServer]:
+    """A service over examples/demo-config that serves no rules and names none."""
     directory = tmp_path / "conf"
     shutil.copytree(DEMO, directory)
     server = HttpServer(NoRules(Router.from_path(directory)))
     try:
-        code = main(["explain", "--config", server.url, "--topic", "audit", "--client-meta", "env=uat"])
-        out = capsys.readouterr().out
-        assert code == EXIT_OK
-        assert "chain: unknown: cannot explain the chain: the service does not serve its rules" in out
-        assert "the service's route: cluster=east" in out
-        assert "producer:audit" not in out and "winner" not in out
-        code = main(
-            ["explain", "--config", server.url, "--topic", "nothing", "--client-meta", "env=x", "--json"]
-        )
-        answer = json.loads(capsys.readouterr().out)
-        assert answer["chain"] is None and "cannot explain" in answer["chain_unavailable"]
-        assert code == EXIT_OK and answer["winner"]["cluster"] == "east"
+        yield server
     finally:
         server.close()
+
+
+def test_explain_over_a_service_without_rules_says_it_cannot(
+    no_rules: HttpServer, demo_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = no_rules
+    code = main(["explain", "--config", server.url, "--topic", "audit", "--client-meta", "env=uat"])
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "chain: unknown: cannot explain the chain: the service does not serve its rules" in out
+    assert "the service's route: cluster=east" in out
+    assert "producer:audit" not in out and "winner" not in out
+    code = main(["explain", "--config", server.url, "--topic", "nothing", "--client-meta", "env=x", "--json"])
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["chain"] is None and "cannot explain" in answer["chain_unavailable"]
+    assert code == EXIT_OK and answer["winner"]["cluster"] == "east"
 
 
 def test_config_error_for_a_new_lookup_is_raised_not_no_route(
@@ -269,3 +282,124 @@ def test_config_error_for_a_new_lookup_is_raised_not_no_route(
         assert not isinstance(raised.value, NoRouteError)
     finally:
         router.close()
+
+
+def test_route_over_kbear_serve_names_the_rule_that_won(
+    served: tuple[Path, EmbeddedMetaService], demo_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory, service = served
+    for lookup in (
+        ["--topic", "audit", "--client-meta", "env=uat"],
+        ["--topic", "audit", "--group", "demo-prod", "--client-meta", "env=prod"],
+    ):
+        assert main(["route", "--config", str(directory), *lookup]) == EXIT_OK
+        from_dir = capsys.readouterr().out
+        assert main(["route", "--config", service.url, *lookup]) == EXIT_OK
+        from_url = capsys.readouterr().out
+        assert from_url == from_dir
+        assert "producer:" not in from_url and "consumer:" not in from_url
+    assert "rule=uat-audit-on-east" in from_dir or "rule=audit-on-west" in from_dir
+    assert (
+        main(["route", "--config", service.url, "--topic", "audit", "--client-meta", "env=uat", "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["rule"] == "uat-audit-on-east"
+
+
+def test_router_explain_over_kbear_serve_is_the_services_chain(
+    served: tuple[Path, EmbeddedMetaService], demo_env: None
+) -> None:
+    directory, service = served
+    uat = Client(None, {"env": "uat"})
+    local = Router.from_path(directory)
+    remote = Router.from_source(service.url, client=uat, cache_file=None)
+    try:
+        for group in (None, "demo-uat"):
+            mine = (
+                local.explain_producer("audit", uat)
+                if group is None
+                else local.explain_consumer("audit", group, uat)
+            )
+            theirs = (
+                remote.explain_producer("audit", uat)
+                if group is None
+                else remote.explain_consumer("audit", group, uat)
+            )
+            assert theirs.chain_unknown is None
+            assert [(v.rule.id, v.matched, v.failed) for v in theirs.verdicts] == [
+                (v.rule.id, v.matched, v.failed) for v in mine.verdicts
+            ]
+            assert len(theirs.verdicts) == 4 and theirs.evaluated == mine.evaluated
+            assert theirs.route is not None and mine.route is not None
+            assert theirs.route.rule_id == mine.route.rule_id == "uat-audit-on-east"
+            assert remote.route("audit", group, uat).rule_id == "uat-audit-on-east"
+    finally:
+        remote.close()
+
+
+def test_router_explain_over_a_service_without_rules_says_it_cannot(
+    no_rules: HttpServer, demo_env: None
+) -> None:
+    """A service that names no rule (KBear's reference server): the route reports no
+    rule id and explain says it cannot show the chain, never kbear's stand-in rules."""
+    uat = Client(None, {"env": "uat"})
+    router = Router.from_source(no_rules.url, client=uat, cache_file=None)
+    try:
+        route = router.route_producer("audit", uat)
+        assert (route.cluster_id, route.rule_id) == ("east", "")
+        explanation = router.explain_producer("audit", uat)
+        assert explanation.verdicts == () and explanation.route == route
+        assert explanation.chain_unknown is not None
+        assert explanation.chain_unknown.startswith("cannot explain the chain: the service does not serve")
+        nothing = router.explain_producer("nothing", uat)  # a global rule routes it: still no chain
+        assert nothing.verdicts == () and nothing.chain_unknown is not None
+    finally:
+        router.close()
+
+
+def test_route_over_a_service_naming_no_rule_says_so(
+    no_rules: HttpServer, demo_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lookup = ["--topic", "audit", "--client-meta", "env=uat"]
+    assert main(["route", "--config", no_rules.url, *lookup]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "cluster=east" in out and "rule=unknown (the meta-service does not say which rule)" in out
+    assert "producer:audit" not in out
+    assert main(["route", "--config", no_rules.url, *lookup, "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["rule"] is None
+
+
+def test_routed_clients_raise_the_config_error_of_a_missing_variable(
+    served: tuple[Path, EmbeddedMetaService],
+) -> None:
+    """#25 item 3, the routed clients: an unset ``${NAME}`` in the answer for a new
+    topic is the ConfigError a directory gives, not a missing route."""
+    _directory, service = served
+    uat = {"kbear.client.meta.env": "uat", "kbear.reload.interval.ms": 0}
+
+    def router() -> Router:
+        # west is set, east (the cluster of uat's audit) is not
+        return Router.from_source(
+            MetaServiceSource(
+                service.url,
+                Client(None, {"env": "uat"}),
+                cache_file=None,
+                environ={"KBEAR_DEMO_WEST": "w:9092"},
+            )
+        )
+
+    routers = [router(), router()]
+    producer = RoutedProducer(uat, router=routers[0])
+    consumer = RoutedConsumer({"group.id": "g", **uat}, router=routers[1])
+    try:
+        with pytest.raises(ConfigError, match="KBEAR_DEMO_EAST is not set") as raised:
+            producer.produce("audit", b"x")
+        assert not isinstance(raised.value, NoRouteError)
+        with pytest.raises(ConfigError, match="KBEAR_DEMO_EAST is not set") as raised:
+            consumer.subscribe(["audit"])
+        assert not isinstance(raised.value, NoRouteError)
+    finally:
+        producer.close()
+        consumer.close()
+        for r in routers:
+            r.close()
