@@ -24,7 +24,7 @@ import importlib.util
 import re
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -91,6 +91,11 @@ _OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
             "heartbeat_interval",
         )
     },
+    # void (mcluster, int16_t ApiKey, size_t cnt, const rd_kafka_resp_err_t *errors)
+    "rd_kafka_mock_push_request_errors_array": (
+        None,
+        [_P, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_I)],
+    ),
 }
 
 #: the share-group settings of the mock cluster (EmbeddedCluster.set_share_group):
@@ -188,6 +193,13 @@ def check_broker_id(broker_id: int, brokers: int) -> None:
         raise ValueError(f"broker_id must be -1 (all brokers) or 1..{brokers}, got {broker_id}")
 
 
+def check_request_errors(api_key: int, errors: Sequence[int]) -> None:
+    if not 0 <= api_key <= 0x7FFF:
+        raise ValueError(f"api_key must be a Kafka API key (0..32767), got {api_key}")
+    if not errors:
+        raise ValueError("errors must name at least one error code")
+
+
 def _raise_for(err: int) -> None:
     if err:
         raise KafkaException(KafkaError(err))
@@ -209,6 +221,7 @@ class MockBackend(Protocol):
     def set_broker_down(self, broker_id: int) -> None: ...
     def set_broker_up(self, broker_id: int) -> None: ...
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None: ...
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -330,6 +343,21 @@ class NativeMockCluster:
             raise ValueError(f"rtt_ms must be >= 0, got {rtt_ms}")
         self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_rtt(mc, broker_id, rtt_ms)))
 
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        check_request_errors(api_key, errors)
+        lib = self._h.api.lib
+        if not hasattr(lib, "rd_kafka_mock_push_request_errors_array"):
+            raise NotImplementedError(
+                "this librdkafka does not export rd_kafka_mock_push_request_errors_array"
+            )
+        codes = (_I * len(errors))(*errors)
+
+        def push(lib: ctypes.CDLL, mc: int) -> int:
+            lib.rd_kafka_mock_push_request_errors_array(mc, api_key, len(errors), codes)
+            return 0
+
+        self._call(push)
+
     def close(self) -> None:
         self._finalizer()  # runs at most once
 
@@ -403,6 +431,9 @@ class PropertyMockCluster:
 
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
         self._no_fault_injection("set_broker_rtt")
+
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        self._no_fault_injection("push_request_errors")
 
     def close(self) -> None:
         with self._lock:

@@ -29,7 +29,12 @@ Modes (``kbear.switch.mode``, one class each): ``immediate`` switches at once;
 ``kbear.switch.drain.idle.ms`` and every partition of the topic there is
 committed by the group at its end offset (so no member reads the topic on the
 new cluster before the old cluster's messages were all returned to some member:
-per-key order across the group), or until ``kbear.switch.drain.timeout.ms``. A
+per-key order across the group), and, when the old cluster received messages
+of the topic during the drain, the new cluster has received some since the
+drain began (a producer flushes the old cluster before its first message to the
+new one: its last messages, retried or slow to land, are in the old cluster's
+end offsets by then) or the old cluster stayed idle ``LANDED_IDLE_FACTOR`` times
+longer; or until ``kbear.switch.drain.timeout.ms``. A
 topic moved again during a drain goes to the newer route after the drain in
 progress and a drain of the intermediate route (messages may have been produced
 there meanwhile).
@@ -49,6 +54,11 @@ from kbear._route import Route
 PROBE_INTERVAL_S = 0.5
 #: How soon after a move (or after the old cluster went idle) the first probe is sent (seconds).
 FIRST_PROBE_S = 0.1
+#: A drain that saw traffic on the old cluster ends once the new cluster has received
+#: messages of the topic since the drain's first probe (the producers have flushed the
+#: old cluster: every message they sent there has landed), or, failing that, once the
+#: old cluster stayed idle this many times ``kbear.switch.drain.idle.ms``.
+LANDED_IDLE_FACTOR = 5
 
 
 @dataclass(frozen=True)
@@ -67,11 +77,14 @@ class StartPlan:
 @dataclass(frozen=True)
 class Probe:
     """Action: measure ``topic`` (logical name) on the cluster of ``route`` and
-    answer :meth:`SwitchEngine.progress` with a :class:`Progress` carrying ``seq``."""
+    answer :meth:`SwitchEngine.progress` with a :class:`Progress` carrying ``seq``;
+    ``new``: the route the topic goes to after the drain (None: none), whose end
+    offsets the answer carries first (:attr:`Progress.new_ends`)."""
 
     topic: str
     route: Route
     seq: int
+    new: Route | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,10 @@ class Progress:
             every partition of ``marks``, read after this reader's own commit.
         error: why the probe could not be completed (its own commit failed, the
             cluster did not answer): the topic is not drained, a later probe retries.
+        new_ends: the sum of the topic's high watermarks on the cluster of
+            :attr:`Probe.new`, read before ``marks`` (None: not measured, or that
+            cluster did not answer). Once it grows during a drain, the producers
+            have moved: what they sent to the old cluster is in ``marks``.
     """
 
     seq: int
@@ -107,6 +124,7 @@ class Progress:
     positions: Mapping[int, int] = field(default_factory=dict)
     committed: Mapping[int, int] = field(default_factory=dict)
     error: str | None = None
+    new_ends: int | None = None
 
 
 Action = Probe | Switch
@@ -190,6 +208,25 @@ class _Drain:
     next_probe: float = 0.0
     done: bool = False
     messages: int = 0  # read from the old cluster during the drain
+    old_ends: int | None = None  # sum of the old cluster's high watermarks at the last answer
+    old_moved: float = 0.0  # when an answer last saw them change (else the drain's start)
+    traffic: bool = False  # they changed during the drain
+    new_base: int | None = None  # Progress.new_ends of the first answer that had it
+    new_grew: bool = False  # a later answer's new_ends was above new_base
+
+
+def _observe_ends(drain: _Drain, answer: Progress, now: float) -> None:
+    """Note in ``drain`` what ``answer`` tells of the old and new clusters' end offsets."""
+    ends = sum(high for _, high in answer.marks.values())
+    if drain.old_ends is not None and ends != drain.old_ends:
+        drain.traffic = True
+        drain.old_moved = now
+    drain.old_ends = ends
+    if answer.new_ends is not None:
+        if drain.new_base is None:
+            drain.new_base = answer.new_ends
+        elif answer.new_ends > drain.new_base:
+            drain.new_grew = True
 
 
 def same_route(a: Route | None, b: Route | None) -> bool:
@@ -358,10 +395,31 @@ class SwitchEngine:
         if answer.error is not None:
             self._outcomes.append(ProbeFailed(topic, drain.old, answer.error))
             return
+        _observe_ends(drain, answer, now)
         if drain.last_activity > drain.probe_sent:
             return
-        if caught_up(answer, self.reset_to_end):
+        if caught_up(answer, self.reset_to_end) and self._landed(drain, answer, now):
             drain.done = True
+
+    def _landed(self, drain: _Drain, answer: Progress, now: float) -> bool:
+        """Whether the messages producers sent to the old cluster have all reached it
+        (as far as a reader can tell). A drain that read nothing on the old
+        cluster and whose probes all saw the same end offsets there had nothing in
+        flight. With traffic (a backlog read during the drain counts too: such a
+        drain may wait the longer idle period when the producers moved before its
+        first probe), the producers' last messages may still be on their way (a
+        producer flushes the old cluster, retrying, before its first message to the
+        new one): wait until the new cluster received messages
+        of the topic since the first answer (so did the producers' flush end before
+        this answer's watermarks were read), or until the old cluster stayed idle
+        ``LANDED_IDLE_FACTOR`` times ``idle_s`` (producers that stopped at the move).
+        A driver that does not measure the new cluster (``new_ends`` None) gets the
+        idle check alone."""
+        if answer.new_ends is None or not (drain.traffic or drain.messages):
+            return True
+        if drain.new_grew:
+            return True
+        return now - max(drain.last_activity, drain.old_moved) >= LANDED_IDLE_FACTOR * self.idle_s
 
     # ------------------------------------------------------------------ decisions
 
@@ -393,7 +451,7 @@ class SwitchEngine:
             self._seq += 1
             drain.probe_seq = self._seq
             drain.probe_sent = now
-            actions.append(Probe(topic, drain.old, self._seq))
+            actions.append(Probe(topic, drain.old, self._seq, drain.new))
         return actions
 
     def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:

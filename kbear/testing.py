@@ -31,6 +31,7 @@ auto-created with 4 partitions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 
 from kbear import _mock
@@ -265,6 +266,25 @@ class EmbeddedCluster:
             RuntimeError: the cluster is closed.
         """
         self._backend.set_broker_rtt(broker_id, rtt_ms)
+
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        """Answer the cluster's next requests of kind ``api_key`` with ``errors``, one
+        request each, in order (then as usual): e.g. produce requests refused with a
+        retriable error, so that the producer's messages reach the log only after its
+        retries (``retry.backoff.ms``), for tests of messages still in flight.
+
+        Uses ``rd_kafka_mock_push_request_errors_array()`` (librdkafka ``rdkafka_mock.h``).
+
+        Args:
+            api_key: ``int``, the Kafka protocol API key (0: Produce, 1: Fetch, ...).
+            errors: ``KafkaError`` codes (``int``), at least one.
+
+        Raises:
+            ValueError: ``api_key`` is not an API key, or ``errors`` is empty.
+            NotImplementedError: the C API is unavailable (``native`` is ``False``).
+            RuntimeError: the cluster is closed.
+        """
+        self._backend.push_request_errors(api_key, errors)
 
     def close(self) -> None:
         """Stop the brokers and free the cluster. Idempotent and thread-safe.

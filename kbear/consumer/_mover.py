@@ -71,25 +71,49 @@ def commit_reached(
     return {tp.partition: tp.offset for tp in positions}
 
 
-def measure(watcher: Any, physical: str, seq: int, positions: dict[int, int]) -> Progress:
+def _watermarks(watcher: Any, physical: str) -> dict[int, tuple[int, int]]:
+    """Partition -> (low, high) watermark offsets of ``physical``, asked with
+    ``watcher`` (blocking, each call bounded by ``PROBE_CALL_TIMEOUT_S``)."""
+    md = watcher.list_topics(physical, PROBE_CALL_TIMEOUT_S).topics.get(physical)
+    partitions = sorted(md.partitions) if md is not None and md.error is None else []
+    marks = {
+        p: watcher.get_watermark_offsets(TopicPartition(physical, p), timeout=PROBE_CALL_TIMEOUT_S)
+        for p in partitions
+    }
+    return {p: (int(m[0]), int(m[1])) for p, m in marks.items() if m is not None}
+
+
+def measure(
+    watcher: Any,
+    physical: str,
+    seq: int,
+    positions: dict[int, int],
+    new: tuple[Any, str] | None = None,
+) -> Progress:
     """Probe ``seq``: the watermarks of ``physical`` and the group's committed offsets,
-    asked with the cluster's background client ``watcher`` (blocking, each call
-    bounded by ``PROBE_CALL_TIMEOUT_S``; run in the background thread)."""
+    asked with the cluster's background client ``watcher``; first, with ``new``
+    (the new cluster's background client, the topic's physical name there), the
+    sum of the topic's end offsets on the new cluster (None when it does not
+    answer: :attr:`Progress.new_ends`). Blocking, each call bounded by
+    ``PROBE_CALL_TIMEOUT_S``; run in the background thread."""
+    new_ends = None
+    if new is not None:
+        try:
+            new_ends = sum(high for _, high in _watermarks(*new).values())
+        except (KafkaException, RuntimeError):
+            new_ends = None
     try:
-        md = watcher.list_topics(physical, PROBE_CALL_TIMEOUT_S).topics.get(physical)
-        partitions = sorted(md.partitions) if md is not None and md.error is None else []
-        parts = [TopicPartition(physical, p) for p in partitions]
-        marks = {
-            tp.partition: watcher.get_watermark_offsets(tp, timeout=PROBE_CALL_TIMEOUT_S) for tp in parts
-        }
+        marks = _watermarks(watcher, physical)
+        parts = [TopicPartition(physical, p) for p in sorted(marks)]
         committed = watcher.committed(parts, timeout=PROBE_CALL_TIMEOUT_S) if parts else []
     except (KafkaException, RuntimeError) as exc:
         return Progress(seq, error=str(exc))
     return Progress(
         seq,
-        marks={p: (int(m[0]), int(m[1])) for p, m in marks.items() if m is not None},
+        marks=marks,
         positions=positions,
         committed={tp.partition: tp.offset for tp in committed},
+        new_ends=new_ends,
     )
 
 
@@ -192,7 +216,16 @@ class SwitchDriver:
             self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
             return
         watcher = self._registry.watcher(action.route)
-        future = self.submit(entry.cluster_id, measure, watcher, action.route.topic, action.seq, positions)
+        new = None if action.new is None else (self._registry.watcher(action.new), action.new.topic)
+        future = self.submit(
+            None if new is not None else entry.cluster_id,
+            measure,
+            watcher,
+            action.route.topic,
+            action.seq,
+            positions,
+            new,
+        )
         self._probes[action.topic] = future
 
     def _tell(self) -> None:

@@ -368,3 +368,57 @@ def test_a_resumed_drain_keeps_its_start_and_is_not_reported_as_begun() -> None:
     assert [describe(a) for a in engine.step(100.0)] == ["switch A->B"]
     (ended,) = engine.outcomes()
     assert ended == DrainEnded(T, route("A"), 60.0, False, 0)  # type: ignore[arg-type]
+
+
+def _landing_rows(new_ends_later: int, last_answer_at: float) -> list[tuple[float, tuple[Any, ...]]]:
+    """A drain that reads messages on A after the move (a producer still writes
+    there), then A idle and the group caught up at every probe."""
+    done = {**DONE, "new_ends": 0}
+    return [
+        (0.0, ("move", "B")),
+        (0.3, ("msg", "A")),
+        (0.9, ("step", ["probe A"])),
+        (0.95, ("answer", done)),
+        (1.5, ("step", ["probe A"])),
+        (last_answer_at, ("answer", {**DONE, "new_ends": new_ends_later})),
+    ]
+
+
+def test_a_drain_with_traffic_waits_for_the_new_cluster_to_receive_messages() -> None:
+    """The old cluster is idle and committed at its end, but its producers' last
+    messages may be in flight (a producer flushes the old cluster before writing to
+    the new one): the drain ends once the new cluster's end offsets grew."""
+    engine = SwitchEngine(idle_s=0.5)
+    seen = run(engine, [*_landing_rows(0, 1.55), (2.1, ("step", ["probe A"]))])
+    assert seen[-1] == "probe A"  # new cluster unchanged: not yet
+    engine = SwitchEngine(idle_s=0.5)
+    seen = run(engine, [*_landing_rows(7, 1.55), (1.6, ("step", ["switch A->B"]))])
+    assert seen[-1] == "switch A->B"
+
+
+def test_a_drain_with_traffic_ends_after_five_idle_periods_without_new_messages() -> None:
+    """Producers that stopped at the move never write to the new cluster: the drain
+    ends once the old cluster stayed idle LANDED_IDLE_FACTOR x idle."""
+    engine = SwitchEngine(idle_s=0.5)
+    rows = [*_landing_rows(0, 1.55)]
+    for t in (2.1, 2.7):  # idle since 0.3: 5 x 0.5 s reached at 2.8, not yet
+        rows += [(t, ("step", ["probe A"])), (t + 0.05, ("answer", {**DONE, "new_ends": 0}))]
+    rows += [
+        (3.3, ("step", ["probe A"])),
+        (3.35, ("answer", {**DONE, "new_ends": 0})),
+        (3.4, ("step", ["switch A->B"])),
+    ]
+    assert run(engine, rows)[-1] == "switch A->B"
+
+
+def test_a_drain_without_traffic_or_new_cluster_figures_ends_as_before() -> None:
+    """No message read on A during the drain and A's end offsets unchanged: nothing
+    was in flight; a driver that does not measure the new cluster (new_ends None,
+    the Spark source) gets the idle check alone."""
+    for answer in ({**DONE, "new_ends": 0}, DONE):
+        engine = SwitchEngine(idle_s=0.5)
+        rows = [(0.0, ("move", "B")), (0.6, ("step", ["probe A"])), (0.65, ("answer", answer))]
+        assert run(engine, [*rows, (0.7, ("step", ["switch A->B"]))])[-1] == "switch A->B"
+    engine = SwitchEngine(idle_s=0.5)  # traffic, but no figures of the new cluster
+    rows = [(0.0, ("move", "B")), (0.3, ("msg", "A")), (0.9, ("step", ["probe A"])), (0.95, ("answer", DONE))]
+    assert run(engine, [*rows, (1.0, ("step", ["switch A->B"]))])[-1] == "switch A->B"
