@@ -3,6 +3,7 @@
 Public names only; everything is defined in its own module.
 """
 
+from kbear import schema_registry
 from kbear._compiled import dispatcher
 from kbear._identity import Client
 from kbear._modes import AckMode, SwitchMode, SwitchStart
@@ -10,9 +11,9 @@ from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Rout
 from kbear.admin import RoutedAdminClient
 from kbear.balanced import ClientBalancedConsumer
 from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
-from kbear.consumer import RoutedConsumer
+from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
 from kbear.crrl import CrrlSyntaxError
-from kbear.producer import RoutedProducer
+from kbear.producer import RoutedProducer, RoutedSerializingProducer
 from kbear.router import Router
 from kbear.share import RoutedShareConsumer
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
@@ -34,7 +35,9 @@ __all__ = [
     "Route",
     "RoutedAdminClient",
     "RoutedConsumer",
+    "RoutedDeserializingConsumer",
     "RoutedProducer",
+    "RoutedSerializingProducer",
     "RoutedShareConsumer",
     "Router",
     "RuleVerdict",
@@ -44,6 +47,7 @@ __all__ = [
     "dispatcher",
     "load_config",
     "open_source",
+    "schema_registry",
 ]
 
 __version__ = "0.1.0"

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 
 REDACTED = "***"
 
-_SECRET_PARTS = ("password", "secret", "jaas", "key.pem", "token", "credential")
+# "user.info": a Schema Registry's ``basic.auth.user.info`` is ``user:password``.
+_SECRET_PARTS = ("password", "secret", "jaas", "key.pem", "token", "credential", "user.info")
 
 
 def is_secret(key: str) -> bool:
     """Whether a client property ``key`` holds a secret (``sasl.password``,
-    ``sasl.jaas.config``, ``ssl.key.pem``, ``sasl.oauthbearer.client.secret``, ...)."""
+    ``sasl.jaas.config``, ``ssl.key.pem``, ``sasl.oauthbearer.client.secret``,
+    ``schema.registry.basic.auth.user.info``, ...)."""
     lowered = key.lower()
     return any(part in lowered for part in _SECRET_PARTS)
 

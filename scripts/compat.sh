@@ -41,11 +41,12 @@ fi
 VENV_SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "import site; site.addsitedir('$SITE')" > "$VENV_SITE/kbear-project-venv.pth"
 PY="$VENV/bin/python"
-if ! "$PY" -c 'import confluent_kafka.avro, confluent_kafka.schema_registry, pytest_asyncio, requests_mock, respx' 2>/dev/null; then
+if ! "$PY" -c 'import confluent_kafka.avro, confluent_kafka.schema_registry, pytest_asyncio, requests_mock, respx, trivup, jsonschema, google.protobuf, google.type' 2>/dev/null; then
     echo "== installing the tests' requirements into $VENV"
     "$PY" -m pip install --quiet --disable-pip-version-check \
         "fastavro>=1.5.4,<2" "avro>=1.11.1,<2" requests attrs "cachetools>=5.5.0" "httpx2>=2.0" \
-        "authlib>=1.8.0" pytest-asyncio async-timeout requests-mock respx pytest-timeout
+        "authlib>=1.8.0" pytest-asyncio async-timeout requests-mock respx pytest-timeout \
+        trivup "jsonschema>=4.18.0" protobuf googleapis-common-protos
 fi
 
 INSTALLED="$("$PY" -c 'import confluent_kafka; print(confluent_kafka.__version__)')"
@@ -56,7 +57,8 @@ if [ -n "$CHECKOUT_VERSION" ] && [ "$CHECKOUT_VERSION" != "$INSTALLED" ]; then
 fi
 
 # Broker-less unit tests: every tests/test_*.py, plus tests/aio if the checkout has it
-# (integration, schema_registry, avro, soak... need brokers or are not client tests).
+# (integration, schema_registry, avro, soak... need brokers or are not client tests;
+# the serializing clients' tests run after them, on a mock cluster, see below).
 cd "$CHECKOUT"
 FILES=(tests/test_*.py)
 [ -d tests/aio ] && FILES+=(tests/aio)
@@ -88,6 +90,25 @@ run() {  # run NAME [pytest args...]
 
 run baseline "$@"
 PYTHONPATH="$REPO/scripts/compat${PYTHONPATH:+:$PYTHONPATH}" run routed -p kbear_compat_plugin "$@"
+
+# The serializing clients with a Schema Registry: confluent-kafka's tests of
+# SerializingProducer / DeserializingConsumer with its Avro, JSON Schema and
+# Protobuf serdes, and with its string/number serializers. They need a broker
+# and a registry: kbear_compat_brokers starts a mock cluster per pytest run and
+# names it (BROKERS) with an in-memory registry (SR_URL=mock://...), on both sides.
+FILES=()
+for file in tests/integration/schema_registry/_sync/test_avro_serializers.py \
+    tests/integration/schema_registry/_sync/test_json_serializers.py \
+    tests/integration/schema_registry/_sync/test_proto_serializers.py \
+    tests/integration/serialization/test_serializers.py \
+    tests/integration/consumer/test_consumer_error.py::test_consume_error; do
+    [ -f "${file%%::*}" ] && FILES+=("$file")
+done
+if [ ${#FILES[@]} -gt 0 ]; then
+    PYTHONPATH="$REPO/scripts/compat${PYTHONPATH:+:$PYTHONPATH}" run baseline -p kbear_compat_brokers "$@"
+    PYTHONPATH="$REPO/scripts/compat${PYTHONPATH:+:$PYTHONPATH}" \
+        run routed -p kbear_compat_brokers -p kbear_compat_plugin "$@"
+fi
 
 echo
 echo "== per file: tests passing on confluent-kafka (baseline) and through kbear (routed)"

@@ -4,7 +4,7 @@
 # and builds the documentation site strictly (mkdocs.yml: no broken link, no page outside the nav).
 # Extra arguments go to pytest.
 set -euo pipefail
-KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics,docs" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics,docs,schema-registry" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
 echo "== import layers"; .venv/bin/lint-imports  # pyproject.toml [tool.importlinter]

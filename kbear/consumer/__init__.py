@@ -14,6 +14,8 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_placing``: the route of a topic, the client of a cluster (built on first
   use, handed over when its properties change), partitions split by cluster;
 - ``_assigned``: a manual assignment following route changes;
+- ``_deserializing``: :class:`RoutedDeserializingConsumer`, confluent-kafka's
+  ``DeserializingConsumer`` over a RoutedConsumer (deserializers per cluster);
 - ``_clusterwide``: member ids, group metadata, cluster id;
 - ``_cluster``: the per-cluster confluent-kafka clients and the logical/physical
   topic names on each;
@@ -42,7 +44,14 @@ The package's parts (each module's docstring says what it is responsible for):
 
 from kbear.consumer._assigned import SwitchedHook
 from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._deserializing import RoutedDeserializingConsumer
 from kbear.consumer._facade import RoutedConsumer
 from kbear.consumer._manual import AssignedConsumer
 
-__all__ = ["AssignedConsumer", "ClusterRegistry", "RoutedConsumer", "SwitchedHook"]
+__all__ = [
+    "AssignedConsumer",
+    "ClusterRegistry",
+    "RoutedConsumer",
+    "RoutedDeserializingConsumer",
+    "SwitchedHook",
+]

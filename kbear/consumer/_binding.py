@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._subscription import ReadState, SubscriptionKind
@@ -54,6 +54,8 @@ class PollBinding:
         self._store = store
         self._closed = False
         self._fixed = False
+        #: the one cluster's client whose own ``poll``/``consume`` are bound, else None
+        self.pinned: ClusterClient | None = None
 
     def refresh(self) -> None:
         """Bind ``poll`` and ``consume`` to what the consumer's state allows now (call
@@ -62,6 +64,7 @@ class PollBinding:
             return
         active = self._registry.active
         state = self._state
+        self.pinned = None
         if (
             not active
             or self._closed
@@ -76,17 +79,20 @@ class PollBinding:
             self._store(None, None)
             return
         if len(active) == 1:
+            self.pinned = active[0]
             self._store(active[0].consumer.poll, active[0].consumer.consume)
         else:
             consumers = [entry.consumer for entry in active]
             self._store(*turn_taking(consumers, self._slow_poll, self._slow_consume))
         if state.pending:  # a reload landed meanwhile (watcher thread)
+            self.pinned = None
             self._store(None, None)
 
     def unbind(self) -> None:
         """Bind nothing: the next call takes the poll loop (a reload is pending; called
         from the reloading thread)."""
         if not self._fixed:
+            self.pinned = None
             self._store(None, None)
 
     def fix(self, poll: Callable[..., Any], consume: Callable[..., list[Any]]) -> None:

@@ -7,9 +7,12 @@ The package's parts:
 - ``_cluster``: one cluster's client, the one-cluster proof of the fast path;
 - ``_dispatch``: produce() over several clusters: the compiled dispatcher
   (``kbear._cdispatch``, from kbear/_dispatch.c, see kbear._compiled) or the
-  pure-Python one.
+  pure-Python one;
+- ``_serializing``: :class:`RoutedSerializingProducer`, confluent-kafka's
+  ``SerializingProducer`` over a RoutedProducer (serializers per cluster).
 """
 
 from kbear.producer._facade import RoutedProducer
+from kbear.producer._serializing import RoutedSerializingProducer
 
-__all__ = ["RoutedProducer"]
+__all__ = ["RoutedProducer", "RoutedSerializingProducer"]

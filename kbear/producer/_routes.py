@@ -42,6 +42,9 @@ class RouteTable:
             (the hot path of the pure-Python dispatcher).
         direct: logical topic -> its cluster client's ``produce``, for the topics
             sent under their own name (the compiled dispatcher's table).
+        bound: logical topic -> (cluster id, send function): the two read at once
+            (one dict read), for callers that must know where a message goes
+            (the serializing producer serializes for that cluster).
 
     Args:
         clients: the producer's client registry (a route's client is built there).
@@ -52,6 +55,7 @@ class RouteTable:
         self.routes: dict[str, Route] = {}
         self.send: dict[str, Send] = {}
         self.direct: dict[str, Send] = {}
+        self.bound: dict[str, tuple[str, Send]] = {}
 
     def install(self, topic: str, route: Route) -> Send:
         """Send ``topic`` along ``route`` from now on; returns its send function."""
@@ -64,6 +68,7 @@ class RouteTable:
             send = produce
         self.routes[topic] = route
         bound = self.send[topic] = partial(send, route.topic)
+        self.bound[topic] = (route.cluster_id, bound)
         if not route.remapped:  # the compiled dispatcher's table: the call forwarded as is
             self.direct[topic] = produce
         return bound
@@ -72,6 +77,7 @@ class RouteTable:
         """Take ``topic`` out of the send tables (its route stays until :meth:`forget`):
         threads producing to it miss it, take the slow path and wait for the new route."""
         self.direct.pop(topic, None)
+        self.bound.pop(topic, None)
         self.send.pop(topic, None)
 
     def forget(self, topic: str) -> None:

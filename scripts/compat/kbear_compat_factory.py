@@ -1,7 +1,9 @@
 """The factory the compatibility harness puts in place of confluent-kafka's clients.
 
-``Producer``, ``Consumer`` and ``AdminClient`` here are subclasses of kbear's
-``RoutedProducer`` / ``RoutedConsumer`` / ``RoutedAdminClient`` that take a confluent-kafka
+``Producer``, ``Consumer``, ``SerializingProducer``, ``DeserializingConsumer`` and
+``AdminClient`` here are subclasses of kbear's ``RoutedProducer`` /
+``RoutedConsumer`` / ``RoutedSerializingProducer`` / ``RoutedDeserializingConsumer``
+/ ``RoutedAdminClient`` that take a confluent-kafka
 configuration as a plain client does: they turn its ``bootstrap.servers`` (or
 ``metadata.broker.list``; or none) into a one-cluster kbear configuration
 (``clusters.yaml`` with that cluster, one global rule ``use cluster compat``)
@@ -27,7 +29,15 @@ from typing import Any
 
 import yaml
 
-from kbear import RoutedAdminClient, RoutedConsumer, RoutedProducer, Router, load_config
+from kbear import (
+    RoutedAdminClient,
+    RoutedConsumer,
+    RoutedDeserializingConsumer,
+    RoutedProducer,
+    RoutedSerializingProducer,
+    Router,
+    load_config,
+)
 
 _SERVER_KEYS = ("bootstrap.servers", "metadata.broker.list")
 _CLUSTER = "compat"
@@ -108,6 +118,16 @@ class Producer(_OneCluster, RoutedProducer):
 class Consumer(_OneCluster, RoutedConsumer):
     """confluent_kafka.Consumer as the harness gives it: a RoutedConsumer on a
     one-cluster configuration made from the test's ``bootstrap.servers``."""
+
+
+class SerializingProducer(_OneCluster, RoutedSerializingProducer):
+    """confluent_kafka.SerializingProducer as the harness gives it: a
+    RoutedSerializingProducer on a one-cluster configuration."""
+
+
+class DeserializingConsumer(_OneCluster, RoutedDeserializingConsumer):
+    """confluent_kafka.DeserializingConsumer as the harness gives it: a
+    RoutedDeserializingConsumer on a one-cluster configuration."""
 
 
 class AdminClient(_OneCluster, RoutedAdminClient):

@@ -1,9 +1,9 @@
 """pytest plugin of the compatibility harness (``-p kbear_compat_plugin``).
 
 Loaded before the test modules are imported, it replaces
-``confluent_kafka.Producer`` and ``confluent_kafka.Consumer`` with the factory's
-classes (:mod:`kbear_compat_factory`), so ``from confluent_kafka import
-Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
+``confluent_kafka.Producer``, ``Consumer``, ``SerializingProducer`` and
+``DeserializingConsumer`` with the factory's classes (:mod:`kbear_compat_factory`),
+so ``from confluent_kafka import Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
 defined by the tests all build kbear's routed clients. ``AdminClient`` is
 replaced in the test modules that import it (``from confluent_kafka.admin import
 AdminClient``), once collected: confluent-kafka's own class refers to itself by
@@ -28,9 +28,16 @@ import pytest
 
 AIO_REASON = "kbear-compat: unit tests of confluent-kafka's aio wiring: baseline only"
 
-ORIGINAL = {"Producer": confluent_kafka.Producer, "Consumer": confluent_kafka.Consumer}
+ORIGINAL = {
+    "Producer": confluent_kafka.Producer,
+    "Consumer": confluent_kafka.Consumer,
+    "SerializingProducer": confluent_kafka.SerializingProducer,
+    "DeserializingConsumer": confluent_kafka.DeserializingConsumer,
+}
 confluent_kafka.Producer = kbear_compat_factory.Producer
 confluent_kafka.Consumer = kbear_compat_factory.Consumer
+confluent_kafka.SerializingProducer = kbear_compat_factory.SerializingProducer
+confluent_kafka.DeserializingConsumer = kbear_compat_factory.DeserializingConsumer
 # confluent_kafka.admin.AdminClient stays: its own methods name it (super(AdminClient,
 # self), AdminClient._make_futures); test modules' imported name is replaced instead
 ORIGINAL["AdminClient"] = confluent_kafka.admin.AdminClient
@@ -84,6 +91,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     import kbear
 
     return (
-        "kbear-compat: confluent_kafka.Producer/Consumer/admin.AdminClient are the routed clients of "
+        "kbear-compat: confluent_kafka.Producer/Consumer/SerializingProducer/DeserializingConsumer/"
+        "admin.AdminClient are the routed clients of "
         f"{kbear.__file__}"
     )

@@ -1,0 +1,194 @@
+"""RoutedDeserializingConsumer: confluent-kafka's ``DeserializingConsumer``, routed (issue #28).
+
+A :class:`~kbear.RoutedConsumer` whose ``poll`` deserializes each message's key
+and value with the deserializers of the cluster it was read from
+(:class:`~kbear._serdes.ClusterSerdes`). Which cluster that is: with one cluster
+read and nothing for kbear to do per message, the cluster whose client's own
+``poll`` the binding chose (the fast path, :class:`PollBinding.pinned
+<kbear.consumer._binding.PollBinding>`); otherwise the poll loop's ``tap`` names
+the cluster client each message came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear._serdes import ClusterSerdes, close_owned, split_serdes
+from kbear.config import KBearConfig
+from kbear.consumer._cluster import ClusterClient
+from kbear.consumer._facade import RoutedConsumer
+from kbear.router import Router
+
+__all__ = ["RoutedDeserializingConsumer"]
+
+_KEY = MessageField.KEY
+_VALUE = MessageField.VALUE
+
+
+class _Source:
+    """The cluster of the last message the poll loop returned (its ``tap``)."""
+
+    __slots__ = ("cluster",)
+
+    def __init__(self) -> None:
+        self.cluster = ""
+
+    def tap(self, entry: ClusterClient, msg: Any) -> None:
+        self.cluster = entry.cluster_id
+
+
+class RoutedDeserializingConsumer(RoutedConsumer):
+    """A ``confluent_kafka.DeserializingConsumer`` reading each topic from the cluster
+    its route names, each message decoded for the cluster it was read from.
+
+    Args:
+        config: a :class:`~kbear.RoutedConsumer` configuration plus
+            confluent-kafka's deserializer settings: ``key.deserializer`` /
+            ``value.deserializer`` (``Callable(bytes, SerializationContext) -> obj``,
+            or :func:`kbear.schema_registry.per_cluster`), or their builders
+            ``key.deserializer.builder`` / ``value.deserializer.builder``
+            (confluent-kafka's ``DeserializerBuilder``; closed by :meth:`close`).
+        router, client, **kwargs: as :class:`~kbear.RoutedConsumer`.
+
+    Raises:
+        ValueError: a deserializer and its builder are both given (confluent-kafka's
+            words); ``kbear.ack.mode=individual`` (not supported with
+            deserializers yet); and what :class:`~kbear.RoutedConsumer` raises.
+
+    The ``SerializationContext`` a deserializer receives carries the logical topic
+    name (what the application subscribed to), the field and the headers. A
+    ``per_cluster`` deserializer is built once per cluster with that cluster's
+    Schema Registry (``schema.registry.*`` in its ``clusters.yaml`` meta): a
+    message read from the old cluster during a move is decoded with the old
+    cluster's registry, one from the new cluster with the new one's.
+    ``consume()`` raises ``NotImplementedError``, as confluent-kafka's.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = NO_CONFIG,
+        *,
+        router: Router | None = None,
+        client: Client | None = None,
+        **kwargs: Any,
+    ) -> None:
+        key, value, owned, rest = split_serdes(config, "key.deserializer", "value.deserializer")
+        self._owned_serdes = owned
+        self._fast: tuple[Callable[..., Any], str] | None = None
+        self._source = _Source()
+        self._serdes = ClusterSerdes(
+            key,
+            value,
+            "key.deserializer",
+            "value.deserializer",
+            meta=self._cluster_meta,
+            cluster_client=self._cluster_client,
+        )
+        try:
+            if isinstance(rest, Mapping) and str(rest.get("kbear.ack.mode", "")).lower() == "individual":
+                raise ValueError(
+                    "RoutedDeserializingConsumer: kbear.ack.mode=individual is not supported with "
+                    "deserializers yet; use a RoutedConsumer and deserialize in the application"
+                )
+            super().__init__(rest, router=router, client=client, **kwargs)
+            self._loop.tap = self._source.tap
+        except BaseException:
+            self._owned_serdes = []
+            close_owned(owned)
+            raise
+
+    def _cluster_meta(self, cluster_id: str) -> Mapping[str, str] | None:
+        cluster = self._router.config.clusters.get(cluster_id)
+        return None if cluster is None else cluster.meta
+
+    def _cluster_client(self, cluster_id: str) -> Any:
+        entry = self._registry.get(cluster_id)
+        return None if entry is None else entry.consumer
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        super()._on_config_change(old, new)
+        self._serdes.refresh()
+
+    def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
+        """Keep the one cluster's own ``poll`` with its cluster id (the fast path);
+        several clusters' turn taking is not kept: the poll loop names each
+        message's cluster."""
+        pinned = self._binding.pinned
+        self._fast = None if poll is None or pinned is None else (poll, pinned.cluster_id)
+
+    def poll(self, timeout: float | None = -1) -> Any:
+        """Consume one message and deserialize its key and value
+        (confluent-kafka's ``DeserializingConsumer.poll``).
+
+        Args:
+            timeout: maximum time to block in seconds (-1: infinite).
+
+        Returns:
+            A ``Message`` whose ``key()`` / ``value()`` (and ``deserialized_key()``
+            / ``deserialized_value()``) are the deserialized objects, or None on timeout.
+
+        Raises:
+            ConsumeError: the message is an error (``kafka_message`` holds it).
+            KeyDeserializationError, ValueDeserializationError: a deserializer
+                failed (its exception and the message inside, as confluent-kafka).
+            RuntimeError: the consumer is closed.
+        """
+        fast = self._fast
+        if fast is not None:
+            msg = fast[0](timeout)
+            cluster_id = fast[1]
+        else:
+            msg = self._loop.poll(timeout)
+            cluster_id = self._source.cluster
+        if msg is None:
+            return None
+        error = msg.error()
+        if error is not None:
+            raise ConsumeError(error, kafka_message=msg)
+        serdes = self._serdes
+        key_de, value_de = serdes.pairs.get(cluster_id) or serdes.get(cluster_id)
+        if serdes.tracks_cluster:
+            serdes.current.cluster = cluster_id
+        ctx = SerializationContext(msg.topic(), _KEY, msg.headers())
+        key = msg.key()
+        if key_de is not None:
+            try:
+                key = key_de(key, ctx)
+            except Exception as se:
+                raise KeyDeserializationError(exception=se, kafka_message=msg) from se
+        value = msg.value()
+        if value_de is not None:
+            ctx.field = _VALUE
+            try:
+                value = value_de(value, ctx)
+            except Exception as se:
+                raise ValueDeserializationError(exception=se, kafka_message=msg) from se
+        msg.set_key(key)
+        msg.set_value(value)
+        return msg
+
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
+        """Not implemented, as confluent-kafka's ``DeserializingConsumer.consume``: use :meth:`poll`.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the consumer (:meth:`RoutedConsumer.close`), then the deserializers it
+        built: the ``per_cluster`` ones and those of ``*.deserializer.builder``
+        (deserializers given ready-made stay the application's). Later calls do nothing."""
+        super().close()
+        owned, self._owned_serdes = self._owned_serdes, []
+        self._serdes.close()
+        close_owned(owned)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

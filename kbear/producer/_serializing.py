@@ -1,0 +1,196 @@
+"""RoutedSerializingProducer: confluent-kafka's ``SerializingProducer``, routed (issue #28).
+
+A :class:`~kbear.RoutedProducer` whose ``produce`` serializes the key and value
+first, with the serializers of the cluster the topic's route names
+(:class:`~kbear._serdes.ClusterSerdes`): the route's cluster and its send
+function are read together (``RoutedProducer._cluster_sender``), so a message
+serialized for a cluster's Schema Registry is sent to that cluster, also while
+a move is applied from another thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka.error import KeySerializationError, ValueSerializationError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear._serdes import ClusterSerdes, close_owned, split_serdes
+from kbear.config import KBearConfig
+from kbear.producer._chunking import max_message_bytes, prepare
+from kbear.producer._facade import RoutedProducer
+from kbear.router import Router
+
+__all__ = ["RoutedSerializingProducer"]
+
+_KEY = MessageField.KEY
+_VALUE = MessageField.VALUE
+
+
+class RoutedSerializingProducer(RoutedProducer):
+    """A ``confluent_kafka.SerializingProducer`` that sends each topic to the cluster
+    its route names, serialized for that cluster.
+
+    Args:
+        config: a :class:`~kbear.RoutedProducer` configuration plus
+            confluent-kafka's serializer settings: ``key.serializer`` /
+            ``value.serializer`` (``Callable(obj, SerializationContext) -> bytes``,
+            or :func:`kbear.schema_registry.per_cluster`), or their builders
+            ``key.serializer.builder`` / ``value.serializer.builder``
+            (confluent-kafka's ``SerializerBuilder``; the serializers built are
+            closed by :meth:`close`).
+        router, client, topics, **kwargs: as :class:`~kbear.RoutedProducer`.
+
+    Raises:
+        ValueError: a serializer and its builder are both given (confluent-kafka's
+            words), and what :class:`~kbear.RoutedProducer` raises.
+
+    The ``SerializationContext`` a serializer receives carries the topic name the
+    application produced to (a remapped topic's logical name), the field and the
+    headers, as confluent-kafka's. A ``per_cluster`` serializer is built once per
+    cluster with that cluster's Schema Registry (``schema.registry.*`` in its
+    ``clusters.yaml`` meta), so schema ids are those of the registry of the
+    cluster the message is sent to; a serializer given as is serves every
+    cluster. Serializers that resolve subjects through the Kafka cluster id
+    (``AssociatedNameStrategy``) are told the id of the message's cluster.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = NO_CONFIG,
+        *,
+        router: Router | None = None,
+        client: Client | None = None,
+        topics: Iterable[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        key, value, owned, rest = split_serdes(config, "key.serializer", "value.serializer")
+        self._owned_serdes = owned
+        self._serdes = ClusterSerdes(
+            key,
+            value,
+            "key.serializer",
+            "value.serializer",
+            meta=self._cluster_meta,
+            cluster_client=self._cluster_client,
+        )
+        try:
+            super().__init__(rest, router=router, client=client, topics=topics, **kwargs)
+        except BaseException:
+            self._owned_serdes = []
+            close_owned(owned)
+            raise
+
+    def _cluster_meta(self, cluster_id: str) -> Mapping[str, str] | None:
+        cluster = self._router.config.clusters.get(cluster_id)
+        return None if cluster is None else cluster.meta
+
+    def _cluster_client(self, cluster_id: str) -> Any:
+        entry = self._clients.get(cluster_id)
+        return None if entry is None else entry.producer
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        super()._on_config_change(old, new)
+        self._serdes.refresh()
+
+    def produce(
+        self,
+        topic: str,
+        key: Any = None,
+        value: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Serialize the key and value, then produce the message to ``topic`` on the
+        cluster of its route (confluent-kafka's ``SerializingProducer.produce``).
+
+        Args:
+            topic: the topic (the name the serializers see).
+            key, value: the objects the serializers take (sent as is without one).
+            partition, on_delivery, timestamp, headers: as confluent-kafka.
+            **kwargs: ``deliver_after`` / ``deliver_at`` with ``kbear.delay.enable``.
+
+        Raises:
+            RuntimeError: the producer is closed (before the serializers run).
+            TypeError: ``topic`` is not a str (before the serializers run).
+            KeySerializationError, ValueSerializationError: a serializer failed
+                (its exception inside, as confluent-kafka).
+            NoRouteError, BufferError, KafkaException: as :meth:`RoutedProducer.produce`.
+        """
+        if self._state.closed:
+            raise RuntimeError("Producer has been closed")
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        cluster_id, send = self._cluster_sender(topic)
+        serdes = self._serdes
+        key_ser, value_ser = serdes.pairs.get(cluster_id) or serdes.get(cluster_id)
+        if serdes.tracks_cluster:
+            serdes.current.cluster = cluster_id
+        ctx = SerializationContext(topic, _KEY, headers)
+        if key_ser is not None:
+            try:
+                key = key_ser(key, ctx)
+            except Exception as se:
+                raise KeySerializationError(se) from se
+        ctx.field = _VALUE
+        if value_ser is not None:
+            try:
+                value = value_ser(value, ctx)
+            except Exception as se:
+                raise ValueSerializationError(se) from se
+        if kwargs or self._state.features:
+            self._send_prepared(send, value, key, partition, on_delivery, timestamp, headers, kwargs)
+            return
+        send(value, key, partition=partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
+
+    def _send_prepared(
+        self,
+        send: Any,
+        value: Any,
+        key: Any,
+        partition: int,
+        on_delivery: Any,
+        timestamp: int,
+        headers: Any,
+        kwargs: dict[str, Any],
+    ) -> None:
+        """The serialized message through ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
+        call = {
+            "partition": partition,
+            "on_delivery": on_delivery,
+            "timestamp": timestamp,
+            "headers": headers,
+        }
+        call.update(kwargs)
+        for one in prepare(
+            (value, key),
+            call,
+            chunking=self._settings.chunking_enable,
+            max_bytes=max_message_bytes(self._native),
+            now_s=time.time(),
+        ):
+            send(**one)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Close the producer (:meth:`RoutedProducer.close`), then the serializers it
+        built: the ``per_cluster`` ones and those of ``*.serializer.builder``
+        (serializers given ready-made stay the application's). Later calls do nothing.
+
+        Returns:
+            True.
+        """
+        result = super().close(timeout)
+        owned, self._owned_serdes = self._owned_serdes, []
+        self._serdes.close()
+        close_owned(owned)
+        return result
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

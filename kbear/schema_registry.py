@@ -1,0 +1,195 @@
+"""A Schema Registry per cluster for the serializing clients (issue #28).
+
+Schema ids are local to one registry: a message sent to a cluster must carry an
+id that cluster's registry knows, and a message read from a cluster is decoded
+with that cluster's registry. A cluster names its registry in the ``meta`` of
+``clusters.yaml``:
+
+- ``schema.registry.url``: the registry's URL (``mock://<name>`` is
+  confluent-kafka's in-memory registry);
+- ``schema.registry.<key>``: any other setting of confluent-kafka's
+  ``SchemaRegistryClient`` under that prefix (``schema.registry.basic.auth.user.info``,
+  ``schema.registry.ssl.ca.location``, ``schema.registry.timeout``...).
+
+These keys are not librdkafka properties: they never reach a Kafka client.
+``${NAME}`` in their values is read from the environment as in any cluster meta,
+and the values of secret keys (``...user.info``, ``...password``, ``...secret``,
+``...token``) are hidden wherever kbear shows a configuration.
+
+:func:`per_cluster` wraps a factory of serializers or deserializers:
+``RoutedSerializingProducer`` / ``RoutedDeserializingConsumer`` call it once per
+cluster with that cluster's registry client and keep what it returns.
+:func:`registry_client` keeps one ``SchemaRegistryClient`` per registry
+configuration in a process, shared by every routed client (one URL is one
+registry, as with a real server; its caches and connections are shared too).
+
+confluent-kafka's registry client comes with the ``schema-registry`` extra
+(``pip install kbear[schema-registry]``); it is imported at the first
+:func:`registry_client` call, never when kbear is imported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "PREFIX",
+    "URL",
+    "PerCluster",
+    "clear_registry_clients",
+    "per_cluster",
+    "registry_client",
+    "registry_config",
+]
+
+#: The prefix of a cluster's Schema Registry settings in its ``clusters.yaml`` meta.
+PREFIX = "schema.registry."
+#: The meta key naming a cluster's Schema Registry; a cluster without it has none.
+URL = PREFIX + "url"
+
+#: ``SchemaRegistryClient`` settings that take a number (confluent-kafka 2.16's
+#: ``schema_registry_client.py`` refuses a string there); meta values are strings.
+_NUMERIC = (
+    "timeout",
+    "cache.capacity",
+    "cache.latest.ttl.sec",
+    "max.retries",
+    "retries.wait.ms",
+    "retries.max.wait.ms",
+)
+
+Serde = Callable[[Any, Any], Any]
+
+
+class PerCluster:
+    """A serializer or deserializer built once per cluster, with that cluster's registry.
+
+    Made by :func:`per_cluster`; give it as ``key.serializer``, ``value.serializer``,
+    ``key.deserializer`` or ``value.deserializer`` of a routed serializing client.
+
+    Attributes:
+        factory: ``factory(registry_client)`` returns the serde of one cluster
+            (e.g. ``lambda sr: AvroSerializer(sr, schema_str)``).
+        default: the serde used for a cluster without ``schema.registry.url``;
+            None: such a cluster's messages fail with a ``SerializationError``
+            naming the cluster.
+    """
+
+    __slots__ = ("default", "factory")
+
+    def __init__(self, factory: Callable[[Any], Serde], default: Serde | None = None) -> None:
+        if not callable(factory):
+            raise TypeError(f"per_cluster: factory must be callable, got {type(factory).__name__}")
+        self.factory = factory
+        self.default = default
+
+    def __repr__(self) -> str:
+        return f"per_cluster({self.factory!r}, default={self.default!r})"
+
+
+def per_cluster(factory: Callable[[Any], Serde], *, default: Serde | None = None) -> PerCluster:
+    """A serializer or deserializer that kbear builds once per cluster.
+
+    Args:
+        factory: called as ``factory(registry_client)`` with the
+            ``SchemaRegistryClient`` of a cluster's registry (:func:`registry_client`
+            of its ``schema.registry.*`` meta), at the first message sent to or read
+            from that cluster; returns a confluent-kafka serde
+            (``AvroSerializer(registry_client, schema_str)``...) or any callable
+            ``(obj, SerializationContext) -> bytes`` (deserializers: the reverse).
+        default: what a cluster without ``schema.registry.url`` uses; None: a
+            message to (from) such a cluster raises ``KeySerializationError`` /
+            ``ValueSerializationError`` (``...DeserializationError``) naming it.
+
+    Returns:
+        A :class:`PerCluster` to give as a ``*.serializer`` / ``*.deserializer`` setting.
+
+    Raises:
+        TypeError: ``factory`` is not callable.
+
+    So a message is registered (or looked up) in the registry of the cluster it
+    is sent to, and decoded with the registry of the cluster it was read from;
+    each cluster's serde has its own caches (the subject names of
+    ``AssociatedNameStrategy``, which depend on the Kafka cluster).
+    """
+    return PerCluster(factory, default)
+
+
+def _value(key: str, value: str) -> Any:
+    if key in _NUMERIC:
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return value  # confluent-kafka's TypeError names the key
+    return value
+
+
+def registry_config(meta: Mapping[str, str] | None) -> dict[str, Any] | None:
+    """A cluster's ``SchemaRegistryClient`` configuration from its ``clusters.yaml`` meta.
+
+    Args:
+        meta: the cluster's meta (``${NAME}`` already read), or None.
+
+    Returns:
+        ``{"url": ..., <key>: ...}`` from ``schema.registry.url`` and every other
+        ``schema.registry.<key>`` (numbers converted for the numeric settings:
+        ``timeout``, ``cache.capacity``, ``max.retries``, ``retries.wait.ms``...);
+        None when the meta has no ``schema.registry.url`` (no registry).
+    """
+    if not meta or not meta.get(URL):
+        return None
+    return {k[len(PREFIX) :]: _value(k[len(PREFIX) :], v) for k, v in meta.items() if k.startswith(PREFIX)}
+
+
+def _config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in conf.items()))
+
+
+_clients: dict[tuple[tuple[str, str], ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def registry_client(conf: Mapping[str, Any]) -> Any:
+    """The process's ``SchemaRegistryClient`` for ``conf``: built at the first call
+    (``SchemaRegistryClient.new_client``: ``mock://`` URLs give confluent-kafka's
+    in-memory registry, whose schemas belong to that instance), the same object
+    for every later call with an equal configuration, from any routed client.
+
+    Args:
+        conf: a ``SchemaRegistryClient`` configuration (``url`` required).
+
+    Raises:
+        ImportError: confluent-kafka's registry client is not installed (install
+            ``kbear[schema-registry]``).
+        ValueError, TypeError: confluent-kafka refused ``conf`` (its message).
+    """
+    key = _config_key(conf)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as exc:
+                raise ImportError(
+                    "kbear.schema_registry: confluent-kafka's Schema Registry client is not installed "
+                    f"({exc}); pip install 'kbear[schema-registry]'"
+                ) from exc
+            client = _clients[key] = SchemaRegistryClient.new_client(dict(conf))
+        return client
+
+
+def clear_registry_clients() -> None:
+    """Forget (and close) every registry client :func:`registry_client` built: the next
+    call builds new ones (tests; an in-memory ``mock://`` registry starts empty)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
