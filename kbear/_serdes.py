@@ -29,7 +29,7 @@ from confluent_kafka.serialization import SerializationError
 
 from kbear.schema_registry import URL, PerCluster, registry_client, registry_config
 
-__all__ = ["ClusterSerdes", "split_serdes"]
+__all__ = ["ClusterSerdes", "cluster_meta", "split_serdes"]
 
 #: Seconds a serde waits for a cluster's Kafka id (confluent-kafka's own CLUSTER_ID_TIMEOUT).
 CLUSTER_ID_TIMEOUT_S = 60.0
@@ -59,6 +59,18 @@ def split_serdes(
     specs, rest = pop_serde_props(dict(config), key_prop, value_prop)
     serdes, owned, rest = build_serdes(specs, rest)
     return serdes[0], serdes[1], owned, rest
+
+
+def cluster_meta(config: Callable[[], Any]) -> Callable[[str], Mapping[str, str] | None]:
+    """``meta(cluster_id)`` for :class:`ClusterSerdes`: the cluster's ``clusters.yaml``
+    meta in the configuration ``config()`` returns (a router's, read at each call),
+    None when the cluster is not configured."""
+
+    def meta(cluster_id: str) -> Mapping[str, str] | None:
+        cluster = config().clusters.get(cluster_id)
+        return None if cluster is None else cluster.meta
+
+    return meta
 
 
 class _NoRegistry:

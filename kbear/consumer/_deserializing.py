@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import ClusterSerdes, close_owned, split_serdes
+from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
 from kbear.config import KBearConfig
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._facade import RoutedConsumer
@@ -87,7 +87,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             value,
             "key.deserializer",
             "value.deserializer",
-            meta=self._cluster_meta,
+            meta=cluster_meta(lambda: self._router.config),
             cluster_client=self._cluster_client,
         )
         try:
@@ -102,10 +102,6 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             self._owned_serdes = []
             close_owned(owned)
             raise
-
-    def _cluster_meta(self, cluster_id: str) -> Mapping[str, str] | None:
-        cluster = self._router.config.clusters.get(cluster_id)
-        return None if cluster is None else cluster.meta
 
     def _cluster_client(self, cluster_id: str) -> Any:
         entry = self._registry.get(cluster_id)

@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import ClusterSerdes, close_owned, split_serdes
+from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._facade import RoutedProducer
@@ -75,7 +75,7 @@ class RoutedSerializingProducer(RoutedProducer):
             value,
             "key.serializer",
             "value.serializer",
-            meta=self._cluster_meta,
+            meta=cluster_meta(lambda: self._router.config),
             cluster_client=self._cluster_client,
         )
         try:
@@ -84,10 +84,6 @@ class RoutedSerializingProducer(RoutedProducer):
             self._owned_serdes = []
             close_owned(owned)
             raise
-
-    def _cluster_meta(self, cluster_id: str) -> Mapping[str, str] | None:
-        cluster = self._router.config.clusters.get(cluster_id)
-        return None if cluster is None else cluster.meta
 
     def _cluster_client(self, cluster_id: str) -> Any:
         entry = self._clients.get(cluster_id)

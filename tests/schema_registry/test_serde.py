@@ -289,17 +289,20 @@ def test_registry_settings_come_from_the_cluster_meta(
     assert not any(k.startswith("schema.registry.") for k in a.client_properties)  # never reach librdkafka
 
 
+@pytest.fixture
+def moving(
+    two_clusters: Clusters, registries: tuple[str, str], router: Router, conf_dir: Path, topic: str
+) -> tuple[Clusters, tuple[str, str], Router, Path, str]:
+    """What a move between two clusters with their own registries needs."""
+    return two_clusters, registries, router, conf_dir, topic
+
+
 def test_each_cluster_registers_in_its_own_registry(
-    two_clusters: Clusters,
-    registries: tuple[str, str],
-    router: Router,
-    conf_dir: Path,
-    topic: str,
-    closing: Callable[[Any], Any],
+    moving: tuple[Clusters, tuple[str, str], Router, Path, str], closing: Callable[[Any], Any]
 ) -> None:
     """The same schema has id 1 in A's registry and 2 in B's: each message carries
     the id of its cluster's registry, and is decoded there."""
-    a, b = two_clusters
+    (a, b), registries, router, conf_dir, topic = moving
     producer = closing(avro_producer(router))
     consumer = closing(avro_consumer(router, topic + ".g"))
     consumer.subscribe([topic])
@@ -370,17 +373,12 @@ def test_one_registry_client_per_configuration_in_a_process(registries: tuple[st
 
 
 def test_a_live_move_under_load_decodes_every_record_as_sent(
-    two_clusters: Clusters,
-    registries: tuple[str, str],
-    router: Router,
-    conf_dir: Path,
-    topic: str,
-    closing: Callable[[Any], Any],
+    moving: tuple[Clusters, tuple[str, str], Router, Path, str], closing: Callable[[Any], Any]
 ) -> None:
     """A producer thread sends Avro keys and values while the topic moves from A to B
     (different schema ids there); a routed deserializing consumer in drain mode reads
     both: every decoded record equals what was sent, none lost."""
-    a, b = two_clusters
+    (a, b), _registries, router, conf_dir, topic = moving
     producer = closing(avro_producer(router))
     consumer = closing(avro_consumer(router, topic + ".group"))
     consumer.subscribe([topic])
