@@ -296,25 +296,6 @@ class RoutedProducer:
         except KeyError:
             return self._routing.add_route(topic)
 
-    def _cluster_sender(self, topic: str) -> tuple[str, Send]:
-        """(cluster id, send function) of ``topic``, read together, after any pending
-        reload or transaction step: what a message handed to that send function
-        reaches is that cluster (subclasses that prepare a message per cluster).
-
-        Raises:
-            RuntimeError: the producer is closed.
-            NoRouteError: the topic has no route.
-        """
-        state = self._state
-        if state.pending or state.txn_open:
-            self._before_produce(topic)
-        bound = self._table.bound
-        pair = bound.get(topic)
-        while pair is None:  # first use, or unbound by a move another thread applies
-            self._routing.add_route(topic)
-            pair = bound.get(topic)
-        return pair
-
     def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
         calls = prepare(

@@ -3,7 +3,7 @@
 A :class:`~kbear.RoutedProducer` whose ``produce`` serializes the key and value
 first, with the serializers of the cluster the topic's route names
 (:class:`~kbear._serdes.ClusterSerdes`): the route's cluster and its send
-function are read together (``RoutedProducer._cluster_sender``), so a message
+function are read together (the route table's ``bound``), so a message
 serialized for a cluster's Schema Registry is sent to that cluster, also while
 a move is applied from another thread.
 """
@@ -23,6 +23,7 @@ from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._facade import RoutedProducer
+from kbear.producer._routes import Send
 from kbear.router import Router
 
 __all__ = ["RoutedSerializingProducer"]
@@ -88,6 +89,23 @@ class RoutedSerializingProducer(RoutedProducer):
     def _cluster_client(self, cluster_id: str) -> Any:
         entry = self._clients.get(cluster_id)
         return None if entry is None else entry.producer
+
+    def _cluster_sender(self, topic: str) -> tuple[str, Send]:
+        """(cluster id, send function) of ``topic`` read together (one read of the route
+        table's ``bound``), after any pending reload or transaction step, as
+        ``RoutedProducer._sender``: a message serialized for that cluster goes there.
+
+        Raises:
+            RuntimeError: the producer is closed.
+            NoRouteError: the topic has no route.
+        """
+        if self._state.pending or self._state.txn_open:
+            self._before_produce(topic)
+        pair = self._table.bound.get(topic)
+        while pair is None:  # first use, or unbound by a move another thread applies
+            self._routing.add_route(topic)
+            pair = self._table.bound.get(topic)
+        return pair
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         super()._on_config_change(old, new)
