@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from kbear._identity import Client
 from kbear._route import Explanation, Route, RuleVerdict
+from kbear._standby import standby_route
 from kbear.config import KBearConfig, RouteRule, RuleKind
 
 #: lookups cached per snapshot before the cache is emptied
@@ -60,10 +61,16 @@ def lookup_factors(config: KBearConfig, topic: str, group: str | None) -> dict[s
 
 
 class Snapshot:
-    """One configuration with its rule index and lookup cache (replaced whole on reload)."""
+    """One configuration with its rule index and lookup cache (replaced whole on reload).
 
-    def __init__(self, config: KBearConfig) -> None:
+    ``failed``: the clusters failed over (``kbear.failover.active`` in
+    ``clusters.yaml``, and ``also_failed``: those a ``kbear serve`` declared lost):
+    their routes go to their standby (:func:`kbear._standby.standby_route`).
+    """
+
+    def __init__(self, config: KBearConfig, also_failed: frozenset[str] = frozenset()) -> None:
         self.config = config
+        self.failed = also_failed | {c.id for c in config.clusters.values() if c.failover.active}
         self.globals, self.by_topic, self.by_group = index_rules(config.rules)
         self.cache: dict[tuple[str, str | None, Client], Route | None] = {}
         # per cluster: its properties, shared read-only by every Route to it
@@ -86,7 +93,7 @@ class Snapshot:
 
     def route_for(self, rule: RouteRule, topic: str) -> Route:
         cluster = self.config.clusters[rule.statement.cluster]
-        return Route(
+        route = Route(
             cluster_id=cluster.id,
             topic=rule.statement.topic if rule.statement.topic is not None else topic,
             requested_topic=topic,
@@ -94,6 +101,7 @@ class Snapshot:
             rule_id=rule.reported_id,
             properties=self.properties[cluster.id],
         )
+        return standby_route(route, self.config, self.failed) if self.failed else route
 
     def lookup(self, topic: str, group: str | None, client: Client) -> Route | None:
         key = (topic, group, client)

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from kbear import _events
 from kbear._identity import Client
+from kbear._standby import standby_cluster
 from kbear.config import ClusterConfig, KBearConfig, RuleKind
 from kbear.router import Router
 from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
@@ -180,7 +181,8 @@ def single_cluster(config: KBearConfig, client: Client, group: str | None = None
     conditions are unknown; consumer-group rules only of ``group``) names the same
     cluster without ``, topic``, and some global rule surely matches (all its
     conditions are ``client.*`` conditions that hold), so no lookup ends in
-    NoRouteError (CRRL spec, "Kinds of rule").
+    NoRouteError (CRRL spec, "Kinds of rule"). A cluster failed over
+    (``kbear.failover.active``) gives way to its standby, as lookups do.
     """
     factors = client.factors()
     cluster: str | None = None
@@ -201,7 +203,11 @@ def single_cluster(config: KBearConfig, client: Client, group: str | None = None
             return None
         if rule.kind is RuleKind.GLOBAL and all(c.key.startswith("client.") for c in conds):
             sure = True
-    return cluster if sure else None
+    if not sure or cluster is None:
+        return None
+    # a cluster failed over in clusters.yaml (kbear failover): every lookup yields its standby
+    failed = {c.id for c in config.clusters.values() if c.failover.active}
+    return (standby_cluster(config, cluster, failed) or cluster) if failed else cluster
 
 
 # ---------------------------------------------------------------------- the client registry

@@ -24,6 +24,8 @@ stderr). See :mod:`kbear._cli_config`.
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear move     --config DIR|URL --topic T [--group G ...] --to CLUSTER [--create] [--apply]
                    [--meta-service URL ...] [--json]
+    kbear failover --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
+    kbear failback --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
     kbear --version
 
@@ -45,6 +47,8 @@ Exit codes:
   nothing could be read);
 - 1 also: ``assignments`` flagged overlaps, orphans or misconfigured nodes, or
   found no live node of the group (see :mod:`kbear.balanced._report`);
+  ``failover`` / ``failback`` are not ready (the standby, or the cluster coming
+  back, does not answer; see :mod:`kbear.admin._failover_cli`);
 - 130: interrupted.
 
 ``lint`` prints one line per warning on stdout (``FILE: SUBJECT: MESSAGE [CODE]``,
@@ -64,6 +68,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import kbear
@@ -284,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(move)
     add_arguments(move, _non_empty, _key_value, _MetaAction)
     move.set_defaults(handler=_cmd_move)
+    from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments
+
+    for name, back in (("failover", False), ("failback", True)):
+        what = "a failed-over cluster back" if back else "a cluster to its standby"
+        sub_parser = sub.add_parser(
+            name, help=f"plan and apply the {name} of {what}", description=FAILOVER_DESCRIPTION[back]
+        )
+        _add_config(sub_parser)
+        add_failover_arguments(sub_parser)
+        sub_parser.set_defaults(handler=partial(_cmd_failover, back=back))
     _add_serve(sub)
     return parser
 
@@ -430,6 +445,12 @@ def _cmd_move(args: argparse.Namespace) -> int:
     if isinstance(router, int):
         return router
     return run(args, router, client_of(args))
+
+
+def _cmd_failover(args: argparse.Namespace, back: bool) -> int:
+    from kbear.admin import run_failover
+
+    return run_failover(args, back)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

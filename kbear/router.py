@@ -58,6 +58,16 @@ _ANONYMOUS = Client()
 RouteChangeListener = Callable[[KBearConfig, KBearConfig], None]
 
 
+def _emit_failovers(old: KBearConfig, new: KBearConfig) -> None:
+    """A :class:`~kbear._events.FailedOver` (trigger ``config``) per cluster whose
+    ``kbear.failover.active`` changed between ``old`` and ``new``."""
+    for cluster in new.clusters.values():
+        before = old.clusters.get(cluster.id)
+        was = before is not None and before.failover.active
+        if cluster.failover.active != was and cluster.failover.standby is not None:
+            _events.emit(_events.FailedOver("config", cluster.id, cluster.failover.standby, back=was))
+
+
 class Router:
     """Answers route lookups from a :class:`~kbear.config.KBearConfig`.
 
@@ -286,6 +296,7 @@ class Router:
             listeners = list(self._listeners)
         log.info("kbear configuration reloaded from %s", new.directory or new.location)
         _events.emit(_events.ReloadApplied(_events.location(new.directory or new.location), new.digest))
+        _emit_failovers(old, new)
         for listener in listeners:
             try:
                 listener(old, new)

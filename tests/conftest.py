@@ -197,6 +197,30 @@ def write_config(
     return directory
 
 
+def write_standby_config(
+    directory: Path, clusters: tuple[EmbeddedCluster, EmbeddedCluster], rules: Sequence[Rule]
+) -> Path:
+    """Write clusters ``A`` (standby: ``B``, ``kbear.failover.to``) and ``B``, and
+    ``rules``, into ``directory`` (comments in clusters.yaml, kept by ``kbear
+    failover``'s edit); return it."""
+    a, b = clusters
+    directory.mkdir(parents=True, exist_ok=True)
+    replace_file(
+        directory / "clusters.yaml",
+        "# the two clusters of the test\n"
+        "clusters:\n"
+        "  - id: A\n"
+        "    meta:\n"
+        f"      bootstrap.servers: {a.bootstrap_servers}\n"
+        "      kbear.failover.to: B  # the standby\n"
+        "  - id: B\n"
+        "    meta:\n"
+        f"      bootstrap.servers: {b.bootstrap_servers}\n",
+    )
+    rewrite_rules(directory, rules)
+    return directory
+
+
 def rewrite_rules(directory: Path, rules: Sequence[Rule]) -> None:
     """Replace ``route-rules.yaml`` atomically (temporary file + ``os.replace``)."""
     _atomic_write(directory / "route-rules.yaml", {"route-rules": [dict(r) for r in rules]})

@@ -8,9 +8,13 @@ clusters the routes name.
 - ``_groups``: group-addressed calls (group offsets, describe/delete groups);
 - ``_names``: routes of names and logical names of a cluster's topics (no I/O);
 - ``_split``: one request per cluster, one future per key;
-- ``_futures``: application futures fed by the clusters' futures.
+- ``_futures``: application futures fed by the clusters' futures;
+- ``_failover_cli``: ``kbear failover`` / ``kbear failback`` (the operator's trigger).
 """
 
 from kbear.admin._facade import RoutedAdminClient
+from kbear.admin._failover_cli import DESCRIPTION as FAILOVER_DESCRIPTION
+from kbear.admin._failover_cli import add_arguments as add_failover_arguments
+from kbear.admin._failover_cli import run as run_failover
 
-__all__ = ["RoutedAdminClient"]
+__all__ = ["FAILOVER_DESCRIPTION", "RoutedAdminClient", "add_failover_arguments", "run_failover"]

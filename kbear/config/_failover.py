@@ -12,7 +12,10 @@ them, and KBear's own files, which have none, load unchanged):
 - ``kbear.mirror.replication.policy`` (``mm2`` only): ``default`` (the remote
   topic is ``<alias>.<topic>``, MirrorMaker 2's DefaultReplicationPolicy) or
   ``identity`` (the same name, IdentityReplicationPolicy);
-- ``kbear.cluster.id``: the Kafka cluster id its brokers report.
+- ``kbear.cluster.id``: the Kafka cluster id its brokers report;
+- ``kbear.failover.active``: ``true`` while the cluster is failed over (its routes
+  go to its standby; written by ``kbear failover --apply``, removed by ``kbear
+  failback --apply``; default ``false``).
 
 :func:`failover_problems` checks them over the whole file (a standby that is no
 cluster, a chain of standbys that loops, an unknown mirror kind or policy);
@@ -26,15 +29,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["FAILOVER_KEYS", "Failover", "MirrorKind", "ReplicationPolicy", "failover_of", "failover_problems"]
+__all__ = [
+    "FAILOVER_ACTIVE",
+    "FAILOVER_KEYS",
+    "Failover",
+    "MirrorKind",
+    "ReplicationPolicy",
+    "failover_of",
+    "failover_problems",
+]
 
 FAILOVER_TO = "kbear.failover.to"
 MIRROR = "kbear.mirror"
 MIRROR_ALIAS = "kbear.mirror.source.alias"
 MIRROR_POLICY = "kbear.mirror.replication.policy"
 CLUSTER_ID = "kbear.cluster.id"
+FAILOVER_ACTIVE = "kbear.failover.active"
 #: the cluster meta keys of this module (meta only, by design)
-FAILOVER_KEYS = frozenset({FAILOVER_TO, MIRROR, MIRROR_ALIAS, MIRROR_POLICY, CLUSTER_ID})
+FAILOVER_KEYS = frozenset({FAILOVER_TO, MIRROR, MIRROR_ALIAS, MIRROR_POLICY, CLUSTER_ID, FAILOVER_ACTIVE})
 
 
 class MirrorKind(StrEnum):
@@ -62,6 +74,8 @@ class Failover:
         source_alias: ``kbear.mirror.source.alias`` (default: the cluster's id).
         policy: ``kbear.mirror.replication.policy`` (``default`` by default).
         cluster_id: ``kbear.cluster.id`` (None: not checked).
+        active: ``kbear.failover.active``: the cluster is failed over (its routes go
+            to ``standby``; default False).
     """
 
     standby: str | None
@@ -69,6 +83,7 @@ class Failover:
     source_alias: str
     policy: ReplicationPolicy
     cluster_id: str | None
+    active: bool = False
 
     def remote_topic(self, topic: str) -> str:
         """The name of ``topic``'s copy on the standby (MirrorMaker 2's policies; the
@@ -86,6 +101,7 @@ def failover_of(cluster_id: str, meta: Mapping[str, str]) -> Failover:
         source_alias=meta.get(MIRROR_ALIAS) or cluster_id,
         policy=ReplicationPolicy(meta.get(MIRROR_POLICY, ReplicationPolicy.DEFAULT.value)),
         cluster_id=meta.get(CLUSTER_ID) or None,
+        active=meta.get(FAILOVER_ACTIVE, "false").strip().lower() == "true",
     )
 
 
@@ -121,6 +137,14 @@ def _own_problems(cluster_id: str, meta: Mapping[str, str], known: set[str]) -> 
         problems.append(
             f"meta '{MIRROR_POLICY}': unknown policy {policy!r} (expected {_choices(ReplicationPolicy)})"
         )
+    active = meta.get(FAILOVER_ACTIVE)
+    if active is not None:
+        if active.strip().lower() not in ("true", "false"):
+            problems.append(f"meta '{FAILOVER_ACTIVE}': {active!r} is not true or false")
+        elif active.strip().lower() == "true" and not (standby or "").strip():
+            problems.append(
+                f"meta '{FAILOVER_ACTIVE}': a cluster failed over needs '{FAILOVER_TO}' (its standby)"
+            )
     own_id = meta.get(CLUSTER_ID)
     if own_id is not None and (not own_id.strip() or own_id != own_id.strip()):
         problems.append(f"meta '{CLUSTER_ID}': {own_id!r} is not a Kafka cluster id (no blanks)")
@@ -139,7 +163,8 @@ def failover_problems(metas: Mapping[str, Mapping[str, str]], known: set[str]) -
         empty, itself or no cluster of the file; a chain of standbys that comes
         back to the cluster (``east -> west -> east``); an unknown ``kbear.mirror``
         or ``kbear.mirror.replication.policy``; a mirror without a standby; MirrorMaker
-        2 keys on another mirror kind; an empty alias; a blank ``kbear.cluster.id``.
+        2 keys on another mirror kind; an empty alias; a blank ``kbear.cluster.id``;
+        a ``kbear.failover.active`` other than true/false, or true without a standby.
     """
     out = {cid: p for cid, meta in metas.items() if (p := _own_problems(cid, meta, known))}
     for start in metas:

@@ -137,6 +137,14 @@ def test_identity_policy_keeps_the_name(tmp_path: Path) -> None:
             {"east": {"kbear.cluster.id": " "}},
             ["clusters.yaml: cluster 'east': meta 'kbear.cluster.id': ' ' is not a Kafka cluster id"],
         ),
+        (
+            {"east": {"kbear.failover.to": "west", "kbear.failover.active": "yes"}, "west": {}},
+            ["clusters.yaml: cluster 'east': meta 'kbear.failover.active': 'yes' is not true or false"],
+        ),
+        (
+            {"east": {"kbear.failover.active": "true"}, "west": {}},
+            ["clusters.yaml: cluster 'east': meta 'kbear.failover.active': a cluster failed over needs"],
+        ),
     ],
     ids=[
         "unknown-standby",
@@ -147,6 +155,8 @@ def test_identity_policy_keeps_the_name(tmp_path: Path) -> None:
         "alias-not-mm2",
         "policy",
         "id",
+        "active-not-a-flag",
+        "active-no-standby",
     ],
 )
 def test_bad_keys_are_refused_naming_file_cluster_and_key(

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka import TIMESTAMP_CREATE_TIME
 
-from conftest import read_all, rewrite_rules, rule
+from conftest import read_all, rule, write_standby_config
 from kbear import RoutedProducer, _events
 from kbear.testing import EmbeddedCluster
 
@@ -29,19 +28,6 @@ CONF = {
     "kbear.failover.after.ms": AFTER_MS,
     "kbear.reload.interval.ms": 0,
 }
-
-
-def standby_config(directory: Path, clusters: Clusters, rules: list[dict[str, Any]]) -> Path:
-    """Clusters A (standby: B) and B, and ``rules``."""
-    a, b = clusters
-    directory.mkdir(parents=True, exist_ok=True)
-    entries = [
-        {"id": "A", "meta": {"bootstrap.servers": a.bootstrap_servers, "kbear.failover.to": "B"}},
-        {"id": "B", "meta": {"bootstrap.servers": b.bootstrap_servers}},
-    ]
-    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": entries}))
-    rewrite_rules(directory, rules)
-    return directory
 
 
 def poll_until(producer: RoutedProducer, done: Callable[[], bool], timeout: float) -> float:
@@ -77,7 +63,7 @@ def test_producer_fails_over_a_lost_cluster_and_loses_nothing(
         reports.setdefault(msg.value(), []).append((err, msg.topic()))
 
     producer = RoutedProducer(
-        {**CONF, "kbear.config": str(standby_config(tmp_path / "conf", native_clusters, rules))},
+        {**CONF, "kbear.config": str(write_standby_config(tmp_path / "conf", native_clusters, rules))},
         on_delivery=delivery,
     )
     try:
@@ -136,7 +122,7 @@ def test_without_any_delivery_callback_messages_produced_once_suspect_are_taken_
     topic = unique("orders")
     for cluster in native_clusters:
         cluster.create_topic(topic, 3)
-    conf_dir = standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
+    conf_dir = write_standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
     producer = RoutedProducer({**CONF, "kbear.config": str(conf_dir)})
     try:
         producer.produce(topic, b"warm")
@@ -165,7 +151,7 @@ def test_failover_off_reports_the_loss_and_keeps_the_route(
     a, _ = native_clusters
     topic = unique("orders")
     a.create_topic(topic, 1)
-    conf_dir = standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
+    conf_dir = write_standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
     producer = RoutedProducer({**CONF, "kbear.failover.enable": False, "kbear.config": str(conf_dir)})
     try:
         producer.produce(topic, b"warm")

@@ -1,0 +1,287 @@
+"""``kbear failover`` and ``kbear failback`` (private; issue #27 item 2b): the
+operator's trigger.
+
+A failover of cluster ``C`` is one meta key of its ``clusters.yaml`` entry,
+``kbear.failover.active: "true"``: every lookup of every client (and of a ``kbear
+serve`` answering the fleet) then gives C's routes to its standby
+(``kbear.failover.to``; :func:`kbear._standby.standby_route`), as a configuration
+reload. A fail-back removes the key. The plan comes first, as ``kbear move``'s:
+the cluster, its standby, whether each answers (an AdminClient ``list_topics``
+within ``--timeout``), the rules whose routes move, and the diff of
+``clusters.yaml``; ``--apply`` writes the file atomically once the new text was
+validated (loaded from a temporary copy of the directory).
+
+Ready: a failover needs the standby to answer, a fail-back the cluster itself.
+Exit codes: 0 done or ready, 1 not ready, 2 usage or configuration error.
+
+The file is edited in place (comments and layout of the rest kept); a layout the
+edit cannot follow (flow style) is written back whole by PyYAML instead (comments
+lost), which the plan says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from confluent_kafka.admin import AdminClient
+
+from kbear.admin._move_fleet import service_directory
+from kbear.config import FAILOVER_ACTIVE, ClusterConfig, ConfigError, KBearConfig, load_config
+from kbear.reload import replace_file
+
+EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR = 0, 1, 2
+CLUSTERS_FILE = "clusters.yaml"
+
+DESCRIPTION = {
+    False: "Plan the failover of a cluster to its standby (kbear.failover.to): whether the standby answers, "
+    "the rules whose routes move, the change of clusters.yaml (kbear.failover.active); exit 0 ready "
+    "(or done), 1 not ready. --apply writes clusters.yaml atomically: clients follow at their next reload.",
+    True: "Plan the fail-back of a failed-over cluster: whether it answers again, the rules whose routes "
+    "come back, the change of clusters.yaml; exit 0 ready (or done), 1 not ready. --apply writes it.",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``kbear failover`` / ``kbear failback`` options but ``--config``."""
+    parser.add_argument("--cluster", required=True, metavar="ID", help="the cluster (its clusters.yaml id)")
+    parser.add_argument("--apply", action="store_true", help="write clusters.yaml (atomically) when ready")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, metavar="S", help="how long a cluster has to answer, s (5)"
+    )
+
+
+@dataclass
+class FailoverPlan:
+    """What ``kbear failover``/``failback`` found and would change.
+
+    Attributes:
+        action: ``failover`` or ``failback``.
+        cluster, standby: the cluster and its standby.
+        state: ``failed-over`` or ``normal``, now.
+        done: nothing to change (already failed over / back).
+        reachable: cluster id -> None when it answered, else the error.
+        ready: the change may be applied (see the module).
+        why_not: why not ready ("" when ready).
+        rules: ids of the rules whose routes name the cluster (they move).
+        diff: the unified diff of clusters.yaml.
+        rewritten: clusters.yaml would be written back whole (comments lost).
+        applied: ``--apply`` wrote the file.
+        new_text: clusters.yaml's new text (not in the JSON output).
+    """
+
+    action: str
+    cluster: str
+    standby: str
+    state: str
+    done: bool
+    reachable: dict[str, str | None] = field(default_factory=dict)
+    ready: bool = False
+    why_not: str = ""
+    rules: list[str] = field(default_factory=list)
+    diff: str = ""
+    rewritten: bool = False
+    applied: bool = False
+    new_text: str = field(default="", repr=False)
+
+
+def probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
+    """None when ``cluster``'s brokers answer a metadata request within ``timeout_s``,
+    else the error's text."""
+    conf: dict[str, Any] = {**cluster.client_properties, "socket.timeout.ms": max(100, int(timeout_s * 1000))}
+    conf["error_cb"] = lambda err: None  # the answer (or its absence) says it; no log lines
+    try:
+        AdminClient(conf).list_topics(timeout=timeout_s)
+    except Exception as exc:  # KafkaException (timed out, transport), or a refused property
+        return str(exc)
+    return None
+
+
+def _entry_lines(lines: list[str], cluster_id: str) -> tuple[int, int] | None:
+    """(first, end) line indexes of ``cluster_id``'s block-style list entry."""
+    start = re.compile(rf"^(\s*)-\s+id:\s*['\"]?{re.escape(cluster_id)}['\"]?\s*(#.*)?$")
+    for i, line in enumerate(lines):
+        m = start.match(line)
+        if m is None:
+            continue
+        indent = len(m.group(1))
+        end = i + 1
+        while end < len(lines):
+            text = lines[end]
+            stripped = text.strip()
+            if stripped and not stripped.startswith("#") and len(text) - len(text.lstrip()) <= indent:
+                break
+            end += 1
+        return i, end
+    return None
+
+
+def _edit(text: str, cluster_id: str, active: bool) -> str | None:
+    """``text`` with the key set (``active``) or removed, layout kept; None when the
+    layout is not one this edit follows."""
+    lines = text.splitlines(keepends=True)
+    found = _entry_lines(lines, cluster_id)
+    if found is None:
+        return None
+    first, end = found
+    meta = next((i for i in range(first, end) if re.match(r"^\s*meta:\s*(#.*)?$", lines[i])), None)
+    if meta is None:
+        return None
+    meta_indent = len(lines[meta]) - len(lines[meta].lstrip())
+    children = [
+        i
+        for i in range(meta + 1, end)
+        if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > meta_indent
+    ]
+    if not children:
+        return None
+    child_indent = " " * (len(lines[children[0]]) - len(lines[children[0]].lstrip()))
+    key = re.compile(rf"^\s*{re.escape(FAILOVER_ACTIVE)}\s*:")
+    drop = {i for i in children if key.match(lines[i])}
+    kept = [i for i in children if i not in drop]
+    after = kept[-1] if kept else meta
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if i in drop:
+            continue
+        out.append(line)
+        if active and i == after:
+            if not line.endswith("\n"):
+                out[-1] = line + "\n"
+            out.append(f'{child_indent}{FAILOVER_ACTIVE}: "true"\n')
+    return "".join(out)
+
+
+def _rewrite(text: str, cluster_id: str, active: bool) -> str:
+    document = yaml.safe_load(text)
+    for entry in document["clusters"]:
+        if str(entry.get("id")) == cluster_id:
+            meta = entry.setdefault("meta", {})
+            if active:
+                meta[FAILOVER_ACTIVE] = "true"
+            else:
+                meta.pop(FAILOVER_ACTIVE, None)
+    return str(yaml.safe_dump(document, sort_keys=False))
+
+
+def _validate(directory: Path, new_text: str) -> KBearConfig:
+    """The configuration of ``directory`` with clusters.yaml replaced, from a copy."""
+    with tempfile.TemporaryDirectory(prefix="kbear-failover-") as tmp:
+        copy = Path(tmp) / "config"
+        shutil.copytree(directory, copy)
+        (copy / CLUSTERS_FILE).write_text(new_text, encoding="utf-8")
+        return load_config(copy)
+
+
+def plan(directory: Path, config: KBearConfig, cluster_id: str, back: bool, timeout_s: float) -> FailoverPlan:
+    """The plan of a failover (``back`` False) or fail-back of ``cluster_id``.
+
+    Raises:
+        ValueError: no such cluster, or it has no standby (the message says which).
+        ConfigError: the changed clusters.yaml would not load.
+    """
+    cluster = config.clusters.get(cluster_id)
+    if cluster is None:
+        raise ValueError(
+            f"no cluster {cluster_id!r} in {CLUSTERS_FILE} (clusters: {', '.join(config.clusters)})"
+        )
+    standby = cluster.failover.standby
+    if standby is None:
+        raise ValueError(f"cluster {cluster_id!r} has no standby: set 'kbear.failover.to' in {CLUSTERS_FILE}")
+    active = cluster.failover.active
+    out = FailoverPlan(
+        action="failback" if back else "failover",
+        cluster=cluster_id,
+        standby=standby,
+        state="failed-over" if active else "normal",
+        done=active != back,
+        rules=[r.id for r in config.rules if r.statement.cluster == cluster_id],
+    )
+    if out.done:
+        out.ready = True
+        return out
+    for cid in (cluster_id, standby):
+        out.reachable[cid] = probe(config.clusters[cid], timeout_s)
+    needed = cluster_id if back else standby
+    if out.reachable[needed] is not None:
+        out.why_not = f"cluster {needed!r} does not answer: {out.reachable[needed]}"
+    out.ready = not out.why_not
+    old = (directory / CLUSTERS_FILE).read_text(encoding="utf-8")
+    new = _edit(old, cluster_id, not back)
+    if new is None:
+        new, out.rewritten = _rewrite(old, cluster_id, not back), True
+    _validate(directory, new)
+    out.diff = "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), CLUSTERS_FILE, CLUSTERS_FILE
+        )
+    )
+    out.new_text = new
+    return out
+
+
+def _print(p: FailoverPlan, out: TextIO) -> None:
+    arrow = f"{p.cluster} -> {p.standby}" if p.action == "failover" else f"{p.standby} -> {p.cluster}"
+    print(f"{p.action} of cluster {p.cluster!r} (standby {p.standby!r}): routes {arrow}", file=out)
+    print(f"  state now: {p.state}", file=out)
+    for cid, err in p.reachable.items():
+        print(f"  {cid}: {'answers' if err is None else 'does not answer: ' + err}", file=out)
+    print(f"  rules naming {p.cluster!r}: {', '.join(p.rules) or 'none'}", file=out)
+    if p.done:
+        print("  done: nothing to change", file=out)
+        return
+    if p.action == "failover" and p.reachable.get(p.cluster) is None:
+        print(
+            f"  warning: {p.cluster!r} still answers here: clients that still reach it keep writing there "
+            "until they reload (split brain until the whole fleet has reloaded)",
+            file=out,
+        )
+    if p.rewritten:
+        print(f"  {CLUSTERS_FILE} is written back whole by PyYAML (its layout: comments are lost)", file=out)
+    out.write(p.diff)
+    if p.applied:
+        print(f"applied: {CLUSTERS_FILE} written; clients follow at their next reload", file=out)
+    elif p.ready:
+        print("ready: --apply writes it", file=out)
+    else:
+        print(f"not ready: {p.why_not}", file=out)
+
+
+def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """``kbear failover`` (``back`` False) or ``kbear failback``; returns the exit code
+    (``out``/``err``: default ``sys.stdout``/``sys.stderr`` at the call)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    location = str(args.config)
+    try:
+        directory = Path(service_directory(location) if "://" in location else location)
+        config = load_config(directory)
+        result = plan(directory, config, args.cluster, back, args.timeout)
+    except (ValueError, ConfigError, OSError) as exc:
+        print(f"kbear: {exc}", file=err)
+        return EXIT_CONFIG_ERROR
+    if args.apply and result.ready and not result.done:
+        try:
+            replace_file(directory / CLUSTERS_FILE, result.new_text)
+        except OSError as exc:
+            print(f"kbear: cannot write {directory / CLUSTERS_FILE}: {exc}", file=err)
+            return EXIT_CONFIG_ERROR
+        result.applied = True
+    if args.json:
+        shown = asdict(result)
+        del shown["new_text"]
+        json.dump(shown, out)
+        out.write("\n")
+    else:
+        _print(result, out)
+    return EXIT_OK if result.ready else EXIT_NOT_READY
