@@ -3,8 +3,10 @@
 N clients, each with 5 producer lookups (5 N entries) of the 1,000-topic
 configuration of ``bench/serve_load.py``, recorded; then a rule change moves
 ``orders.moving`` for every client, and the reads are timed: ``/fleet/moves``
-for every topic (what the console shows), for one topic (what ``kbear move``
-asks), and ``/fleet`` for the 200 most recently seen clients (the console's table).
+for every topic (what the console shows: the entries of the topics the change
+can have moved), for one topic (what ``kbear move`` asks), and ``/fleet`` for the
+200 most recently seen clients (the console's table); then a global rule
+changes and ``/fleet/moves`` reads the whole fleet.
 
     PYTHONPATH=. .venv/bin/python bench/fleet_scale.py 20000
 """
@@ -59,6 +61,13 @@ def main(argv: list[str]) -> int:
             start = time.perf_counter()
             read()
             print(f"{label}: {time.perf_counter() - start:.2f} s")
+        # a change of a global rule: every topic may have moved, the whole fleet is read
+        replace_file(conf / "route-rules.yaml", _rules("green").replace("use cluster blue", "use cluster green"))
+        holder.check()
+        holder.check()
+        start = time.perf_counter()
+        moves_answer(fleet, holder, None)
+        print(f"/fleet/moves after a global rule change: {time.perf_counter() - start:.2f} s")
     print("loadavg", Path("/proc/loadavg").read_text().split()[:3])
     return 0
 

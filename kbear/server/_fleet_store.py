@@ -14,6 +14,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 __all__ = ["FleetEntry", "FleetStats", "FleetStore"]
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS fleet (
 );
 CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
 CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
+CREATE INDEX IF NOT EXISTS fleet_topic ON fleet (topic);
 CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
@@ -82,9 +84,9 @@ class FleetEntry:
     first_seen: float
     seen: float
 
-    @property
+    @cached_property
     def client_key(self) -> tuple[str, str, str]:
-        """What tells two clients apart: id, meta and the peer's host."""
+        """What tells two clients apart: id, meta and the peer's host (computed once)."""
         return (self.client_id, json.dumps(dict(self.meta), sort_keys=True), self.address.rsplit(":", 1)[0])
 
 

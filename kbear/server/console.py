@@ -16,12 +16,18 @@ allowing only this server's own script and stylesheet, ``no-store`` and
 ``frame-ancestors 'none'``.
 
 Authentication is the API's (:mod:`kbear.server.auth`): the bearer token, or
-the session cookie set by the login form at ``/login``.
+the session cookie set by the login form at ``/login``. The form refuses a peer
+(its IP address) that made :data:`LOGIN_FAILURES_ALLOWED` failed attempts
+within the moving window, with 429 and ``Retry-After``, until the window has
+room again (the ``limits`` library, in each process's memory: with
+``--workers N`` each worker counts its own).
 """
 
 from __future__ import annotations
 
 import hmac
+import math
+import time
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from importlib import resources
@@ -29,6 +35,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jinja2
+from limits import parse
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -41,7 +50,11 @@ from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import fleet_json, moves_answer
 from kbear.server.holder import ConfigHolder, Served
 
-__all__ = ["PAGE_PATHS", "STATIC_PREFIX", "Console", "parse_meta"]
+__all__ = ["LOGIN_FAILURES_ALLOWED", "PAGE_PATHS", "STATIC_PREFIX", "Console", "parse_meta"]
+
+#: Failed sign-ins one peer address may make in a moving window (``limits``
+#: notation); the next attempt, even with a good token, is answered 429.
+LOGIN_FAILURES_ALLOWED = "5/minute"
 
 #: Pages sent to the login form when asked for without a token.
 PAGE_PATHS = ("/",)
@@ -173,6 +186,8 @@ class Console:
         self.holder = holder
         self.fleet = fleet
         self._tokens = tuple(tokens)
+        self._login_limit = parse(LOGIN_FAILURES_ALLOWED)
+        self._login_failures = MovingWindowRateLimiter(MemoryStorage())
         self._templates = jinja2.Environment(
             loader=jinja2.PackageLoader("kbear.server", "console_files"),
             autoescape=True,
@@ -181,9 +196,11 @@ class Console:
         files = resources.files("kbear.server") / "console_files"
         self._static = {name: (files / name).read_bytes() for name in _STATIC}
 
-    def _html(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    def _html(
+        self, template: str, status: int = 200, headers: Mapping[str, str] | None = None, **context: Any
+    ) -> HTMLResponse:
         body = self._templates.get_template(template).render(**context)
-        return HTMLResponse(body, status_code=status, headers=_HEADERS)
+        return HTMLResponse(body, status_code=status, headers={**_HEADERS, **(headers or {})})
 
     async def page(self, request: Request) -> Response:
         params = request.query_params
@@ -248,6 +265,19 @@ class Console:
     async def login(self, request: Request) -> Response:
         if not self._tokens:
             return RedirectResponse("/", 303)
+        peer = request.client.host if request.client is not None else ""
+        if not self._login_failures.test(self._login_limit, peer):
+            reset = self._login_failures.get_window_stats(self._login_limit, peer).reset_time
+            wait = max(1, math.ceil(reset - time.time()))
+            return self._html(
+                "login.html",
+                status=429,
+                headers={"Retry-After": str(wait)},
+                title="sign in",
+                refresh=False,
+                required=True,
+                error=f"Too many failed sign-ins from this address: try again in {wait} s.",
+            )
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -256,6 +286,7 @@ class Console:
         given = parse_qs(body[:_LOGIN_BODY_MAX].decode("utf-8", "replace")).get("token", [""])[0].strip()
         matched = [t for t in self._tokens if hmac.compare_digest(given.encode(), t.encode())]
         if not given or not matched:
+            self._login_failures.hit(self._login_limit, peer)
             return self._html(
                 "login.html",
                 status=401,

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from kbear.server.fleet import FleetEntry, FleetRecorder
 from kbear.server.holder import ConfigHolder
-from kbear.server.moves import moves_json, topic_moves
+from kbear.server.moves import changed_topics, moves_json, topic_moves
 from kbear.server.protocol import Ack, ErrorCode, ResponseError, ResponseStatus
 
 __all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
@@ -121,9 +121,21 @@ def fleet_json(
 
 
 def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | None) -> dict[str, Any]:
-    """The ``GET /fleet/moves`` answer (reads the database: call it off the event loop)."""
+    """The ``GET /fleet/moves`` answer (reads the database: call it off the event loop).
+
+    Without ``topic``, only the entries of the topics the last change can have
+    moved are read (:func:`~kbear.server.moves.changed_topics`, by the fleet's
+    topic index); the whole fleet only when the global rules changed."""
     current, previous = holder.served_and_previous
-    moves = topic_moves(recorder.entries(topic=topic), current, previous, current.loaded_at)
+    entries: list[FleetEntry] = []
+    if previous is not None and previous.config.digest != current.config.digest:
+        topics = changed_topics(previous.config, current.config) if topic is None else {topic}
+        if topics is None:
+            entries = recorder.entries()
+        else:
+            for name in sorted(topics):
+                entries += recorder.entries(topic=name)
+    moves = topic_moves(entries, current, previous, current.loaded_at)
     return moves_json(moves, current, previous, current.loaded_at)
 
 

@@ -15,6 +15,10 @@ of its topic; it is, at its client's last request:
 
 A client counts once per topic, by its least advanced entry (not asked since,
 then old, then new). ``remaining`` = on the old route + not asked since.
+
+Only the topics the change can have moved are read (:func:`changed_topics`):
+those whose topic or consumer-group rules, ``topics.yaml`` meta or
+consumer-group meta differ; every topic when the global rules differ.
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kbear._chain import index_rules
 from kbear._identity import Client
 from kbear._route import NoRouteError
+from kbear.config import KBearConfig, RouteRule
 from kbear.router import Router
 from kbear.server.fleet import FleetEntry
 from kbear.server.holder import Served
 
-__all__ = ["MOVED", "NOT_ASKED", "ON_OLD", "TopicMove", "moves_json", "topic_moves"]
+__all__ = ["MOVED", "NOT_ASKED", "ON_OLD", "TopicMove", "changed_topics", "moves_json", "topic_moves"]
 
 MOVED, ON_OLD, NOT_ASKED = "onNewRoute", "onOldRoute", "notAskedSince"
 _RANK = {MOVED: 0, ON_OLD: 1, NOT_ASKED: 2}
@@ -73,10 +79,65 @@ def _evaluate(router: Router, entry: FleetEntry) -> _Route:
     return (route.cluster_id, route.topic)
 
 
-def _route_under(served: Served, entry: FleetEntry) -> _Route:
-    if entry.digest == served.config.digest:
-        return (entry.cluster, entry.route_topic)
-    return _evaluate(served.router, entry)
+class _RouteUnder:
+    """The route of entries under one served configuration: the entry's own when it
+    was answered from it, else evaluated once per lookup and client meta (and client
+    id, when a rule tests ``client.id``): clients differing only by id share it."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.by_id = any(c.key == "client.id" for r in served.config.rules for c in r.statement.conditions)
+        self.known: dict[tuple[str, str, str, str, tuple[tuple[str, str], ...]], _Route] = {}
+
+    def __call__(self, entry: FleetEntry) -> _Route:
+        if entry.digest == self.served.config.digest:
+            return (entry.cluster, entry.route_topic)
+        key = (
+            entry.kind,
+            entry.topic,
+            entry.group,
+            entry.client_id if self.by_id else "",
+            tuple(sorted(entry.meta.items())),
+        )
+        try:
+            return self.known[key]
+        except KeyError:
+            route = self.known[key] = _evaluate(self.served.router, entry)
+            return route
+
+
+def _rule_list(rules: Iterable[RouteRule]) -> list[tuple[str, int, dict[str, str], str]]:
+    return [(r.id, r.priority, dict(r.meta), str(r.statement)) for r in rules]
+
+
+def changed_topics(old: KBearConfig, new: KBearConfig) -> set[str] | None:
+    """The topics whose routes can differ between ``old`` and ``new``, for any
+    client: a lookup's route depends on the global rules, the rules of its topic
+    (and of its group on that topic), each list in chain order, and the topic's
+    and group's meta (``topic.*``, ``consumerGroup.*`` factors). None when the
+    global rules differ (every topic may have moved).
+    """
+    old_globals, old_topics, old_groups = index_rules(old.rules)
+    new_globals, new_topics, new_groups = index_rules(new.rules)
+    if _rule_list(old_globals) != _rule_list(new_globals):
+        return None
+    out: set[str] = set()
+    for topic in old_topics.keys() | new_topics.keys():
+        if _rule_list(old_topics.get(topic, ())) != _rule_list(new_topics.get(topic, ())):
+            out.add(topic)
+    for key in old_groups.keys() | new_groups.keys():
+        if _rule_list(old_groups.get(key, ())) != _rule_list(new_groups.get(key, ())):
+            out.add(key[1])
+    for topic in old.topics.keys() | new.topics.keys():
+        if old.topic_meta(topic) != new.topic_meta(topic):
+            out.add(topic)
+    for key in old.consumer_groups.keys() | new.consumer_groups.keys():
+        before, after = old.consumer_groups.get(key), new.consumer_groups.get(key)
+        if (before is None) != (after is None) or (
+            before is not None and after is not None and dict(before.meta) != dict(after.meta)
+        ):
+            out.add(key[1])
+    return out
 
 
 def topic_moves(
@@ -93,8 +154,9 @@ def topic_moves(
     if previous is None or previous.config.digest == current.config.digest:
         return []
     moves: dict[str, TopicMove] = {}
+    under_previous, under_current = _RouteUnder(previous), _RouteUnder(current)
     for entry in entries:
-        old, new = _route_under(previous, entry), _route_under(current, entry)
+        old, new = under_previous(entry), under_current(entry)
         if old == new:
             continue
         held = (entry.cluster, entry.route_topic)

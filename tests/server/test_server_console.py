@@ -84,6 +84,27 @@ def test_a_wrong_token_is_refused_and_sets_no_cookie(anonymous: TestClient) -> N
     assert "set-cookie" not in response.headers
 
 
+def test_failed_logins_are_rate_limited_per_peer(holder: ConfigHolder, fleet: FleetRecorder) -> None:
+    """#30: after LOGIN_FAILURES_ALLOWED (5 a minute) failed sign-ins, the peer's next
+    attempt is 429 with Retry-After, even with the right token; another peer signs in."""
+    from kbear.server.console import LOGIN_FAILURES_ALLOWED
+
+    assert LOGIN_FAILURES_ALLOWED == "5/minute"
+    app = create_app(holder, watch=False, fleet=fleet, tokens=(TOKEN,))
+    with (
+        TestClient(app, follow_redirects=False, client=("10.0.0.1", 5000)) as guesser,
+        TestClient(app, follow_redirects=False, client=("10.0.0.2", 5000)) as other,
+    ):
+        assert [guesser.post("/login", data={"token": f"guess-{i}"}).status_code for i in range(5)] == [
+            401
+        ] * 5
+        refused = guesser.post("/login", data={"token": TOKEN})
+        assert refused.status_code == 429 and "set-cookie" not in refused.headers
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert "Too many failed sign-ins" in refused.text
+        assert other.post("/login", data={"token": TOKEN}).status_code == 303
+
+
 def test_login_sets_a_strict_httponly_session_that_opens_the_page_and_the_api(anonymous: TestClient) -> None:
     response = anonymous.post("/login", data={"token": TOKEN})
     assert (response.status_code, response.headers["location"]) == (303, "/")

@@ -305,3 +305,65 @@ def test_processes_sharing_the_file_see_one_fleet(tmp_path: Path) -> None:
 def test_bounds_must_be_positive(tmp_path: Path, kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FleetRecorder(tmp_path / "f.db", **kwargs)  # type: ignore[arg-type]
+
+
+def test_moves_without_a_topic_read_only_the_topics_the_change_can_move(
+    client: TestClient, fleet: FleetRecorder, holder: ConfigHolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#30: ``/fleet/moves`` (the console polls it) reads the entries of the topics a
+    change can have moved, by the topic index, not the whole fleet; the whole
+    fleet only when the global rules changed."""
+    for i in range(3):
+        produce(client, f"app-{i}", {}, "orders", "x", "y")
+    fleet.flush()
+    asked: list[str | None] = []
+    entries = fleet.entries
+
+    def spy(**kwargs: Any) -> Any:
+        asked.append(kwargs.get("topic"))
+        return entries(**kwargs)
+
+    monkeypatch.setattr(fleet, "entries", spy)
+    change_rules(holder, rules("green"))
+    [move] = get(client, "/fleet/moves")["moves"]
+    assert (move["topic"], move["clients"], move["notAskedSince"]) == ("orders", 3, 3)
+    assert asked == ["orders"]
+    asked.clear()
+    change_rules(holder, rules("green").replace("rule: use cluster blue", "rule: use cluster uat"))
+    moved = get(client, "/fleet/moves")["moves"]
+    assert [(m["topic"], m["clients"]) for m in moved] == [("x", 3), ("y", 3)]
+    assert asked == [None]  # a global rule changed: every topic may have moved
+
+
+def test_changed_topics_are_those_whose_chain_or_factors_differ(conf: Path) -> None:
+    from kbear.config import load_config
+    from kbear.server.moves import changed_topics
+
+    def config(rules_text: str, topics: str = "topics: []\n", groups: str = "consumer-groups: []\n") -> Any:
+        replace_file(conf / "route-rules.yaml", rules_text)
+        replace_file(conf / "topics.yaml", topics)
+        replace_file(conf / "consumer-groups.yaml", groups)
+        return load_config(conf)
+
+    base = config(rules("blue"))
+    assert changed_topics(base, config(rules("blue"))) == set()
+    assert changed_topics(base, config(rules("green"))) == {"orders"}
+    group_moved = rules("blue").replace("rule: use cluster green", "rule: use cluster uat")
+    assert changed_topics(base, config(group_moved)) == {"orders"}
+    assert (
+        changed_topics(base, config(rules("blue").replace("when client.env=UAT", "when client.env=QA")))
+        is None
+    )
+    # two global rules of one priority swapped: the chain's order differs
+    swapped = rules("blue").replace("    priority: 1\n", "")
+    first, default = swapped.index("  - id: r-uat"), swapped.index("  - id: r-default")
+    reordered = swapped[:first] + swapped[default:] + swapped[first:default]
+    assert changed_topics(config(swapped), config(reordered)) is None
+    meta = "topics:\n  - id: t1\n    meta: {bu: a}\n"
+    assert changed_topics(config(rules("blue"), meta), config(rules("blue"), meta.replace("a}", "b}"))) == {
+        "t1"
+    }
+    group = "consumer-groups:\n  - id: {groupName: g, topicId: t2}\n    meta: {job: a}\n"
+    assert changed_topics(
+        config(rules("blue"), groups=group), config(rules("blue"), groups=group.replace("a}", "b}"))
+    ) == {"t2"}
