@@ -15,7 +15,7 @@ from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
 from kbear.crrl import CrrlSyntaxError
 from kbear.producer import RoutedProducer, RoutedSerializingProducer
 from kbear.router import Router
-from kbear.share import RoutedShareConsumer
+from kbear.share import RoutedDeserializingShareConsumer, RoutedShareConsumer
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "RoutedAdminClient",
     "RoutedConsumer",
     "RoutedDeserializingConsumer",
+    "RoutedDeserializingShareConsumer",
     "RoutedProducer",
     "RoutedSerializingProducer",
     "RoutedShareConsumer",

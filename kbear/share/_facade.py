@@ -32,6 +32,7 @@ from kbear.share._guard import (
     OFFSET_NOT_IN_FLIGHT,
     CallGuard,
     acknowledgement_mode,
+    check_ack_type,
     check_coordinates,
     check_message,
     check_share_keys,
@@ -132,7 +133,7 @@ class RoutedShareConsumer:
         _events.emit(_events.ClientOpened(self))
         self._group = str(group)
         self._native = native
-        self._explicit = acknowledgement_mode(native)
+        self._explicit_acks = acknowledgement_mode(native)
         self._route_listeners: list[RouteChangeCallback] = []
         self._clusters = ShareClusters(native)
         self._subscription: list[str] = []
@@ -256,7 +257,7 @@ class RoutedShareConsumer:
         """
         with self._guard.call():
             deadline = Deadline(check_timeout(timeout))
-            if self._explicit:
+            if self._explicit_acks:
                 left = self._batch.unacknowledged()
                 if left:
                     raise IllegalStateException(
@@ -333,8 +334,11 @@ class RoutedShareConsumer:
         """
         with self._guard.call():
             check_message(message)
+            if not self._explicit_acks:
+                raise IllegalStateException(NOT_IN_FLIGHT)
+            check_ack_type(ack_type)
             record = self._batch.find(message.topic(), message.partition(), message.offset(), message)
-            if record is None or not self._explicit:
+            if record is None:
                 raise IllegalStateException(NOT_IN_FLIGHT)
             partition, offset = message.partition(), message.offset()
             record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
@@ -355,8 +359,11 @@ class RoutedShareConsumer:
             if not isinstance(topic, str):
                 raise TypeError(f"topic must be a str, not {type(topic).__name__}")
             check_coordinates(partition, offset)
+            if not self._explicit_acks:
+                raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
+            check_ack_type(ack_type)
             record = self._batch.find(topic, partition, offset)
-            if record is None or not self._explicit:
+            if record is None:
                 raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
             record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
             record.acknowledged = True
@@ -399,9 +406,9 @@ class RoutedShareConsumer:
             IllegalStateException: closed.
             KafkaException: a cluster's share consumer failed.
         """
-        with self._guard.call():
-            for entry in self._clusters.all():
-                entry.client.commit_async()
+        self._guard.check()
+        for entry in self._clusters.all():
+            entry.client.commit_async()
 
     def set_acknowledgement_commit_callback(self, callback: CommitCallback | None) -> None:
         """Call ``callback(offsets, exception)`` when a cluster answers an

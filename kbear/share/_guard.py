@@ -15,8 +15,10 @@ from kbear.settings import DEFAULTS
 
 #: confluent-kafka's message of a call on a closed (or never built) share consumer
 CLOSED = "Share consumer closed"
-#: ... of a call made while another thread is inside one
-CONFLICT = "Share consumer is not safe for concurrent use: another thread is in a call"
+#: ... of a call made while another thread is inside one (librdkafka's words)
+CONFLICT = (
+    "Share consumer is not safe for multi-threaded access. currentThread(id: {me}) otherThread(id: {other})"
+)
 #: ... of poll() with no subscription
 NOT_SUBSCRIBED = "Consumer is not subscribed to any topics"
 #: ... of subscribe() with an empty or a repeated topic name
@@ -25,6 +27,9 @@ BAD_TOPICS = "Failed to subscribe: Local: Invalid argument or configuration"
 NOT_IN_FLIGHT = "Failed to acknowledge message: Local: Erroneous state"
 #: ... of acknowledge_offset() likewise
 OFFSET_NOT_IN_FLIGHT = "Failed to acknowledge offset: Local: Erroneous state"
+
+#: the values of confluent-kafka's AcknowledgeType (ACCEPT, RELEASE, REJECT)
+ACK_TYPES = frozenset({1, 2, 3})
 
 #: kbear keys a share consumer takes (kbear.client.meta.<k> too); the others are
 #: about offsets and kbear's own acknowledgement, which share groups do not use
@@ -93,13 +98,29 @@ class CallGuard:
                 self._depth -= 1
             return
         if not self._lock.acquire(blocking=False):
-            raise ConcurrentModificationException(CONFLICT)
+            raise ConcurrentModificationException(CONFLICT.format(me=me, other=self._owner))
         self._owner = me
         try:
             yield
         finally:
             self._owner = None
             self._lock.release()
+
+    def check(self) -> None:
+        """What :meth:`call` checks, without holding the consumer: for a call that
+        only hands work to the clusters' share consumers (each refuses a second
+        thread itself), so that a thread calling it in a loop does not keep another
+        out of :meth:`call`.
+
+        Raises:
+            IllegalStateException: closed.
+            ConcurrentModificationException: another thread is in a call.
+        """
+        if self.closed:
+            raise IllegalStateException(CLOSED)
+        owner, me = self._owner, threading.get_ident()
+        if owner is not None and owner != me:
+            raise ConcurrentModificationException(CONFLICT.format(me=me, other=owner))
 
 
 def check_timeout(timeout: Any) -> float:
@@ -141,6 +162,15 @@ def check_message(message: Any) -> Any:
         raise ValueError("Message topic is None")
     check_coordinates(message.partition(), message.offset())
     return message
+
+
+def check_ack_type(ack_type: Any) -> None:
+    """Raises TypeError (not an int) or ValueError (not ACCEPT, RELEASE or REJECT)
+    for an ``ack_type``, as confluent-kafka in explicit mode."""
+    if isinstance(ack_type, bool) or not isinstance(ack_type, int):
+        raise TypeError(f"ack_type must be an int (AcknowledgeType), not {type(ack_type).__name__}")
+    if int(ack_type) not in ACK_TYPES:
+        raise ValueError(f"Invalid ack_type {int(ack_type)}: expected ACCEPT(1), RELEASE(2) or REJECT(3)")
 
 
 def check_coordinates(partition: Any, offset: Any) -> None:

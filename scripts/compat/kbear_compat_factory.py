@@ -1,9 +1,11 @@
 """The factory the compatibility harness puts in place of confluent-kafka's clients.
 
-``Producer``, ``Consumer``, ``SerializingProducer``, ``DeserializingConsumer`` and
-``AdminClient`` here are subclasses of kbear's ``RoutedProducer`` /
-``RoutedConsumer`` / ``RoutedSerializingProducer`` / ``RoutedDeserializingConsumer``
-/ ``RoutedAdminClient`` that take a confluent-kafka
+``Producer``, ``Consumer``, ``SerializingProducer``, ``DeserializingConsumer``,
+``AdminClient``, ``ShareConsumer`` and ``DeserializingShareConsumer`` here are
+subclasses of kbear's ``RoutedProducer`` / ``RoutedConsumer`` /
+``RoutedSerializingProducer`` / ``RoutedDeserializingConsumer`` /
+``RoutedAdminClient`` / ``RoutedShareConsumer`` / ``RoutedDeserializingShareConsumer``
+that take a confluent-kafka
 configuration as a plain client does: they turn its ``bootstrap.servers`` (or
 ``metadata.broker.list``; or none) into a one-cluster kbear configuration
 (``clusters.yaml`` with that cluster, one global rule ``use cluster compat``)
@@ -33,8 +35,10 @@ from kbear import (
     RoutedAdminClient,
     RoutedConsumer,
     RoutedDeserializingConsumer,
+    RoutedDeserializingShareConsumer,
     RoutedProducer,
     RoutedSerializingProducer,
+    RoutedShareConsumer,
     Router,
     load_config,
 )
@@ -133,3 +137,14 @@ class DeserializingConsumer(_OneCluster, RoutedDeserializingConsumer):
 class AdminClient(_OneCluster, RoutedAdminClient):
     """confluent_kafka.admin.AdminClient as the harness gives it: a RoutedAdminClient
     on a one-cluster configuration made from the test's ``bootstrap.servers``."""
+
+
+class ShareConsumer(_OneCluster, RoutedShareConsumer):
+    """confluent_kafka.ShareConsumer as the harness gives it: a RoutedShareConsumer
+    on a one-cluster configuration made from the test's ``bootstrap.servers``."""
+
+
+class DeserializingShareConsumer(ShareConsumer, RoutedDeserializingShareConsumer):
+    """confluent_kafka.DeserializingShareConsumer as the harness gives it: a
+    RoutedDeserializingShareConsumer on a one-cluster configuration, and a subclass of
+    the harness's ShareConsumer (as confluent-kafka's is of its ShareConsumer)."""

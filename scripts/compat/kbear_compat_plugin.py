@@ -1,9 +1,10 @@
 """pytest plugin of the compatibility harness (``-p kbear_compat_plugin``).
 
 Loaded before the test modules are imported, it replaces
-``confluent_kafka.Producer``, ``Consumer``, ``SerializingProducer`` and
-``DeserializingConsumer`` with the factory's classes (:mod:`kbear_compat_factory`),
-so ``from confluent_kafka import Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
+``confluent_kafka.Producer``, ``Consumer``, ``SerializingProducer``,
+``DeserializingConsumer``, ``ShareConsumer`` and ``DeserializingShareConsumer``
+with the factory's classes (:mod:`kbear_compat_factory`), so ``from
+confluent_kafka import Producer`` in a test module, ``confluent_kafka.Consumer(...)`` and subclasses
 defined by the tests all build kbear's routed clients. ``AdminClient`` is
 replaced in the test modules that import it (``from confluent_kafka.admin import
 AdminClient``), once collected: confluent-kafka's own class refers to itself by
@@ -33,11 +34,15 @@ ORIGINAL = {
     "Consumer": confluent_kafka.Consumer,
     "SerializingProducer": confluent_kafka.SerializingProducer,
     "DeserializingConsumer": confluent_kafka.DeserializingConsumer,
+    "ShareConsumer": confluent_kafka.ShareConsumer,
+    "DeserializingShareConsumer": confluent_kafka.DeserializingShareConsumer,
 }
 confluent_kafka.Producer = kbear_compat_factory.Producer
 confluent_kafka.Consumer = kbear_compat_factory.Consumer
 confluent_kafka.SerializingProducer = kbear_compat_factory.SerializingProducer
 confluent_kafka.DeserializingConsumer = kbear_compat_factory.DeserializingConsumer
+confluent_kafka.ShareConsumer = kbear_compat_factory.ShareConsumer
+confluent_kafka.DeserializingShareConsumer = kbear_compat_factory.DeserializingShareConsumer
 # confluent_kafka.admin.AdminClient stays: its own methods name it (super(AdminClient,
 # self), AdminClient._make_futures); test modules' imported name is replaced instead
 ORIGINAL["AdminClient"] = confluent_kafka.admin.AdminClient
@@ -92,6 +97,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     return (
         "kbear-compat: confluent_kafka.Producer/Consumer/SerializingProducer/DeserializingConsumer/"
+        "ShareConsumer/DeserializingShareConsumer/"
         "admin.AdminClient are the routed clients of "
         f"{kbear.__file__}"
     )
