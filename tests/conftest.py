@@ -257,6 +257,24 @@ def make_router(
         router.close()
 
 
+@pytest.fixture
+def share_clusters(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+) -> tuple[EmbeddedCluster, EmbeddedCluster]:
+    """Clusters A and B whose share groups start at the earliest record (the mock's
+    default is the latest)."""
+    for cluster in two_clusters:
+        cluster.set_share_group(auto_offset_reset="earliest")
+    return two_clusters
+
+
+@pytest.fixture
+def share_router(
+    share_clusters: tuple[EmbeddedCluster, EmbeddedCluster], make_router: Callable[[Sequence[Rule]], Router]
+) -> Callable[[Sequence[Rule]], Router]:
+    return make_router
+
+
 # --------------------------------------------------------------------------- plain clients
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError
 from confluent_kafka.serialization import MessageField, StringDeserializer
+from test_share_consumer import produce
 
+from conftest import Rule, rule
 from kbear import RoutedDeserializingShareConsumer, Router
 from kbear.testing import EmbeddedCluster
-from tests.conftest import Rule, rule
-from tests.share.conftest import produce
 
 
 def test_decodes_in_place_with_logical_names(

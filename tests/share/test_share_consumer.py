@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +15,33 @@ from confluent_kafka import (
     ConcurrentModificationException,
     IllegalStateException,
     Messages,
+    Producer,
     ShareConsumer,
 )
 
+from conftest import Rule, rule
 from kbear import RoutedShareConsumer, Router
 from kbear.testing import EmbeddedCluster
-from tests.conftest import Rule, rule
-from tests.share.conftest import produce
 
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
+
+
+@pytest.fixture
+def consumers(closing: Callable[[Any], Any]) -> Iterator[Callable[..., RoutedShareConsumer]]:
+    """``consumers(router, group, **config)`` -> a RoutedShareConsumer closed at teardown."""
+
+    def make(router: Router, group: str, **config: Any) -> RoutedShareConsumer:
+        conf = {"group.id": group, **{k.replace("_", "."): v for k, v in config.items()}}
+        return closing(RoutedShareConsumer(conf, router=router))
+
+    yield make
+
+
+def produce(cluster: EmbeddedCluster, topic: str, keys: Sequence[str], partitions: int = 2) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i, key in enumerate(keys):
+        producer.produce(topic, key=key.encode(), value=b"v", partition=i % partitions)
+    assert producer.flush(10) == 0
 
 
 def poll_until(
@@ -255,7 +273,7 @@ def test_three_members_live_move(
     released are redelivered (counted)."""
     import random
 
-    from tests.conftest import rewrite_rules
+    from conftest import rewrite_rules
 
     a, b = share_clusters
     moving, staying, group = unique("moving"), unique("staying"), unique("sg")
