@@ -14,9 +14,22 @@ from typing import Any, TypeVar
 
 from confluent_kafka import TopicPartition
 
-from kbear._clients import ClientRegistry, ClusterEntry, renamed
+from kbear._clients import ClientRegistry, ClusterEntry, cluster_config, current_factory, renamed
 
 V = TypeVar("V")
+
+#: the keys of a share consumer's configuration an admin client asking for the Kafka
+#: cluster id is built with (connection and security), prefixes included
+_ADMIN_KEYS = (
+    "bootstrap.servers",
+    "client.id",
+    "socket.",
+    "security.",
+    "sasl.",
+    "ssl.",
+    "oauth_cb",
+    "error_cb",
+)
 
 #: how long committing the pending acknowledgements before a new subscription may take (seconds)
 RESUBSCRIBE_COMMIT_TIMEOUT_S = 10.0
@@ -106,6 +119,30 @@ class ShareClusters:
     def __init__(self, native: dict[str, Any]) -> None:
         self.registry: ClientRegistry[ShareCluster] = ClientRegistry("share_consumer", native, ShareCluster)
         self.commit_callback: CommitCallback | None = None
+        self._kafka_ids: dict[str, str] = {}
+
+    def kafka_cluster_id(self, cluster_id: str, timeout: float) -> str:
+        """The Kafka cluster id of ``cluster_id`` (a ShareConsumer cannot tell it):
+        asked once with an admin client built from the share consumer's connection
+        and security settings, then kept.
+
+        Raises:
+            KafkaException: the cluster did not answer within ``timeout`` seconds.
+            LookupError: no share consumer of ``cluster_id`` was built.
+        """
+        known = self._kafka_ids.get(cluster_id)
+        if known is not None:
+            return known
+        entry = self.registry.get(cluster_id)
+        if entry is None:
+            raise LookupError(f"kbear: cluster {cluster_id!r} has no share consumer yet")
+        conf = cluster_config(self.registry.native, entry.properties)
+        admin = current_factory()(
+            "admin", cluster_id, {k: v for k, v in conf.items() if k.startswith(_ADMIN_KEYS)}
+        )
+        answer = str(admin.list_topics(timeout=timeout).cluster_id)
+        self._kafka_ids[cluster_id] = answer
+        return answer
 
     def entry(self, target: Any) -> ShareCluster:
         """The share consumer of ``target``'s cluster (a Route or ClusterTarget), built if needed.

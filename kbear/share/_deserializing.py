@@ -10,6 +10,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
+from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
+from kbear.config import KBearConfig
 from kbear.router import Router
 from kbear.share._facade import RoutedShareConsumer
 
@@ -25,19 +27,26 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
     Args:
         config: as :class:`~kbear.RoutedShareConsumer`, plus ``key.deserializer`` and
             ``value.deserializer``: callables ``(bytes, SerializationContext) -> obj``
-            (confluent-kafka's ``StringDeserializer``, ``AvroDeserializer``...),
-            removed before the configuration reaches librdkafka.
+            (confluent-kafka's ``StringDeserializer``, ``AvroDeserializer``...) or
+            :func:`kbear.schema_registry.per_cluster` (one deserializer per cluster,
+            built with that cluster's Schema Registry), or their builders
+            ``key.deserializer.builder`` / ``value.deserializer.builder``; removed
+            before the configuration reaches librdkafka.
         router, client, **kwargs: as :class:`~kbear.RoutedShareConsumer`.
 
     Raises:
-        as :class:`~kbear.RoutedShareConsumer`.
+        ValueError: a deserializer and its builder are both given (confluent-kafka's
+            words); and what :class:`~kbear.RoutedShareConsumer` raises.
 
     As confluent-kafka's: the key is deserialized first, then the value; both
     are written back only if both succeed; a record that fails keeps its raw
     bytes and gets ``msg.error()`` set to a ``KafkaError._KEY_DESERIALIZATION`` or
     ``_VALUE_DESERIALIZATION`` error instead of raising (the rest of the batch is
     kept, and the record can still be acknowledged, e.g. ``REJECT``ed). The
-    ``SerializationContext`` names the logical topic (the one subscribed to).
+    ``SerializationContext`` names the logical topic (the one subscribed to). A
+    record is decoded with the deserializer of the cluster it was acquired from
+    (during a move: the old cluster's registry for its records, the new one's
+    for the new cluster's).
     """
 
     def __init__(
@@ -48,14 +57,39 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         client: Client | None = None,
         **kwargs: Any,
     ) -> None:
-        conf = dict(config) if isinstance(config, Mapping) else config
-        if isinstance(conf, dict):
-            self._key_deserializer = conf.pop(KEY_DESERIALIZER, kwargs.pop(KEY_DESERIALIZER, None))
-            self._value_deserializer = conf.pop(VALUE_DESERIALIZER, kwargs.pop(VALUE_DESERIALIZER, None))
-        else:
-            self._key_deserializer = kwargs.pop(KEY_DESERIALIZER, None)
-            self._value_deserializer = kwargs.pop(VALUE_DESERIALIZER, None)
-        super().__init__(conf, router=router, client=client, **kwargs)
+        merged: Any = config
+        if isinstance(config, Mapping) or (config is NO_CONFIG and kwargs):
+            merged = {**(config if isinstance(config, Mapping) else {}), **kwargs}
+            kwargs = {}
+        key, value, owned, rest = split_serdes(merged, KEY_DESERIALIZER, VALUE_DESERIALIZER)
+        #: the deserializers as configured (confluent-kafka's attribute names)
+        self._key_deserializer, self._value_deserializer = key, value
+        self._owned_serdes = owned
+        self._serdes = ClusterSerdes(
+            key,
+            value,
+            KEY_DESERIALIZER,
+            VALUE_DESERIALIZER,
+            meta=cluster_meta(lambda: self._router.config),
+            cluster_client=self._kafka_id_of,
+        )
+        try:
+            super().__init__(rest, router=router, client=client, **kwargs)
+        except BaseException:
+            self._owned_serdes = []
+            close_owned(owned)
+            raise
+
+    def _kafka_id_of(self, cluster_id: str) -> Any:
+        """What the deserializers ask the Kafka cluster id of (``cluster_id(timeout)``)."""
+        clusters = self._clusters
+
+        class _Answer:
+            @staticmethod
+            def cluster_id(timeout: float = -1) -> str:
+                return clusters.kafka_cluster_id(cluster_id, timeout)
+
+        return _Answer()
 
     def poll(self, timeout: float = -1) -> Messages:
         """A batch of records as :meth:`RoutedShareConsumer.poll`, each record's key
@@ -67,29 +101,58 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         messages = super().poll(timeout)
         for msg in messages:
             if msg.error() is None:  # broker errors carry no payload
-                self._deserialize(msg)
+                self._deserialize(msg, self._cluster_of(msg))
         return messages
 
-    def _deserialize(self, msg: Message) -> None:
-        """Deserialize ``msg``'s key, then value, in place; mark it on failure."""
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        super()._on_config_change(old, new)
+        self._serdes.refresh()
+
+    def _deserialize(self, msg: Message, cluster_id: str | None = None) -> None:
+        """Deserialize ``msg``'s key, then value, in place with the deserializers of
+        ``cluster_id`` (None: as configured); mark it on failure."""
         topic = msg.topic()
         if topic is None:
             raise TypeError("Message topic is None")
+        key_de, value_de = self._key_deserializer, self._value_deserializer
+        if cluster_id is not None:
+            try:
+                key_de, value_de = self._serdes.get(cluster_id)
+            except Exception as exc:  # the cluster's registry client could not be built
+                msg.set_error(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exc)))
+                return
+            if self._serdes.tracks_cluster:
+                self._serdes.current.cluster = cluster_id
         ctx = SerializationContext(topic, MessageField.KEY, msg.headers())
         try:
             key = msg.key()
-            if self._key_deserializer is not None:
-                key = self._key_deserializer(key, ctx)
+            if key_de is not None:
+                key = key_de(key, ctx)
         except Exception as exc:
             msg.set_error(KafkaError(KafkaError._KEY_DESERIALIZATION, str(exc)))
             return
         try:
             value = msg.value()
-            if self._value_deserializer is not None:
+            if value_de is not None:
                 ctx.field = MessageField.VALUE
-                value = self._value_deserializer(value, ctx)
+                value = value_de(value, ctx)
         except Exception as exc:
             msg.set_error(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exc)))
             return
         msg.set_key(key)
         msg.set_value(value)
+
+    def close(self) -> None:
+        """Close the share consumer (:meth:`RoutedShareConsumer.close`), then the
+        deserializers it built (the ``per_cluster`` ones and those of
+        ``*.deserializer.builder``; ready-made ones stay the application's).
+
+        Raises:
+            as :meth:`RoutedShareConsumer.close`.
+        """
+        try:
+            super().close()
+        finally:
+            owned, self._owned_serdes = self._owned_serdes, []
+            self._serdes.close()
+            close_owned(owned)

@@ -316,6 +316,14 @@ class RoutedShareConsumer:
                     self._moves.acquired(logical, entry.cluster_id, partition)
         return batch
 
+    def _cluster_of(self, message: Any) -> str | None:
+        """The cluster id ``message`` (of the last poll) was acquired from, or None."""
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            return None
+        record = self._batch.find(topic, partition, offset, message)
+        return None if record is None else record.owner.cluster_id
+
     # ------------------------------------------------------------------ acknowledgements
 
     def acknowledge(self, message: Any, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
