@@ -29,7 +29,12 @@ class SwitchStart(StrEnum):
     ``committed`` (default for the clients): the group's committed offsets
     there, else ``auto.offset.reset``; ``earliest`` / ``latest``;
     ``timestamp``: the first offset at or after the earliest last-read
-    timestamp on the old cluster, less ``kbear.switch.timestamp.margin.ms``.
+    timestamp on the old cluster, less ``kbear.switch.timestamp.margin.ms``;
+    ``translated``: the group's offsets on the old cluster translated to the
+    new one through the old cluster's mirror (``kbear.mirror`` in
+    ``clusters.yaml``: MirrorMaker 2's checkpoints and offset syncs; the same
+    offsets for ``identical``), where no translation exists the committed
+    offsets there (docs/concepts/failover.md).
     The Spark source takes :data:`SPARK_SWITCH_STARTS` only. A ``StrEnum``:
     ``SwitchStart.COMMITTED == "committed"``.
     """
@@ -38,6 +43,7 @@ class SwitchStart(StrEnum):
     EARLIEST = "earliest"
     LATEST = "latest"
     TIMESTAMP = "timestamp"
+    TRANSLATED = "translated"
 
 
 class AckMode(StrEnum):

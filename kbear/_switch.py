@@ -34,7 +34,9 @@ of the topic during the drain, the new cluster has received some since the
 drain began (a producer flushes the old cluster before its first message to the
 new one: its last messages, retried or slow to land, are in the old cluster's
 end offsets by then) or the old cluster stayed idle ``LANDED_IDLE_FACTOR`` times
-longer; or until ``kbear.switch.drain.timeout.ms``. A
+longer; or until ``kbear.switch.drain.timeout.ms``, or until the old cluster is
+observed dead (:meth:`SwitchEngine.cluster_down`: nothing more can be read there,
+the drain ends at once). A
 topic moved again during a drain goes to the newer route after the drain in
 progress and a drain of the intermediate route (messages may have been produced
 there meanwhile).
@@ -67,11 +69,18 @@ class StartPlan:
 
     ``offset`` is None for the group's committed offsets (else ``auto.offset.reset``),
     ``OFFSET_BEGINNING`` / ``OFFSET_END``, or, with ``by_time``, a timestamp in
-    ms since the epoch to be turned into offsets (``offsets_for_times``).
+    ms since the epoch to be turned into offsets (``offsets_for_times``). With
+    ``translated``, per-partition offsets are found at assignment from ``source``
+    and ``upstream`` (the consumer's :mod:`kbear.consumer._translated`).
     """
 
     offset: int | None = None
     by_time: bool = False
+    #: ``translated``: from the old route ``source`` and the group's committed offsets
+    #: there at the switch, ``upstream`` (partition -> offset; empty: it did not answer)
+    translated: bool = False
+    source: Route | None = None
+    upstream: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -145,14 +154,17 @@ class DrainBegun:
 @dataclass(frozen=True)
 class DrainEnded:
     """Outcome: the drain of ``topic`` on ``old``'s cluster ended after ``duration_s``
-    seconds (the engine's clock); ``timed_out``: by ``kbear.switch.drain.timeout.ms``,
-    not complete; ``messages``: read from the old cluster during the drain."""
+    seconds (the engine's clock); ``timed_out``: by ``kbear.switch.drain.timeout.ms``
+    or a dead cluster, not complete; ``dead``: ended at once because every broker of
+    the old cluster was unreachable (:meth:`SwitchEngine.cluster_down`);
+    ``messages``: read from the old cluster during the drain."""
 
     topic: str
     old: Route
     duration_s: float
     timed_out: bool
     messages: int
+    dead: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,7 @@ class _Drain:
     traffic: bool = False  # they changed during the drain
     new_base: int | None = None  # Progress.new_ends of the first answer that had it
     new_grew: bool = False  # a later answer's new_ends was above new_base
+    committed: Mapping[int, int] = field(default_factory=dict)  # the group's, at the last answer
 
 
 def _observe_ends(drain: _Drain, answer: Progress, now: float) -> None:
@@ -276,6 +289,7 @@ class SwitchEngine:
         self._timestamps: dict[tuple[str, str, int], int] = {}  # (cluster, topic, partition) -> ms
         self._seq = 0
         self._outcomes: list[Outcome] = []
+        self._down: set[str] = set()  # clusters with every broker unreachable
 
     # ------------------------------------------------------------------ state
 
@@ -283,6 +297,11 @@ class SwitchEngine:
     def draining(self) -> bool:
         """Whether a drain is in progress."""
         return bool(self._drains)
+
+    @property
+    def down(self) -> frozenset[str]:
+        """The clusters observed dead (:meth:`cluster_down`) and not seen alive since."""
+        return frozenset(self._down)
 
     def drain_of(self, topic: str) -> Route | None:
         """The old route ``topic`` is being drained on, or None."""
@@ -396,6 +415,7 @@ class SwitchEngine:
             self._outcomes.append(ProbeFailed(topic, drain.old, answer.error))
             return
         _observe_ends(drain, answer, now)
+        drain.committed = dict(answer.committed)
         if drain.last_activity > drain.probe_sent:
             return
         if caught_up(answer, self.reset_to_end) and self._landed(drain, answer, now):
@@ -423,16 +443,24 @@ class SwitchEngine:
 
     # ------------------------------------------------------------------ decisions
 
+    def cluster_down(self, cluster_id: str, down: bool) -> None:
+        """Observation: every broker of ``cluster_id`` is unreachable (``down``), or one
+        answers again. A drain there ends at the next :meth:`step`: nothing more can be read."""
+        (self._down.add if down else self._down.discard)(cluster_id)
+
     def step(self, now: float) -> list[Action]:
         """The actions due at ``now``: probes to send, switches to make."""
         actions: list[Action] = []
         for topic, drain in list(self._drains.items()):
-            timed_out = self.timeout_s is not None and now - drain.started >= self.timeout_s
+            dead = drain.old.cluster_id in self._down and not drain.done
+            timed_out = dead or (self.timeout_s is not None and now - drain.started >= self.timeout_s)
             if drain.done or timed_out:
                 cut = timed_out and not drain.done
-                self._outcomes.append(DrainEnded(topic, drain.old, now - drain.started, cut, drain.messages))
+                self._outcomes.append(
+                    DrainEnded(topic, drain.old, now - drain.started, cut, drain.messages, dead=dead)
+                )
                 del self._drains[topic]
-                actions.append(self._switch(topic, drain.old, drain.new, cut))
+                actions.append(self._switch(topic, drain.old, drain.new, cut, drain.committed))
                 if drain.then and drain.new is not None:
                     self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
                     self._drains[topic] = _Drain(
@@ -454,10 +482,19 @@ class SwitchEngine:
             actions.append(Probe(topic, drain.old, self._seq, drain.new))
         return actions
 
-    def _switch(self, topic: str, old: Route, new: Route | None, timed_out: bool = False) -> Switch:
-        return Switch(topic, old, new, self._plan_start(topic, old), timed_out)
+    def _switch(
+        self,
+        topic: str,
+        old: Route,
+        new: Route | None,
+        cut: bool = False,
+        upstream: Mapping[int, int] | None = None,
+    ) -> Switch:
+        return Switch(topic, old, new, self._plan_start(topic, old, upstream or {}), cut)
 
-    def _plan_start(self, topic: str, old: Route) -> StartPlan:
+    def _plan_start(self, topic: str, old: Route, committed: Mapping[int, int]) -> StartPlan:
+        if self.start is SwitchStart.TRANSLATED:
+            return StartPlan(translated=True, source=old, upstream=committed)
         if self.start is SwitchStart.EARLIEST:
             return StartPlan(OFFSET_BEGINNING)
         if self.start is SwitchStart.LATEST:

@@ -42,9 +42,17 @@ def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
             )
             _events.emit(_events.DrainStarted(kind, topic, cluster))
         elif isinstance(outcome, DrainEnded):
-            reason = "timeout" if outcome.timed_out else "complete"
+            reason = "dead" if outcome.dead else "timeout" if outcome.timed_out else "complete"
             extra = _events.fields("drain_finished", topic, cluster=cluster, reason=reason)
-            if outcome.timed_out:
+            if outcome.dead:
+                log.warning(
+                    "kbear: every broker of cluster %r is unreachable: the drain of topic %r ends "
+                    "at once, switching with what was read",
+                    cluster,
+                    topic,
+                    extra=extra,
+                )
+            elif outcome.timed_out:
                 log.warning(
                     "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
                     "switching with what was read",

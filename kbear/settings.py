@@ -118,9 +118,11 @@ class KBearSettings(BaseModel):
             Default 2000. Clients only.
         switch_mode: ``kbear.switch.mode`` (:class:`SwitchMode`), default
             ``drain``. Clients only (the Spark source always drains).
-        switch_start: ``kbear.switch.start`` (:class:`SwitchStart`), default
-            ``committed``; the Spark source's default is
-            :data:`SPARK_SWITCH_START`.
+        switch_start: ``kbear.switch.start`` (:class:`SwitchStart`): ``committed``
+            (default), ``earliest``, ``latest``, ``timestamp`` or ``translated``
+            (the group's offsets translated through the old cluster's mirror,
+            ``kbear.mirror`` in ``clusters.yaml``; clients only); the Spark
+            source's default is :data:`SPARK_SWITCH_START`.
         timestamp_margin_ms: ``kbear.switch.timestamp.margin.ms`` (int, ms,
             >= 0): with ``timestamp`` starts, how far before the last consumed
             timestamp to start. Default 0. Clients only.

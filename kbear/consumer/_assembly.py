@@ -32,8 +32,9 @@ from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
+from kbear.consumer._translated import MirrorStarts
 from kbear.router import Router
-from kbear.settings import KBearSettings
+from kbear.settings import KBearSettings, SwitchStart
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,9 @@ def assemble(
         commit_positions=rebalancer.commit_on_revoke,
         clock=time.monotonic,
     )
+    registry.error_hook = driver.cluster_error
+    if s.switch_start is SwitchStart.TRANSLATED:
+        rebalancer.translate = MirrorStarts(router, group, native)
 
     def repin() -> None:
         binding.refresh()  # built below, with the poll loop it falls back to

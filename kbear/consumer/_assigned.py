@@ -154,7 +154,15 @@ class AssignedMoves:
     ) -> list[TopicPartition]:
         """``topic``'s partitions ``moved`` (logical name) with their start offsets on
         ``new``'s cluster: the group's committed offsets there (else
-        ``auto.offset.reset``), the beginning, the end, or by timestamp."""
+        ``auto.offset.reset``), the beginning, the end, by timestamp, or translated
+        through the old cluster's mirror."""
+        if start.translated and self._rebalancer.translate is not None:
+            entry = self._placement.client_for(new)
+            physical = [TopicPartition(new.topic, p, OFFSET_STORED) for p in moved]
+            return [
+                TopicPartition(topic, tp.partition, tp.offset)
+                for tp in self._rebalancer.translate(entry, physical, start)
+            ]
         if start.offset is None:
             return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
         if not start.by_time:

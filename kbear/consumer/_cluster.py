@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from kbear import _events
 from kbear._clients import Target, cluster_config, confluent_client, current_factory, renamed
@@ -130,6 +130,9 @@ class ClusterRegistry:
         #: called as ``hook(cluster_id, err, partitions)`` from each member client's
         #: ``on_commit`` (before the application's), when set
         self.commit_hook: Callable[[str, Any, list[TopicPartition]], None] | None = None
+        #: called as ``hook(cluster_id, err)`` from each member client's ``error_cb``
+        #: (before the application's, or kbear's logging of it), when set
+        self.error_hook: Callable[[str, KafkaError], None] | None = None
         self._factory = factory
         self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
@@ -168,6 +171,8 @@ class ClusterRegistry:
             return current, None
         conf = cluster_config(self.native, target.properties)
         _events.configure("consumer", target.cluster_id, conf)
+        if self.error_hook is not None:
+            conf["error_cb"] = _error_callback(self.error_hook, target.cluster_id, conf.get("error_cb"))
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
         entry = ClusterClient(target.cluster_id, target.properties, self._build(target.cluster_id, conf))
@@ -240,3 +245,19 @@ def _commit_callback(
             user_cb(err, partitions)
 
     return on_commit
+
+
+def _error_callback(
+    hook: Callable[[str, KafkaError], None],
+    cluster_id: str,
+    then: Callable[[KafkaError], None] | None,
+) -> Callable[[KafkaError], None]:
+    """``error_cb`` of a member client of ``cluster_id``: kbear's ``hook``, then the
+    callback it wraps (the application's, or kbear's logging of it), unchanged."""
+
+    def error_cb(err: KafkaError) -> None:
+        hook(cluster_id, err)
+        if then is not None:
+            then(err)
+
+    return error_cb

@@ -165,10 +165,20 @@ class SwitchDriver:
         self._tell()
         self._wake = 0.0
 
+    def cluster_error(self, cluster_id: str, err: KafkaError) -> None:
+        """An error of a member client of ``cluster_id`` (its ``error_cb``):
+        ``_ALL_BROKERS_DOWN`` marks the cluster dead for the engine (a drain there
+        ends at once); it counts as alive again on its next message or probe answer."""
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.engine.cluster_down(cluster_id, True)
+            self._wake = 0.0
+
     def message(self, entry: ClusterClient, msg: Any, route: Route | None) -> None:
         """A message (logical topic name already set) read from ``entry``'s cluster;
         ``route``: the topic's route in use."""
         topic = msg.topic()
+        if self.engine.down and msg.error() is None:
+            self.engine.cluster_down(entry.cluster_id, False)
         if self.engine.draining:
             ts = msg.timestamp()[1] if self.engine.tracks_timestamps else 0
             self.engine.message(topic, entry.cluster_id, msg.partition(), ts, self._clock())
@@ -191,7 +201,10 @@ class SwitchDriver:
             if future.done():
                 del self._probes[topic]
                 if not future.cancelled():
-                    self.engine.progress(topic, future.result(), now)
+                    answer = future.result()
+                    if answer.error is None and (old := self.engine.drain_of(topic)) is not None:
+                        self.engine.cluster_down(old.cluster_id, False)
+                    self.engine.progress(topic, answer, now)
                 self._wake = 0.0
         self._running = [(f, cid) for f, cid in self._running if not f.done()]
         if now < self._wake:

@@ -101,6 +101,12 @@ class Rebalancer:
         #: ``kbear.ack.mode=individual``: called with the entry and the revoked
         #: partitions (physical names) after the revocation's commit
         self.revoked_hook: Callable[[ClusterClient, list[TopicPartition]], None] | None = None
+        #: ``kbear.switch.start=translated``: the start offsets of a moved topic's
+        #: partitions (physical names) on ``entry``'s cluster, from its plan
+        #: (:class:`kbear.consumer._translated.MirrorStarts`)
+        self.translate: (
+            Callable[[ClusterClient, list[TopicPartition], StartPlan], list[TopicPartition]] | None
+        ) = None
 
     @property
     def current(self) -> ClusterClient | None:
@@ -221,7 +227,7 @@ class Rebalancer:
         plans: dict[str, StartPlan] = {}
         for topic in {tp.topic for tp in partitions}:
             plan = self.start_at.pop((entry.cluster_id, topic), None)
-            if plan is not None and plan.offset is not None:
+            if plan is not None and (plan.offset is not None or plan.translated):
                 plans[topic] = plan
         if not plans:
             return partitions
@@ -230,6 +236,14 @@ class Rebalancer:
             tp if tp.topic not in offsets else TopicPartition(tp.topic, tp.partition, offsets[tp.topic])
             for tp in partitions
         ]
+        translated = {topic: plan for topic, plan in plans.items() if plan.translated}
+        if translated and self.translate is not None:
+            starts = {
+                (tp.topic, tp.partition): tp
+                for topic, plan in translated.items()
+                for tp in self.translate(entry, [tp for tp in out if tp.topic == topic], plan)
+            }
+            out = [starts.get((tp.topic, tp.partition), tp) for tp in out]
         by_time = [tp for tp in out if tp.topic in plans and plans[tp.topic].by_time]
         if by_time:
             found = {

@@ -61,7 +61,7 @@ def test_defaults_and_enums() -> None:
     assert (s.drain_idle_ms, s.drain_timeout_ms, s.reload_interval_ms) == (250, 1000, 10_000)
     assert s.config_dir == "/etc/kbear"
     assert [m.value for m in SwitchMode] == ["drain", "immediate"]
-    assert {m.value for m in SwitchStart} == {"committed", "timestamp", "earliest", "latest"}
+    assert {m.value for m in SwitchStart} == {"committed", "timestamp", "earliest", "latest", "translated"}
 
 
 def test_settings_are_frozen() -> None:
@@ -90,7 +90,8 @@ def test_client_from_keys_or_argument() -> None:
         (
             "kbear.switch.start",
             "middle",
-            "kbear.switch.start must be one of committed, earliest, latest, timestamp, got 'middle'",
+            "kbear.switch.start must be one of committed, earliest, latest, timestamp, translated, "
+            "got 'middle'",
         ),
         ("kbear.switch.drain.idle.ms", "soon", "kbear.switch.drain.idle.ms must be an integer number of ms"),
         ("kbear.switch.drain.idle.ms", 2.5, "kbear.switch.drain.idle.ms must be an integer number of ms"),

@@ -4,7 +4,7 @@ lag per partition.
 
 The pure property draws a mirror (records copied with random gaps, syncs at random)
 and checks :func:`translate_group` against where each record truly landed; the
-mock-cluster property runs the test replicator (tests/mirror/_mirror_replicator.py) between
+mock-cluster property runs the test replicator (tests/_mirror_replicator.py) between
 two librdkafka mock clusters and reads the records it wrote with :func:`read_mirror`.
 """
 

@@ -1,0 +1,150 @@
+"""``kbear.switch.start=translated``: where a moved topic starts on its new cluster,
+from the group's offsets on the old one and the old cluster's mirror.
+
+The old cluster's ``clusters.yaml`` entry says how it is mirrored
+(:class:`kbear.config.Failover`):
+
+- ``kbear.mirror: mm2`` (MirrorMaker 2) with ``kbear.failover.to`` naming the new
+  cluster: MirrorMaker 2's checkpoints and offset syncs are read (on the new
+  cluster; the offset syncs on the old one too when it answers) and translated
+  (:mod:`kbear.mirror`): never past the true position; a partition without a
+  translation starts from the group's committed offset on the new cluster, else
+  ``auto.offset.reset``;
+- ``kbear.mirror: identical`` (offsets the same on both sides): the group's
+  committed offsets on the old cluster at the switch, as they are;
+- no mirror to the new cluster (``none``, or another standby): the committed
+  offsets on the new cluster, with a warning.
+
+The reads run when the topic's partitions are assigned on the new cluster, in the
+rebalance callback (as ``offsets_for_times`` does for ``timestamp``), each bounded
+by :data:`TRANSLATION_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, TopicPartition
+
+from kbear._clients import cluster_config
+from kbear._switch import StartPlan
+from kbear.config import Failover, MirrorKind
+from kbear.consumer._cluster import ClusterClient
+from kbear.mirror import StartSource, TranslatedStart, read_mirror, translate_group
+from kbear.router import Router
+
+__all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts"]
+
+log = logging.getLogger("kbear.consumer")
+
+#: Bound of each read of a mirror's topics at a translated start (seconds).
+TRANSLATION_TIMEOUT_S = 10.0
+
+
+class MirrorStarts:
+    """The ``translate`` of a consumer's :class:`~kbear.consumer._rebalance.Rebalancer`.
+
+    Args:
+        router: the consumer's router (the old cluster's mirror declaration).
+        group: the consumer group id.
+        native: the application's confluent-kafka configuration (merged under each
+            cluster's properties to reach it).
+
+    Attributes:
+        last: (cluster id, physical topic) -> partition -> the last translation made
+            for a topic moved there (``mm2`` only), for logs and tests.
+    """
+
+    def __init__(self, router: Router, group: str, native: Mapping[str, Any]) -> None:
+        self._router = router
+        self._group = group
+        self._native = dict(native)
+        self.last: dict[tuple[str, str], dict[int, TranslatedStart]] = {}
+
+    def _failover(self, cluster_id: str) -> Failover | None:
+        cluster = self._router.config.clusters.get(cluster_id)
+        return None if cluster is None else cluster.failover
+
+    def __call__(
+        self, entry: ClusterClient, partitions: list[TopicPartition], plan: StartPlan
+    ) -> list[TopicPartition]:
+        """``partitions`` (physical names, on ``entry``'s cluster) with their translated
+        start offsets (``OFFSET_INVALID``: the committed offset, else ``auto.offset.reset``)."""
+        source = plan.source
+        if source is None or not partitions:
+            return partitions
+        failover = self._failover(source.cluster_id)
+        mirrored = failover is not None and failover.mirror is not MirrorKind.NONE
+        if failover is None or not mirrored or failover.standby != entry.cluster_id:
+            log.warning(
+                "kbear: kbear.switch.start=translated: cluster %r is not declared mirrored to %r "
+                "(kbear.mirror, kbear.failover.to in clusters.yaml): %r starts from the committed offsets",
+                source.cluster_id,
+                entry.cluster_id,
+                source.requested_topic,
+            )
+            return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+        known = {p: o for p, o in plan.upstream.items() if o >= 0}
+        if failover.mirror is MirrorKind.IDENTICAL:
+            out = [
+                TopicPartition(tp.topic, tp.partition, known.get(tp.partition, OFFSET_INVALID))
+                for tp in partitions
+            ]
+            log.info(
+                "kbear: %r starts on cluster %r at its offsets on %r: %s",
+                source.requested_topic,
+                entry.cluster_id,
+                source.cluster_id,
+                out,
+            )
+            return out
+        return self._mm2(entry, partitions, plan, failover, known)
+
+    def _mm2(
+        self,
+        entry: ClusterClient,
+        partitions: list[TopicPartition],
+        plan: StartPlan,
+        failover: Failover,
+        known: dict[int, int],
+    ) -> list[TopicPartition]:
+        source = plan.source
+        assert source is not None
+        target_topic = partitions[0].topic
+        view = read_mirror(
+            failover,
+            cluster_config(self._native, entry.properties),
+            cluster_config(self._native, source.properties) if known else None,
+            timeout_s=TRANSLATION_TIMEOUT_S,
+        )
+        starts = translate_group(
+            self._group,
+            source.topic,
+            target_topic,
+            [tp.partition for tp in partitions],
+            upstream=known,
+            checkpoints=view.checkpoints,
+            syncs=view.syncs,
+        )
+        self.last[(entry.cluster_id, target_topic)] = starts
+        out = [
+            TopicPartition(
+                tp.topic,
+                tp.partition,
+                o if (o := starts[tp.partition].offset) is not None else OFFSET_INVALID,
+            )
+            for tp in partitions
+        ]
+        missing = sorted(p for p, s in starts.items() if s.source is StartSource.NONE)
+        log.info(
+            "kbear: %r starts on cluster %r translated from %r by MirrorMaker 2 (%s): %s%s",
+            source.requested_topic,
+            entry.cluster_id,
+            source.cluster_id,
+            ", ".join(f"{p}: {s.source.value} {s.offset}" for p, s in sorted(starts.items())),
+            "" if view.complete else " (the mirror's topics were not read to their end)",
+            f"; partitions {missing} from the committed offsets" if missing else "",
+        )
+        return out

@@ -1,0 +1,179 @@
+"""``kbear.switch.start=translated`` (#27 item 4): a group moved from a cluster to its
+MirrorMaker 2 standby starts at its offsets translated through the mirror's
+checkpoints and offset syncs (written here by the test replicator between two mock
+clusters, in MirrorMaker 2's format), re-reading at most the mirror's sync lag and
+skipping nothing; and the drain of a dead cluster ends at once."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _mirror_replicator import Replicator
+from confluent_kafka import Producer
+
+from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
+from kbear import RoutedConsumer, Router
+from kbear.testing import EmbeddedCluster
+
+NO_WATCH = {"kbear.reload.interval.ms": 0}
+Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
+PARTITIONS = 2
+
+
+def write_mirrored(directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, topic: str) -> Path:
+    """``east`` mirrored to ``west`` by MirrorMaker 2 (alias ``east``); ``topic`` on east."""
+    directory.mkdir(parents=True, exist_ok=True)
+    clusters = [
+        {
+            "id": "east",
+            "meta": {
+                "bootstrap.servers": east.bootstrap_servers,
+                "kbear.failover.to": "west",
+                "kbear.mirror": "mm2",
+                "kbear.mirror.source.alias": "east",
+            },
+        },
+        {"id": "west", "meta": {"bootstrap.servers": west.bootstrap_servers}},
+    ]
+    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
+    rewrite_rules(directory, on_east(topic))
+    return directory
+
+
+def on_east(topic: str) -> list[dict[str, Any]]:
+    return [rule("global", "use cluster east", isGlobal=True)]
+
+
+def on_west(topic: str) -> list[dict[str, Any]]:
+    # the mirrored copy: <alias>.<topic> (MirrorMaker 2's default replication policy)
+    return [rule("move", f"use cluster west, topic east.{topic}", topic=topic), *on_east(topic)]
+
+
+@pytest.fixture
+def mirrored(
+    two_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str]
+) -> Iterator[tuple[str, Path, Router, Replicator]]:
+    east, west = two_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    directory = write_mirrored(tmp_path / "conf", east, west, topic)
+    router = Router.from_path(directory)
+    replicator = Replicator(east, west, topic, PARTITIONS, skip=0.0, sync_every=5, rng=random.Random(7))
+    replicator.create_topics()
+    try:
+        yield topic, directory, router, replicator
+    finally:
+        replicator.close()
+        router.close()
+
+
+def produce(cluster: EmbeddedCluster, topic: str, label: str, count: int) -> list[bytes]:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+    values = [f"{label}-{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=f"k{i % 6}".encode())
+    assert producer.flush(10) == 0
+    return values
+
+
+def consumer_of(router: Router, closing: Callable[[Any], Any], group: str, **extra: Any) -> RoutedConsumer:
+    conf = {
+        "group.id": group,
+        **FAST_GROUP,
+        **NO_WATCH,
+        "kbear.switch.drain.idle.ms": 200,
+        "kbear.switch.start": "translated",
+        **extra,
+    }
+    return closing(RoutedConsumer(conf, router=router))
+
+
+def read_some(consumer: RoutedConsumer, count: int) -> list[Any]:
+    """Exactly ``count`` messages (or fewer at the time bound), committed."""
+    got: list[Any] = []
+    deadline = time.monotonic() + 15
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(m for m in consumer.consume(count - len(got), 0.1) if m.error() is None)
+    consumer.commit(asynchronous=False)
+    return got
+
+
+def test_a_group_moved_to_its_mm2_standby_rereads_at_most_the_sync_lag(
+    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> None:
+    east, _west = two_clusters
+    topic, directory, router, replicator = mirrored
+    sent = produce(east, topic, "e", 60)
+    group = topic + ".group"
+    consumer = consumer_of(router, closing, group)
+    consumer.subscribe([topic])
+    first = read_some(consumer, 25)
+    assert len(first) == 25
+    replicator.copy()  # every record mirrored (syncs every few records)
+
+    rewrite_rules(directory, on_west(topic))
+    assert router.reload() is True
+    rest = consume_until(consumer, len(sent) - len(first), timeout=20)
+    rest += consume_until(consumer, 100, timeout=1.0)  # and nothing more than the re-reads
+    assert consumer.routes()[topic].cluster_id == "west"
+    counts = Counter(m.value() for m in first + rest)
+    assert set(counts) == set(sent)  # nothing skipped
+    # the drain read east to its end: on west, only re-reads, at most the sync lag per partition
+    partition_of = {m.value(): m.partition() for m in first + rest}
+    reread = Counter()
+    for value, n in counts.items():
+        reread[partition_of[value]] += n - 1
+    for partition, n in reread.items():
+        assert n <= replicator.max_sync_gap(partition), (partition, n, replicator.copied[partition].syncs)
+
+
+def test_the_drain_of_a_dead_cluster_ends_at_once_and_the_group_starts_at_its_checkpoint(
+    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> None:
+    east, _west = two_clusters
+    topic, directory, router, replicator = mirrored
+    sent = produce(east, topic, "e", 60)
+    group = topic + ".group"
+    consumer = consumer_of(router, closing, group, **{"kbear.switch.drain.timeout.ms": 30_000})
+    consumer.subscribe([topic])
+    first = read_some(consumer, 20)
+    assert len(first) == 20
+    replicator.copy()
+    # MirrorMaker 2 checkpointed the commit (of the partitions read so far; one
+    # without a commit has no checkpoint and starts from auto.offset.reset, earliest)
+    assert replicator.checkpoint(group)
+    more = read_some(consumer, 10)  # read (and committed) after the last checkpoint
+
+    east.set_broker_down(1)
+    try:
+        # the application keeps polling while east's broker is down (its client sees
+        # every broker down), then the operator moves the topic to the standby
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            more += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        moved = time.monotonic()
+        rewrite_rules(directory, on_west(topic))
+        assert router.reload() is True
+        rest: list[Any] = []
+        while not rest and time.monotonic() - moved < 25:
+            rest += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        # well before kbear.switch.drain.timeout.ms (30 s): the drain ended at once
+        assert rest, "nothing read on west"
+        assert time.monotonic() - moved < 10
+        assert consumer.routes()[topic].cluster_id == "west"
+        rest += consume_until(consumer, len(sent), timeout=3)  # everything left, plus re-reads
+        counts = Counter(m.value() for m in first + more + rest)
+        assert set(counts) == set(sent)  # nothing skipped
+        # from the checkpoint: what was read since it is read again, and at most the
+        # sync lag before it; nothing further back
+        reread = sum(n - 1 for n in counts.values())
+        assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS))
+    finally:
+        east.set_broker_up(1)
