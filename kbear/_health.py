@@ -125,10 +125,10 @@ class HealthBoard:
         self.recover_ms = recover
         self._clusters: dict[str, _Cluster] = {}
 
-    def observe(self, cluster: str, reachable: bool | None, now_ms: float) -> Transition | None:
+    def observe(self, cluster: str, reachable: bool | None, now_ms: float) -> None:
         """Record that ``cluster`` was (``reachable``) or was not reachable at
-        ``now_ms`` (None: nothing known, only time passes); returns the transition it
-        causes, if any."""
+        ``now_ms`` (None: nothing known). Decisions are :meth:`tick`'s: one place
+        reports every transition."""
         c = self._clusters.get(cluster)
         if c is None:
             c = self._clusters[cluster] = _Cluster()
@@ -141,7 +141,6 @@ class HealthBoard:
                 c.down_since = None
             elif c.up_since is None:
                 c.up_since = now_ms
-        return self._decide(cluster, c, now_ms)
 
     def tick(self, now_ms: float) -> list[Transition]:
         """Let time pass (``now_ms``) for every cluster: the transitions it causes."""
@@ -165,14 +164,18 @@ class HealthBoard:
         return None
 
     def health(self, cluster: str, now_ms: float) -> ClusterHealth:
-        """What the policy says of ``cluster`` at ``now_ms`` (time passing applied)."""
+        """What the policy says of ``cluster`` at ``now_ms`` (time passing counted;
+        nothing changed: transitions are reported by :meth:`tick` only)."""
         c = self._clusters.get(cluster)
         if c is None:
             return ClusterHealth.UP
-        self._decide(cluster, c, now_ms)
-        if c.lost:
-            return ClusterHealth.RECOVERING if c.up_since is not None else ClusterHealth.LOST
-        return ClusterHealth.UP if c.down_since is None else ClusterHealth.SUSPECT
+        if not c.lost:
+            if c.down_since is None:
+                return ClusterHealth.UP
+            return ClusterHealth.LOST if now_ms - c.down_since >= self.after_ms else ClusterHealth.SUSPECT
+        if c.up_since is None:
+            return ClusterHealth.LOST
+        return ClusterHealth.UP if now_ms - c.up_since >= self.recover_ms else ClusterHealth.RECOVERING
 
     def lost(self) -> frozenset[str]:
         """The clusters declared lost (and not recovered) at the last observation or tick."""

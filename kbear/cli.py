@@ -27,6 +27,7 @@ stderr). See :mod:`kbear._cli_config`.
     kbear failover --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear failback --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
+                   [--failover-after-ms MS]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -333,6 +334,15 @@ def _add_serve(sub: Any) -> None:
         default=0.5,
         metavar="SECONDS",
         help="seconds between checks of DIR for changes (default: 0.5)",
+    )
+    serve.add_argument(
+        "--failover-after-ms",
+        type=_positive_int,
+        default=None,
+        metavar="MS",
+        help="watch the clusters that have a standby (kbear.failover.to) and fail one over, for every "
+        "client, once none of its bootstrap servers took a TCP connection for MS ms (writes "
+        "kbear.failover.active into DIR's clusters.yaml; default: no watch)",
     )
     serve.add_argument(
         "--workers",

@@ -14,7 +14,19 @@ clusters the routes name.
 
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._failover_cli import DESCRIPTION as FAILOVER_DESCRIPTION
+from kbear.admin._failover_cli import FailoverPlan, tcp_probe
 from kbear.admin._failover_cli import add_arguments as add_failover_arguments
+from kbear.admin._failover_cli import apply as apply_failover
+from kbear.admin._failover_cli import plan as plan_failover
 from kbear.admin._failover_cli import run as run_failover
 
-__all__ = ["FAILOVER_DESCRIPTION", "RoutedAdminClient", "add_failover_arguments", "run_failover"]
+__all__ = [
+    "FAILOVER_DESCRIPTION",
+    "FailoverPlan",
+    "RoutedAdminClient",
+    "add_failover_arguments",
+    "apply_failover",
+    "plan_failover",
+    "run_failover",
+    "tcp_probe",
+]

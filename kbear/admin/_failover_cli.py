@@ -26,8 +26,10 @@ import difflib
 import json
 import re
 import shutil
+import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -107,6 +109,27 @@ def probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
     return None
 
 
+def tcp_probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
+    """None when a TCP connection to one of ``cluster``'s bootstrap servers opens
+    within ``timeout_s``, else why none did (no credentials needed: what ``kbear
+    serve``, which holds none, can tell of a cluster)."""
+    errors = []
+    for server in cluster.bootstrap_servers.split(","):
+        address = server.strip().rsplit("://", 1)[-1]
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except (OSError, ValueError) as exc:
+            errors.append(f"{address}: {exc}")
+            continue
+        return None
+    return "; ".join(errors) or "no bootstrap server"
+
+
+#: ``probe(cluster, timeout_s)``: None when the cluster answers, else why not
+Probe = Callable[[ClusterConfig, float], str | None]
+
+
 def _entry_lines(lines: list[str], cluster_id: str) -> tuple[int, int] | None:
     """(first, end) line indexes of ``cluster_id``'s block-style list entry."""
     start = re.compile(rf"^(\s*)-\s+id:\s*['\"]?{re.escape(cluster_id)}['\"]?\s*(#.*)?$")
@@ -174,17 +197,28 @@ def _rewrite(text: str, cluster_id: str, active: bool) -> str:
     return str(yaml.safe_dump(document, sort_keys=False))
 
 
-def _validate(directory: Path, new_text: str) -> KBearConfig:
+def _validate(directory: Path, new_text: str, load: Callable[[Path], KBearConfig]) -> KBearConfig:
     """The configuration of ``directory`` with clusters.yaml replaced, from a copy."""
     with tempfile.TemporaryDirectory(prefix="kbear-failover-") as tmp:
         copy = Path(tmp) / "config"
         shutil.copytree(directory, copy)
         (copy / CLUSTERS_FILE).write_text(new_text, encoding="utf-8")
-        return load_config(copy)
+        return load(copy)
 
 
-def plan(directory: Path, config: KBearConfig, cluster_id: str, back: bool, timeout_s: float) -> FailoverPlan:
+def plan(
+    directory: Path,
+    config: KBearConfig,
+    cluster_id: str,
+    back: bool,
+    timeout_s: float,
+    check: Probe = probe,
+    load: Callable[[Path], KBearConfig] = load_config,
+) -> FailoverPlan:
     """The plan of a failover (``back`` False) or fail-back of ``cluster_id``.
+
+    ``check`` tells whether a cluster answers (default :func:`probe`); ``load`` loads
+    the changed copy of the directory to validate it (default ``load_config``).
 
     Raises:
         ValueError: no such cluster, or it has no standby (the message says which).
@@ -211,7 +245,7 @@ def plan(directory: Path, config: KBearConfig, cluster_id: str, back: bool, time
         out.ready = True
         return out
     for cid in (cluster_id, standby):
-        out.reachable[cid] = probe(config.clusters[cid], timeout_s)
+        out.reachable[cid] = check(config.clusters[cid], timeout_s)
     needed = cluster_id if back else standby
     if out.reachable[needed] is not None:
         out.why_not = f"cluster {needed!r} does not answer: {out.reachable[needed]}"
@@ -220,7 +254,7 @@ def plan(directory: Path, config: KBearConfig, cluster_id: str, back: bool, time
     new = _edit(old, cluster_id, not back)
     if new is None:
         new, out.rewritten = _rewrite(old, cluster_id, not back), True
-    _validate(directory, new)
+    _validate(directory, new, load)
     out.diff = "".join(
         difflib.unified_diff(
             old.splitlines(keepends=True), new.splitlines(keepends=True), CLUSTERS_FILE, CLUSTERS_FILE
@@ -228,6 +262,16 @@ def plan(directory: Path, config: KBearConfig, cluster_id: str, back: bool, time
     )
     out.new_text = new
     return out
+
+
+def apply(directory: Path, result: FailoverPlan) -> None:
+    """Write ``result``'s clusters.yaml into ``directory`` atomically (``applied`` set).
+
+    Raises:
+        OSError: the file could not be written (it is then unchanged).
+    """
+    replace_file(directory / CLUSTERS_FILE, result.new_text)
+    result.applied = True
 
 
 def _print(p: FailoverPlan, out: TextIO) -> None:
@@ -272,11 +316,10 @@ def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: Te
         return EXIT_CONFIG_ERROR
     if args.apply and result.ready and not result.done:
         try:
-            replace_file(directory / CLUSTERS_FILE, result.new_text)
+            apply(directory, result)
         except OSError as exc:
             print(f"kbear: cannot write {directory / CLUSTERS_FILE}: {exc}", file=err)
             return EXIT_CONFIG_ERROR
-        result.applied = True
     if args.json:
         shown = asdict(result)
         del shown["new_text"]

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from kbear.config import ConfigError
 from kbear.server.app import create_app
 from kbear.server.auth import TOKEN_ENV, read_tokens
+from kbear.server.failover import FailoverWatch
 from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
 
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         args: ``config``, ``host``, ``port``, ``token_file``, ``ssl_certfile``,
             ``ssl_keyfile``, ``ssl_ca_certs``, ``watch_interval`` (seconds),
             ``workers``, ``fleet``, ``fleet_db``, ``fleet_ttl``, ``fleet_max_entries``,
+            ``failover_after_ms`` (None: no failover watch, :mod:`kbear.server.failover`),
             ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
 
     Returns:
@@ -115,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
         "required" if tokens else f"not required (set --token-file or {TOKEN_ENV})",
     )
     with contextlib.ExitStack() as cleanup:
+        if args.failover_after_ms is not None:
+            watch = FailoverWatch(args.config, lambda: holder.served.config, args.failover_after_ms)
+            watch.start()
+            cleanup.callback(watch.stop)
+            log.info("kbear serve: failing over clusters lost for %d ms", args.failover_after_ms)
         fleet: dict[str, Any] | None = None
         if args.fleet == "on":
             path = args.fleet_db

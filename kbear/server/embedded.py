@@ -25,6 +25,7 @@ from types import TracebackType
 import uvicorn
 
 from kbear.server.app import create_app
+from kbear.server.failover import FailoverWatch
 from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
 
@@ -50,6 +51,8 @@ class EmbeddedMetaService:
         token: a bearer token the service requires (None: none).
         fleet: record the fleet (``GET /fleet``, the console) in a SQLite file
             in a temporary directory removed by :meth:`close`.
+        failover_after_ms: watch the clusters and fail a lost one over (``kbear
+            serve --failover-after-ms``, :mod:`kbear.server.failover`); None: no watch.
 
     Raises:
         ConfigError: the directory's configuration is invalid.
@@ -63,8 +66,17 @@ class EmbeddedMetaService:
         watch_interval_s: float = 0.2,
         token: str | None = None,
         fleet: bool = True,
+        failover_after_ms: int | None = None,
     ) -> None:
         self.holder = ConfigHolder(directory, watch_interval_s)
+        #: the failover watch (None without ``failover_after_ms``)
+        self.failover: FailoverWatch | None = None
+        if failover_after_ms is not None:
+            holder = self.holder
+            self.failover = FailoverWatch(
+                Path(directory), lambda: holder.served.config, failover_after_ms, interval_s=0.2
+            )
+            self.failover.start()
         self.port = _free_port()
         self._tmp = tempfile.TemporaryDirectory(prefix="kbear-embedded-serve-")
         #: The recorded fleet (None when ``fleet=False``).
@@ -90,6 +102,8 @@ class EmbeddedMetaService:
 
     def close(self) -> None:
         """Stop serving (waits up to 10 s for the server thread)."""
+        if self.failover is not None:
+            self.failover.stop()
         self._server.should_exit = True
         self._thread.join(_START_STOP_S)
         self._tmp.cleanup()

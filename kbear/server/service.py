@@ -101,6 +101,18 @@ def _cluster(config: KBearConfig, cluster_id: str) -> ClusterMessage:
     return ClusterMessage.model_construct(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
 
 
+def _add_cluster(config: KBearConfig, clusters: dict[str, ClusterMessage], cluster_id: str) -> None:
+    """``cluster_id`` into ``clusters``, with its chain of standbys (``kbear.failover.to``):
+    a client's configuration made of the answer names them (the standby must be a
+    cluster of it), and a client failing over itself needs their connection data."""
+    while cluster_id not in clusters and cluster_id in config.clusters:
+        clusters[cluster_id] = _cluster(config, cluster_id)
+        standby = config.clusters[cluster_id].failover.standby
+        if standby is None:
+            return
+        cluster_id = standby
+
+
 def _topic(config: KBearConfig, topic_id: str) -> TopicMessage:
     return TopicMessage.model_construct(id=topic_id, meta=dict(config.topic_meta(topic_id)))
 
@@ -137,8 +149,7 @@ def producer_route(served: Served, request: ProducerRouteRequest) -> ProducerRou
         routes[topic_id] = RouteMessage.model_construct(
             cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
         )
-        if route.cluster_id not in clusters:
-            clusters[route.cluster_id] = _cluster(config, route.cluster_id)
+        _add_cluster(config, clusters, route.cluster_id)
         if route.topic not in topics:
             topics[route.topic] = _topic(config, route.topic)
     status = _partial(ErrorCode.NO_ROUTE, "topic(s) without a route", missing) if missing else _SUCCESS
@@ -169,8 +180,7 @@ def consumer_route(served: Served, request: ConsumerRouteRequest) -> ConsumerRou
             cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
         )
         answered.append(ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
-        if route.cluster_id not in clusters:
-            clusters[route.cluster_id] = _cluster(config, route.cluster_id)
+        _add_cluster(config, clusters, route.cluster_id)
         if route.topic not in topics:
             topics[route.topic] = _topic(config, route.topic)
         groups.append(_group(config, group_id))

@@ -10,9 +10,10 @@ from kbear._health import ClusterHealth, HealthBoard, reachable_from_error, reac
 
 def test_lost_only_after_unreachable_for_after_ms() -> None:
     board = HealthBoard(after_ms=1000)
-    assert board.observe("east", False, 0) is None
+    board.observe("east", False, 0)
     assert board.health("east", 500) is ClusterHealth.SUSPECT
-    assert board.observe("east", False, 999) is None  # a repeated signal does not restart the clock
+    board.observe("east", False, 999)  # a repeated signal does not restart the clock
+    assert board.tick(999) == []
     assert board.lost() == frozenset()
     t = board.tick(1000)
     assert [(x.cluster, x.lost, x.for_ms) for x in t] == [("east", True, 1000)]
@@ -26,6 +27,7 @@ def test_a_break_restarts_the_clock() -> None:
     board.observe("east", True, 900)  # reachable again before after_ms: never lost
     assert board.health("east", 950) is ClusterHealth.UP
     board.observe("east", False, 1000)
+    board.observe("east", False, 2500)  # observed after after.ms: still declared by tick, once
     assert board.tick(1999) == []
     assert [t.lost for t in board.tick(2000)] == [True]
 
@@ -33,9 +35,10 @@ def test_a_break_restarts_the_clock() -> None:
 def test_unknown_observations_only_let_time_pass() -> None:
     board = HealthBoard(after_ms=100)
     board.observe("east", False, 0)
-    t = board.observe("east", None, 150)
-    assert t is not None and t.lost
-    assert board.observe("west", None, 150) is None
+    board.observe("east", None, 150)
+    assert [t.lost for t in board.tick(150)] == [True]
+    board.observe("west", None, 150)
+    assert board.tick(150) == []
     assert board.health("west", 150) is ClusterHealth.UP
 
 
@@ -43,7 +46,8 @@ def test_recovery_needs_reachable_for_recover_ms_without_a_break() -> None:
     board = HealthBoard(after_ms=100, recover_ms=1000)
     board.observe("east", False, 0)
     board.tick(100)
-    assert board.observe("east", True, 200) is None
+    board.observe("east", True, 200)
+    assert board.tick(200) == []
     assert board.health("east", 300) is ClusterHealth.RECOVERING
     assert board.lost() == {"east"}  # still lost while recovering
     board.observe("east", False, 900)  # flaps: lost again, the recovery clock restarts
