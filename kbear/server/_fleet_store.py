@@ -13,7 +13,7 @@ import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -83,11 +83,15 @@ class FleetEntry:
     digest: str
     first_seen: float
     seen: float
+    #: the meta as stored (JSON, sorted keys), when read from the store ("": not kept)
+    meta_json: str = field(default="", compare=False, repr=False)
 
     @cached_property
     def client_key(self) -> tuple[str, str, str]:
-        """What tells two clients apart: id, meta and the peer's host (computed once)."""
-        return (self.client_id, json.dumps(dict(self.meta), sort_keys=True), self.address.rsplit(":", 1)[0])
+        """What tells two clients apart: id, meta (as JSON, sorted keys) and the
+        peer's host (computed once)."""
+        meta = self.meta_json or json.dumps(dict(self.meta), sort_keys=True)
+        return (self.client_id, meta, self.address.rsplit(":", 1)[0])
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,7 @@ class FleetStore:
                 d,
                 first,
                 seen,
+                meta,
             )
             for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
         ]
