@@ -1,16 +1,19 @@
-"""What RoutedProducer and RoutedConsumer do alike (private).
+"""What every routed client (RoutedProducer, RoutedConsumer, RoutedAdminClient) has
+alike (private), as parts a facade builds, never a base class:
 
-- route-change listeners (``on_route_change``) and their notification;
-- configuration changes: the reloading thread only flags them and unbinds the
-  fast-path methods; the caller's thread applies them at its next call;
-- SASL credentials set on every cluster's client and on clients built later;
+- :class:`ClientCore`: who the client is (router, Client, kind, the confluent-kafka
+  configuration later clients are built from) and who hears of its route changes
+  (``on_route_change`` hooks); SASL credentials; its metrics snapshot;
+- :class:`ReloadSubscription`: the subscription to the router's reloads, held
+  weakly: a client dropped without ``close()`` is freed (and its clients with
+  it), as confluent-kafka's;
+- :class:`Uninitialized`: what an instance whose ``__init__`` never ran (a subclass
+  not calling it) has in place of its parts: every call refuses with
+  ``RuntimeError``, as confluent-kafka's clients;
 - topic-name rewriting of metadata (``list_topics`` of a remapped topic);
 - one NoRouteError naming several topics;
 - what confluent-kafka's clients check before anything else: the type of the
-  configuration argument, and an instance whose ``__init__`` never ran (a
-  subclass not calling it) refusing every call with ``RuntimeError``;
-- the subscription to the router's reloads, held weakly: a client dropped
-  without ``close()`` is freed (and its clients with it), as confluent-kafka's.
+  configuration argument.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -83,23 +86,6 @@ def check_config_argument(config: Any, kwargs: Mapping[str, Any], router: Any) -
     if not isinstance(config, Mapping):
         raise TypeError(f"expected configuration dict, got {type(config).__name__}")
     return config
-
-
-def client_snapshot(
-    kind: str, native: Mapping[str, Any], config: KBearConfig, routes: dict[str, Route], drains: int
-) -> _events.ClientSnapshot:
-    """The :class:`~kbear._events.ClientSnapshot` of a routed client of ``kind`` with the
-    confluent-kafka configuration ``native``, the configuration ``config`` in force,
-    ``routes`` (logical topic -> route in use) and ``drains`` in progress."""
-    return _events.ClientSnapshot(
-        kind=kind,
-        client_id=_events.client_id(dict(native)),
-        group=str(native.get("group.id", "")) if kind == "consumer" else "",
-        routes=routes,
-        drains=drains,
-        config_location=_events.location(config.directory or config.location),
-        config_digest=config.digest,
-    )
 
 
 class Uninitialized:
@@ -172,166 +158,77 @@ class ReloadSubscription:
             self.listener = None
 
 
-def notify_route_change(
-    kind: str,
-    native: dict[str, Any],
-    callbacks: Iterable[RouteChangeCallback],
-    log: logging.Logger,
-    old: Route,
-    new: Route | None,
-) -> None:
-    """Emit :class:`~kbear._events.RouteChanged` for a routed client of ``kind``
-    (``native``: its confluent-kafka configuration) and call each ``callback(old,
-    new)`` in the calling thread; a callback that raises is logged on ``log`` and
-    the switch stands."""
-    _events.emit(_events.RouteChanged(kind, _events.client_id(native), old.requested_topic, old, new))
-    for callback in list(callbacks):
-        try:
-            callback(old, new)
-        except Exception:
-            log.exception("kbear: on_route_change hook %r failed", callback)
+class ClientCore:
+    """Who a routed client is, and who hears of its route changes: one part its
+    facade builds and hands on (the parts that switch routes get :meth:`notify`,
+    never the facade).
 
+    Args:
+        kind: ``"producer"``, ``"consumer"`` or ``"client"`` (the admin client):
+            the kind of client in events and metrics.
+        native: the confluent-kafka configuration without kbear keys, from which
+            every cluster's client is built (``set_credentials`` updates it).
+        router: the router the routes come from.
+        client: the client the routes are looked up for (``client.*`` factors).
+        log: where a failing ``on_route_change`` hook is logged.
 
-def set_credentials(native: dict[str, Any], clients: Iterable[Any], username: str, password: str) -> None:
-    """Set SASL/PLAIN or SCRAM credentials on each of ``clients`` (confluent-kafka
-    clients) and in ``native``, the configuration later clients are built from.
-
-    Raises:
-        TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
-    """
-    for position, value in enumerate((username, password), 1):
-        if not isinstance(value, str):
-            raise TypeError(
-                f"set_sasl_credentials() argument {position} must be str, not {type(value).__name__}"
-            )
-    native["sasl.username"] = username
-    native["sasl.password"] = password
-    for client in clients:
-        client.set_sasl_credentials(username, password)
-
-
-class RoutedClientBase:
-    """Base of the routed clients: listeners, configuration changes, credentials.
-
-    Subclasses set ``_native`` (the confluent-kafka configuration without kbear
-    keys), ``_log``, ``_fast_paths`` (names of instance attributes bound over
-    class methods on a fast path) and implement :meth:`_native_clients`.
+    Attributes:
+        listeners: the ``on_route_change`` hooks, in registration order (a
+            producer's fast path is bound only while it is empty).
     """
 
-    _native: dict[str, Any]
-    _log: logging.Logger
-    _router: Router
-    _client: Client
-    _closed: bool
-    _fast_paths: tuple[str, ...] = ()
-    #: ``"producer"`` or ``"consumer"``: the kind of client in events and metrics
-    _kind = "client"
-    #: The RuntimeError message of a call on a client that is closed or was never
-    #: initialized (confluent-kafka's: "Producer has been closed", "Consumer closed").
-    _closed_message = "client has been closed"
+    __slots__ = ("client", "kind", "listeners", "log", "native", "router")
 
-    def __init__(self) -> None:
-        self._route_listeners: list[RouteChangeCallback] = []
-        self._pending = False
-        self._listener: Callable[[KBearConfig, KBearConfig], None] | None = None
-        _events.emit(_events.ClientOpened(self))
+    def __init__(
+        self, kind: str, native: dict[str, Any], router: Router, client: Client, log: logging.Logger
+    ) -> None:
+        self.kind = kind
+        self.native = native
+        self.router = router
+        self.client = client
+        self.log = log
+        self.listeners: list[RouteChangeCallback] = []
 
-    if not TYPE_CHECKING:  # (for mypy, attributes stay checked)
+    def notify(self, old: Route, new: Route | None) -> None:
+        """Emit :class:`~kbear._events.RouteChanged` and call each hook ``(old, new)``
+        in the calling thread; a hook that raises is logged and the switch stands."""
+        _events.emit(
+            _events.RouteChanged(self.kind, _events.client_id(self.native), old.requested_topic, old, new)
+        )
+        for callback in list(self.listeners):
+            try:
+                callback(old, new)
+            except Exception:
+                self.log.exception("kbear: on_route_change hook %r failed", callback)
 
-        def __getattr__(self, name: str) -> Any:
-            # Only reached for an attribute not found: in an instance whose __init__
-            # never ran (a subclass that does not call it), every state attribute. Such
-            # a client refuses every call as confluent-kafka's does, instead of an
-            # AttributeError from kbear's internals.
-            if not name.startswith("__") and not self._initialized:
-                raise RuntimeError(self._closed_message)
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    @property
-    def _initialized(self) -> bool:
-        """False in an instance whose ``__init__`` never ran."""
-        return "_route_listeners" in self.__dict__
-
-    def snapshot(self) -> _events.ClientSnapshot | None:
-        """What this client shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
-        its kind, ``client.id``, group, routes in use, drains in progress and the
-        configuration in force; None once closed, or when its constructor failed.
-
-        Raises:
-            RuntimeError: the route table changed while it was copied (taken from
-                another thread); try again.
-        """
-        if not self._initialized:
-            return None
-        try:
-            if self._closed:
-                return None
-            native = self._native
-            config = self._router.config
-            routes = self._routes_in_use()
-            drains = self._drains_in_progress()
-        except AttributeError:  # the constructor failed before the client was complete
-            return None
-        return client_snapshot(self._kind, native, config, routes, drains)
-
-    def _routes_in_use(self) -> dict[str, Route]:
-        """Logical topic -> route in use, copied (for :meth:`snapshot`); none by default."""
-        return {}
-
-    def _drains_in_progress(self) -> int:
-        """Drains in progress (for :meth:`snapshot`); none by default."""
-        return 0
-
-    def _listen(self, owns_router: bool) -> None:
-        """Follow the router's reloads through a weak reference to this client; when
-        the client is collected unclosed, the listener is removed (and an owned
-        router closed, which stops its watcher thread)."""
-        self._subscription = ReloadSubscription(self, self._router, self._on_config_change, owns_router)
-        self._listener = self._subscription.listener
-
-    def _stop_listening(self) -> None:
-        """Stop following reloads (``close()``); the router is left to the caller."""
-        if self._listener is not None:
-            self._subscription.stop()
-            self._listener = None
-
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._client
-
-    def on_route_change(self, callback: RouteChangeCallback) -> None:
-        """Call ``callback(old_route, new_route)`` in the caller's thread when a
-        topic in use has switched clusters (``new_route`` None: no route any more).
-        A hook that raises is logged and the switch stands."""
-        self._route_listeners.append(callback)
-
-    def _notify_route_change(self, old: Route, new: Route | None) -> None:
-        notify_route_change(self._kind, self._native, self._route_listeners, self._log, old, new)
-
-    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        # Runs in the reloading thread: only flag (and unbind the fast paths, so the
-        # next call takes the slow path); the caller's thread applies.
-        self._pending = True
-        self._unpin()
-
-    def _unpin(self) -> None:
-        for name in self._fast_paths:
-            self.__dict__.pop(name, None)
-
-    def _native_clients(self) -> Iterable[Any]:
-        raise NotImplementedError
-
-    def set_sasl_credentials(self, username: str, password: str) -> None:
-        """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on
-        clients built later (as confluent-kafka's ``set_sasl_credentials``).
+    def set_credentials(self, clients: Iterable[Any], username: str, password: str) -> None:
+        """Set SASL/PLAIN or SCRAM credentials on each of ``clients`` (confluent-kafka
+        clients) and in the configuration later clients are built from.
 
         Raises:
             TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
         """
-        set_credentials(self._native, self._native_clients(), username, password)
+        for position, value in enumerate((username, password), 1):
+            if not isinstance(value, str):
+                raise TypeError(
+                    f"set_sasl_credentials() argument {position} must be str, not {type(value).__name__}"
+                )
+        self.native["sasl.username"] = username
+        self.native["sasl.password"] = password
+        for client in clients:
+            client.set_sasl_credentials(username, password)
+
+    def snapshot(self, routes: dict[str, Route], drains: int) -> _events.ClientSnapshot:
+        """The :class:`~kbear._events.ClientSnapshot` of the client with ``routes``
+        (logical topic -> route in use) and ``drains`` in progress, under the
+        configuration in force."""
+        config = self.router.config
+        return _events.ClientSnapshot(
+            kind=self.kind,
+            client_id=_events.client_id(dict(self.native)),
+            group=str(self.native.get("group.id", "")) if self.kind == "consumer" else "",
+            routes=routes,
+            drains=drains,
+            config_location=_events.location(config.directory or config.location),
+            config_digest=config.digest,
+        )

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from kbear._base import NO_CONFIG, RoutedClientBase, check_config_argument
+from kbear import _events
+from kbear._base import NO_CONFIG, ClientCore, RouteChangeCallback, Uninitialized, check_config_argument
 from kbear._clients import open_router, poll_clients, split_config
 from kbear._delegate import delegate
 from kbear._identity import Client
@@ -26,8 +28,11 @@ __all__ = ["RoutedAdminClient"]
 
 log = logging.getLogger("kbear.admin")
 
+#: the parts a call goes to: in an instance whose __init__ never ran, each refuses
+_PARTS = ("_core", "_clusters", "_topics", "_groups", "_cluster_calls")
 
-class RoutedAdminClient(RoutedClientBase):
+
+class RoutedAdminClient:
     """A ``confluent_kafka.admin.AdminClient`` whose calls go to the clusters the
     routes name.
 
@@ -63,7 +68,15 @@ class RoutedAdminClient(RoutedClientBase):
     an unroutable name raises :class:`~kbear.NoRouteError` before anything is sent.
     """
 
-    _closed_message = CLOSED
+    def __new__(cls, *args: Any, **kwargs: Any) -> RoutedAdminClient:
+        self = super().__new__(cls)
+        # What an instance whose __init__ never ran (a subclass not calling it) has:
+        # every call refuses as a closed confluent-kafka AdminClient.
+        self._initialized = False
+        refusing: Any = Uninitialized(CLOSED)
+        for part in _PARTS:
+            setattr(self, part, refusing)
+        return self
 
     def __init__(
         self,
@@ -74,18 +87,19 @@ class RoutedAdminClient(RoutedClientBase):
         **kwargs: Any,
     ) -> None:
         config = check_config_argument(config, kwargs, router)
-        RoutedClientBase.__init__(self)
-        self._log = log
-        native, self._settings = split_config(config, kwargs, client, "RoutedAdminClient")
-        self._native = native
-        self._router, self._owns_router = open_router(router, self._settings, "RoutedAdminClient")
-        self._client = self._settings.client
-        self._closed = False
-        self._clusters = clusters = AdminClusters(self._router, self._client, native)
+        _events.emit(_events.ClientOpened(self))
+        native, settings = split_config(config, kwargs, client, "RoutedAdminClient")
+        used, owns_router = open_router(router, settings, "RoutedAdminClient")
+        self._core = ClientCore("client", native, used, settings.client, log)
+        self._clusters = clusters = AdminClusters(used, settings.client, native)
         self._topics = TopicCalls(clusters)
         self._groups = GroupCalls(clusters)
         self._cluster_calls = ClusterCalls(clusters)
-        self._listen(self._owns_router)
+        # Every call looks its routes up again: a reload needs no listener. A router
+        # of its own is closed (its watcher stopped) by close(), or when the admin
+        # client is collected unclosed.
+        self._router_closer = weakref.finalize(self, used.close) if owns_router else None
+        self._initialized = True
         # As a confluent-kafka AdminClient has its client (callbacks, logger, error_cb on
         # connection errors) from construction: when every route names one cluster.
         only = clusters.cluster_wide(None)
@@ -119,13 +133,34 @@ class RoutedAdminClient(RoutedClientBase):
     alter_user_scram_credentials = delegate("_cluster_calls", ClusterCalls.alter_user_scram_credentials)
     elect_leaders = delegate("_cluster_calls", ClusterCalls.elect_leaders)
 
-    def _native_clients(self) -> list[Any]:
-        return self._clusters.clients()
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._core.router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._core.client
 
     @property
     def clusters(self) -> list[str]:
         """The cluster ids of the configuration in force (clusters.yaml order)."""
-        return list(self._router.config.clusters)
+        return list(self._core.router.config.clusters)
+
+    def on_route_change(self, callback: RouteChangeCallback) -> None:
+        """Register ``callback(old_route, new_route)``, as the producer's and the
+        consumer's: an admin client keeps no routes in use (every call looks its
+        names up again), so the hook is kept and never called."""
+        self._core.listeners.append(callback)
+
+    def snapshot(self) -> _events.ClientSnapshot | None:
+        """What this client shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
+        kind ``client``, its ``client.id`` and the configuration in force (no routes
+        in use, no drains); None once closed, or when its constructor failed."""
+        if not self._initialized or self._clusters.closed:
+            return None
+        return self._core.snapshot({}, 0)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,7 +188,7 @@ class RoutedAdminClient(RoutedClientBase):
         for an instance whose ``__init__`` never ran, as confluent-kafka)."""
         if not self._initialized or self._clusters.closed:
             return 0
-        return sum(len(client) for client in self._native_clients())
+        return sum(len(client) for client in self._clusters.clients())
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on clients
@@ -164,7 +199,7 @@ class RoutedAdminClient(RoutedClientBase):
             RuntimeError: the client is closed ("Handle has been closed").
         """
         self._clusters.check_open(HANDLE_CLOSED)
-        super().set_sasl_credentials(username, password)
+        self._core.set_credentials(self._clusters.clients(), username, password)
 
     def close(self) -> None:
         """Stop following the configuration (and close an owned router) and drop the
@@ -175,10 +210,8 @@ class RoutedAdminClient(RoutedClientBase):
         AdminClient is collected."""
         if not self._clusters.close():
             return
-        self._closed = True
-        self._stop_listening()
-        if self._owns_router:
-            self._router.close()
+        if self._router_closer is not None:
+            self._router_closer()
 
     def __enter__(self) -> RoutedAdminClient:
         return self

@@ -27,14 +27,12 @@ from typing import Any, ClassVar
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
+    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
     Uninitialized,
     check_config_argument,
-    client_snapshot,
-    notify_route_change,
     rename_metadata,
-    set_credentials,
 )
 from kbear._clients import cluster_target, open_router, single_cluster, split_config
 from kbear._compiled import EXTENSION
@@ -64,9 +62,7 @@ _PARTS = (
     "_cluster_calls",
     "_sub",
     "_rebalancer",
-    "_router",
-    "_client",
-    "_route_listeners",
+    "_core",
 )
 
 
@@ -137,7 +133,6 @@ class RoutedConsumer:
     # at every call, as RoutedProducer's ``_fast_produce``.
     __slots__ = ("__dict__", "__weakref__", "_fast_consume", "_fast_poll")
 
-    _kind = "consumer"
     #: where the fast paths go: the slots the compiled methods read (True when the
     #: extension is built), or the instance's dictionary, over the methods
     _fast_slots: ClassVar[bool] = EXTENSION is not None
@@ -165,7 +160,6 @@ class RoutedConsumer:
     ) -> None:
         config = check_config_argument(config, kwargs, router)
         _events.emit(_events.ClientOpened(self))
-        self._route_listeners: list[RouteChangeCallback] = []
         native, self._settings = split_config(config, kwargs, client, "RoutedConsumer")
         group = native.get("group.id")
         if not group:
@@ -176,7 +170,6 @@ class RoutedConsumer:
             )
         self._group = str(group)
         individual = check_ack_settings(self._settings, native)
-        self._native = native
         # Checked before the router (and its watcher thread) exists: nothing to clean up.
         try:
             refresh_ms = int(native.get("topic.metadata.refresh.interval.ms", 300_000))
@@ -186,12 +179,12 @@ class RoutedConsumer:
                 f"got {native['topic.metadata.refresh.interval.ms']!r}"
             ) from None
         s = self._settings
-        self._router, self._owns_router = open_router(router, s, "RoutedConsumer")
-        self._client = s.client
+        used, self._owns_router = open_router(router, s, "RoutedConsumer")
+        self._core = ClientCore("consumer", native, used, s.client, log)
         self._closed = False
         self._initialized = True
         self._build(native, refresh_ms / 1000.0, individual)
-        self._reloads = ReloadSubscription(self, self._router, self._on_config_change, self._owns_router)
+        self._reloads = ReloadSubscription(self, used, self._on_config_change, self._owns_router)
         try:
             self._open_home_cluster()
         except BaseException:
@@ -206,11 +199,11 @@ class RoutedConsumer:
             self,
             self._settings,
             native,
-            router=self._router,
-            client=self._client,
+            router=self._core.router,
+            client=self._core.client,
             group=self._group,
             refresh_s=refresh_s,
-            notify=self._notify_route_change,
+            notify=self._core.notify,
             check_open=self._check_open,
             store=self._store_fast_paths,
             individual=individual,
@@ -240,8 +233,8 @@ class RoutedConsumer:
         ``consumer_group_metadata()`` answers now): when the configuration proves that
         every route of this consumer goes to one cluster, that cluster's client is
         built now; otherwise at the first subscribe or assign."""
-        config = self._router.config
-        home = single_cluster(config, self._client, self._group)
+        config = self._core.router.config
+        home = single_cluster(config, self._core.client, self._group)
         if home is not None and home in config.clusters:
             self._placement.client_for(cluster_target(home, config.clusters[home]))
 
@@ -283,18 +276,18 @@ class RoutedConsumer:
     @property
     def router(self) -> Router:
         """The router in use."""
-        return self._router
+        return self._core.router
 
     @property
     def client(self) -> Client:
         """The client the routes are looked up for (``client.*`` factors)."""
-        return self._client
+        return self._core.client
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
         topic in use has switched clusters (``new_route`` None: no route any more).
         A hook that raises is logged and the switch stands."""
-        self._route_listeners.append(callback)
+        self._core.listeners.append(callback)
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
         """Set SASL/PLAIN or SCRAM credentials on every cluster's client and on
@@ -305,7 +298,7 @@ class RoutedConsumer:
         """
         if not self._initialized:
             raise RuntimeError(_CLOSED)
-        set_credentials(self._native, [entry.consumer for entry in self._registry], username, password)
+        self._core.set_credentials([entry.consumer for entry in self._registry], username, password)
 
     def snapshot(self) -> _events.ClientSnapshot | None:
         """What this client shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
@@ -319,10 +312,7 @@ class RoutedConsumer:
         if self._closed or "_binding" not in self.__dict__:  # closed, or not built
             return None
         routes, drains = self.routes(), len(self._driver.engine.drains())
-        return client_snapshot(self._kind, self._native, self._router.config, routes, drains)
-
-    def _notify_route_change(self, old: Route, new: Route | None) -> None:
-        notify_route_change(self._kind, self._native, self._route_listeners, log, old, new)
+        return self._core.snapshot(routes, drains)
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
@@ -413,7 +403,7 @@ class RoutedConsumer:
             except Exception as exc:  # a callback's error too: close the rest first
                 errors.append(exc)
         if self._owns_router:
-            self._router.close()
+            self._core.router.close()
         if errors:
             raise errors[0]
 

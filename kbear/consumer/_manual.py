@@ -62,7 +62,7 @@ class AssignedConsumer(RoutedConsumer):
 
     def native_config(self) -> dict[str, Any]:
         """A copy of the confluent-kafka configuration (kbear keys removed)."""
-        return dict(self._native)
+        return dict(self._core.native)
 
     def route(self, topic: str) -> Route:
         """The route in use of logical ``topic`` (looked up when it is not followed).
@@ -78,7 +78,7 @@ class AssignedConsumer(RoutedConsumer):
         Raises:
             NoRouteError: some topics have no route (all of them are named).
         """
-        return route_topics(self._router, topics, self._group, self._client, strict=True)
+        return route_topics(self._core.router, topics, self._group, self._core.client, strict=True)
 
     def follow(self, topics: Sequence[str], routes: Mapping[str, Route], keep: Sequence[str]) -> None:
         """Follow ``routes`` (logical topic -> route, of ``topics``; kind

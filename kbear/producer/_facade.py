@@ -20,13 +20,11 @@ from typing import Any
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
+    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
     Uninitialized,
     check_config_argument,
-    client_snapshot,
-    notify_route_change,
-    set_credentials,
 )
 from kbear._clients import open_router, poll_clients, split_config
 from kbear._compiled import EXTENSION
@@ -104,14 +102,13 @@ class RoutedProducer:
     # read by the compiled ``produce`` (kbear._cdispatch.FastMethod) at every call.
     __slots__ = ("__dict__", "__weakref__", "_fast_produce")
 
-    _kind = "producer"
-
     def __new__(cls, *args: Any, **kwargs: Any) -> RoutedProducer:
         self = super().__new__(cls)
         # What an instance whose __init__ never ran (a subclass not calling it) has:
         # every call refuses as a closed confluent-kafka Producer.
         self._fast_produce = None
         refusing: Any = Uninitialized(_CLOSED)
+        self._core = refusing
         self._state = refusing
         self._routing = refusing
         self._lock = refusing
@@ -134,17 +131,15 @@ class RoutedProducer:
         _events.emit(_events.ClientOpened(self))
         native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
         on_delivery = native.pop("on_delivery", None)
-        self._native = native
-        self._router, owns_router = open_router(router, self._settings, "RoutedProducer")
+        used, owns_router = open_router(router, self._settings, "RoutedProducer")
         self._owns_router = owns_router
-        self._client = self._settings.client
+        self._core = core = ClientCore("producer", native, used, self._settings.client, log)
         self._lock = threading.RLock()
-        self._route_listeners: list[RouteChangeCallback] = []
         # deliver_after / deliver_at, chunking: produce() prepares every call
         self._state = state = ProducerState(
             features=self._settings.delay_enable or self._settings.chunking_enable
         )
-        config_now = _config_of(self._router)
+        config_now = _config_of(used)
         self._clients = clients = producer_registry(
             native, on_delivery, self._on_new_client, on_reachable=self._on_reachable
         )
@@ -154,8 +149,8 @@ class RoutedProducer:
             table,
             clients,
             config_now,
-            self._client,
-            partial(bool, self._route_listeners),
+            core.client,
+            partial(bool, core.listeners),
             MethodType(type(self).produce, self),
             self._store_fast_path,
         )
@@ -167,25 +162,25 @@ class RoutedProducer:
             config_now,
             self._binding.unbind,
         )
-        lookup = failover_lookup(partial(self._router.route_producer, client=self._client), config_now, state)
+        lookup = failover_lookup(partial(used.route_producer, client=core.client), config_now, state)
         moves = ReloadApplier(
             table,
             clients,
             lookup,
             config_now,
-            self._client,
+            core.client,
             self._settings.drain_timeout_ms / 1000.0,
-            self._notify_route_change,
+            core.notify,
             state.failed,
         )
         self._routing = routing = Routing(
-            state, self._lock, table, clients, self._binding, moves, lookup, config_now, self._client
+            state, self._lock, table, clients, self._binding, moves, lookup, config_now, core.client
         )
         self._txn = Transactions(
             state, clients, table.routes, self._lock, native, routing.home, routing.route, self._binding.bind
         )
-        self._meta = Metadata(clients, table.routes, routing.route, config_now, self._client)
-        self._subscription = ReloadSubscription(self, self._router, self._on_config_change, owns_router)
+        self._meta = Metadata(clients, table.routes, routing.route, config_now, core.client)
+        self._subscription = ReloadSubscription(self, used, self._on_config_change, owns_router)
         try:
             if topics is not None:
                 routing.route_all(list(topics))
@@ -195,7 +190,7 @@ class RoutedProducer:
                 entry.producer.close()
             self._subscription.stop()
             if owns_router:
-                self._router.close()
+                used.close()
             raise
 
     # ------------------------------------------------------------------ parts' hooks
@@ -226,20 +221,17 @@ class RoutedProducer:
         self._state.pending = True
         self._binding.unbind()
 
-    def _notify_route_change(self, old: Route, new: Route | None) -> None:
-        notify_route_change("producer", self._native, self._route_listeners, log, old, new)
-
     # ------------------------------------------------------------------ routing
 
     @property
     def router(self) -> Router:
         """The router in use."""
-        return self._router
+        return self._core.router
 
     @property
     def client(self) -> Client:
         """The client the routes are looked up for (``client.*`` factors)."""
-        return self._client
+        return self._core.client
 
     def route(self, topic: str) -> Route:
         """The route this producer uses for ``topic`` (routing it now if new).
@@ -256,7 +248,7 @@ class RoutedProducer:
         kbear's routing path (never the pinned fast path). A hook that raises is logged
         on ``kbear.producer`` and the switch stands."""
         with self._lock:
-            self._route_listeners.append(callback)
+            self._core.listeners.append(callback)
             self._binding.bind()
 
     # ------------------------------------------------------------------ Producer API
@@ -302,7 +294,7 @@ class RoutedProducer:
             args,
             kwargs,
             chunking=self._settings.chunking_enable,
-            max_bytes=max_message_bytes(self._native),
+            max_bytes=max_message_bytes(self._core.native),
             now_s=time.time(),
         )
         for call in calls:
@@ -350,7 +342,7 @@ class RoutedProducer:
             routes = dict(self._table.routes)
         except AttributeError:  # the constructor has not built the table (yet)
             return None
-        return client_snapshot("producer", self._native, self._router.config, routes, 0)
+        return self._core.snapshot(routes, 0)
 
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks of every cluster's client.
@@ -421,7 +413,7 @@ class RoutedProducer:
             state.pending = False
             close_producers([e.producer for e in self._clients.all()], timeout)
             if self._owns_router:
-                self._router.close()
+                self._core.router.close()
             return True
 
     def set_sasl_credentials(self, username: str, password: str) -> None:
@@ -431,7 +423,7 @@ class RoutedProducer:
         Raises:
             TypeError: ``username`` or ``password`` is not a str (as confluent-kafka).
         """
-        set_credentials(self._native, [e.producer for e in self._clients.all()], username, password)
+        self._core.set_credentials([e.producer for e in self._clients.all()], username, password)
 
     # ------------------------------------------------------------------ transactions, metadata
 

@@ -13,12 +13,10 @@ from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaExcepti
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
+    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
     check_config_argument,
-    client_snapshot,
-    notify_route_change,
-    set_credentials,
 )
 from kbear._clients import Deadline, cluster_target, open_router, single_cluster, split_config
 from kbear._identity import Client
@@ -132,23 +130,21 @@ class RoutedShareConsumer:
             raise ValueError("on_commit is not supported by the share consumer")
         _events.emit(_events.ClientOpened(self))
         self._group = str(group)
-        self._native = native
         self._explicit_acks = acknowledgement_mode(native)
-        self._route_listeners: list[RouteChangeCallback] = []
         self._clusters = ShareClusters(native)
         self._subscription: list[str] = []
         self._routes: dict[str, Route] = {}  # logical topic -> route it is read on now
         self._readers: dict[str, ShareCluster] = {}  # logical topic -> share consumer reading it
         self._batch: LastBatch[ShareCluster] = LastBatch()
         self._turn = 0
-        self._router, self._owns_router = open_router(router, self._settings, kind)
-        self._client = self._settings.client
+        used, self._owns_router = open_router(router, self._settings, kind)
+        self._core = ClientCore(self._kind, native, used, self._settings.client, log)
         self._moves = ShareMoves(
             share_engine(self._settings), self._lookup, self._readers.get, self._switch_topic
         )
         self._initialized = True
         self._guard.closed = False
-        self._reloads = ReloadSubscription(self, self._router, self._on_config_change, self._owns_router)
+        self._reloads = ReloadSubscription(self, used, self._on_config_change, self._owns_router)
         try:
             self._open_home_cluster()
         except BaseException:
@@ -160,8 +156,8 @@ class RoutedShareConsumer:
         """As confluent-kafka's share consumer exists from construction on (its
         callbacks fire, a bad configuration raises now): when every route of this
         share group goes to one cluster, that cluster's share consumer is built now."""
-        config = self._router.config
-        home = single_cluster(config, self._client, self._group)
+        config = self._core.router.config
+        home = single_cluster(config, self._core.client, self._group)
         if home is not None and home in config.clusters:
             self._clusters.entry(cluster_target(home, config.clusters[home]))
 
@@ -223,7 +219,7 @@ class RoutedShareConsumer:
         return dict(self._routes)
 
     def _lookup(self, topic: str) -> Route:
-        return self._router.route_consumer(topic, self._group, self._client)
+        return self._core.router.route_consumer(topic, self._group, self._core.client)
 
     def _read(self, topic: str, route: Route) -> ShareCluster:
         entry = self._clusters.entry(route)
@@ -456,29 +452,29 @@ class RoutedShareConsumer:
                 None if new is None else new.cluster_id,
                 old_route.cluster_id,
             )
-            notify_route_change(self._kind, self._native, self._route_listeners, log, old_route, new)
+            self._core.notify(old_route, new)
 
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the polling thread when a topic
         moved to another cluster (``new_route`` None: no route any more)."""
-        self._route_listeners.append(callback)
+        self._core.listeners.append(callback)
 
     @property
     def router(self) -> Router:
         """The router in use."""
-        return self._router
+        return self._core.router
 
     @property
     def client(self) -> Client:
         """The client the routes are looked up for (``client.*`` factors)."""
-        return self._client
+        return self._core.client
 
     def snapshot(self) -> _events.ClientSnapshot | None:
         """What this client shows kbear's metrics now; None once closed."""
         if self._guard.closed:
             return None
         drains = len(self._moves.engine.drains())
-        return client_snapshot(self._kind, self._native, self._router.config, self.routes(), drains)
+        return self._core.snapshot(self.routes(), drains)
 
     # ------------------------------------------------------------------ the rest
 
@@ -491,7 +487,7 @@ class RoutedShareConsumer:
             IllegalStateException: closed.
         """
         with self._guard.call():
-            set_credentials(self._native, [e.client for e in self._clusters.all()], username, password)
+            self._core.set_credentials([e.client for e in self._clusters.all()], username, password)
 
     def close(self) -> None:
         """Close every cluster's share consumer (each commits its pending
@@ -514,7 +510,7 @@ class RoutedShareConsumer:
                 except Exception as exc:
                     errors.append(exc)
             if self._owns_router:
-                self._router.close()
+                self._core.router.close()
             if errors:
                 raise errors[0]
 

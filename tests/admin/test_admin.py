@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 
 from conftest import keyed, plain_producer, rule
 from kbear import NoRouteError, RoutedAdminClient, Router
-from kbear.testing import EmbeddedCluster
+from kbear.testing import ClientKind, EmbeddedCluster, confluent_client, mount_clients
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 NO_WATCH = {"kbear.reload.interval.ms": 0}
@@ -296,11 +296,19 @@ def test_poll_serves_error_callbacks_in_the_callers_thread(dead_cluster: Router)
 
 
 def test_several_clusters_build_their_clients_at_first_use(dead_clusters: Router) -> None:
-    with RoutedAdminClient(NO_WATCH, router=dead_clusters) as admin:
+    built: list[str] = []
+
+    def factory(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
+        built.append(cluster_id)
+        return confluent_client(kind, cluster_id, config)
+
+    with mount_clients(factory):
+        admin = RoutedAdminClient(NO_WATCH, router=dead_clusters)
+    with admin:
         assert admin.poll(0) == 0 and len(admin) == 0  # nothing built, nothing to serve
         with pytest.raises(KafkaException):
             admin.list_topics("b", timeout=0.2)
-        assert len(admin._native_clients()) == 1
+        assert len(built) == 1
 
 
 def test_after_close_every_call_raises_confluent_kafkas_runtime_error(dead_cluster: Router) -> None:
