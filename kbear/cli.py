@@ -73,6 +73,7 @@ from functools import partial
 from typing import Any
 
 import kbear
+from kbear._cli_args import add_client_options, non_empty, positive_int
 from kbear._cli_config import (
     EXIT_CONFIG_ERROR,
     EXIT_INTERRUPTED,
@@ -88,6 +89,9 @@ from kbear._cli_config import (
     load,
     load_config_of,
 )
+from kbear._cli_move import DESCRIPTION, add_arguments, use_service
+from kbear._cli_move import run as run_move
+from kbear.balanced import run_assignments
 from kbear.router import Router
 from kbear.sources import is_url
 
@@ -101,57 +105,6 @@ __all__ = [
     "build_parser",
     "main",
 ]
-
-
-# --------------------------------------------------------------------------- argument types
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    """argparse type of ``--client-meta``: ``KEY=VALUE`` with a non-empty key."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r} (no '=')")
-    if not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r} (empty key)")
-    return key, value
-
-
-class _MetaAction(argparse.Action):
-    """Collects ``--client-meta`` pairs into one dict; a key given twice with
-    different values is a usage error."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        assert isinstance(values, list)  # nargs="+" with type=_key_value: a list of pairs
-        meta: dict[str, str] = dict(getattr(namespace, self.dest) or {})
-        for key, value in values:
-            if meta.get(key, value) != value:
-                parser.error(
-                    f"argument {option_string}: key {key!r} given twice ({meta[key]!r} and {value!r})"
-                )
-            meta[key] = value
-        setattr(namespace, self.dest, meta)
-
-
-def _non_empty(text: str) -> str:
-    if not text:
-        raise argparse.ArgumentTypeError("must not be empty")
-    return text
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------- parser
@@ -171,21 +124,16 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
 
 def _add_lookup(parser: argparse.ArgumentParser) -> None:
     _add_config(parser)
-    parser.add_argument("--topic", required=True, type=_non_empty, help="the topic asked for")
+    parser.add_argument("--topic", required=True, type=non_empty, help="the topic asked for")
     parser.add_argument(
         "--group",
-        type=_non_empty,
+        type=non_empty,
         help="consumer group: makes this a consumer lookup (a producer lookup without it)",
     )
-    parser.add_argument("--client-id", metavar="ID", help="the client's id (factor client.id)")
-    parser.add_argument(
-        "--client-meta",
-        metavar="KEY=VALUE",
-        type=_key_value,
-        nargs="+",
-        action=_MetaAction,
-        default={},
-        help="client meta (factors client.KEY); one or more pairs, option may be repeated",
+    add_client_options(
+        parser,
+        id_help="the client's id (factor client.id)",
+        meta_help="client meta (factors client.KEY); one or more pairs, option may be repeated",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -246,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--messages",
-        type=_positive_int,
+        type=positive_int,
         default=1000,
         metavar="N",
         help="messages per client environment and topic (default: 1000)",
@@ -272,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_config(assignments)
-    assignments.add_argument("--group", required=True, type=_non_empty, help="the consumer group (group.id)")
+    assignments.add_argument("--group", required=True, type=non_empty, help="the consumer group (group.id)")
     assignments.add_argument(
         "--registry-topic",
         default="kbear.balanced.registry",
@@ -284,11 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     assignments.set_defaults(handler=_cmd_assignments)
 
-    from kbear.admin._move_cli import DESCRIPTION, add_arguments
-
     move = sub.add_parser("move", help="plan, prepare and apply the move of a topic", description=DESCRIPTION)
     _add_config(move)
-    add_arguments(move, _non_empty, _key_value, _MetaAction)
+    add_arguments(move)
     move.set_defaults(handler=_cmd_move)
     from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments
 
@@ -346,7 +292,7 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="worker processes sharing the port, each loading and watching DIR (default: 1)",
@@ -371,7 +317,7 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument(
         "--fleet-max-entries",
-        type=_positive_int,
+        type=positive_int,
         default=100_000,
         metavar="N",
         help="most (client, lookup) entries kept; past it the least recently seen go (default: 100000)",
@@ -429,8 +375,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_assignments(args: argparse.Namespace) -> int:
-    from kbear.balanced._report import run_assignments  # lazily: it needs confluent-kafka clients
-
     router = _load(args.config)
     if isinstance(router, int):
         return router
@@ -443,8 +387,6 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
 
 
 def _cmd_move(args: argparse.Namespace) -> int:
-    from kbear.admin._move_cli import run, use_service
-
     if is_url(args.config):  # a kbear serve: its directory, read here, and its fleet
         try:
             use_service(args)
@@ -454,7 +396,7 @@ def _cmd_move(args: argparse.Namespace) -> int:
     router = _load(args.config)
     if isinstance(router, int):
         return router
-    return run(args, router, client_of(args))
+    return run_move(args, router, client_of(args))
 
 
 def _cmd_failover(args: argparse.Namespace, back: bool) -> int:

@@ -14,10 +14,11 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_ownership``: the ownership report of each node and its analysis (overlaps,
   orphans, duplicate ``node_id``...; no I/O);
 - ``_registry``: sending the reports to the registry topic;
-- ``_report``: reading them back for ``kbear assignments``.
+- ``_report``: reading them back for ``kbear assignments`` (:func:`run_assignments`).
 """
 
 from kbear.balanced._consumer import ClientBalancedConsumer, Reconciliation
 from kbear.balanced._layout import PartitionState
+from kbear.balanced._report import run_assignments
 
-__all__ = ["ClientBalancedConsumer", "PartitionState", "Reconciliation"]
+__all__ = ["ClientBalancedConsumer", "PartitionState", "Reconciliation", "run_assignments"]

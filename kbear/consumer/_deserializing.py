@@ -87,7 +87,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             value,
             "key.deserializer",
             "value.deserializer",
-            meta=cluster_meta(lambda: self._router.config),
+            meta=cluster_meta(lambda: self.router.config),
             cluster_client=self._cluster_client,
         )
         try:

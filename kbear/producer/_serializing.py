@@ -76,7 +76,7 @@ class RoutedSerializingProducer(RoutedProducer):
             value,
             "key.serializer",
             "value.serializer",
-            meta=cluster_meta(lambda: self._router.config),
+            meta=cluster_meta(lambda: self.router.config),
             cluster_client=self._cluster_client,
         )
         try:
@@ -187,7 +187,7 @@ class RoutedSerializingProducer(RoutedProducer):
             (value, key),
             call,
             chunking=self._settings.chunking_enable,
-            max_bytes=max_message_bytes(self._native),
+            max_bytes=max_message_bytes(self._core.native),
             now_s=time.time(),
         ):
             send(**one)

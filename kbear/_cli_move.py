@@ -1,4 +1,6 @@
-"""``kbear move`` on the command line (private): arguments, the run, the report.
+"""``kbear move`` on the command line (private): arguments, the run, the report; the
+move itself is :mod:`kbear.admin`'s (``plan_move``, ``create_on_target``,
+``apply_move``, ``FleetWatch``).
 
 Exit codes: 0 ready (plan), created and ready (``--create``), switched
 (``--apply``); 1 not ready, a cluster refused or did not answer, or the watch
@@ -16,15 +18,26 @@ from typing import Any, TextIO
 
 from confluent_kafka import KafkaException
 
+from kbear._cli_args import add_client_options, non_empty
+from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_NO_ROUTE, EXIT_OK
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
-from kbear.admin._facade import RoutedAdminClient
-from kbear.admin._move import ApplyResult, MovePlan, apply_move, create_on_target, plan_move
-from kbear.admin._move_fleet import FleetState, FleetWatch, service_directory
+from kbear.admin import (
+    ApplyResult,
+    FleetState,
+    FleetWatch,
+    MovePlan,
+    RoutedAdminClient,
+    apply_move,
+    create_on_target,
+    plan_move,
+    service_directory,
+)
 from kbear.config import ConfigError
 from kbear.router import Router
 
-EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR, EXIT_NO_ROUTE = 0, 1, 2, 3
+#: not ready: a cluster refused or did not answer, or the watch timed out
+EXIT_NOT_READY = 1
 
 
 DESCRIPTION = (
@@ -35,14 +48,8 @@ DESCRIPTION = (
 )
 
 
-def add_arguments(
-    parser: argparse.ArgumentParser,
-    non_empty: Callable[[str], str],
-    key_value: Callable[[str], tuple[str, str]],
-    meta_action: type[argparse.Action],
-) -> None:
-    """The ``move`` subcommand's options but ``--config`` (cli.py's helpers passed in:
-    the ``--client-meta`` parsing is the other subcommands')."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``move`` subcommand's options but ``--config``."""
     parser.add_argument("--topic", required=True, type=non_empty, help="the topic to move (logical name)")
     parser.add_argument(
         "--group",
@@ -64,15 +71,10 @@ def add_arguments(
         "--apply", action="store_true", help="write the rule change, then wait until the old cluster is left"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--client-id", metavar="ID", help="the client the routes are shown for (client.id)")
-    parser.add_argument(
-        "--client-meta",
-        metavar="KEY=VALUE",
-        type=key_value,
-        nargs="+",
-        action=meta_action,
-        default={},
-        help="client meta (factors client.KEY) the routes are shown for",
+    add_client_options(
+        parser,
+        id_help="the client the routes are shown for (client.id)",
+        meta_help="client meta (factors client.KEY) the routes are shown for",
     )
     parser.add_argument(
         "--stable", type=float, default=5.0, metavar="S", help="--apply: quiet time on the old cluster, s (5)"
