@@ -8,26 +8,20 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _serve import REPOSITORY, TestClient, free_port, kbear_serve
 
-pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 import httpx
-
-with warnings.catch_warnings():  # Starlette >= 1.x: "use httpx2" (httpx works)
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
 
 from kbear.reload import replace_file
 from kbear.server import ConfigHolder, create_app
@@ -544,37 +538,12 @@ def test_replicas_over_the_same_directory_answer_alike(conf: Path) -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("# rotate by adding a line\ns3rve-t0ken\n")
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--token-file", str(token_file), "--workers", "2"],  # each worker reads the token
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate(timeout=5)
-            time.sleep(0.1)
+    # each worker reads the token
+    with kbear_serve(conf, "--token-file", str(token_file), "--workers", "2") as served:
+        base = served.base
         body = {"client": UAT, "consumerGroupIds": [EXAMPLE_GROUP]}
         assert httpx.post(f"{base}/route/consumer", json=body, timeout=5).status_code == 401
         answer = httpx.post(
@@ -585,11 +554,9 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
             "topicId": "fx.kafka.demo.hello.run",
             "ruleId": "r100006",
         }
-    finally:
-        proc.terminate()
-        out, err = proc.communicate(timeout=20)
+    out, err = served.out, served.err
     # uvicorn stops gracefully, then ends by the signal it received, as the default handler would.
-    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert served.proc.returncode in (0, -signal.SIGTERM), err
     assert "Application shutdown complete" in err  # (on a loaded machine, maybe one worker only yet)
     assert "kbear serve:" in err and "2 worker process(es), bearer token required" in err
     assert "s3rve-t0ken" not in out + err
@@ -597,9 +564,9 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
 
 def test_kbear_serve_refuses_to_start_on_a_bad_directory(conf: Path) -> None:
     (conf / "route-rules.yaml").write_text(RULES.replace("use cluster uat", "use cluster nowhere"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     done = subprocess.run(
-        [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(_free_port())],
+        [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(free_port())],
         env=env,
         capture_output=True,
         text=True,
@@ -620,30 +587,10 @@ def test_kbear_serve_over_tls(conf: Path, tmp_path: Path) -> None:
         capture_output=True,
         timeout=60,
     )
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     trusted = ssl.create_default_context(cafile=str(cert))
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if (
-                    httpx.get(f"https://127.0.0.1:{port}/readyz", verify=trusted, timeout=1).status_code
-                    == 200
-                ):
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate(timeout=5)
-            time.sleep(0.1)
+    tls = ("--ssl-certfile", str(cert), "--ssl-keyfile", str(key))
+    with kbear_serve(conf, *tls, scheme="https", verify=trusted) as served:
+        port = served.port
         body = {"client": PROD, "topicIds": ["orders"]}
         answer = httpx.post(f"https://127.0.0.1:{port}/route/producer", json=body, verify=trusted, timeout=5)
         assert answer.json()["topicIdRoutes"] == {
@@ -651,7 +598,4 @@ def test_kbear_serve_over_tls(conf: Path, tmp_path: Path) -> None:
         }
         with pytest.raises(httpx.TransportError):  # plain HTTP is not served on a TLS port
             httpx.post(f"http://127.0.0.1:{port}/route/producer", json=body, timeout=5).raise_for_status()
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=20)
-    assert "on https://127.0.0.1" in err
+    assert "on https://127.0.0.1" in served.err

@@ -7,18 +7,13 @@ without JavaScript, a refused change shows its banner. The browser tests are in
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _serve import TestClient
 
-pytest.importorskip("starlette")
 pytest.importorskip("jinja2")
-
-with warnings.catch_warnings():  # Starlette >= 1.x: "use httpx2" (httpx works)
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
 
 from kbear.reload import replace_file
 from kbear.server import ConfigHolder, create_app

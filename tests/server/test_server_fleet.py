@@ -6,19 +6,14 @@ tokens and error bodies as the other endpoints."""
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _serve import TestClient
 
-pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
-
-with warnings.catch_warnings():  # Starlette >= 1.x: "use httpx2" (httpx works)
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
 
 from kbear.reload import replace_file
 from kbear.server import ConfigHolder, create_app

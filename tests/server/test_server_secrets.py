@@ -7,25 +7,16 @@ output of the ``kbear serve`` process."""
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import subprocess
-import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _serve import TestClient, kbear_serve
 
-pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 import httpx
-
-with warnings.catch_warnings():  # Starlette >= 1.x: "use httpx2" (httpx works)
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
 
 from kbear.reload import replace_file
 from kbear.server import ConfigHolder, create_app
@@ -177,40 +168,11 @@ def test_health_and_metrics_with_refused_changes_and_the_logs(
     assert_clean(caplog.text)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_the_output_of_the_kbear_serve_process(conf: Path) -> None:
-    port = _free_port()
-    env = {
-        **os.environ,
-        ENV_NAME: ENV_SECRET,
-        "KBEAR_SERVE_TOKEN": TOKEN,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
-    command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(conf), "--port", str(port)]
-    proc = subprocess.Popen(
-        [*command, "--watch-interval", "0.1", "--log-level", "debug", "--access-log"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate(timeout=5)
-            time.sleep(0.1)
+    env = {ENV_NAME: ENV_SECRET, "KBEAR_SERVE_TOKEN": TOKEN}
+    options = ("--watch-interval", "0.1", "--log-level", "debug", "--access-log")
+    with kbear_serve(conf, *options, env=env) as served:
+        base = served.base
         for headers in ({}, AUTH):
             for method, path, body in REQUESTS:
                 httpx.request(method, f"{base}{path}", json=body, headers=headers, timeout=5)
@@ -223,9 +185,7 @@ def test_the_output_of_the_kbear_serve_process(conf: Path) -> None:
                 time.sleep(0.1)
             replace_file(conf / "clusters.yaml", CLUSTERS)
             time.sleep(0.5)
-    finally:
-        proc.terminate()
-        out, err = proc.communicate(timeout=20)
+    out, err = served.out, served.err
     assert "refused" in err and "GET /health" in err  # the channels did carry something
     assert_clean(out)
     assert_clean(err)
