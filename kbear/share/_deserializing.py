@@ -70,7 +70,7 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
             value,
             KEY_DESERIALIZER,
             VALUE_DESERIALIZER,
-            meta=cluster_meta(lambda: self._router.config),
+            meta=cluster_meta(lambda: self.router.config),
             cluster_client=self._kafka_id_of,
         )
         try:
