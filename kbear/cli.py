@@ -283,7 +283,7 @@ def _add_serve(sub: Any) -> None:
     )
     serve.add_argument(
         "--failover-after-ms",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="MS",
         help="watch the clusters that have a standby (kbear.failover.to) and fail one over, for every "
