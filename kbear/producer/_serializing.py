@@ -162,7 +162,10 @@ class RoutedSerializingProducer(RoutedProducer):
         if kwargs or self._state.features:
             self._send_prepared(send, value, key, partition, on_delivery, timestamp, headers, kwargs)
             return
-        send(value, key, partition=partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
+        if partition == -1 and on_delivery is None and not timestamp and headers is None:
+            send(value, key)  # a plain call: the cluster client's produce as is
+        else:
+            send(value, key, partition, on_delivery, timestamp, headers)
 
     def _send_prepared(
         self,
