@@ -138,11 +138,13 @@ class RoutedSerializingProducer(RoutedProducer):
                 (its exception inside, as confluent-kafka).
             NoRouteError, BufferError, KafkaException: as :meth:`RoutedProducer.produce`.
         """
-        if self._state.closed:
+        state = self._state
+        if state.closed:
             raise RuntimeError("Producer has been closed")
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-        cluster_id, send = self._cluster_sender(topic)
+        pair = None if state.pending or state.txn_open else self._table.bound.get(topic)
+        cluster_id, send = pair if pair is not None else self._cluster_sender(topic)
         serdes = self._serdes
         key_ser, value_ser = serdes.pairs.get(cluster_id) or serdes.get(cluster_id)
         if serdes.tracks_cluster:
@@ -159,7 +161,7 @@ class RoutedSerializingProducer(RoutedProducer):
                 value = value_ser(value, ctx)
             except Exception as se:
                 raise ValueSerializationError(se) from se
-        if kwargs or self._state.features:
+        if kwargs or state.features:
             self._send_prepared(send, value, key, partition, on_delivery, timestamp, headers, kwargs)
             return
         if partition == -1 and on_delivery is None and not timestamp and headers is None:
