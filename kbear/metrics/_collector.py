@@ -201,9 +201,13 @@ class KBearMetrics(Collector):
             (self.clusters_lost if event.lost else self.clusters_recovered).labels(
                 event.observer, event.cluster
             ).inc()
+            if event.lost:  # a series at 0: recovered, not yet
+                self.clusters_recovered.labels(event.observer, event.cluster)
         elif isinstance(event, _events.FailedOver):
             direction = "back" if event.back else "over"
             self.failovers.labels(event.trigger, event.cluster, event.standby, direction).inc()
+            if not event.back:  # a series at 0: failed back, not yet
+                self.failovers.labels(event.trigger, event.cluster, event.standby, "back")
         elif isinstance(event, _events.ReloadApplied):
             self.reloads.labels("applied", "", event.location).inc()
             with self._lock:

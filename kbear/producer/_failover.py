@@ -94,9 +94,9 @@ class ClientFailover:
             self._board.observe(cluster_id, False, self._clock() * 1000)
 
     def watching(self) -> bool:
-        """Whether a cluster is down and may be failed over (``flush()`` then waits in
-        slices, letting the failover happen between them)."""
-        return self.enabled and bool(self._watched - self._state.failed)
+        """Whether ``flush()`` waits in slices (``kbear.failover.enable``: a cluster
+        may be lost while it waits, and the failover happens between two slices)."""
+        return self.enabled
 
     def tick(self) -> None:
         """Let time pass: observe the watched clusters' clients, act on transitions."""
@@ -144,8 +144,8 @@ class ClientFailover:
 
     def flush(self, timeout: float | None, apply_changes: Callable[[], None]) -> int:
         """The producer's ``flush(timeout)`` (seconds, None or negative: infinite) over
-        every cluster's client; returns the messages left. While a cluster is down and
-        may be failed over, each client is flushed in slices of 100 ms, the failover
+        every cluster's client; returns the messages left. With
+        ``kbear.failover.enable``, each client is flushed in slices of 100 ms, the failover
         (``apply_changes``: a pending change applied, its take-back included) made
         between them, so that ``flush()`` ends once the standby has the messages and
         keeps its timeout."""
