@@ -96,7 +96,7 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         and value deserialized in place (see the class docstring).
 
         Raises:
-            as :meth:`RoutedShareConsumer.poll`; TypeError: a record has no topic.
+            TypeError: a record has no topic (and what :meth:`RoutedShareConsumer.poll` raises).
         """
         messages = super().poll(timeout)
         for msg in messages:
@@ -148,7 +148,8 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         ``*.deserializer.builder``; ready-made ones stay the application's).
 
         Raises:
-            as :meth:`RoutedShareConsumer.close`.
+            KafkaException: a cluster's share consumer failed to close (the others
+                and the deserializers are closed).
         """
         try:
             super().close()
