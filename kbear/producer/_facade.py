@@ -28,6 +28,7 @@ from kbear._base import (
 )
 from kbear._clients import open_router, poll_clients, split_config
 from kbear._compiled import EXTENSION
+from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
@@ -427,28 +428,13 @@ class RoutedProducer:
 
     # ------------------------------------------------------------------ transactions, metadata
 
-    def init_transactions(self, timeout: float | None = None) -> None:
-        self._txn.init_transactions(timeout)
-
-    def begin_transaction(self) -> None:
-        self._txn.begin_transaction()
-
-    def send_offsets_to_transaction(
-        self, positions: list[Any], group_metadata: Any, timeout: float | None = None
-    ) -> None:
-        self._txn.send_offsets_to_transaction(positions, group_metadata, timeout)
-
-    def commit_transaction(self, timeout: float | None = None) -> None:
-        self._txn.commit_transaction(timeout)
-
-    def abort_transaction(self, timeout: float | None = None) -> None:
-        self._txn.abort_transaction(timeout)
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        return self._meta.list_topics(topic, timeout)
-
-    def cluster_id(self, timeout: float = -1) -> str:
-        return self._meta.cluster_id(timeout)
+    init_transactions = delegate("_txn", Transactions.init_transactions)
+    begin_transaction = delegate("_txn", Transactions.begin_transaction)
+    send_offsets_to_transaction = delegate("_txn", Transactions.send_offsets_to_transaction)
+    commit_transaction = delegate("_txn", Transactions.commit_transaction)
+    abort_transaction = delegate("_txn", Transactions.abort_transaction)
+    list_topics = delegate("_meta", Metadata.list_topics)
+    cluster_id = delegate("_meta", Metadata.cluster_id)
 
     @property
     def _pending(self) -> bool:
@@ -467,18 +453,6 @@ def _config_of(router: Router) -> Callable[[], KBearConfig]:
     """The configuration ``router`` has in force, read at each call."""
     return lambda: router.config
 
-
-# Each public transactional and metadata call carries its part's docstring.
-for _name, _part in (
-    ("init_transactions", Transactions),
-    ("begin_transaction", Transactions),
-    ("send_offsets_to_transaction", Transactions),
-    ("commit_transaction", Transactions),
-    ("abort_transaction", Transactions),
-    ("list_topics", Metadata),
-    ("cluster_id", Metadata),
-):
-    getattr(RoutedProducer, _name).__doc__ = getattr(_part, _name).__doc__
 
 #: produce() is the compiled method descriptor (kbear._cdispatch.FastMethod) over the
 #: instance's ``_fast_produce``; without the extension, an instance attribute.
