@@ -4,6 +4,7 @@ Public names only; everything is defined in its own module.
 """
 
 from kbear import schema_registry
+from kbear._cluster_id import WrongClusterError
 from kbear._compiled import dispatcher
 from kbear._identity import Client
 from kbear._modes import AckMode, SwitchMode, SwitchStart
@@ -44,6 +45,7 @@ __all__ = [
     "RuleVerdict",
     "SwitchMode",
     "SwitchStart",
+    "WrongClusterError",
     "__version__",
     "dispatcher",
     "load_config",

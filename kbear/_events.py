@@ -154,6 +154,18 @@ class ClusterHealthChanged:
 
 
 @dataclass(frozen=True)
+class ClusterIdMismatch:
+    """A ``kind`` client refused cluster ``cluster``: its brokers reported the cluster
+    id ``reported`` (None: none), ``clusters.yaml`` declares ``expected``
+    (``kbear.cluster.id``, :mod:`kbear._cluster_id`)."""
+
+    kind: str
+    cluster: str
+    expected: str
+    reported: str | None
+
+
+@dataclass(frozen=True)
 class FailedOver:
     """The routes to ``cluster`` now go to its standby ``standby`` (``back=False``:
     a failover) or back to ``cluster`` (``back=True``: a fail-back); ``trigger``:
@@ -215,6 +227,7 @@ Event = (
     | DrainFinished
     | MessagesResent
     | ClusterHealthChanged
+    | ClusterIdMismatch
     | FailedOver
     | ReloadApplied
     | ReloadRefused

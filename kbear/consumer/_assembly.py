@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbear._cluster_id import check_cluster_id
 from kbear._identity import Client
 from kbear._route import Route
 from kbear._switch import StartPlan, SwitchEngine
@@ -110,6 +111,9 @@ def assemble(
         clock=time.monotonic,
     )
     registry.error_hook = driver.cluster_error
+    registry.built_hook = lambda cluster_id, built: check_cluster_id(
+        "consumer", cluster_id, built, router.config
+    )
     if s.switch_start is SwitchStart.TRANSLATED:
         rebalancer.translate = MirrorStarts(router, group, native)
 

@@ -133,6 +133,9 @@ class ClusterRegistry:
         #: called as ``hook(cluster_id, err)`` from each member client's ``error_cb``
         #: (before the application's, or kbear's logging of it), when set
         self.error_hook: Callable[[str, KafkaError], None] | None = None
+        #: called as ``hook(cluster_id, client)`` with each member client just built
+        #: (the ``kbear.cluster.id`` check); what it raises refuses the client
+        self.built_hook: Callable[[str, Any], None] | None = None
         self._factory = factory
         self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
@@ -175,7 +178,10 @@ class ClusterRegistry:
             conf["error_cb"] = _error_callback(self.error_hook, target.cluster_id, conf.get("error_cb"))
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
-        entry = ClusterClient(target.cluster_id, target.properties, self._build(target.cluster_id, conf))
+        built = self._build(target.cluster_id, conf)
+        if self.built_hook is not None:
+            self.built_hook(target.cluster_id, built)  # what it raises refuses the client
+        entry = ClusterClient(target.cluster_id, target.properties, built)
         self.clients[target.cluster_id] = entry
         return entry, current
 

@@ -116,6 +116,13 @@ class KBearMetrics(Collector):
             ["trigger", "cluster", "standby", "direction"],
             registry=registry,
         )
+        self.cluster_id_mismatches = Counter(
+            "kbear_cluster_id_mismatches",
+            "Clusters refused because their brokers reported another cluster id than "
+            "kbear.cluster.id in clusters.yaml, by client kind",
+            ["kind", "cluster"],
+            registry=registry,
+        )
         self.reloads = Counter(
             "kbear_config_reloads",
             "Configuration changes applied, or refused (the last good configuration stays)",
@@ -154,6 +161,7 @@ class KBearMetrics(Collector):
             self.clusters_lost,
             self.clusters_recovered,
             self.failovers,
+            self.cluster_id_mismatches,
             self.reloads,
             self.meta_requests,
             self.meta_seconds,
@@ -203,6 +211,8 @@ class KBearMetrics(Collector):
             ).inc()
             if event.lost:  # a series at 0: recovered, not yet
                 self.clusters_recovered.labels(event.observer, event.cluster)
+        elif isinstance(event, _events.ClusterIdMismatch):
+            self.cluster_id_mismatches.labels(event.kind, event.cluster).inc()
         elif isinstance(event, _events.FailedOver):
             direction = "back" if event.back else "over"
             self.failovers.labels(event.trigger, event.cluster, event.standby, direction).inc()

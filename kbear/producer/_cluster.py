@@ -88,7 +88,7 @@ def home_cluster(config: KBearConfig, client: Client, failed: set[str]) -> str |
 def producer_registry(
     native: dict[str, Any],
     on_delivery: DeliveryCallback | None,
-    on_build: Callable[[str], None],
+    on_build: Callable[[str, Any], None],
     factory: ClientFactory | None = None,
     on_reachable: Callable[[str, bool], None] | None = None,
 ) -> ClientRegistry[ClusterProducer]:
@@ -99,8 +99,9 @@ def producer_registry(
             ``on_delivery``).
         on_delivery: the configuration's delivery callback, given to each client
             with remapped names translated; None: none.
-        on_build: called with the cluster id after each client is built (a new
-            client has, e.g., not run ``init_transactions`` yet).
+        on_build: called with the cluster id and the confluent-kafka client after
+            each client is built (a new client has, e.g., not run
+            ``init_transactions`` yet); what it raises refuses the client.
         factory: builds the clients (default: the mounted one, else confluent-kafka's).
         on_reachable: ``on_reachable(cluster_id, False)`` when a client reports every
             broker of its cluster down (librdkafka's ``_ALL_BROKERS_DOWN``, seen by
@@ -118,7 +119,7 @@ def producer_registry(
         return logical, rescue
 
     def entry(cluster_id: str, properties: Mapping[str, str], client: Any, prepared: Any) -> ClusterProducer:
-        on_build(cluster_id)
+        on_build(cluster_id, client)
         logical, rescue = prepared
         return ClusterProducer(cluster_id, properties, client, logical, rescue)
 

@@ -27,6 +27,7 @@ from kbear._base import (
     check_config_argument,
 )
 from kbear._clients import open_router, poll_clients, split_config
+from kbear._cluster_id import check_cluster_id
 from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
 from kbear._identity import Client
@@ -205,7 +206,8 @@ class RoutedProducer:
         else:
             self.__dict__["produce"] = produce
 
-    def _on_new_client(self, cluster_id: str) -> None:
+    def _on_new_client(self, cluster_id: str, client: Any) -> None:
+        check_cluster_id("producer", cluster_id, client, self._router.config)
         if isinstance(self._txn, Transactions):  # (built after the registry)
             self._txn.forget(cluster_id)
 
