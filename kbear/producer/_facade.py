@@ -207,7 +207,7 @@ class RoutedProducer:
             self.__dict__["produce"] = produce
 
     def _on_new_client(self, cluster_id: str, client: Any) -> None:
-        check_cluster_id("producer", cluster_id, client, self._router.config)
+        check_cluster_id("producer", cluster_id, client, self._core.router.config)
         if isinstance(self._txn, Transactions):  # (built after the registry)
             self._txn.forget(cluster_id)
 
