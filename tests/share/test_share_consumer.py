@@ -3,6 +3,7 @@ routing, logical names, acknowledgement modes and confluent-kafka's errors."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +14,7 @@ import pytest
 from confluent_kafka import (
     AcknowledgeType,
     ConcurrentModificationException,
+    DeserializingShareConsumer,
     IllegalStateException,
     Messages,
     Producer,
@@ -20,7 +22,7 @@ from confluent_kafka import (
 )
 
 from conftest import Rule, rule
-from kbear import RoutedShareConsumer, Router
+from kbear import RoutedDeserializingShareConsumer, RoutedShareConsumer, Router
 from kbear.testing import EmbeddedCluster
 
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
@@ -409,3 +411,27 @@ def poll_plain(cluster: EmbeddedCluster, group: str, topic: str, count: int) -> 
 def test_mock_share_group_settings_are_checked(share_clusters: tuple[EmbeddedCluster, ...]) -> None:
     with pytest.raises(ValueError, match="earliest"):
         share_clusters[0].set_share_group(auto_offset_reset="middle")
+
+
+@pytest.mark.parametrize(
+    ("routed", "plain"),
+    [(RoutedShareConsumer, ShareConsumer), (RoutedDeserializingShareConsumer, DeserializingShareConsumer)],
+)
+def test_every_method_of_confluent_kafkas_class(routed: type, plain: type) -> None:
+    """The routed class has every public method of confluent-kafka's, with the
+    parameters confluent-kafka documents (the C methods show none to inspect)."""
+    methods = {name for name in dir(plain) if not name.startswith("_") and callable(getattr(plain, name))}
+    assert methods <= set(dir(routed))
+    params = {
+        "subscribe": ["topics"],
+        "poll": ["timeout"],
+        "acknowledge": ["message", "ack_type"],
+        "acknowledge_offset": ["topic", "partition", "offset", "ack_type"],
+        "commit_sync": ["timeout"],
+        "commit_async": [],
+        "set_acknowledgement_commit_callback": ["callback"],
+        "set_sasl_credentials": ["username", "password"],
+        "close": [],
+    }
+    for name, expected in params.items():
+        assert list(inspect.signature(getattr(routed, name)).parameters)[1:] == expected, name
