@@ -226,7 +226,7 @@ class ClientCore:
         return _events.ClientSnapshot(
             kind=self.kind,
             client_id=_events.client_id(dict(self.native)),
-            group=str(self.native.get("group.id", "")) if self.kind == "consumer" else "",
+            group=str(self.native.get("group.id", "")) if self.kind in ("consumer", "share_consumer") else "",
             routes=routes,
             drains=drains,
             config_location=_events.location(config.directory or config.location),

@@ -435,3 +435,19 @@ def test_every_method_of_confluent_kafkas_class(routed: type, plain: type) -> No
     }
     for name, expected in params.items():
         assert list(inspect.signature(getattr(routed, name)).parameters)[1:] == expected, name
+
+
+def test_snapshot_names_the_share_group(
+    share_router: Callable[[Sequence[Rule]], Router],
+    consumers: Callable[..., RoutedShareConsumer],
+    unique: Callable[[str], str],
+) -> None:
+    group, topic = unique("sg"), unique("t")
+    sc = consumers(share_router([rule("all", "use cluster A", isGlobal=True)]), group)
+    sc.subscribe([topic])
+    snapshot = sc.snapshot()
+    assert snapshot is not None
+    assert (snapshot.kind, snapshot.group) == ("share_consumer", group)
+    assert snapshot.routes[topic].cluster_id == "A"
+    sc.close()
+    assert sc.snapshot() is None
