@@ -2,7 +2,8 @@
 MirrorMaker 2 standby starts at its offsets translated through the mirror's
 checkpoints and offset syncs (written here by the test replicator between two mock
 clusters, in MirrorMaker 2's format), re-reading at most the mirror's sync lag and
-skipping nothing; and the drain of a dead cluster ends at once."""
+skipping nothing; the drain of a dead cluster ends at once; and a fail-back
+(#27 item 5) reads what the old cluster held and never mirrored."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import yaml
 from _mirror_replicator import Replicator
 from confluent_kafka import Producer
 
-from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
+from conftest import FAST_GROUP, consume_until, read_all, rewrite_rules, rule
 from kbear import RoutedConsumer, Router
 from kbear.testing import EmbeddedCluster
 
@@ -180,3 +181,54 @@ def test_the_drain_of_a_dead_cluster_ends_at_once_and_the_group_starts_at_its_ch
         assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS))
     finally:
         east.set_broker_up(1)
+
+
+def test_fail_back_reads_what_the_old_cluster_held_and_loses_nothing(
+    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> None:
+    """#27 item 5: east is lost with messages the mirror never copied; the group goes on
+    on west (translated), west receives more; east comes back and the operator moves
+    the topic back (an ordinary drain-then-switch move): west is drained, then the
+    group reads on east from its committed offsets there, so the messages east held
+    and never mirrored are delivered: nothing produced is lost."""
+    east, west = two_clusters
+    topic, directory, router, replicator = mirrored
+    before = produce(east, topic, "e", 40)
+    consumer = consumer_of(router, closing, topic + ".group")
+    consumer.subscribe([topic])
+    got = read_some(consumer, 15)
+    replicator.copy({p: 12 for p in range(PARTITIONS)})  # the mirror copies a part only
+    replicator.checkpoint(topic + ".group")
+    never_mirrored = {v for v in before if v not in {m.value() for m in got}} - {
+        m.value() for m in read_all(west, replicator.remote)
+    }
+    assert never_mirrored  # east holds messages west never got
+
+    east.set_broker_down(1)
+    try:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            got += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        rewrite_rules(directory, on_west(topic))  # fail over
+        assert router.reload() is True
+        during = produce(west, replicator.remote, "w", 20)  # producers write to west meanwhile
+        deadline = time.monotonic() + 20
+        while not set(during) <= {m.value() for m in got} and time.monotonic() < deadline:
+            got += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        assert consumer.routes()[topic].cluster_id == "west"
+        assert set(during) <= {m.value() for m in got}
+    finally:
+        east.set_broker_up(1)
+
+    # east is back: nothing moves until the operator says so, then an ordinary move back
+    rewrite_rules(directory, on_east(topic))
+    assert router.reload() is True
+    after = produce(east, topic, "back", 10)
+    deadline = time.monotonic() + 30
+    wanted = set(before) | set(during) | set(after)
+    while not wanted <= {m.value() for m in got} and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+    assert consumer.routes()[topic].cluster_id == "east"
+    read = {m.value() for m in got}
+    assert never_mirrored <= read  # what east held and never mirrored is delivered
+    assert wanted - read == set()  # 0 lost
