@@ -34,9 +34,11 @@ of the topic during the drain, the new cluster has received some since the
 drain began (a producer flushes the old cluster before its first message to the
 new one: its last messages, retried or slow to land, are in the old cluster's
 end offsets by then) or the old cluster stayed idle ``LANDED_IDLE_FACTOR`` times
-longer; or until ``kbear.switch.drain.timeout.ms``, or until the old cluster is
-observed dead (:meth:`SwitchEngine.cluster_down`: nothing more can be read there,
-the drain ends at once). A
+longer (a reader that does not read every partition of the topic there also
+needs the old cluster's end offsets unchanged between two probes: its own
+idleness covers only its partitions); or until ``kbear.switch.drain.timeout.ms``,
+or until the old cluster is observed dead (:meth:`SwitchEngine.cluster_down`:
+nothing more can be read there, the drain ends at once). A
 topic moved again during a drain goes to the newer route after the drain in
 progress and a drain of the intermediate route (messages may have been produced
 there meanwhile).
@@ -179,10 +181,12 @@ class _Drain:
     committed: Mapping[int, int] = field(default_factory=dict)  # the group's, at the last answer
 
 
-def _observe_ends(drain: _Drain, answer: Progress, now: float) -> None:
-    """Note in ``drain`` what ``answer`` tells of the old and new clusters' end offsets."""
+def _observe_ends(drain: _Drain, answer: Progress, now: float) -> bool:
+    """Note in ``drain`` what ``answer`` tells of the old and new clusters' end offsets;
+    returns whether the old cluster's were the same at the previous answer."""
     ends = sum(high for _, high in answer.marks.values())
-    if drain.old_ends is not None and ends != drain.old_ends:
+    same = drain.old_ends == ends
+    if drain.old_ends is not None and not same:
         drain.traffic = True
         drain.old_moved = now
     drain.old_ends = ends
@@ -191,6 +195,7 @@ def _observe_ends(drain: _Drain, answer: Progress, now: float) -> None:
             drain.new_base = answer.new_ends
         elif answer.new_ends > drain.new_base:
             drain.new_grew = True
+    return same
 
 
 def same_route(a: Route | None, b: Route | None) -> bool:
@@ -365,9 +370,16 @@ class SwitchEngine:
         if answer.error is not None:
             self._outcomes.append(ProbeFailed(topic, drain.old, answer.error))
             return
-        _observe_ends(drain, answer, now)
+        steady = _observe_ends(drain, answer, now)
         drain.committed = dict(answer.committed)
         if drain.last_activity > drain.probe_sent:
+            return
+        if not steady and answer.new_ends is not None and not set(answer.marks) <= set(answer.positions):
+            # This reader's idleness tells nothing of the partitions it does not read:
+            # their end offsets must have stayed the same since the previous probe (a
+            # member with few or no partitions there is idle at once, and the group's
+            # offsets, read after the watermarks, can be at the end while producers
+            # still write there).
             return
         if caught_up(answer, self.reset_to_end) and self._landed(drain, answer, now):
             drain.done = True

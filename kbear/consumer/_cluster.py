@@ -9,6 +9,7 @@ and are still polled until their revocation was served (``leaving``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -150,6 +151,7 @@ class ClusterRegistry:
         # are kept until close (a background call may still use them)
         self._watchers: dict[str, tuple[dict[str, str], Any]] = {}
         self._old_watchers: list[Any] = []
+        self._watcher_lock = threading.Lock()  # the polling thread and the background one
 
     def _build(self, cluster_id: str, conf: dict[str, Any]) -> Any:
         if self._factory is not None:
@@ -211,7 +213,12 @@ class ClusterRegistry:
         (metadata, watermarks, the group's committed offsets): never the member's own
         client, since confluent-kafka serializes the calls on one client, so a slow
         call there would hold up ``poll()``. It has the group's ``group.id`` but never
-        subscribes (it is no group member) and commits nothing."""
+        subscribes (it is no group member) and commits nothing. Thread-safe: the
+        polling thread and the background thread ask for them."""
+        with self._watcher_lock:
+            return self._watcher(target)
+
+    def _watcher(self, target: Target) -> Any:
         props = dict(target.properties)
         current = self._watchers.get(target.cluster_id)
         if current is not None and current[0] == props:

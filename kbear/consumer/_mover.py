@@ -88,18 +88,19 @@ def measure(
     physical: str,
     seq: int,
     positions: dict[int, int],
-    new: tuple[Any, str] | None = None,
+    new: tuple[Callable[[], Any], str] | None = None,
 ) -> Progress:
     """Probe ``seq``: the watermarks of ``physical`` and the group's committed offsets,
     asked with the cluster's background client ``watcher``; first, with ``new``
-    (the new cluster's background client, the topic's physical name there), the
+    (a function giving the new cluster's background client, built here so that the
+    polling thread never waits for it; the topic's physical name there), the
     sum of the topic's end offsets on the new cluster (None when it does not
     answer: :attr:`Progress.new_ends`). Blocking, each call bounded by
     ``PROBE_CALL_TIMEOUT_S``; run in the background thread."""
     new_ends = None
     if new is not None:
         try:
-            new_ends = sum(high for _, high in _watermarks(*new).values())
+            new_ends = sum(high for _, high in _watermarks(new[0](), new[1]).values())
         except (KafkaException, RuntimeError):
             new_ends = None
     try:
@@ -229,7 +230,10 @@ class SwitchDriver:
             self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
             return
         watcher = self._registry.watcher(action.route)
-        new = None if action.new is None else (self._registry.watcher(action.new), action.new.topic)
+        new = None
+        if action.new is not None:
+            target = action.new
+            new = (lambda: self._registry.watcher(target), target.topic)
         future = self.submit(
             None if new is not None else entry.cluster_id,
             measure,

@@ -412,10 +412,35 @@ def test_a_drain_without_traffic_or_new_cluster_figures_ends_as_before() -> None
     """No message read on A during the drain and A's end offsets unchanged: nothing
     was in flight; a driver that does not measure the new cluster (new_ends None,
     the Spark source) gets the idle check alone."""
-    for answer in ({**DONE, "new_ends": 0}, DONE):
+    all_mine = {**DONE, "positions": {0: 10, 1: 5}, "new_ends": 0}  # this member reads both partitions
+    for answer in (all_mine, DONE):
         engine = SwitchEngine(idle_s=0.5)
         rows = [(0.0, ("move", "B")), (0.6, ("step", ["probe A"])), (0.65, ("answer", answer))]
         assert run(engine, [*rows, (0.7, ("step", ["switch A->B"]))])[-1] == "switch A->B"
     engine = SwitchEngine(idle_s=0.5)  # traffic, but no figures of the new cluster
     rows = [(0.0, ("move", "B")), (0.3, ("msg", "A")), (0.9, ("step", ["probe A"])), (0.95, ("answer", DONE))]
     assert run(engine, [*rows, (1.0, ("step", ["switch A->B"]))])[-1] == "switch A->B"
+
+
+def test_a_member_without_every_partition_waits_for_steady_end_offsets() -> None:
+    """A member reading few or none of the old cluster's partitions is idle at once,
+    and the group's committed offsets (read after the watermarks) can be at the end
+    while a producer still writes there: its drain ends only once the old cluster's
+    end offsets stayed the same between two probes (then, with traffic seen, once
+    the new cluster received messages)."""
+    none_mine = {"marks": {0: (0, 10)}, "positions": {}, "committed": {0: 10}, "new_ends": 0}
+    grown = {"marks": {0: (0, 14)}, "positions": {}, "committed": {0: 14}, "new_ends": 0}
+    engine = SwitchEngine(idle_s=0.5)
+    rows = [
+        (0.0, ("move", "B")),
+        (0.6, ("step", ["probe A"])),
+        (0.65, ("answer", none_mine)),  # first probe: nothing to compare with
+        (1.2, ("step", ["probe A"])),
+        (1.25, ("answer", grown)),  # a producer still writes to A
+        (1.8, ("step", ["probe A"])),
+        (1.85, ("answer", grown)),  # steady, but traffic: the new cluster has not grown
+        (2.4, ("step", ["probe A"])),
+        (2.45, ("answer", {**grown, "new_ends": 3})),  # the producer moved
+        (2.5, ("step", ["switch A->B"])),
+    ]
+    assert run(engine, rows)[-1] == "switch A->B"
