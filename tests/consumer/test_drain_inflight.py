@@ -7,8 +7,8 @@ reached it yet: seen on Apache Kafka under load (a group of 2 read messages out
 of per-key order after two live moves: the old cluster's last messages reached
 its log after the members had left it, and were read only when the topic came
 back). Forced here: the old cluster refuses the producer's next requests with a
-retriable error, so its last messages land after ``retry.backoff.ms`` x 3
-(1.2 s), longer than the consumer's ``kbear.switch.drain.idle.ms`` (0.5 s).
+retriable error, so its last messages land after ``retry.backoff.ms`` x 5
+(2 s), longer than the consumer's ``kbear.switch.drain.idle.ms`` (0.8 s), shorter than 5 x that.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_old_cluster_messages_landing_late_are_read_before_the_new_clusters(
                 "kbear.config": str(conf),
                 "group.id": unique("g"),
                 **FAST_GROUP,
-                "kbear.switch.drain.idle.ms": 500,
+                "kbear.switch.drain.idle.ms": 800,
             }
         )
     )
@@ -110,8 +110,8 @@ def test_old_cluster_messages_landing_late_are_read_before_the_new_clusters(
     assert consumer.router.reload()
     consume_for(0.3)  # the consumer drains A while the producer still writes there
     # the producer's next requests to A fail (retriable): its last messages for A
-    # reach A's log about 1.2 s after it moved, while it flushes A
-    a.push_request_errors(PRODUCE_API, [KafkaError.NOT_ENOUGH_REPLICAS] * 3)
+    # reach A's log about 2 s after it moved, while it flushes A
+    a.push_request_errors(PRODUCE_API, [KafkaError.NOT_ENOUGH_REPLICAS] * 5)
     assert producer.router.reload()
     consume_for(4.0)
     writer.stop.set()
