@@ -176,7 +176,8 @@ class ClusterRegistry:
             return current, None
         conf = cluster_config(self.native, target.properties)
         _events.configure("consumer", target.cluster_id, conf)
-        if self.error_hook is not None:
+        # (an oauth_cb's client without an error_cb is left as built: see kbear._cluster_errors)
+        if self.error_hook is not None and not ("oauth_cb" in conf and conf.get("error_cb") is None):
             conf["error_cb"] = _error_callback(self.error_hook, target.cluster_id, conf.get("error_cb"))
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
