@@ -281,7 +281,7 @@ class MetaServiceSource(ConfigSource):
             try:
                 self.notify_changed()
             except ConfigError as exc:
-                log.error("kbear: no route from meta-service %s for %s: %s", self.url, key, exc)
+                log.error("kbear: meta-service %s: lookup %s not answered: %s", self.url, key, exc)
                 if not isinstance(exc, ServiceUnreachableError):
                     self._refused[key] = exc
             except Exception:  # never into the application: the lookup has no route
