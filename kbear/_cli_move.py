@@ -153,6 +153,16 @@ def print_plan(plan: MovePlan, out: TextIO) -> None:
             f"on {plan.to} lag {g.target_lag} ({_offsets(g.target_offsets)})"
         )
         w(f"  kbear.switch.start: {g.switch_start}")
+        if g.mirror:
+            w(f"  kbear.switch.start=translated ({g.mirror}):")
+            for t in g.translated:
+                at = "committed offset there" if t.offset is None else f"offset {t.offset}"
+                reread = "" if t.reread is None else f", at most {t.reread} read again"
+                behind = "unknown" if t.mirror_behind is None else f"{t.mirror_behind} message(s)"
+                w(
+                    f"    partition {t.partition}: starts at {at} ({t.decided_by}{reread}); "
+                    f"mirror behind: {behind}"
+                )
     for title, lines in (("problems", plan.problems), ("notes", plan.notes)):
         if lines:
             w(f"{title}:")

@@ -50,6 +50,7 @@ class Replicator:
         partitions: int,
         *,
         alias: str = "east",
+        remote: str | None = None,
         skip: float = 0.2,
         sync_every: int = 4,
         rng: random.Random,
@@ -57,7 +58,7 @@ class Replicator:
         self.east, self.west, self.topic, self.alias = east, west, topic, alias
         self.partitions = partitions
         self.skip, self.sync_every, self.rng = skip, sync_every, rng
-        self.remote = f"{alias}.{topic}"
+        self.remote = remote or f"{alias}.{topic}"  # identity policy: remote=topic
         self.checkpoints_topic = f"{alias}.checkpoints.internal"
         self.syncs_topic = f"mm2-offset-syncs.{alias}.internal"
         self.copied = {p: _Copied() for p in range(partitions)}

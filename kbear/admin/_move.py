@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.admin._facade import RoutedAdminClient
+from kbear.admin._move_mirror import MirroredStart, mirrored_starts
 from kbear.admin._move_rules import RULES_FILE, RuleChange, plan_rule_change
 from kbear.admin._move_state import (
     CommittedOffsets,
@@ -58,6 +59,9 @@ class GroupPlan:
             on its current cluster and on the target.
         source_lag, target_lag: messages not yet committed by the group there.
         switch_start: what ``kbear.switch.start`` does on the target (text).
+        mirror: the mirror from the current cluster to the target (text; empty: none).
+        translated: with ``kbear.switch.start=translated``, the start per partition
+            on the target and how far behind the mirror is (empty: no mirror).
     """
 
     group: str
@@ -68,9 +72,13 @@ class GroupPlan:
     source_lag: int = 0
     target_lag: int = 0
     switch_start: str = ""
+    mirror: str = ""
+    translated: list[MirroredStart] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "mirror": self.mirror,
+            "translated": [t.as_json() for t in self.translated],
             "group": self.group,
             "now": _route_json(self.now),
             "after": _route_json(self.after),
@@ -280,6 +288,20 @@ def _plan_group(
         )
         entry.target_lag = lag(entry.target_offsets, plan.target)
     entry.switch_start = _switch_start(plan, entry)
+    if source.partitions and plan.target.partitions:
+        mirrored = mirrored_starts(
+            after_router.config,
+            now,
+            plan.to,
+            after.topic,
+            group,
+            entry.source_offsets,
+            source,
+            plan.target,
+            timeout_s,
+        )
+        if mirrored is not None:
+            entry.mirror, entry.translated = mirrored
     if entry.source_lag:
         plan.notes.append(
             f"group '{group}' has {entry.source_lag} message(s) not committed on {now.cluster_id}: "

@@ -1,0 +1,120 @@
+"""``kbear move`` over a mirror: where a group would start with
+``kbear.switch.start=translated``, partition by partition, and how far behind
+the mirror is (#27 item 4).
+
+Only when the topic's current cluster declares a mirror to the target
+(``kbear.failover.to`` naming it, ``kbear.mirror`` not ``none``). For
+MirrorMaker 2 the checkpoints and offset syncs are read and translated as a
+consumer would at the switch (:mod:`kbear.mirror`), from the group's committed
+offsets on the source now (the drain commits the source's ends before the
+switch: what it reads until then moves the start further, never back); for an
+``identical`` mirror the offsets stay as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kbear._route import Route
+from kbear.admin._move_state import TopicState
+from kbear.config import KBearConfig, MirrorKind
+from kbear.mirror import read_mirror, translate_group
+
+__all__ = ["MirroredStart", "mirrored_starts"]
+
+
+@dataclass(frozen=True)
+class MirroredStart:
+    """Where a group starts on one partition of the target with ``translated``.
+
+    Attributes:
+        partition: the partition.
+        offset: the start offset on the target (None: no translation; the
+            committed offset there, else ``auto.offset.reset``).
+        decided_by: ``checkpoint``, ``offset-sync``, ``none`` (MirrorMaker 2) or
+            ``identical``.
+        reread: at most how many messages are read again (None: unknown).
+        mirror_behind: messages of the source not yet known mirrored (MirrorMaker
+            2: past its last offset sync; identical: the source's end offset less
+            the target's), None when unknown.
+    """
+
+    partition: int
+    offset: int | None
+    decided_by: str
+    reread: int | None
+    mirror_behind: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "decided_by": self.decided_by,
+            "reread_at_most": self.reread,
+            "mirror_behind": self.mirror_behind,
+        }
+
+
+def mirrored_starts(
+    config: KBearConfig,
+    now: Route,
+    to: str,
+    target_topic: str,
+    group: str,
+    committed: dict[int, int | None],
+    source: TopicState,
+    target: TopicState,
+    timeout_s: float,
+) -> tuple[str, list[MirroredStart]] | None:
+    """``group``'s translated starts on ``to`` (see the module docstring); None when
+    ``now``'s cluster declares no mirror to ``to``.
+
+    Returns:
+        (a description of the mirror, one :class:`MirroredStart` per partition of
+        the source).
+    """
+    source_cluster = config.clusters.get(now.cluster_id)
+    target_cluster = config.clusters.get(to)
+    if source_cluster is None or target_cluster is None:
+        return None
+    failover = source_cluster.failover
+    if failover.mirror is MirrorKind.NONE or failover.standby != to:
+        return None
+    upstream = {p: o for p, o in committed.items() if o is not None and o >= 0}
+    partitions = sorted(source.high)
+    if failover.mirror is MirrorKind.IDENTICAL:
+        return f"identical mirror {now.cluster_id} -> {to}", [
+            MirroredStart(
+                p,
+                upstream.get(p),
+                "identical",
+                0 if p in upstream else None,
+                source.high[p] - target.high[p] if p in target.high else None,
+            )
+            for p in partitions
+        ]
+    view = read_mirror(
+        failover, target_cluster.client_properties, source_cluster.client_properties, timeout_s=timeout_s
+    )
+    remote = failover.remote_topic(now.topic)
+    starts = translate_group(
+        group,
+        now.topic,
+        remote,
+        partitions,
+        upstream=upstream,
+        checkpoints=view.checkpoints,
+        syncs=view.syncs,
+    )
+    out = []
+    for p in partitions:
+        latest = view.syncs.latest(now.topic, p)
+        behind = source.high[p] - (latest.upstream_offset + 1) if latest is not None else None
+        start = starts[p]
+        out.append(MirroredStart(p, start.offset, start.source.value, start.reread_bound, behind))
+    where = view.syncs_topic or "no offset syncs found"
+    text = f"MirrorMaker 2 {failover.source_alias} -> {to}, copy '{remote}' (offset syncs: {where})"
+    if remote != target_topic:
+        text += f"; the move routes to '{target_topic}', not the copy: remap the rule to '{remote}'"
+    return text, out
