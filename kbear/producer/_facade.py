@@ -26,7 +26,7 @@ from kbear._base import (
     Uninitialized,
     check_config_argument,
 )
-from kbear._clients import open_router, poll_clients, split_config
+from kbear._clients import Deadline, open_router, poll_clients, split_config
 from kbear._cluster_id import check_cluster_id
 from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
@@ -356,10 +356,11 @@ class RoutedProducer:
         Returns:
             The number of events served.
         """
+        deadline = Deadline(timeout)  # a change applied here (a failover's take-back) counts
         self._failover.tick()
         if self._state.pending:
             self._routing.apply_changes()
-        return poll_clients([e.producer for e in self._clients.all()], timeout)
+        return poll_clients([e.producer for e in self._clients.all()], deadline.remaining())
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait for all messages of every cluster's client to be delivered.

@@ -20,6 +20,7 @@ not switched back to (fail-back is the operator's, docs/concepts/failover.md).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -86,12 +87,14 @@ class ClientFailover:
         self._clock = clock
         #: clusters observed down and not yet back (nothing to do while empty)
         self._watched: set[str] = set()
+        self._lock = threading.Lock()
 
     def observe_down(self, cluster_id: str, reachable: bool) -> None:
         """A client of ``cluster_id`` reported (``reachable`` False) every broker down."""
         if not reachable:
-            self._watched.add(cluster_id)
-            self._board.observe(cluster_id, False, self._clock() * 1000)
+            with self._lock:
+                self._watched.add(cluster_id)
+                self._board.observe(cluster_id, False, self._clock() * 1000)
 
     def watching(self) -> bool:
         """Whether ``flush()`` waits in slices (``kbear.failover.enable``: a cluster
@@ -99,9 +102,14 @@ class ClientFailover:
         return self.enabled
 
     def tick(self) -> None:
-        """Let time pass: observe the watched clusters' clients, act on transitions."""
+        """Let time pass: observe the watched clusters' clients, act on transitions
+        (one thread at a time: several may poll)."""
         if not self._watched:
             return
+        with self._lock:
+            self._tick()
+
+    def _tick(self) -> None:
         now = self._clock() * 1000
         for cluster_id in list(self._watched):
             entry = self._clients.get(cluster_id)
@@ -148,11 +156,11 @@ class ClientFailover:
         ``kbear.failover.enable``, each client is flushed in slices of 100 ms, the failover
         (``apply_changes``: a pending change applied, its take-back included) made
         between them, so that ``flush()`` ends once the standby has the messages and
-        keeps its timeout."""
+        keeps its timeout (a change applied here counts)."""
+        deadline = Deadline(timeout)
         self.tick()
         if self._state.pending:
             apply_changes()
-        deadline = Deadline(timeout)
         while True:
             watching = self.watching()
             left = 0
