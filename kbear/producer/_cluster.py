@@ -10,11 +10,12 @@ without a remap (the fast path).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbear._clients import ClientFactory, ClientRegistry, ClusterEntry, Deadline, single_cluster
-from kbear._health import reachable_from_error
+from kbear._health import reachable_from_error, reachable_from_stats
 from kbear._identity import Client
 from kbear._route import Route
 from kbear._standby import standby_cluster
@@ -91,6 +92,7 @@ def producer_registry(
     on_build: Callable[[str, Any], None],
     factory: ClientFactory | None = None,
     on_reachable: Callable[[str, bool], None] | None = None,
+    watch_brokers: bool = False,
 ) -> ClientRegistry[ClusterProducer]:
     """The client registry of one RoutedProducer.
 
@@ -106,6 +108,11 @@ def producer_registry(
         on_reachable: ``on_reachable(cluster_id, False)`` when a client reports every
             broker of its cluster down (librdkafka's ``_ALL_BROKERS_DOWN``, seen by
             its ``error_cb``); the client then records every message (suspect).
+        watch_brokers: also give ``on_reachable`` what librdkafka's statistics say of
+            the brokers (``statistics.interval.ms`` 1000 unless configured, the
+            application's ``stats_cb`` still called): a client that saw all brokers
+            down and reconnected while idle is reachable again, not lost
+            (``kbear.failover.enable``).
     """
 
     def prepare(cluster_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Rescue]:
@@ -116,6 +123,9 @@ def producer_registry(
         app_error_cb = conf.get("error_cb")
         if callable(app_error_cb):  # (none: an oauth_cb's client is left as built, see _cluster_errors)
             conf["error_cb"] = _watching_errors(cluster_id, app_error_cb, rescue, on_reachable)
+        if watch_brokers and on_reachable is not None:
+            conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
+            conf["stats_cb"] = _watching_stats(cluster_id, conf.get("stats_cb"), on_reachable)
         return logical, rescue
 
     def entry(cluster_id: str, properties: Mapping[str, str], client: Any, prepared: Any) -> ClusterProducer:
@@ -140,6 +150,27 @@ def _watching_errors(
             if on_reachable is not None:
                 on_reachable(cluster_id, False)
         return error_cb(err)
+
+    return watch
+
+
+#: ``statistics.interval.ms`` of a producer watching its brokers (kbear.failover.enable)
+_STATS_INTERVAL_MS = 1000
+
+
+def _watching_stats(
+    cluster_id: str, stats_cb: Callable[[str], Any] | None, on_reachable: Callable[[str, bool], None]
+) -> Callable[[str], Any]:
+    """``stats_cb`` after noting what librdkafka's statistics say of the brokers."""
+
+    def watch(stats: str) -> Any:
+        try:
+            reachable = reachable_from_stats(json.loads(stats))
+        except ValueError:
+            reachable = None
+        if reachable is not None:
+            on_reachable(cluster_id, reachable)
+        return None if stats_cb is None else stats_cb(stats)
 
     return watch
 

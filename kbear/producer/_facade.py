@@ -143,7 +143,11 @@ class RoutedProducer:
         )
         config_now = _config_of(used)
         self._clients = clients = producer_registry(
-            native, on_delivery, self._on_new_client, on_reachable=self._on_reachable
+            native,
+            on_delivery,
+            self._on_new_client,
+            on_reachable=self._on_reachable,
+            watch_brokers=self._settings.failover_enable,
         )
         self._table = table = RouteTable(clients)
         self._binding = ProduceBinding(

@@ -90,11 +90,14 @@ class ClientFailover:
         self._lock = threading.Lock()
 
     def observe_down(self, cluster_id: str, reachable: bool) -> None:
-        """A client of ``cluster_id`` reported (``reachable`` False) every broker down."""
-        if not reachable:
-            with self._lock:
+        """A client of ``cluster_id`` reported every broker down (``reachable`` False:
+        its ``error_cb``), or what its statistics say of its brokers."""
+        with self._lock:
+            if not reachable:
                 self._watched.add(cluster_id)
-                self._board.observe(cluster_id, False, self._clock() * 1000)
+            elif cluster_id not in self._watched:
+                return  # up, as nothing said otherwise
+            self._board.observe(cluster_id, reachable, self._clock() * 1000)
 
     def watching(self) -> bool:
         """Whether ``flush()`` waits in slices (``kbear.failover.enable``: a cluster

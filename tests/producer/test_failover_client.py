@@ -170,3 +170,31 @@ def test_failover_off_reports_the_loss_and_keeps_the_route(
     lost = [e for e in kbear_events if isinstance(e, _events.ClusterHealthChanged)]
     assert [(e.cluster, e.lost) for e in lost] == [("A", True)]
     assert not [e for e in kbear_events if isinstance(e, _events.FailedOver)]
+
+
+def test_brokers_back_before_after_ms_while_idle_is_no_loss(
+    native_clusters: Clusters, tmp_path: Path, unique: Callable[[str], str], kbear_events: list[_events.Event]
+) -> None:
+    """All of A's brokers down for a moment while the producer is idle (no delivery
+    there to tell it A is back): librdkafka's statistics say so, A is not lost."""
+    a, _ = native_clusters
+    topic = unique("orders")
+    a.create_topic(topic, 1)
+    conf_dir = write_standby_config(tmp_path / "conf", native_clusters, ALL_ON_A)
+    after_s = 3.0  # longer than librdkafka's reconnection (its backoff) takes here
+    producer = RoutedProducer(
+        {**CONF, "kbear.failover.after.ms": int(after_s * 1000), "kbear.config": str(conf_dir)}
+    )
+    try:
+        producer.produce(topic, b"warm")
+        assert producer.flush(10) == 0
+        a.set_broker_down(-1)
+        try:
+            poll_until(producer, lambda: False, 0.3)  # serves A's _ALL_BROKERS_DOWN
+        finally:
+            a.set_broker_up(-1)
+        poll_until(producer, lambda: False, after_s * 2)
+        assert producer.route(topic).cluster_id == "A"
+    finally:
+        producer.close(5)
+    assert not [e for e in kbear_events if isinstance(e, (_events.FailedOver, _events.ClusterHealthChanged))]
