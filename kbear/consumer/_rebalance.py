@@ -15,7 +15,8 @@ callbacks that:
   whose drain already committed their end offsets are left out. When the group
   refuses that commit (it is rebalancing; noida and librdkafka's mock do) and the
   next assignment gives the partitions back (eager protocols), the member goes
-  on from its own positions instead of the older committed offsets. On a cluster
+  on from its own positions instead of the older committed offsets, and commits
+  those of the partitions that went to other members in the new generation. On a cluster
   whose last switch timed out (it did not answer the drain in time) that
   commit is sent without waiting: a slow or absent cluster must not hold up
   ``poll()`` (issue #11: ``poll(timeout)`` keeps its timeout during a move).
@@ -212,6 +213,8 @@ class Rebalancer:
                         entry.consumer.incremental_assign(started)
                     else:
                         entry.consumer.assign(started)
+                if resume:
+                    _commit_gone(entry, partitions, resume)
                 if self.assigned_hook is not None:
                     self.assigned_hook(entry)
             finally:
@@ -274,6 +277,19 @@ def _resumed(partitions: list[TopicPartition], resume: dict[tuple[str, int], int
     ]
     log.info("kbear: partitions back at this member resume where it stopped: %s", out)
     return out
+
+
+def _commit_gone(
+    entry: ClusterClient, partitions: list[TopicPartition], resume: dict[tuple[str, int], int]
+) -> None:
+    """The group refused the commit of this member's positions as its partitions left
+    it (it was rebalancing); the partitions of ``resume`` that went to other members
+    are committed now, in the new generation, so that their new owner starts there
+    if it has not fetched the group's offsets yet (asynchronously: never waits)."""
+    mine = {(tp.topic, tp.partition) for tp in partitions}
+    gone = [TopicPartition(t, p, off) for (t, p), off in resume.items() if (t, p) not in mine and off >= 0]
+    if gone:
+        commit_async(entry, gone, "for the partitions that went to other members")
 
 
 def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> bool:
