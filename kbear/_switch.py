@@ -37,8 +37,9 @@ end offsets by then) or the old cluster stayed idle ``LANDED_IDLE_FACTOR`` times
 longer (a reader that does not read every partition of the topic there also
 needs the old cluster's end offsets unchanged between two probes: its own
 idleness covers only its partitions); or until ``kbear.switch.drain.timeout.ms``,
-or until the old cluster is observed dead (:meth:`SwitchEngine.cluster_down`:
-nothing more can be read there, the drain ends at once). A
+or, for the moves the driver allows (``SwitchEngine.ends_when_dead``: the consumer's
+from a cluster to its mirror), until the old cluster is observed dead
+(:meth:`SwitchEngine.cluster_down`: nothing more can be read there). A
 topic moved again during a drain goes to the newer route after the drain in
 progress and a drain of the intermediate route (messages may have been produced
 there meanwhile).
@@ -46,7 +47,7 @@ there meanwhile).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
@@ -246,6 +247,8 @@ class SwitchEngine:
         self._seq = 0
         self._outcomes: list[Outcome] = []
         self._down: set[str] = set()  # clusters with every broker unreachable
+        #: which drains a dead old cluster ends at once (old, new route); None: none
+        self.ends_when_dead: Callable[[Route, Route | None], bool] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -408,14 +411,20 @@ class SwitchEngine:
 
     def cluster_down(self, cluster_id: str, down: bool) -> None:
         """Observation: every broker of ``cluster_id`` is unreachable (``down``), or one
-        answers again. A drain there ends at the next :meth:`step`: nothing more can be read."""
+        answers again. A drain there that :attr:`ends_when_dead` accepts ends at the next
+        :meth:`step`: nothing more can be read there."""
         (self._down.add if down else self._down.discard)(cluster_id)
 
     def step(self, now: float) -> list[Action]:
         """The actions due at ``now``: probes to send, switches to make."""
         actions: list[Action] = []
         for topic, drain in list(self._drains.items()):
-            dead = drain.old.cluster_id in self._down and not drain.done
+            dead = (
+                drain.old.cluster_id in self._down
+                and not drain.done
+                and self.ends_when_dead is not None
+                and self.ends_when_dead(drain.old, drain.new)
+            )
             timed_out = dead or (self.timeout_s is not None and now - drain.started >= self.timeout_s)
             if drain.done or timed_out:
                 cut = timed_out and not drain.done

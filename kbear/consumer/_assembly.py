@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kbear._cluster_id import check_cluster_id
@@ -33,7 +34,7 @@ from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
-from kbear.consumer._translated import MirrorStarts
+from kbear.consumer._translated import MirrorStarts, mirrored_to
 from kbear.router import Router
 from kbear.settings import KBearSettings, SwitchStart
 
@@ -111,6 +112,7 @@ def assemble(
         clock=time.monotonic,
     )
     registry.error_hook = driver.cluster_error
+    driver.engine.ends_when_dead = partial(mirrored_to, router)
     registry.built_hook = lambda cluster_id, built: check_cluster_id(
         "consumer", cluster_id, built, router.config
     )

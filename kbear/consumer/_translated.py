@@ -29,18 +29,32 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
 from kbear._clients import cluster_config
+from kbear._route import Route
 from kbear._switch import StartPlan
 from kbear.config import Failover, MirrorKind
 from kbear.consumer._cluster import ClusterClient
 from kbear.mirror import StartSource, TranslatedStart, read_mirror, translate_group
 from kbear.router import Router
 
-__all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts"]
+__all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts", "mirrored_to"]
 
 log = logging.getLogger("kbear.consumer")
 
 #: Bound of each read of a mirror's topics at a translated start (seconds).
 TRANSLATION_TIMEOUT_S = 10.0
+
+
+def mirrored_to(router: Router, old: Route, new: Route | None) -> bool:
+    """Whether ``old``'s cluster declares a mirror (``kbear.mirror`` not ``none``) to
+    ``new``'s (its ``kbear.failover.to``): the drain of such a move ends at once when
+    the old cluster is dead, since what it could not read there is on the new one."""
+    if new is None:
+        return False
+    cluster = router.config.clusters.get(old.cluster_id)
+    if cluster is None:
+        return False
+    failover = cluster.failover
+    return failover.mirror is not MirrorKind.NONE and failover.standby == new.cluster_id
 
 
 class MirrorStarts:
