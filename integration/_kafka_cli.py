@@ -1,11 +1,15 @@
-"""``python -m integration.kafka up|down|status``: local Apache Kafka clusters for the
-examples and the demo, without Docker (``docs/apache-kafka.md``).
+"""``python -m integration.kafka up|down|status|resolve``: local Apache Kafka clusters for
+the examples and the demo, without Docker (``docs/guides/apache-kafka.md``).
 
 ``up`` starts clusters (default ``A`` and ``B``, one combined broker/controller
 each) that outlive the command, records them in ``<dir>/clusters.json`` and prints
 ``NAME=bootstrap.servers`` lines; ``down`` stops them by PID (SIGTERM, then SIGKILL)
 and deletes their data; ``status`` prints what runs. ``<dir>`` is ``--dir``, else
-``KBEAR_KAFKA_DIR``, else ``~/.cache/kbear/kafka``.
+``KBEAR_KAFKA_DIR``, else ``~/.cache/kbear/kafka``. ``resolve`` has Maven resolve the
+jars the integration suite runs on Apache Kafka with (the broker's, MirrorMaker 2's
+and, with pyspark installed, Spark's connector's) and says which version; exit 1 with
+the reason when it cannot (no Java, no Maven, Maven Central not reached): what
+``scripts/test.sh`` runs before the tests.
 """
 
 from __future__ import annotations
@@ -125,13 +129,42 @@ def status(directory: Path) -> int:
     return 0
 
 
+def resolve(version: str | None) -> int:
+    """Resolve the jars of the ``kafka`` backend, MirrorMaker 2 and Spark's connector."""
+    from integration.jvm import JvmUnavailable, classpath
+    from integration.kafka import kafka_classpath, kafka_version
+
+    version = version or kafka_version()
+    started = time.monotonic()
+    try:
+        kafka_classpath(version)
+        classpath("mirror")
+        try:
+            import pyspark  # noqa: F401  (the spark extra)
+        except ImportError:
+            spark = "pyspark not installed: Spark's connector not resolved"
+        else:
+            from integration.spark import connector_jars
+
+            connector_jars()
+            spark = "Spark's connector"
+    except (BackendUnavailable, JvmUnavailable) as exc:
+        print(f"Apache Kafka {version} cannot run here: {exc}".replace("\n", " | "))
+        return 1
+    print(
+        f"Apache Kafka {version}: jars resolved in {time.monotonic() - started:.1f} s "
+        f"(broker, MirrorMaker 2, {spark})"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m integration.kafka",
         description="Local Apache Kafka (KRaft) clusters as JVM processes: jars from Maven Central "
         "(jvm/kafka/pom.xml), Java 17 and Maven needed.",
     )
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "resolve"))
     parser.add_argument(
         "--dir", help="state and data directory (default $KBEAR_KAFKA_DIR or ~/.cache/kbear/kafka)"
     )
@@ -146,4 +179,6 @@ def main(argv: list[str] | None = None) -> int:
         return up(directory, names, args.version)
     if args.command == "down":
         return down(directory)
+    if args.command == "resolve":
+        return resolve(args.version)
     return status(directory)

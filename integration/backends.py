@@ -13,9 +13,9 @@ its brokers need, so the tests stay backend-neutral. Known limits of each are in
 - ``noida``: noida-db processes (``KBEAR_NOIDA_BIN``, else the binary of the
   ``noida-db`` wheel);
 - ``mock``: librdkafka mock clusters (:class:`kbear.testing.EmbeddedCluster`);
-- ``auto`` (default): docker when a Docker engine answers, else the local
-  brokers (noida, then tansu), else mock (``kafka`` is asked for by name until
-  the suite passes on it every time: integration/BACKENDS.md).
+- ``auto`` (default): docker when a Docker engine answers, else kafka when Java
+  and Maven are there and the jars resolve, else the local stand-ins (noida, then
+  tansu), else mock.
 
 Every process is started by this module, bound to 127.0.0.1 on a free port,
 and stopped by its PID (``Popen.terminate`` then ``kill``).
@@ -611,7 +611,7 @@ def requested() -> str:
 
 
 def candidates(choice: str) -> tuple[str, ...]:
-    return ("docker", *LOCAL_ORDER, "mock") if choice == "auto" else (choice,)
+    return ("docker", "kafka", *LOCAL_ORDER, "mock") if choice == "auto" else (choice,)
 
 
 @dataclass

@@ -17,7 +17,6 @@ and Maven (``integration/jvm.py``).
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from collections import Counter
@@ -361,13 +360,9 @@ def _spark(spark_session: tuple[Any, str | None]) -> Any:
     return session
 
 
-# passed in 2 of 4 runs here (data moved through all four clusters); the other two ended
-# the test process with a segmentation fault (origin not found yet: Spark's foreachBatch
-# callbacks, librdkafka and DEBUG logging all run in this process)
-@pytest.mark.skipif(
-    not os.environ.get("KBEAR_SPARK_AUTH_TEST"),
-    reason="opt-in (KBEAR_SPARK_AUTH_TEST=1) until a segmentation fault of 2 in 4 runs is explained",
-)
+# 180-280 s alone (the secured cluster and the Spark session start inside it) on a
+# 2-core machine at load 7-17; the default 300 s of pytest-timeout is too close
+@pytest.mark.timeout(600)
 def test_spark_connector_authenticates_with_translated_options(
     secured: Secured,
     topics: dict[str, str],
@@ -427,4 +422,44 @@ def test_spark_connector_authenticates_with_translated_options(
     assert copied == Counter({(f"{t}.out", k): n for (t, k), n in sent.items()})
     for secret in secured.secrets:
         assert secret not in progress
+    watched()
+
+
+@pytest.mark.timeout(600)  # alone, the secured cluster and the Spark session start inside it
+def test_spark_connector_refused_login_never_shows_the_secret(
+    secured: Secured,
+    topics: dict[str, str],
+    watched: Callable[[], None],
+    spark_session: tuple[Any, str | None],
+    tmp_path: Path,
+) -> None:
+    """A wrong password through Spark's connector: the query fails with the Java
+    client's authentication error; the failed query's description names the cluster
+    (kbear's ``cluster`` column of each cluster's source), never the password."""
+    from kbear.spark import read_stream
+
+    spark = _spark(spark_session)
+    wrong = f"wrong-PLANTED-{secrets.token_hex(4)}"
+    plain = {**cluster_meta(secured, "plain"), "sasl.password": wrong}
+    conf = write_config(tmp_path / "conf", secured, {"plain": topics["plain"]}, plain=plain)
+    df = read_stream(spark, [topics["plain"]], config=str(conf), options=EARLIEST, source="kafka")
+    query = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    text = ""
+    try:
+        try:
+            finished = query.awaitTermination(WAIT_S)
+        except Exception as exc:  # pyspark's StreamingQueryException
+            finished, text = True, str(exc)
+        assert finished, "the query neither failed nor finished"
+    finally:
+        query.stop()
+    assert "SaslAuthenticationException: Authentication failed" in text, text[:2000]
+    assert "plain AS cluster" in text, text[:2000]
+    for secret in (wrong, *secured.secrets):
+        assert secret not in text
     watched()

@@ -26,6 +26,21 @@ else
 fi
 export KBEAR_ARTIFACTS="${KBEAR_ARTIFACTS:-${TMPDIR:-/tmp}/kbear-artifacts}"
 echo "console screenshots go to $KBEAR_ARTIFACTS/console"
+echo "== integration backend (KBEAR_IT_BACKEND=${KBEAR_IT_BACKEND:-auto})"
+# auto runs the integration suite on Apache Kafka (the kafka backend, integration/kafka.py)
+# when Java 17 and Maven are here: Maven resolves the broker's, MirrorMaker 2's and Spark's
+# connector's jars first (~/.m2 is the cache: a fresh machine downloads them once). Without
+# them auto falls back to the stand-ins (noida, then tansu, then mock). The run's summary
+# ("kbear integration backend") names the backend and version that ran.
+case "${KBEAR_IT_BACKEND:-auto}" in
+auto|kafka)
+    if ! .venv/bin/python -m integration.kafka resolve; then
+        echo "WARNING: the integration suite will NOT run on Apache Kafka here (above: why);" \
+            "auto falls back to noida (else tansu, else mock)"
+    fi
+    ;;
+*) echo "the integration suite runs on ${KBEAR_IT_BACKEND} (asked for by name)" ;;
+esac
 echo "== pytest"
 # conftest.py's watchdog ends the process on a hang pytest-timeout cannot interrupt,
 # writing every thread's traceback here: shown when pytest fails.
