@@ -116,6 +116,13 @@ class GroupCalls:
         Raises:
             TypeError, ValueError: bad request (confluent-kafka's checks and words).
             NoRouteError: a topic has no route for the group; nothing is sent.
+
+        librdkafka 2.16 (confluent-kafka 2.16) ends the process with SIGSEGV when a
+        cluster answers this request with ``COORDINATOR_LOAD_IN_PROGRESS`` (a cluster
+        that has just started or restarted), ``NOT_COORDINATOR`` or
+        ``COORDINATOR_NOT_AVAILABLE``, with or without kbear: on such a cluster read
+        committed offsets with a ``Consumer``'s ``committed()`` (``group.id`` set,
+        never subscribed), as ``kbear move`` does.
         """
         request = list_consumer_group_offsets_request
         check_group_offsets(request, altering=False)
