@@ -458,12 +458,18 @@ class KafkaCluster(Cluster):
         return sizes
 
 
+#: where test runs leave nodes: the backend's clusters, and the clusters tests start in
+#: pytest's temporary directories (``test_auth.py``'s, ``tmp_path_factory``)
+ORPHAN_GLOBS = ("kbear-it-kafka-*/*/node-*/pids", "pytest-of-*/pytest-*/*/*/node-*/pids")
+
+
 def reap_orphans(parent: Path) -> list[int]:
-    """Kill the nodes under ``parent`` (``*/*/node-*/pids``) whose starting process is
-    gone (a test run that crashed, so its ``atexit`` hook never ran); returns their PIDs.
-    A PID counts only while its command line still names the node's directory."""
+    """Kill the nodes under ``parent`` (:data:`ORPHAN_GLOBS`) whose starting process is
+    gone (a test run that crashed or that pytest-timeout ended, so its ``atexit`` hook
+    never ran); returns their PIDs. A PID counts only while its command line still
+    names the node's directory."""
     killed = []
-    for pids in parent.glob("kbear-it-kafka-*/*/node-*/pids"):
+    for pids in (p for pattern in ORPHAN_GLOBS for p in parent.glob(pattern)):
         with contextlib.suppress(OSError, ValueError):
             owner, pid = (int(x) for x in pids.read_text().split())
             if Path(f"/proc/{owner}").exists():
