@@ -47,7 +47,7 @@ Exit codes:
   ``explain``: it has not answered the lookup; ``validate``, ``lint``:
   nothing could be read);
 - 1 also: ``assignments`` flagged overlaps, orphans or misconfigured nodes, or
-  found no live node of the group (see :mod:`kbear.balanced._report`);
+  found no live node of the group (see :func:`kbear.balanced.run_assignments`);
   ``failover`` / ``failback`` are not ready (the standby, or the cluster coming
   back, does not answer; see :mod:`kbear.admin._failover_cli`);
 - 130: interrupted.
