@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, Messages, TopicPartition
+from confluent_kafka import IllegalStateException, Messages
 
 from kbear import _events
 from kbear._base import (
@@ -19,25 +19,22 @@ from kbear._base import (
     check_config_argument,
 )
 from kbear._clients import Deadline, cluster_target, open_router, single_cluster, split_config
+from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
 from kbear.router import Router
-from kbear.share._clusters import CommitCallback, ShareCluster, ShareClusters
+from kbear.share._acks import NeverOpened, ShareAcks
+from kbear.share._clusters import ShareCluster, ShareClusters
 from kbear.share._guard import (
-    NOT_IN_FLIGHT,
+    CLOSED,
     NOT_SUBSCRIBED,
-    OFFSET_NOT_IN_FLIGHT,
     CallGuard,
     acknowledgement_mode,
-    check_ack_type,
-    check_coordinates,
-    check_message,
     check_share_keys,
     check_timeout,
     check_topics,
 )
-from kbear.share._inflight import LastBatch
 from kbear.share._moves import ShareMoves, share_engine
 
 log = logging.getLogger("kbear.share")
@@ -98,11 +95,14 @@ class RoutedShareConsumer:
 
     _kind = "share_consumer"
     _guard: CallGuard
+    _acks: ShareAcks
     _initialized: bool
 
     def __new__(cls, *args: Any, **kwargs: Any) -> RoutedShareConsumer:
         self = super().__new__(cls)
         self._guard = CallGuard()  # closed until __init__ completes
+        refusing: Any = NeverOpened(CLOSED)  # a subclass not calling __init__: refused as closed
+        self._acks = refusing
         self._initialized = False
         return self
 
@@ -130,12 +130,11 @@ class RoutedShareConsumer:
             raise ValueError("on_commit is not supported by the share consumer")
         _events.emit(_events.ClientOpened(self))
         self._group = str(group)
-        self._explicit_acks = acknowledgement_mode(native)
         self._clusters = ShareClusters(native)
+        self._acks = ShareAcks(self._guard, self._clusters, acknowledgement_mode(native))
         self._subscription: list[str] = []
         self._routes: dict[str, Route] = {}  # logical topic -> route it is read on now
         self._readers: dict[str, ShareCluster] = {}  # logical topic -> share consumer reading it
-        self._batch: LastBatch[ShareCluster] = LastBatch()
         self._turn = 0
         used, self._owns_router = open_router(router, self._settings, kind)
         self._core = ClientCore(self._kind, native, used, self._settings.client, log)
@@ -253,15 +252,10 @@ class RoutedShareConsumer:
         """
         with self._guard.call():
             deadline = Deadline(check_timeout(timeout))
-            if self._explicit_acks:
-                left = self._batch.unacknowledged()
-                if left:
-                    raise IllegalStateException(
-                        f"{left} records from previous poll have not been acknowledged"
-                    )
+            self._acks.check_acknowledged()
             if not self._subscription:
                 raise IllegalStateException(NOT_SUBSCRIBED)
-            self._batch.start()
+            self._acks.new_batch()
             while True:
                 self._moves.apply(self._routes)
                 reading = self._clusters.reading()
@@ -307,125 +301,22 @@ class RoutedShareConsumer:
                 msg.set_topic(logical)  # type: ignore[attr-defined]
             offset, partition = msg.offset(), msg.partition()
             if offset is not None and offset >= 0 and partition is not None:
-                self._batch.add(entry, logical, physical, msg)
+                self._acks.add(entry, logical, physical, msg)
                 if draining:
                     self._moves.acquired(logical, entry.cluster_id, partition)
         return batch
 
     def _cluster_of(self, message: Any) -> str | None:
         """The cluster id ``message`` (of the last poll) was acquired from, or None."""
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        if topic is None or partition is None or offset is None:
-            return None
-        record = self._batch.find(topic, partition, offset, message)
-        return None if record is None else record.owner.cluster_id
+        return self._acks.cluster_of(message)
 
     # ------------------------------------------------------------------ acknowledgements
 
-    def acknowledge(self, message: Any, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:
-        """Acknowledge a record of the last poll (``explicit`` mode), on the cluster
-        it was acquired from; sent at the next poll or commit.
-
-        Args:
-            message: a message returned by :meth:`poll` (its logical topic).
-            ack_type: ``AcknowledgeType.ACCEPT`` (default), ``RELEASE`` or ``REJECT``.
-
-        Raises:
-            TypeError: ``message`` is not a Message, or ``ack_type`` not an int.
-            ValueError: its topic is None, its partition or offset negative, or
-                ``ack_type`` invalid.
-            IllegalStateException: implicit mode, the record is not in flight, or closed.
-        """
-        with self._guard.call():
-            check_message(message)
-            if not self._explicit_acks:
-                raise IllegalStateException(NOT_IN_FLIGHT)
-            check_ack_type(ack_type)
-            record = self._batch.find(message.topic(), message.partition(), message.offset(), message)
-            if record is None:
-                raise IllegalStateException(NOT_IN_FLIGHT)
-            partition, offset = message.partition(), message.offset()
-            record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
-            record.acknowledged = True
-
-    def acknowledge_offset(
-        self, topic: str, partition: int, offset: int, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
-    ) -> None:
-        """Acknowledge the record of the last poll at ``topic`` (logical),
-        ``partition``, ``offset`` (``explicit`` mode), as :meth:`acknowledge`.
-
-        Raises:
-            TypeError: ``topic`` not a str, ``partition``/``offset`` not ints.
-            ValueError: a negative partition or offset, or ``ack_type`` invalid.
-            IllegalStateException: implicit mode, the record is not in flight, or closed.
-        """
-        with self._guard.call():
-            if not isinstance(topic, str):
-                raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-            check_coordinates(partition, offset)
-            if not self._explicit_acks:
-                raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
-            check_ack_type(ack_type)
-            record = self._batch.find(topic, partition, offset)
-            if record is None:
-                raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
-            record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
-            record.acknowledged = True
-
-    def commit_sync(self, timeout: float = 60) -> dict[TopicPartition, KafkaException | None]:
-        """Commit the pending acknowledgements on every cluster and wait for the
-        answers (in ``implicit`` mode the last batch is accepted first).
-
-        Args:
-            timeout: seconds to wait in all (-1: no limit).
-
-        Returns:
-            Logical TopicPartition -> None (committed) or the KafkaException of that
-            partition; empty when nothing was pending.
-
-        Raises:
-            TypeError: ``timeout`` is not a number.
-            IllegalStateException: closed.
-            KafkaException: a cluster's share consumer failed (the other clusters
-                are committed first).
-        """
-        with self._guard.call():
-            deadline = Deadline(check_timeout(timeout))
-            results: dict[TopicPartition, KafkaException | None] = {}
-            errors: list[BaseException] = []
-            for entry in self._clusters.all():
-                try:
-                    results.update(entry.renamed_keys(entry.commit(deadline.as_arg())))
-                except KafkaException as exc:
-                    errors.append(exc)
-            if errors:
-                raise errors[0]
-            return results
-
-    def commit_async(self) -> None:
-        """Send the pending acknowledgements of every cluster without waiting; the
-        answers go to the acknowledgement commit callback.
-
-        Raises:
-            IllegalStateException: closed.
-            KafkaException: a cluster's share consumer failed.
-        """
-        self._guard.check()
-        for entry in self._clusters.all():
-            entry.client.commit_async()
-
-    def set_acknowledgement_commit_callback(self, callback: CommitCallback | None) -> None:
-        """Call ``callback(offsets, exception)`` when a cluster answers an
-        acknowledgement commit: ``offsets`` is logical TopicPartition -> set of
-        offsets, ``exception`` a KafkaException or None. Runs in the thread of the
-        call serving the answer (poll, commit_sync, commit_async, close). None clears it.
-
-        Raises:
-            TypeError: ``callback`` is neither callable nor None.
-            IllegalStateException: closed, or called from within the callback.
-        """
-        with self._guard.call():
-            self._clusters.set_commit_callback(callback)
+    acknowledge = delegate("_acks", ShareAcks.acknowledge)
+    acknowledge_offset = delegate("_acks", ShareAcks.acknowledge_offset)
+    commit_sync = delegate("_acks", ShareAcks.commit_sync)
+    commit_async = delegate("_acks", ShareAcks.commit_async)
+    set_acknowledgement_commit_callback = delegate("_acks", ShareAcks.set_acknowledgement_commit_callback)
 
     # ------------------------------------------------------------------ moves
 
