@@ -6,7 +6,9 @@ kbear is installed with a C compiler; absent otherwise), unless
 The extension holds the compiled ``RoutedProducer.produce()`` over several
 clusters (``Dispatcher``, used by kbear.producer._dispatch) and the compiled
 ``RoutedConsumer.poll()``/``consume()`` over several clusters (``TurnTaker``,
-used by kbear.consumer._turns).
+used by kbear.consumer._turns), and the per-message record of the producer's
+take-back (``PlainCall``, ``RecordingSend``, ``Pending``, used by
+kbear.producer._pending).
 """
 
 from __future__ import annotations

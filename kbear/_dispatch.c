@@ -720,6 +720,19 @@ static PyTypeObject PlainCallType = {
     .tp_members = plain_members,
 };
 
+/* A PlainCall's record flag (1/0), or -1 when ``call`` is no PlainCall (for _pending.c). */
+int
+kbear_plain_record(PyObject *call)
+{
+    if (Py_TYPE(call) != &PlainCallType) {
+        return -1;
+    }
+    return ((PlainCall *)call)->record ? 1 : 0;
+}
+
+/* _pending.c: adds Pending and RecordingSend to the module */
+int kbear_pending_init(PyObject *module);
+
 static struct PyModuleDef cdispatch_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kbear._cdispatch",
@@ -773,6 +786,10 @@ PyInit__cdispatch(void)
     Py_INCREF(&PlainCallType);
     if (PyModule_AddObject(module, "PlainCall", (PyObject *)&PlainCallType) < 0) {
         Py_DECREF(&PlainCallType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    if (kbear_pending_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

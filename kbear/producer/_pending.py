@@ -57,6 +57,9 @@ _PLAIN_KEYWORDS = frozenset({"topic", "value", "key"})
 #: the compiled PlainCall, or None (not built, or KBEAR_PURE_PYTHON set)
 _PlainCall: Any = None if EXTENSION is None else getattr(EXTENSION, "PlainCall", None)
 
+#: the compiled recording send (its records: the compiled Pending), or None
+_RecordingSend: Any = None if EXTENSION is None else getattr(EXTENSION, "RecordingSend", None)
+
 
 def _no_report(err: Any, msg: Any) -> None:
     """No ``on_delivery`` configured: nothing to report to."""
@@ -116,7 +119,8 @@ class Pending:
 
     Attributes:
         own: the message's own callback (None: the configuration's ``on_delivery``).
-        headers: its headers as given to produce() (None: none).
+        headers: its headers as given to produce() (None: none; the compiled
+            Pending keeps a list as a tuple).
         partition: its partition as given (-1: the partitioner's choice).
         timestamp: its timestamp (epoch ms) as given, or its CreateTime when it was
             recorded because the cluster was suspect (0: librdkafka's CreateTime).
@@ -178,7 +182,20 @@ def delivery_callback(
 def recording_send(produce: Send, rescue: Rescue) -> Send:
     """``produce`` (a cluster client's) for the calls that are recorded: the message's
     callback becomes a :class:`Pending` keeping its partition, callback, headers and
-    timestamp. Same arguments as ``confluent_kafka.Producer.produce``."""
+    timestamp. Same arguments as ``confluent_kafka.Producer.produce``.
+
+    Compiled when the extension is built (``kbear._cdispatch.RecordingSend`` and
+    its ``Pending``, kbear/_pending.c: same behaviour, no Python frame per call or
+    per delivery report); a call it cannot read goes to the pure-Python send."""
+    send = _python_send(produce, rescue)
+    if _RecordingSend is not None:
+        compiled: Send = _RecordingSend(produce, rescue, send)
+        return compiled
+    return send
+
+
+def _python_send(produce: Send, rescue: Rescue) -> Send:
+    """The pure-Python recording send (see :func:`recording_send`)."""
 
     def send(
         topic: str,

@@ -112,8 +112,9 @@ class TakeBack:
             if pending is not None:
                 if pending.timestamp:
                     kwargs["timestamp"] = pending.timestamp
-                if pending.headers is not None:
-                    kwargs["headers"] = pending.headers
+                headers = pending.headers
+                if headers is not None:  # (the compiled Pending keeps a list as a tuple)
+                    kwargs["headers"] = list(headers) if isinstance(headers, tuple) else headers
                 if pending.partition != -1:
                     kwargs["partition"] = pending.partition
                 if pending.own is not None:

@@ -1,0 +1,532 @@
+/* kbear._cdispatch's Pending and RecordingSend: the compiled record of a message
+ * pending on a cluster, for the take-back of #27 item 3 (the behaviour, and the
+ * reference pure-Python code, are in kbear/producer/_pending.py).
+ *
+ * Pending(own, headers, partition, timestamp, rescue) is a message's delivery
+ * callback: called (err, msg) by confluent-kafka, it
+ *   - on a delivery (err None): ends the cluster's suspicion if it is suspected
+ *     (rescue.call.record set: rescue.suspect(False));
+ *   - on a purge (err.code() in _PURGE_QUEUE/_PURGE_INFLIGHT) while a take-back is
+ *     under way (rescue.resend not None): offers it to rescue.resend(err, msg, self),
+ *     and says nothing more when that re-sent it;
+ *   - else calls ``own`` (the message's own callback) or, when None,
+ *     ``rescue.report`` (the configuration's on_delivery) with (err, msg).
+ *
+ * RecordingSend(produce, rescue, fallback) is called like
+ * confluent_kafka.Producer.produce(topic, value=None, key=None, partition=-1,
+ * on_delivery=None, timestamp=0, headers=None, callback=None); it builds the
+ * message's Pending (own: on_delivery, else callback; headers: as given, a list
+ * as a tuple; timestamp: the one given,
+ * else the wall clock's now in ms) and calls
+ * produce(topic[, value[, key[, partition]]], on_delivery=pending[, timestamp=...]
+ * [, headers=...]) with what it was given (absent: produce()'s defaults). A call it cannot read (an unknown keyword, an argument
+ * given twice, too many, no topic) goes to ``fallback`` untouched (the pure-Python
+ * recording send, whose errors are Python's).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+/* in _dispatch.c: a PlainCall's record flag (1/0), or -1 when ``call`` is no PlainCall */
+int kbear_plain_record(PyObject *call);
+
+static PyObject *s_call, *s_record, *s_resend, *s_report, *s_suspect, *s_code;
+static PyObject *purge_queue, *purge_inflight; /* KafkaError._PURGE_QUEUE / _PURGE_INFLIGHT */
+static PyObject *minus_one;
+/* the keywords RecordingSend gives produce(): on_delivery [, timestamp] [, headers] */
+static PyObject *kw_sets[4];
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *own;       /* the message's own callback, or None */
+    PyObject *headers;   /* as given, or None */
+    PyObject *partition; /* as given, or -1 */
+    PyObject *timestamp; /* as given, or its CreateTime (epoch ms) */
+    PyObject *rescue;    /* the client's kbear.producer._pending.Rescue */
+    vectorcallfunc vectorcall;
+} Pending;
+
+static PyTypeObject PendingType;
+
+/* Whether the rescue's cluster is suspected (1/0), -1 on error. */
+static int
+suspected(PyObject *rescue)
+{
+    PyObject *call = PyObject_GetAttr(rescue, s_call);
+    int on;
+    if (call == NULL) {
+        return -1;
+    }
+    if (call == Py_None) {
+        Py_DECREF(call);
+        return 0;
+    }
+    on = kbear_plain_record(call);
+    if (on < 0) {
+        PyObject *record = PyObject_GetAttr(call, s_record);
+        on = record == NULL ? -1 : PyObject_IsTrue(record);
+        Py_XDECREF(record);
+    }
+    Py_DECREF(call);
+    return on;
+}
+
+/* Whether ``err`` is a purge's (1/0), -1 on error. */
+static int
+purged(PyObject *err)
+{
+    PyObject *code;
+    int found;
+    if (purge_queue == NULL) {
+        PyObject *module = PyImport_ImportModule("confluent_kafka");
+        PyObject *cls = module == NULL ? NULL : PyObject_GetAttrString(module, "KafkaError");
+        Py_XDECREF(module);
+        if (cls == NULL) {
+            return -1;
+        }
+        purge_queue = PyObject_GetAttrString(cls, "_PURGE_QUEUE");
+        purge_inflight = purge_queue == NULL ? NULL : PyObject_GetAttrString(cls, "_PURGE_INFLIGHT");
+        Py_DECREF(cls);
+        if (purge_inflight == NULL) {
+            Py_CLEAR(purge_queue);
+            return -1;
+        }
+    }
+    code = PyObject_CallMethodNoArgs(err, s_code);
+    if (code == NULL) {
+        return -1;
+    }
+    found = PyObject_RichCompareBool(code, purge_queue, Py_EQ);
+    if (found == 0) {
+        found = PyObject_RichCompareBool(code, purge_inflight, Py_EQ);
+    }
+    Py_DECREF(code);
+    return found;
+}
+
+static PyObject *
+pending_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Pending *self = (Pending *)op;
+    PyObject *rescue = self->rescue, *err, *report, *result, *pair[3];
+
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "Pending takes (err, msg)");
+        return NULL;
+    }
+    if (rescue == NULL) {
+        PyErr_SetString(PyExc_ReferenceError, "kbear pending record already cleared");
+        return NULL;
+    }
+    Py_INCREF(rescue);
+    err = args[0];
+    if (err == Py_None) {
+        int on = suspected(rescue);
+        if (on < 0) {
+            goto error;
+        }
+        if (on) { /* delivered: the cluster is reachable again */
+            result = PyObject_CallMethodOneArg(rescue, s_suspect, Py_False);
+            if (result == NULL) {
+                goto error;
+            }
+            Py_DECREF(result);
+        }
+    }
+    else {
+        PyObject *resend = PyObject_GetAttr(rescue, s_resend);
+        if (resend == NULL) {
+            goto error;
+        }
+        if (resend != Py_None) {
+            int found = purged(err), done;
+            if (found < 0) {
+                Py_DECREF(resend);
+                goto error;
+            }
+            if (found) {
+                pair[0] = args[0];
+                pair[1] = args[1];
+                pair[2] = op;
+                result = PyObject_Vectorcall(resend, pair, 3, NULL);
+                Py_DECREF(resend);
+                if (result == NULL) {
+                    goto error;
+                }
+                done = PyObject_IsTrue(result);
+                Py_DECREF(result);
+                if (done < 0) {
+                    goto error;
+                }
+                if (done) {
+                    Py_DECREF(rescue);
+                    Py_RETURN_NONE;
+                }
+                resend = NULL;
+            }
+        }
+        Py_XDECREF(resend);
+    }
+    if (self->own != NULL && self->own != Py_None) {
+        report = self->own;
+        Py_INCREF(report);
+    }
+    else {
+        report = PyObject_GetAttr(rescue, s_report);
+        if (report == NULL) {
+            goto error;
+        }
+    }
+    Py_DECREF(rescue);
+    result = PyObject_Vectorcall(report, args, 2, NULL);
+    Py_DECREF(report);
+    if (result == NULL) {
+        return NULL;
+    }
+    Py_DECREF(result);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(rescue);
+    return NULL;
+}
+
+static PyObject *
+pending_make(PyTypeObject *type, PyObject *own, PyObject *headers, PyObject *partition, PyObject *timestamp,
+             PyObject *rescue)
+{
+    Pending *self = (Pending *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(own);
+    self->own = own;
+    Py_INCREF(headers);
+    self->headers = headers;
+    Py_INCREF(partition);
+    self->partition = partition;
+    Py_INCREF(timestamp);
+    self->timestamp = timestamp;
+    Py_INCREF(rescue);
+    self->rescue = rescue;
+    self->vectorcall = pending_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyObject *
+pending_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"own", "headers", "partition", "timestamp", "rescue", NULL};
+    PyObject *own, *headers, *partition, *timestamp, *rescue;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO:Pending", kwlist, &own, &headers, &partition,
+                                     &timestamp, &rescue)) {
+        return NULL;
+    }
+    return pending_make(type, own, headers, partition, timestamp, rescue);
+}
+
+/* Not tracked by the garbage collector: a record is referenced only by librdkafka's
+ * message (and, briefly, by a take-back's resend call), so it is never part of a
+ * reference cycle; tracking each of the (up to millions of) pending records made
+ * the collector's passes cost about 300 ns per message. */
+static void
+pending_dealloc(Pending *self)
+{
+    Py_XDECREF(self->own);
+    Py_XDECREF(self->headers);
+    Py_XDECREF(self->partition);
+    Py_XDECREF(self->timestamp);
+    Py_XDECREF(self->rescue);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pending_members[] = {
+    {"own", T_OBJECT, offsetof(Pending, own), READONLY, "the message's own callback (None: on_delivery)"},
+    {"headers", T_OBJECT, offsetof(Pending, headers), READONLY, "its headers as given, a list as a tuple (None: none)"},
+    {"partition", T_OBJECT, offsetof(Pending, partition), READONLY, "its partition as given (-1: any)"},
+    {"timestamp", T_OBJECT, offsetof(Pending, timestamp), READONLY, "its timestamp or CreateTime (epoch ms)"},
+    {"rescue", T_OBJECT, offsetof(Pending, rescue), READONLY, "the rescue of its client"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Pending, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject PendingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kbear._cdispatch.Pending",
+    .tp_basicsize = sizeof(Pending),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = pending_new,
+    .tp_dealloc = (destructor)pending_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Pending, vectorcall),
+    .tp_members = pending_members,
+};
+
+/* RecordingSend */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *produce;  /* the cluster client's bound produce */
+    PyObject *rescue;   /* its Rescue */
+    PyObject *fallback; /* the pure-Python recording send (calls not read here) */
+    vectorcallfunc vectorcall;
+} RecordingSend;
+
+/* produce()'s parameters, in positional order */
+enum { P_TOPIC, P_VALUE, P_KEY, P_PARTITION, P_ON_DELIVERY, P_TIMESTAMP, P_HEADERS, P_CALLBACK, P_COUNT };
+static PyObject *param_names[P_COUNT];
+
+static int
+param_index(PyObject *name)
+{
+    for (int i = 0; i < P_COUNT; i++) {
+        if (name == param_names[i]) {
+            return i;
+        }
+    }
+    for (int i = 0; i < P_COUNT; i++) {
+        if (PyUnicode_Compare(name, param_names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The wall clock's now in epoch ms. */
+static PyObject *
+now_ms(void)
+{
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) {
+        PyErr_SetString(PyExc_OSError, "kbear: timespec_get failed");
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+static PyObject *
+send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RecordingSend *self = (RecordingSend *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *p[P_COUNT] = {NULL};
+    PyObject *own, *stamp, *kept, *pending, *result, *call[7];
+    Py_ssize_t npos, nkw;
+    int truth, which;
+
+    if (self->produce == NULL || self->rescue == NULL || self->fallback == NULL) {
+        PyErr_SetString(PyExc_ReferenceError, "kbear recording send already cleared");
+        return NULL;
+    }
+    if (nargs > P_COUNT) {
+        goto fallback;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        p[i] = args[i];
+    }
+    if (kwnames != NULL) {
+        Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int at = param_index(PyTuple_GET_ITEM(kwnames, i));
+            if (at < 0 || p[at] != NULL) {
+                goto fallback;
+            }
+            p[at] = args[nargs + i];
+        }
+    }
+    if (p[P_TOPIC] == NULL) {
+        goto fallback;
+    }
+    own = p[P_ON_DELIVERY] != NULL && p[P_ON_DELIVERY] != Py_None ? p[P_ON_DELIVERY] : p[P_CALLBACK];
+    if (own == NULL) {
+        own = Py_None;
+    }
+    truth = p[P_TIMESTAMP] == NULL ? 0 : PyObject_IsTrue(p[P_TIMESTAMP]);
+    if (truth < 0) {
+        return NULL;
+    }
+    if (truth) {
+        stamp = p[P_TIMESTAMP];
+        Py_INCREF(stamp);
+    }
+    else {
+        stamp = now_ms();
+        if (stamp == NULL) {
+            return NULL;
+        }
+    }
+    /* a list of headers is kept as a tuple: a tuple of (str, bytes) pairs leaves the
+     * garbage collector's watch at its first pass; a list kept while the message
+     * is pending would be walked by every pass (about 400 ns per message) */
+    if (p[P_HEADERS] != NULL && PyList_CheckExact(p[P_HEADERS])) {
+        kept = PyList_AsTuple(p[P_HEADERS]);
+        if (kept == NULL) {
+            Py_DECREF(stamp);
+            return NULL;
+        }
+    }
+    else {
+        kept = p[P_HEADERS] == NULL ? Py_None : p[P_HEADERS];
+        Py_INCREF(kept);
+    }
+    pending = pending_make(&PendingType, own, kept, p[P_PARTITION] == NULL ? minus_one : p[P_PARTITION], stamp,
+                           self->rescue);
+    Py_DECREF(stamp);
+    Py_DECREF(kept);
+    if (pending == NULL) {
+        return NULL;
+    }
+    /* produce() gets what it was given (positions up to the last one given, their
+     * defaults before it), the record as on_delivery, timestamp and headers when given */
+    call[0] = p[P_TOPIC];
+    npos = 1;
+    for (int i = P_VALUE; i <= P_PARTITION; i++) {
+        if (p[i] != NULL) {
+            npos = i + 1;
+        }
+    }
+    for (int i = P_VALUE; i < npos; i++) {
+        call[i] = p[i] != NULL ? p[i] : (i == P_PARTITION ? minus_one : Py_None);
+    }
+    nkw = 0;
+    call[npos + nkw++] = pending;
+    which = 0;
+    if (p[P_TIMESTAMP] != NULL) {
+        call[npos + nkw++] = p[P_TIMESTAMP];
+        which |= 1;
+    }
+    if (p[P_HEADERS] != NULL && p[P_HEADERS] != Py_None) {
+        call[npos + nkw++] = p[P_HEADERS];
+        which |= 2;
+    }
+    result = PyObject_Vectorcall(self->produce, call, npos, kw_sets[which]);
+    Py_DECREF(pending);
+    return result;
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+send_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"produce", "rescue", "fallback", NULL};
+    PyObject *produce, *rescue, *fallback;
+    RecordingSend *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:RecordingSend", kwlist, &produce, &rescue, &fallback)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(produce) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "RecordingSend: produce and fallback must be callable");
+        return NULL;
+    }
+    self = (RecordingSend *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(produce);
+    self->produce = produce;
+    Py_INCREF(rescue);
+    self->rescue = rescue;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    self->vectorcall = send_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+send_traverse(RecordingSend *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->produce);
+    Py_VISIT(self->rescue);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+send_clear(RecordingSend *self)
+{
+    Py_CLEAR(self->produce);
+    Py_CLEAR(self->rescue);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+send_dealloc(RecordingSend *self)
+{
+    PyObject_GC_UnTrack(self);
+    send_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef send_members[] = {
+    {"produce", T_OBJECT, offsetof(RecordingSend, produce), READONLY, "the client's produce"},
+    {"rescue", T_OBJECT, offsetof(RecordingSend, rescue), READONLY, "the client's rescue"},
+    {"fallback", T_OBJECT, offsetof(RecordingSend, fallback), READONLY, "calls not read here"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(RecordingSend, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject RecordingSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kbear._cdispatch.RecordingSend",
+    .tp_basicsize = sizeof(RecordingSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = send_new,
+    .tp_dealloc = (destructor)send_dealloc,
+    .tp_traverse = (traverseproc)send_traverse,
+    .tp_clear = (inquiry)send_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RecordingSend, vectorcall),
+    .tp_members = send_members,
+};
+
+static int
+add_type(PyObject *module, const char *name, PyTypeObject *type)
+{
+    if (PyType_Ready(type) < 0) {
+        return -1;
+    }
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+/* Called by PyInit__cdispatch: adds Pending and RecordingSend to ``module``. */
+int
+kbear_pending_init(PyObject *module)
+{
+    static const char *names[P_COUNT] = {"topic",       "value",     "key",     "partition",
+                                         "on_delivery", "timestamp", "headers", "callback"};
+    for (int i = 0; i < P_COUNT; i++) {
+        param_names[i] = PyUnicode_InternFromString(names[i]);
+        if (param_names[i] == NULL) {
+            return -1;
+        }
+    }
+    s_call = PyUnicode_InternFromString("call");
+    s_record = PyUnicode_InternFromString("record");
+    s_resend = PyUnicode_InternFromString("resend");
+    s_report = PyUnicode_InternFromString("report");
+    s_suspect = PyUnicode_InternFromString("suspect");
+    s_code = PyUnicode_InternFromString("code");
+    minus_one = PyLong_FromLong(-1);
+    kw_sets[0] = Py_BuildValue("(O)", param_names[P_ON_DELIVERY]);
+    kw_sets[1] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP]);
+    kw_sets[2] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_HEADERS]);
+    kw_sets[3] =
+        Py_BuildValue("(OOO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP], param_names[P_HEADERS]);
+    if (s_call == NULL || s_record == NULL || s_resend == NULL || s_report == NULL || s_suspect == NULL ||
+        s_code == NULL || minus_one == NULL || kw_sets[0] == NULL || kw_sets[1] == NULL || kw_sets[2] == NULL ||
+        kw_sets[3] == NULL) {
+        return -1;
+    }
+    if (add_type(module, "Pending", &PendingType) < 0 || add_type(module, "RecordingSend", &RecordingSendType) < 0) {
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,178 @@
+"""The record a RoutedProducer keeps of a message for the take-back (#27 item 3):
+the compiled recording send and Pending (kbear/_pending.c) and the pure-Python ones
+(the fallback, KBEAR_PURE_PYTHON=1) forward the same produce() call and route the
+same delivery reports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from kbear.producer import _pending
+from kbear.producer._pending import Rescue, plain_call
+
+
+@pytest.fixture(params=["compiled", "pure-python"])
+def recording(request: pytest.FixtureRequest) -> Callable[[Any, Rescue], Any]:
+    """``recording_send(produce, rescue)`` of one implementation."""
+    if request.param == "pure-python":
+        return _pending._python_send
+    compiled = _pending._RecordingSend
+    if compiled is None:
+        pytest.skip("compiled extension not active (not built, or KBEAR_PURE_PYTHON set)")
+
+    def make(produce: Any, rescue: Rescue) -> Any:
+        return compiled(produce, rescue, _pending._python_send(produce, rescue))
+
+    return make
+
+
+class Client:
+    """A client's produce(): keeps each call as confluent-kafka would read it."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        self.calls.append(
+            {"topic": topic, "value": value, "key": key, "partition": partition}
+            | {"on_delivery": on_delivery, "timestamp": timestamp, "headers": headers}
+        )
+
+
+def _rescue() -> Rescue:
+    rescue = Rescue()
+    rescue.call = plain_call(lambda *a, **k: None, lambda *a, **k: None)
+    return rescue
+
+
+def _reports() -> tuple[list[tuple[Any, Any]], Callable[[Any, Any], None]]:
+    got: list[tuple[Any, Any]] = []
+    return got, lambda err, msg: got.append((err, msg))
+
+
+def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: Any) -> None:
+    client, rescue = Client(), _rescue()
+    send = recording(client.produce, rescue)
+    _, own = _reports()
+    before = int(time.time() * 1000)
+    send("t", b"v", callback=own)
+    send("t", value=b"w", key=b"k", headers=[("h", b"1")], partition=2, timestamp=1234)
+    send("t", b"x", b"k", 1, own, 99)
+    after = int(time.time() * 1000)
+    first, second, third = client.calls
+    assert {k: first[k] for k in ("topic", "value", "key", "partition", "timestamp", "headers")} == {
+        "topic": "t",
+        "value": b"v",
+        "key": None,
+        "partition": -1,
+        "timestamp": 0,
+        "headers": None,
+    }
+    pending = first["on_delivery"]
+    assert pending.own is own and pending.headers is None and pending.partition == -1
+    assert before <= pending.timestamp <= after  # its CreateTime kept
+    assert pending.rescue is rescue
+    assert second["value"] == b"w" and second["key"] == b"k" and second["partition"] == 2
+    assert second["timestamp"] == 1234 and second["headers"] == [("h", b"1")]
+    kept = second["on_delivery"]
+    assert kept.own is None and list(kept.headers) == [("h", b"1")]
+    assert kept.partition == 2 and kept.timestamp == 1234
+    assert third["key"] == b"k" and third["partition"] == 1 and third["timestamp"] == 99
+    assert third["on_delivery"].own is own
+
+
+def test_on_delivery_wins_over_callback(recording: Any) -> None:
+    client = Client()
+    _, first = _reports()
+    _, second = _reports()
+    recording(client.produce, _rescue())("t", b"v", on_delivery=first, callback=second)
+    assert client.calls[0]["on_delivery"].own is first
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((), {"value": b"v"}), (("t",), {"topic": "t"}), (("t",), {"colour": 1}), (("t",) * 9, {})],
+    ids=["no topic", "topic twice", "unknown keyword", "too many"],
+)
+def test_a_call_produce_cannot_take_is_refused_with_a_type_error(
+    recording: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    client = Client()
+    with pytest.raises(TypeError):
+        recording(client.produce, _rescue())(*args, **kwargs)
+    assert client.calls == []
+
+
+def _pending_of(recording: Any, rescue: Rescue, own: Any) -> Any:
+    client = Client()
+    recording(client.produce, rescue)("t", b"v", callback=own)
+    return client.calls[0]["on_delivery"]
+
+
+def test_a_delivery_reaches_the_own_callback_and_ends_the_suspicion(recording: Any) -> None:
+    rescue = _rescue()
+    got, own = _reports()
+    pending = _pending_of(recording, rescue, own)
+    rescue.suspect(True)
+    assert pending(None, "msg") is None
+    assert got == [(None, "msg")]
+    assert not rescue.suspected
+
+
+def test_without_an_own_callback_the_report_goes_to_the_configured_one(recording: Any) -> None:
+    rescue = _rescue()
+    got, report = _reports()
+    rescue.report = report
+    pending = _pending_of(recording, rescue, None)
+    err = KafkaError(KafkaError._MSG_TIMED_OUT)
+    pending(err, "msg")
+    assert got == [(err, "msg")]
+
+
+@pytest.mark.parametrize("code", [KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT])
+def test_a_purge_is_offered_to_the_take_back_first(recording: Any, code: int) -> None:
+    rescue = _rescue()
+    got, own = _reports()
+    pending = _pending_of(recording, rescue, own)
+    offered: list[tuple[Any, Any, Any]] = []
+    answer = [True]
+
+    def resend(err: Any, msg: Any, record: Any) -> bool:
+        offered.append((err, msg, record))
+        return answer[0]
+
+    err = KafkaError(code)
+    pending(err, "msg")  # no take-back under way: the callback sees the purge
+    assert got == [(err, "msg")] and offered == []
+    rescue.resend = resend
+    pending(err, "msg")  # re-sent: its one report will be that of its final delivery
+    assert offered == [(err, "msg", pending)] and got == [(err, "msg")]
+    answer[0] = False
+    pending(err, "msg")  # not re-sent: reported failed
+    assert got == [(err, "msg"), (err, "msg")]
+    other = KafkaError(KafkaError._MSG_TIMED_OUT)
+    pending(other, "msg")  # not a purge: not offered
+    assert len(offered) == 2 and got[-1] == (other, "msg")
+
+
+def test_what_a_callback_raises_reaches_the_caller(recording: Any) -> None:
+    def own(err: Any, msg: Any) -> None:
+        raise ZeroDivisionError
+
+    pending = _pending_of(recording, _rescue(), own)
+    with pytest.raises(ZeroDivisionError):
+        pending(None, "msg")
