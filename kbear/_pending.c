@@ -14,8 +14,8 @@
  *
  * RecordingSend(produce, rescue, fallback) is called like
  * confluent_kafka.Producer.produce(topic, value=None, key=None, partition=-1,
- * on_delivery=None, timestamp=0, headers=None, callback=None); it builds the
- * message's Pending (own: on_delivery, else callback; headers: as given, a list
+ * callback=None, on_delivery=None, timestamp=0, headers=None); it builds the
+ * message's Pending (own: callback, else on_delivery, as confluent-kafka; headers: as given, a list
  * as a tuple; timestamp: the one given,
  * else the wall clock's now in ms) and calls
  * produce(topic[, value[, key[, partition]]], on_delivery=pending[, timestamp=...]
@@ -273,7 +273,7 @@ typedef struct {
 } RecordingSend;
 
 /* produce()'s parameters, in positional order */
-enum { P_TOPIC, P_VALUE, P_KEY, P_PARTITION, P_ON_DELIVERY, P_TIMESTAMP, P_HEADERS, P_CALLBACK, P_COUNT };
+enum { P_TOPIC, P_VALUE, P_KEY, P_PARTITION, P_CALLBACK, P_ON_DELIVERY, P_TIMESTAMP, P_HEADERS, P_COUNT };
 static PyObject *param_names[P_COUNT];
 
 static int
@@ -337,7 +337,7 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
     if (p[P_TOPIC] == NULL) {
         goto fallback;
     }
-    own = p[P_ON_DELIVERY] != NULL && p[P_ON_DELIVERY] != Py_None ? p[P_ON_DELIVERY] : p[P_CALLBACK];
+    own = p[P_CALLBACK] != NULL && p[P_CALLBACK] != Py_None ? p[P_CALLBACK] : p[P_ON_DELIVERY];
     if (own == NULL) {
         own = Py_None;
     }
@@ -500,8 +500,8 @@ add_type(PyObject *module, const char *name, PyTypeObject *type)
 int
 kbear_pending_init(PyObject *module)
 {
-    static const char *names[P_COUNT] = {"topic",       "value",     "key",     "partition",
-                                         "on_delivery", "timestamp", "headers", "callback"};
+    static const char *names[P_COUNT] = {"topic",    "value",       "key",       "partition",
+                                         "callback", "on_delivery", "timestamp", "headers"};
     for (int i = 0; i < P_COUNT; i++) {
         param_names[i] = PyUnicode_InternFromString(names[i]);
         if (param_names[i] == NULL) {

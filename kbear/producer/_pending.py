@@ -202,12 +202,12 @@ def _python_send(produce: Send, rescue: Rescue) -> Send:
         value: Any = None,
         key: Any = None,
         partition: int = -1,
+        callback: DeliveryCallback | None = None,
         on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
         headers: Any = None,
-        callback: DeliveryCallback | None = None,
     ) -> None:
-        own = on_delivery if on_delivery is not None else callback
+        own = callback if callback is not None else on_delivery  # (confluent-kafka's order)
         pending = Pending(own, headers, partition, timestamp or int(time.time() * 1000), rescue)
         if headers is None:
             produce(topic, value, key, partition, on_delivery=pending, timestamp=timestamp)

@@ -43,10 +43,12 @@ class Client:
         value: Any = None,
         key: Any = None,
         partition: int = -1,
+        callback: Any = None,
         on_delivery: Any = None,
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
+        assert callback is None  # (the record is given as on_delivery)
         self.calls.append(
             {"topic": topic, "value": value, "key": key, "partition": partition}
             | {"on_delivery": on_delivery, "timestamp": timestamp, "headers": headers}
@@ -71,7 +73,7 @@ def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: An
     before = int(time.time() * 1000)
     send("t", b"v", callback=own)
     send("t", value=b"w", key=b"k", headers=[("h", b"1")], partition=2, timestamp=1234)
-    send("t", b"x", b"k", 1, own, 99)
+    send("t", b"x", b"k", 1, own, None, 99)  # confluent-kafka's order
     after = int(time.time() * 1000)
     first, second, third = client.calls
     assert {k: first[k] for k in ("topic", "value", "key", "partition", "timestamp", "headers")} == {
@@ -95,12 +97,14 @@ def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: An
     assert third["on_delivery"].own is own
 
 
-def test_on_delivery_wins_over_callback(recording: Any) -> None:
+def test_callback_wins_over_on_delivery_as_in_confluent_kafka(recording: Any) -> None:
     client = Client()
     _, first = _reports()
     _, second = _reports()
     recording(client.produce, _rescue())("t", b"v", on_delivery=first, callback=second)
-    assert client.calls[0]["on_delivery"].own is first
+    recording(client.produce, _rescue())("t", b"v", on_delivery=first)
+    assert client.calls[0]["on_delivery"].own is second
+    assert client.calls[1]["on_delivery"].own is first
 
 
 @pytest.mark.parametrize(
