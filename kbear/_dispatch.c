@@ -594,32 +594,59 @@ static PyTypeObject FastMethodType = {
     .tp_getset = fast_getset,
 };
 
-/* PlainCall(target, fallback): produce() forwarded to ``target`` (a cluster client's
- * bound ``produce``) when the call carries nothing a delivery report cannot give
- * back -- at most (topic, value, key) by position, keywords among topic, value,
- * key -- and to ``fallback`` otherwise (a partition, a callback of its own, a
- * timestamp, headers: kbear keeps those per message while it is pending, see
- * kbear/producer/_pending.py), and every call to ``fallback`` while ``record``
- * is set (the cluster is suspected lost: every message is kept). Arguments are
+/* PlainCall(target, fallback, reported=False): produce() forwarded to ``target`` (a
+ * cluster client's bound ``produce``) when kbear keeps no record of the message, and
+ * to ``fallback`` (the recording send, see kbear/producer/_pending.py) when it does:
+ *   - every call while ``record`` is set (the cluster is suspected lost);
+ *   - a call with a delivery callback of its own (``callback``/``on_delivery`` not None);
+ *   - a call with a partition, a timestamp or headers (which a purge's report does
+ *     not give back) when ``reported`` is set (the client has a configured
+ *     on_delivery: the report reaches Python anyway); without it such a call has no
+ *     delivery callback at all: its purge report would be dropped by librdkafka,
+ *     so a record would cost a report per delivery for nothing;
+ *   - a call it cannot read (an unknown keyword, too many arguments): the fallback's
+ *     errors are Python's.
+ * A plain call (at most topic, value, key) goes to ``target``. Arguments are
  * forwarded untouched. */
 typedef struct {
     PyObject_HEAD
     PyObject *target;
     PyObject *fallback;
     vectorcallfunc vectorcall;
-    char record; /* every call to ``fallback`` (a cluster suspected lost) */
+    char record;   /* every call to ``fallback`` (a cluster suspected lost) */
+    char reported; /* the client has a configured on_delivery */
 } PlainCall;
 
-static PyObject *value_name, *key_name;
+static PyObject *value_name, *key_name, *partition_name, *timestamp_name, *headers_name;
+static PyObject *callback_name, *on_delivery_name;
 
+/* produce()'s positional arguments (confluent-kafka's order): topic, value, key,
+ * partition, callback, on_delivery, timestamp, headers */
+#define PLAIN_MAX_ARGS 8
+
+enum { NAME_PLAIN, NAME_CALLBACK, NAME_EXTRA, NAME_UNKNOWN };
+
+/* What a keyword of produce() is: plain (topic, value, key), a callback (callback,
+ * on_delivery), extra (partition, timestamp, headers) or unknown; the interned
+ * names are compared by identity first. */
 static int
-plain_name(PyObject *name)
+name_kind(PyObject *name)
 {
-    if (name == topic_name || name == value_name || name == key_name) {
-        return 1;
+    PyObject *const names[] = {topic_name,    value_name,     key_name,     callback_name,
+                               on_delivery_name, partition_name, timestamp_name, headers_name};
+    static const int kinds[] = {NAME_PLAIN,    NAME_PLAIN, NAME_PLAIN, NAME_CALLBACK,
+                                NAME_CALLBACK, NAME_EXTRA, NAME_EXTRA, NAME_EXTRA};
+    for (int i = 0; i < 8; i++) {
+        if (name == names[i]) {
+            return kinds[i];
+        }
     }
-    return PyUnicode_Compare(name, topic_name) == 0 || PyUnicode_Compare(name, value_name) == 0 ||
-           PyUnicode_Compare(name, key_name) == 0;
+    for (int i = 0; i < 8; i++) {
+        if (PyUnicode_Compare(name, names[i]) == 0) {
+            return kinds[i];
+        }
+    }
+    return NAME_UNKNOWN;
 }
 
 static PyObject *
@@ -627,35 +654,57 @@ plain_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
 {
     PlainCall *self = (PlainCall *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *to = self->target;
+    int extra = 0; /* a partition, a timestamp or headers */
 
-    if (to == NULL || self->fallback == NULL) {
+    if (self->target == NULL || self->fallback == NULL) {
         PyErr_SetString(PyExc_ReferenceError, "kbear plain call already cleared");
         return NULL;
     }
-    if (self->record || nargs > 3) {
-        to = self->fallback;
+    if (self->record || nargs > PLAIN_MAX_ARGS) {
+        goto fallback;
     }
-    else if (kwnames != NULL) {
+    if (nargs > 3) {
+        if ((nargs > 4 && args[4] != Py_None) || (nargs > 5 && args[5] != Py_None)) {
+            goto fallback; /* a callback of its own */
+        }
+        extra = 1;
+    }
+    if (kwnames != NULL) {
         Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (!plain_name(PyTuple_GET_ITEM(kwnames, i))) {
-                to = self->fallback;
+            switch (name_kind(PyTuple_GET_ITEM(kwnames, i))) {
+            case NAME_PLAIN:
                 break;
+            case NAME_CALLBACK:
+                if (args[nargs + i] != Py_None) {
+                    goto fallback;
+                }
+                break;
+            case NAME_EXTRA:
+                extra = 1;
+                break;
+            default:
+                goto fallback;
             }
         }
     }
-    return PyObject_Vectorcall(to, args, nargsf, kwnames);
+    if (extra && self->reported) {
+        goto fallback;
+    }
+    return PyObject_Vectorcall(self->target, args, nargsf, kwnames);
+fallback:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
 static PyObject *
 plain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"target", "fallback", NULL};
+    static char *kwlist[] = {"target", "fallback", "reported", NULL};
     PyObject *target, *fallback;
+    int reported = 0;
     PlainCall *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:PlainCall", kwlist, &target, &fallback)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|p:PlainCall", kwlist, &target, &fallback, &reported)) {
         return NULL;
     }
     if (!PyCallable_Check(target) || !PyCallable_Check(fallback)) {
@@ -671,6 +720,7 @@ plain_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Py_INCREF(fallback);
     self->fallback = fallback;
     self->vectorcall = plain_vectorcall;
+    self->reported = (char)reported;
     return (PyObject *)self;
 }
 
@@ -702,6 +752,7 @@ static PyMemberDef plain_members[] = {
     {"target", T_OBJECT, offsetof(PlainCall, target), READONLY, "the client's produce (plain calls)"},
     {"fallback", T_OBJECT, offsetof(PlainCall, fallback), READONLY, "every other call"},
     {"record", T_BOOL, offsetof(PlainCall, record), 0, "every call to fallback (a cluster suspected lost)"},
+    {"reported", T_BOOL, offsetof(PlainCall, reported), READONLY, "the client has a configured on_delivery"},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(PlainCall, vectorcall), READONLY, NULL},
     {NULL},
 };
@@ -751,7 +802,13 @@ PyInit__cdispatch(void)
     zero = PyLong_FromLong(0);
     value_name = PyUnicode_InternFromString("value");
     key_name = PyUnicode_InternFromString("key");
-    if (value_name == NULL || key_name == NULL) {
+    partition_name = PyUnicode_InternFromString("partition");
+    timestamp_name = PyUnicode_InternFromString("timestamp");
+    headers_name = PyUnicode_InternFromString("headers");
+    callback_name = PyUnicode_InternFromString("callback");
+    on_delivery_name = PyUnicode_InternFromString("on_delivery");
+    if (value_name == NULL || key_name == NULL || partition_name == NULL || timestamp_name == NULL ||
+        headers_name == NULL || callback_name == NULL || on_delivery_name == NULL) {
         return NULL;
     }
     if (topic_name == NULL || timeout_name == NULL || num_name == NULL || zero == NULL) {

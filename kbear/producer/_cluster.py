@@ -72,7 +72,9 @@ class ClusterProducer(ClusterEntry):
         self.producer = producer
         self.logical = logical
         self.rescue = Rescue() if rescue is None else rescue
-        self.send = plain_call(producer.produce, recording_send(producer.produce, self.rescue))
+        self.send = plain_call(
+            producer.produce, recording_send(producer.produce, self.rescue), self.rescue.reports
+        )
         self.rescue.call = self.send
 
 

@@ -17,9 +17,13 @@ confluent-kafka on ``bench/run.py --quick --only produce1``):
   client's ``produce`` untouched (:func:`plain_call`; compiled:
   ``kbear._cdispatch.PlainCall``); its purge report reaches kbear through the
   configuration's ``on_delivery`` when there is one (:func:`delivery_callback`);
-- every other call (a partition, a callback of its own, a timestamp, headers) gets
-  a :class:`Pending` record as its callback, living exactly as long as the message
-  is pending;
+- a call with a callback of its own, and (when the configuration has an
+  ``on_delivery``) a call with a partition, a timestamp or headers, gets a
+  :class:`Pending` record as its callback, living exactly as long as the message
+  is pending (compiled: ``kbear._cdispatch.RecordingSend`` and ``Pending``, no
+  Python frame per call or report); with no ``on_delivery`` configured, a call with
+  a partition, a timestamp or headers but no callback goes untouched (a record
+  would cost a delivery report per message; its purge report reaches nobody);
 - once the cluster is **suspect** (librdkafka reported all its brokers down,
   :meth:`Rescue.suspect`), every call gets a :class:`Pending` (with its CreateTime
   kept), plain ones included, until a message is delivered there again.
@@ -54,6 +58,16 @@ PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 #: the keywords of a plain produce() call
 _PLAIN_KEYWORDS = frozenset({"topic", "value", "key"})
 
+#: produce()'s keywords a purge's report does not give back
+_EXTRA_KEYWORDS = frozenset({"partition", "timestamp", "headers"})
+
+#: produce()'s delivery callbacks (confluent-kafka: callback, alias on_delivery)
+_CALLBACK_KEYWORDS = frozenset({"callback", "on_delivery"})
+
+#: produce()'s positional arguments: topic, value, key, partition, callback,
+#: on_delivery, timestamp, headers
+_MAX_ARGS = 8
+
 #: the compiled PlainCall, or None (not built, or KBEAR_PURE_PYTHON set)
 _PlainCall: Any = None if EXTENSION is None else getattr(EXTENSION, "PlainCall", None)
 
@@ -68,18 +82,36 @@ def _no_report(err: Any, msg: Any) -> None:
 class _PurePlainCall:
     """The pure-Python PlainCall (see :func:`plain_call`)."""
 
-    __slots__ = ("fallback", "record", "target")
+    __slots__ = ("fallback", "record", "reported", "target")
 
-    def __init__(self, target: Send, fallback: Send) -> None:
+    def __init__(self, target: Send, fallback: Send, reported: bool = False) -> None:
         self.target = target
         self.fallback = fallback
         self.record = False
+        self.reported = reported
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        if self.record or len(args) > 3 or not _PLAIN_KEYWORDS.issuperset(kwargs):
+        if len(args) <= 3 and _PLAIN_KEYWORDS.issuperset(kwargs) and not self.record:
+            self.target(*args, **kwargs)
+        elif self._recorded(args, kwargs):
             self.fallback(*args, **kwargs)
         else:
             self.target(*args, **kwargs)
+
+    def _recorded(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether a call that is not plain goes to the fallback (see :func:`plain_call`)."""
+        if self.record or len(args) > _MAX_ARGS or any(a is not None for a in args[4:6]):
+            return True
+        extra = len(args) > 3
+        for name, arg in kwargs.items():
+            if name in _CALLBACK_KEYWORDS:
+                if arg is not None:
+                    return True
+            elif name in _EXTRA_KEYWORDS:
+                extra = True
+            elif name not in _PLAIN_KEYWORDS:
+                return True  # (the fallback's TypeError)
+        return extra and self.reported
 
 
 class Rescue:
@@ -100,6 +132,11 @@ class Rescue:
         self.resend: Callable[[Any, Any, Pending | None], bool] | None = None
         self.report: DeliveryCallback = _no_report
         self.call: Any = None
+
+    @property
+    def reports(self) -> bool:
+        """Whether the configuration has an ``on_delivery`` (``report`` is it)."""
+        return self.report is not _no_report
 
     def suspect(self, on: bool) -> None:
         """From now on, keep a record of every message (``on``) or only of those
@@ -217,11 +254,18 @@ def _python_send(produce: Send, rescue: Rescue) -> Send:
     return send
 
 
-def plain_call(target: Send, fallback: Send) -> Any:
-    """A send function: ``target`` for a plain produce() call (at most topic, value,
-    key, by position or by name) while its ``record`` flag is not set, ``fallback``
-    for any other; the arguments forwarded untouched (compiled when the extension
-    is built)."""
+def plain_call(target: Send, fallback: Send, reported: bool = False) -> Any:
+    """A send function over a cluster client: ``fallback`` (the recording send) for
+    the calls kbear keeps a record of, ``target`` (the client's ``produce``) for the
+    others, the arguments forwarded untouched (compiled when the extension is built).
+
+    Recorded: every call while its ``record`` flag is set (the cluster is suspect); a
+    call with a delivery callback of its own; a call with a partition, a timestamp
+    or headers when ``reported`` (the client has a configured ``on_delivery``;
+    without one such a call has no delivery callback at all, so its purge report
+    would not reach kbear: recording it would cost a report per delivery for
+    nothing); a call neither can read (the fallback raises Python's TypeError).
+    A plain call (at most topic, value, key, by position or by name) is not."""
     if _PlainCall is not None:
-        return _PlainCall(target, fallback)
-    return _PurePlainCall(target, fallback)
+        return _PlainCall(target, fallback, reported)
+    return _PurePlainCall(target, fallback, reported)

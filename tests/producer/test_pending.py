@@ -180,3 +180,53 @@ def test_what_a_callback_raises_reaches_the_caller(recording: Any) -> None:
     pending = _pending_of(recording, _rescue(), own)
     with pytest.raises(ZeroDivisionError):
         pending(None, "msg")
+
+
+@pytest.fixture(params=["compiled", "pure-python"])
+def plain(request: pytest.FixtureRequest) -> Any:
+    """``PlainCall(target, fallback, reported)`` of one implementation."""
+    if request.param == "pure-python":
+        return _pending._PurePlainCall
+    if _pending._PlainCall is None:
+        pytest.skip("compiled extension not active (not built, or KBEAR_PURE_PYTHON set)")
+    return _pending._PlainCall
+
+
+def _cb(err: Any, msg: Any) -> None:
+    """A delivery callback."""
+
+
+#: (args, kwargs) of a produce() call -> recorded without / with a configured on_delivery
+CALLS: list[tuple[tuple[Any, ...], dict[str, Any], bool, bool]] = [
+    (("t", b"v", b"k"), {}, False, False),
+    (("t",), {"value": b"v", "key": b"k"}, False, False),
+    ((), {"topic": "t", "value": b"v"}, False, False),
+    (("t", b"v"), {"callback": _cb}, True, True),
+    (("t", b"v"), {"on_delivery": _cb}, True, True),
+    (("t", b"v"), {"callback": None}, False, False),
+    (("t", b"v", None, -1, _cb), {}, True, True),
+    (("t", b"v", None, -1, None, _cb), {}, True, True),
+    (("t", b"v", None, 2), {}, False, True),
+    (("t", b"v"), {"partition": 2}, False, True),
+    (("t", b"v"), {"timestamp": 5}, False, True),
+    (("t", b"v"), {"headers": [("h", b"1")]}, False, True),
+    (("t", b"v"), {"headers": [("h", b"1")], "callback": _cb}, True, True),
+    (("t", b"v"), {"colour": 1}, True, True),
+    (("t",) * 9, {}, True, True),
+]
+
+
+@pytest.mark.parametrize("reported", [False, True], ids=["no on_delivery", "on_delivery configured"])
+@pytest.mark.parametrize("args, kwargs, bare, configured", CALLS)
+def test_which_calls_are_recorded(
+    plain: Any, reported: bool, args: tuple[Any, ...], kwargs: dict[str, Any], bare: bool, configured: bool
+) -> None:
+    """A call is recorded when it has a callback of its own, or (with an on_delivery
+    configured) a partition, timestamp or headers; every call while suspect."""
+    seen: list[str] = []
+    call = plain(lambda *a, **k: seen.append("client"), lambda *a, **k: seen.append("record"), reported)
+    call(*args, **kwargs)
+    assert seen == ["record" if (configured if reported else bare) else "client"]
+    call.record = True  # suspect
+    call(*args, **kwargs)
+    assert seen[-1] == "record"
