@@ -19,7 +19,10 @@
  * as a tuple; timestamp: the one given,
  * else the wall clock's now in ms) and calls
  * produce(topic[, value[, key[, partition]]], on_delivery=pending[, timestamp=...]
- * [, headers=...]) with what it was given (absent: produce()'s defaults). A call it cannot read (an unknown keyword, an argument
+ * [, headers=...]) with what it was given (absent: produce()'s defaults). A call
+ * with a callback and no partition, timestamp or headers while the cluster is not
+ * suspect shares its callback's Pending (timestamp 0: no CreateTime kept; at most
+ * SHARED_MAX callbacks). A call it cannot read (an unknown keyword, an argument
  * given twice, too many, no topic) goes to ``fallback`` untouched (the pure-Python
  * recording send, whose errors are Python's).
  */
@@ -33,7 +36,7 @@ int kbear_plain_record(PyObject *call);
 
 static PyObject *s_call, *s_record, *s_resend, *s_report, *s_suspect, *s_code;
 static PyObject *purge_queue, *purge_inflight; /* KafkaError._PURGE_QUEUE / _PURGE_INFLIGHT */
-static PyObject *minus_one;
+static PyObject *minus_one, *zero_long;
 /* the keywords RecordingSend gives produce(): on_delivery [, timestamp] [, headers] */
 static PyObject *kw_sets[4];
 
@@ -193,11 +196,14 @@ error:
 
 static PyObject *
 pending_make(PyTypeObject *type, PyObject *own, PyObject *headers, PyObject *partition, PyObject *timestamp,
-             PyObject *rescue)
+             PyObject *rescue, int tracked)
 {
     Pending *self = (Pending *)type->tp_alloc(type, 0);
     if (self == NULL) {
         return NULL;
+    }
+    if (!tracked) {
+        PyObject_GC_UnTrack(self);
     }
     Py_INCREF(own);
     self->own = own;
@@ -222,21 +228,42 @@ pending_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                      &timestamp, &rescue)) {
         return NULL;
     }
-    return pending_make(type, own, headers, partition, timestamp, rescue);
+    return pending_make(type, own, headers, partition, timestamp, rescue, 1);
 }
 
-/* Not tracked by the garbage collector: a record is referenced only by librdkafka's
- * message (and, briefly, by a take-back's resend call), so it is never part of a
- * reference cycle; tracking each of the (up to millions of) pending records made
- * the collector's passes cost about 300 ns per message. */
+/* A message's own record is not tracked by the garbage collector (pending_make):
+ * it is referenced only by librdkafka's message (and, briefly, by a take-back's
+ * resend call), so it is never part of a reference cycle, and tracking each of
+ * the (up to millions of) pending records made the collector's passes cost about
+ * 300 ns per message. A shared record (RecordingSend's dict, a cycle through its
+ * rescue) and one made from Python are tracked. */
+static int
+pending_traverse(Pending *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->own);
+    Py_VISIT(self->headers);
+    Py_VISIT(self->partition);
+    Py_VISIT(self->timestamp);
+    Py_VISIT(self->rescue);
+    return 0;
+}
+
+static int
+pending_clear(Pending *self)
+{
+    Py_CLEAR(self->own);
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->partition);
+    Py_CLEAR(self->timestamp);
+    Py_CLEAR(self->rescue);
+    return 0;
+}
+
 static void
 pending_dealloc(Pending *self)
 {
-    Py_XDECREF(self->own);
-    Py_XDECREF(self->headers);
-    Py_XDECREF(self->partition);
-    Py_XDECREF(self->timestamp);
-    Py_XDECREF(self->rescue);
+    PyObject_GC_UnTrack(self);
+    pending_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -254,9 +281,11 @@ static PyTypeObject PendingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kbear._cdispatch.Pending",
     .tp_basicsize = sizeof(Pending),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = pending_new,
     .tp_dealloc = (destructor)pending_dealloc,
+    .tp_traverse = (traverseproc)pending_traverse,
+    .tp_clear = (inquiry)pending_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Pending, vectorcall),
     .tp_members = pending_members,
@@ -269,8 +298,12 @@ typedef struct {
     PyObject *produce;  /* the cluster client's bound produce */
     PyObject *rescue;   /* its Rescue */
     PyObject *fallback; /* the pure-Python recording send (calls not read here) */
+    PyObject *shared;   /* dict: callback -> its shared Pending (see send_vectorcall) */
     vectorcallfunc vectorcall;
 } RecordingSend;
+
+/* at most this many callbacks get a shared Pending (a callback made per call: none) */
+#define SHARED_MAX 64
 
 /* produce()'s parameters, in positional order */
 enum { P_TOPIC, P_VALUE, P_KEY, P_PARTITION, P_CALLBACK, P_ON_DELIVERY, P_TIMESTAMP, P_HEADERS, P_COUNT };
@@ -341,6 +374,50 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
     if (own == NULL) {
         own = Py_None;
     }
+    if (own != Py_None && p[P_PARTITION] == NULL && p[P_TIMESTAMP] == NULL &&
+        (p[P_HEADERS] == NULL || p[P_HEADERS] == Py_None)) {
+        /* a callback and nothing a report does not give back, the cluster not
+         * suspect: the record is the callback's shared Pending (no CreateTime
+         * kept: a re-send gets a new one), one allocation less per message */
+        int on = suspected(self->rescue);
+        if (on < 0) {
+            return NULL;
+        }
+        if (!on) {
+            pending = PyDict_GetItemWithError(self->shared, own); /* borrowed */
+            if (pending == NULL && PyErr_Occurred()) {
+                return NULL;
+            }
+            if (pending == NULL && PyDict_GET_SIZE(self->shared) < SHARED_MAX) {
+                pending = pending_make(&PendingType, own, Py_None, minus_one, zero_long, self->rescue, 1);
+                if (pending == NULL) {
+                    return NULL;
+                }
+                if (PyDict_SetItem(self->shared, own, pending) < 0) {
+                    Py_DECREF(pending);
+                    return NULL;
+                }
+                Py_DECREF(pending); /* (the dict holds it) */
+            }
+            if (pending != NULL) {
+                Py_INCREF(pending);
+                call[0] = p[P_TOPIC];
+                npos = 1;
+                if (p[P_KEY] != NULL) {
+                    npos = 3;
+                }
+                else if (p[P_VALUE] != NULL) {
+                    npos = 2;
+                }
+                call[1] = p[P_VALUE] != NULL ? p[P_VALUE] : Py_None;
+                call[2] = p[P_KEY] != NULL ? p[P_KEY] : Py_None;
+                call[npos] = pending;
+                result = PyObject_Vectorcall(self->produce, call, npos, kw_sets[0]);
+                Py_DECREF(pending);
+                return result;
+            }
+        }
+    }
     truth = p[P_TIMESTAMP] == NULL ? 0 : PyObject_IsTrue(p[P_TIMESTAMP]);
     if (truth < 0) {
         return NULL;
@@ -370,7 +447,7 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
         Py_INCREF(kept);
     }
     pending = pending_make(&PendingType, own, kept, p[P_PARTITION] == NULL ? minus_one : p[P_PARTITION], stamp,
-                           self->rescue);
+                           self->rescue, 0);
     Py_DECREF(stamp);
     Py_DECREF(kept);
     if (pending == NULL) {
@@ -430,6 +507,11 @@ send_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->rescue = rescue;
     Py_INCREF(fallback);
     self->fallback = fallback;
+    self->shared = PyDict_New();
+    if (self->shared == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->vectorcall = send_vectorcall;
     return (PyObject *)self;
 }
@@ -440,6 +522,7 @@ send_traverse(RecordingSend *self, visitproc visit, void *arg)
     Py_VISIT(self->produce);
     Py_VISIT(self->rescue);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->shared);
     return 0;
 }
 
@@ -449,6 +532,7 @@ send_clear(RecordingSend *self)
     Py_CLEAR(self->produce);
     Py_CLEAR(self->rescue);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->shared);
     return 0;
 }
 
@@ -515,13 +599,14 @@ kbear_pending_init(PyObject *module)
     s_suspect = PyUnicode_InternFromString("suspect");
     s_code = PyUnicode_InternFromString("code");
     minus_one = PyLong_FromLong(-1);
+    zero_long = PyLong_FromLong(0);
     kw_sets[0] = Py_BuildValue("(O)", param_names[P_ON_DELIVERY]);
     kw_sets[1] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP]);
     kw_sets[2] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_HEADERS]);
     kw_sets[3] =
         Py_BuildValue("(OOO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP], param_names[P_HEADERS]);
     if (s_call == NULL || s_record == NULL || s_resend == NULL || s_report == NULL || s_suspect == NULL ||
-        s_code == NULL || minus_one == NULL || kw_sets[0] == NULL || kw_sets[1] == NULL || kw_sets[2] == NULL ||
+        s_code == NULL || minus_one == NULL || zero_long == NULL || kw_sets[0] == NULL || kw_sets[1] == NULL || kw_sets[2] == NULL ||
         kw_sets[3] == NULL) {
         return -1;
     }

@@ -64,6 +64,9 @@ _EXTRA_KEYWORDS = frozenset({"partition", "timestamp", "headers"})
 #: produce()'s delivery callbacks (confluent-kafka: callback, alias on_delivery)
 _CALLBACK_KEYWORDS = frozenset({"callback", "on_delivery"})
 
+#: at most this many callbacks get a shared record (see :func:`recording_send`)
+_SHARED_MAX = 64
+
 #: produce()'s positional arguments: topic, value, key, partition, callback,
 #: on_delivery, timestamp, headers
 _MAX_ARGS = 8
@@ -221,6 +224,11 @@ def recording_send(produce: Send, rescue: Rescue) -> Send:
     callback becomes a :class:`Pending` keeping its partition, callback, headers and
     timestamp. Same arguments as ``confluent_kafka.Producer.produce``.
 
+    A call with a callback and no partition, timestamp or headers while the cluster
+    is not suspect shares its callback's record (timestamp 0: its CreateTime is not
+    kept, a re-send gets a new one; at most ``_SHARED_MAX`` callbacks, then one
+    record per message): no allocation per message.
+
     Compiled when the extension is built (``kbear._cdispatch.RecordingSend`` and
     its ``Pending``, kbear/_pending.c: same behaviour, no Python frame per call or
     per delivery report); a call it cannot read goes to the pure-Python send."""
@@ -234,6 +242,8 @@ def recording_send(produce: Send, rescue: Rescue) -> Send:
 def _python_send(produce: Send, rescue: Rescue) -> Send:
     """The pure-Python recording send (see :func:`recording_send`)."""
 
+    shared: dict[DeliveryCallback, Pending] = {}
+
     def send(
         topic: str,
         value: Any = None,
@@ -245,6 +255,13 @@ def _python_send(produce: Send, rescue: Rescue) -> Send:
         headers: Any = None,
     ) -> None:
         own = callback if callback is not None else on_delivery  # (confluent-kafka's order)
+        if own is not None and partition == -1 and not timestamp and headers is None and not rescue.suspected:
+            record = shared.get(own)
+            if record is None and len(shared) < _SHARED_MAX:
+                record = shared[own] = Pending(own, None, -1, 0, rescue)
+            if record is not None:
+                produce(topic, value, key, on_delivery=record)
+                return
         pending = Pending(own, headers, partition, timestamp or int(time.time() * 1000), rescue)
         if headers is None:
             produce(topic, value, key, partition, on_delivery=pending, timestamp=timestamp)

@@ -70,11 +70,9 @@ def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: An
     client, rescue = Client(), _rescue()
     send = recording(client.produce, rescue)
     _, own = _reports()
-    before = int(time.time() * 1000)
     send("t", b"v", callback=own)
     send("t", value=b"w", key=b"k", headers=[("h", b"1")], partition=2, timestamp=1234)
     send("t", b"x", b"k", 1, own, None, 99)  # confluent-kafka's order
-    after = int(time.time() * 1000)
     first, second, third = client.calls
     assert {k: first[k] for k in ("topic", "value", "key", "partition", "timestamp", "headers")} == {
         "topic": "t",
@@ -86,7 +84,7 @@ def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: An
     }
     pending = first["on_delivery"]
     assert pending.own is own and pending.headers is None and pending.partition == -1
-    assert before <= pending.timestamp <= after  # its CreateTime kept
+    assert pending.timestamp == 0  # a callback alone: its shared record, no CreateTime
     assert pending.rescue is rescue
     assert second["value"] == b"w" and second["key"] == b"k" and second["partition"] == 2
     assert second["timestamp"] == 1234 and second["headers"] == [("h", b"1")]
@@ -95,6 +93,22 @@ def test_the_call_reaches_the_client_with_a_record_as_its_callback(recording: An
     assert kept.partition == 2 and kept.timestamp == 1234
     assert third["key"] == b"k" and third["partition"] == 1 and third["timestamp"] == 99
     assert third["on_delivery"].own is own
+
+
+def test_a_callback_alone_shares_a_record_unless_the_cluster_is_suspect(recording: Any) -> None:
+    client, rescue = Client(), _rescue()
+    send = recording(client.produce, rescue)
+    _, own = _reports()
+    send("t", b"1", callback=own)
+    send("t", b"2", on_delivery=own)
+    rescue.suspect(True)
+    before = int(time.time() * 1000)
+    send("t", b"3", callback=own)
+    after = int(time.time() * 1000)
+    first, second, third = (c["on_delivery"] for c in client.calls)
+    assert first is second and first.own is own
+    assert third is not first and third.own is own
+    assert before <= third.timestamp <= after  # its CreateTime kept
 
 
 def test_callback_wins_over_on_delivery_as_in_confluent_kafka(recording: Any) -> None:
