@@ -32,6 +32,22 @@ AUTH_CODES = frozenset(
     {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
 )
 
+#: what librdkafka's text says when a TLS handshake failed (an unknown CA, a refused
+#: client certificate) but the error came as ``_TRANSPORT``: librdkafka 2.16 reports
+#: the same failed verification as ``_SSL`` or ``_TRANSPORT`` depending on where the
+#: handshake stood (seen on Apache Kafka 4.4, integration/test_auth.py)
+_TLS_HANDSHAKE_TEXTS = ("in state SSL_HANDSHAKE", "SSL routines::", "SSL handshake failed")
+
+
+def refused(err: KafkaError) -> bool:
+    """Whether ``err`` says a cluster refused the connection: a refused login (SASL)
+    or a failed TLS handshake, whatever code librdkafka gave it (:data:`AUTH_CODES`,
+    or ``_TRANSPORT`` with a TLS handshake failure in its text)."""
+    code = err.code()
+    if code in AUTH_CODES:
+        return True
+    return code == KafkaError._TRANSPORT and any(t in err.str() for t in _TLS_HANDSHAKE_TEXTS)
+
 
 def _named(err: KafkaError, cluster_id: str) -> KafkaError:
     return KafkaError(
@@ -67,7 +83,7 @@ def name_cluster_errors(kind: str, cluster_id: str, conf: MutableMapping[str, An
     how = protocol if mechanism is None else f"{protocol} {str(mechanism).upper()}"
 
     def error_cb(err: KafkaError) -> None:
-        if err.code() in AUTH_CODES:
+        if refused(err):
             log.warning(
                 "kbear %s: cluster '%s' (%s) refused the connection: %s",
                 kind,

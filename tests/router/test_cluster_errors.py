@@ -48,6 +48,26 @@ def test_an_authentication_error_names_the_cluster(code: int, caplog: pytest.Log
     assert SECRET not in caplog.text and SECRET not in got[0].str()
 
 
+TLS_TEXT = (
+    "ssl://127.0.0.1:52243/bootstrap: error:0A000086:SSL routines::certificate verify failed "
+    "(after 44ms in state SSL_HANDSHAKE)"
+)
+
+
+def test_a_tls_handshake_failure_reported_as_transport_names_the_cluster(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # librdkafka 2.16 gave an unknown CA this code on Apache Kafka 4.4 (a CI run of
+    # integration/test_auth.py), where other runs gave _SSL
+    got: list[KafkaError] = []
+    conf = configure("producer", "tls", {"security.protocol": "ssl", "error_cb": got.append})
+    with caplog.at_level(logging.WARNING, logger="kbear.client"):
+        conf["error_cb"](KafkaError(KafkaError._TRANSPORT, TLS_TEXT))
+    assert len(got) == 1 and got[0].code() == KafkaError._TRANSPORT
+    assert got[0].str() == f"cluster 'tls': {TLS_TEXT}"
+    assert "cluster 'tls' (SSL) refused the connection" in caplog.records[0].getMessage()
+
+
 def test_other_errors_pass_unchanged_or_are_logged_with_the_cluster(caplog: pytest.LogCaptureFixture) -> None:
     got: list[KafkaError] = []
     err = KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9092/bootstrap: Connect failed")
