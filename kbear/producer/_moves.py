@@ -135,10 +135,11 @@ class ReloadApplier:
         candidates = [e for e in (entry, *self._clients.retired()) if e is not None]
         started, timed_out = time.monotonic(), False
         stuck: list[ClusterProducer] = []
+        what = f"topic {topic!r}" if topic else "every topic (a producer pinned to one cluster)"
         log.info(
-            "kbear: draining cluster %r before topic %r moves",
+            "kbear: draining cluster %r before %s moves",
             cluster_id,
-            topic,
+            what,
             extra=_events.fields("drain_started", topic, cluster=cluster_id),
         )
         _events.emit(_events.DrainStarted("producer", topic, cluster_id))
@@ -157,9 +158,9 @@ class ReloadApplier:
                 )
         took = time.monotonic() - started
         log.info(
-            "kbear: drain of cluster %r for topic %r ended after %.3f s%s",
+            "kbear: drain of cluster %r for %s ended after %.3f s%s",
             cluster_id,
-            topic,
+            what,
             took,
             " (timed out)" if timed_out else "",
             extra=_events.fields(

@@ -3,6 +3,7 @@ while a RoutedProducer and a RoutedConsumer keep running."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -119,6 +120,26 @@ def test_single_cluster_producer_follows_a_move_without_loss(
     again = produce_round(producer, topic, "A2", 1)
     assert producer.flush(10) == 0
     assert message_count(a, topic) == len(before) + len(again)
+
+
+def test_a_pinned_producer_s_drain_is_logged_without_an_empty_topic_name(
+    conf_dir: Path,
+    router: Router,
+    topic: str,
+    closing: Callable[[Any], Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A producer whose routes are all on one cluster drains every topic at once: its
+    log lines say so instead of naming the topic ''."""
+    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    produce_round(producer, topic, "A", 1)
+    with caplog.at_level(logging.INFO, logger="kbear"):
+        move(conf_dir, router, on("B", topic))
+        produce_round(producer, topic, "B", 1)
+    assert producer.flush(10) == 0
+    drains = [r.getMessage() for r in caplog.records if "drain" in r.getMessage()]
+    assert any("draining cluster 'A'" in m for m in drains), drains
+    assert not any("topic ''" in m for m in drains), drains
 
 
 def test_unroutable_topic_still_fails_when_every_rule_names_one_cluster(
