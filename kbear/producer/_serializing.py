@@ -167,7 +167,7 @@ class RoutedSerializingProducer(RoutedProducer):
         if partition == -1 and on_delivery is None and not timestamp and headers is None:
             send(value, key)  # a plain call: the cluster client's produce as is
         else:
-            send(value, key, partition, on_delivery, timestamp, headers)
+            send(value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
 
     def _send_prepared(
         self,
