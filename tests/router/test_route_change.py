@@ -7,8 +7,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -77,6 +78,49 @@ def move(conf_dir: Path, router: Router, rules: list[dict[str, Any]]) -> None:
     assert router.reload() is True
 
 
+@dataclass
+class Scene:
+    """Clusters A and B, ``topic`` (3 partitions) on both and routed to A by the rules
+    in ``conf_dir``; the clients it makes are closed after the test."""
+
+    clusters: Clusters
+    conf_dir: Path
+    router: Router
+    topic: str
+    closing: Callable[[Any], Any]
+
+    @property
+    def group(self) -> str:
+        return self.topic + ".group"
+
+    def producer(self, conf: dict[str, Any] | None = None, **kwargs: Any) -> RoutedProducer:
+        """A RoutedProducer on the router; ``conf`` adds to NO_WATCH."""
+        producer = RoutedProducer({**NO_WATCH, **(conf or {})}, router=self.router, **kwargs)
+        return cast(RoutedProducer, self.closing(producer))
+
+    def consumer(self, **extra: Any) -> RoutedConsumer:
+        """A RoutedConsumer of the group ``<topic>.group``; ``extra``: settings by name."""
+        return make_consumer(self.router, self.closing, self.group, **extra)
+
+    def subscribed(self, *topics: str, partitions: int = 3, **extra: Any) -> RoutedConsumer:
+        """A consumer subscribed to ``topics`` (default: the topic), once assigned ``partitions``."""
+        consumer = self.consumer(**extra)
+        consumer.subscribe(list(topics) or [self.topic])
+        wait_assigned(consumer, partitions)
+        return consumer
+
+    def move_to(self, cluster: str, physical: str | None = None) -> None:
+        """Route the topic to ``cluster`` (as ``physical`` there, if given) and reload."""
+        move(self.conf_dir, self.router, on(cluster, self.topic, physical))
+
+
+@pytest.fixture
+def scene(
+    two_clusters: Clusters, conf_dir: Path, router: Router, topic: str, closing: Callable[[Any], Any]
+) -> Scene:
+    return Scene(two_clusters, conf_dir, router, topic, closing)
+
+
 KEYS = [f"key{i}".encode() for i in range(12)]
 
 
@@ -94,21 +138,14 @@ def produce_round(producer: RoutedProducer, topic: str, label: str, per_key: int
 # --------------------------------------------------------------------------- producer
 
 
-def test_single_cluster_producer_follows_a_move_without_loss(
-    two_clusters: Clusters, conf_dir: Path, router: Router, topic: str, closing: Callable[[Any], Any]
-) -> None:
+def test_single_cluster_producer_follows_a_move_without_loss(scene: Scene) -> None:
     """Every route on A: produce() takes the one-cluster fast path; a reload that moves
     the topic to B still drains A first and sends later messages to B."""
-    a, b = two_clusters
+    (a, b), topic = scene.clusters, scene.topic
     reports: list[bytes] = []
-    producer = closing(
-        RoutedProducer(
-            {**NO_WATCH, "linger.ms": 2000, "on_delivery": lambda e, m: reports.append(m.value())},
-            router=router,
-        )
-    )
+    producer = scene.producer({"linger.ms": 2000, "on_delivery": lambda e, m: reports.append(m.value())})
     before = produce_round(producer, topic, "A", 4)
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     after = produce_round(producer, topic, "B", 3)
     assert producer.flush(10) == 0
     assert message_count(a, topic) == len(before)
@@ -116,25 +153,21 @@ def test_single_cluster_producer_follows_a_move_without_loss(
     assert Counter(reports) == Counter(before + after)
     assert all(v.startswith(b"A-") for v in reports[: len(before)])
     # and back: the topic returns to A (the configuration proves one cluster again)
-    move(conf_dir, router, on("A", topic))
+    scene.move_to("A")
     again = produce_round(producer, topic, "A2", 1)
     assert producer.flush(10) == 0
     assert message_count(a, topic) == len(before) + len(again)
 
 
 def test_a_pinned_producer_s_drain_is_logged_without_an_empty_topic_name(
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-    caplog: pytest.LogCaptureFixture,
+    scene: Scene, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A producer whose routes are all on one cluster drains every topic at once: its
     log lines say so instead of naming the topic ''."""
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
+    producer, topic = scene.producer(), scene.topic
     produce_round(producer, topic, "A", 1)
     with caplog.at_level(logging.INFO, logger="kbear"):
-        move(conf_dir, router, on("B", topic))
+        scene.move_to("B")
         produce_round(producer, topic, "B", 1)
     assert producer.flush(10) == 0
     drains = [r.getMessage() for r in caplog.records if "drain" in r.getMessage()]
@@ -156,31 +189,18 @@ def test_unroutable_topic_still_fails_when_every_rule_names_one_cluster(
     router.close()
 
 
-def test_producer_moves_topic_without_loss(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
-    a, b = two_clusters
+def test_producer_moves_topic_without_loss(scene: Scene) -> None:
+    (a, b), topic = scene.clusters, scene.topic
     reports: list[tuple[Any, str, bytes]] = []
     changes: list[tuple[Route, Route | None]] = []
     # a long linger keeps the first messages in flight when the route changes
-    producer = closing(
-        RoutedProducer(
-            {
-                **NO_WATCH,
-                "linger.ms": 2000,
-                "on_delivery": lambda e, m: reports.append((e, m.topic(), m.value())),
-            },
-            router=router,
-        )
+    producer = scene.producer(
+        {"linger.ms": 2000, "on_delivery": lambda e, m: reports.append((e, m.topic(), m.value()))}
     )
     producer.on_route_change(lambda old, new: changes.append((old, new)))
     before = produce_round(producer, topic, "A", 4)
     assert len(producer) == len(before)
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     assert changes == []  # applied at the next call, in the caller's thread
     after = produce_round(producer, topic, "B", 3)
     assert producer.flush(10) == 0
@@ -197,23 +217,15 @@ def test_producer_moves_topic_without_loss(
     assert all(v.startswith(b"A-") for v in values[: len(before)])
 
 
-def test_producer_moves_topic_to_a_remapped_topic(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
-    a, b = two_clusters
+def test_producer_moves_topic_to_a_remapped_topic(scene: Scene) -> None:
+    (a, b), topic = scene.clusters, scene.topic
     physical = topic + ".v2"
     b.create_topic(physical, 2)
     reports: list[str] = []
-    producer = closing(
-        RoutedProducer({**NO_WATCH, "on_delivery": lambda e, m: reports.append(m.topic())}, router=router)
-    )
+    producer = scene.producer({"on_delivery": lambda e, m: reports.append(m.topic())})
     before = produce_round(producer, topic, "A", 1)
     assert producer.flush(10) == 0
-    move(conf_dir, router, on("B", topic, physical))
+    scene.move_to("B", physical)
     after = produce_round(producer, topic, "B", 2)
     assert producer.flush(10) == 0
     assert message_count(a, topic) == len(before)
@@ -222,15 +234,9 @@ def test_producer_moves_topic_to_a_remapped_topic(
     assert reports == [topic] * (len(before) + len(after))
 
 
-def test_invalid_reload_keeps_the_old_routes(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
-    a, b = two_clusters
-    producer = closing(RoutedProducer(NO_WATCH, router=router, topics=[topic]))
+def test_invalid_reload_keeps_the_old_routes(scene: Scene) -> None:
+    (a, b), topic, conf_dir, router = scene.clusters, scene.topic, scene.conf_dir, scene.router
+    producer = scene.producer(topics=[topic])
     rewrite_rules(conf_dir, [rule("bad", "use cluster C", topic=topic)])  # no cluster C
     with pytest.raises(ConfigError, match="cluster 'C'"):
         router.reload()
@@ -293,17 +299,10 @@ def assert_a_then_b(messages: list[Any], on_a: int, on_b: int) -> None:
         assert values == expected + [f"B-{label}-{i}".encode() for i in range(on_b)]
 
 
-def test_consumer_follows_the_move_in_drain_mode(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
-    a, b = two_clusters
-    group = topic + ".group"
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, group)
+def test_consumer_follows_the_move_in_drain_mode(scene: Scene) -> None:
+    (a, b), topic, group = scene.clusters, scene.topic, scene.group
+    producer = scene.producer()
+    consumer = scene.consumer()
     changes: list[tuple[str, str | None]] = []
     consumer.on_route_change(lambda old, new: changes.append((old.cluster_id, new and new.cluster_id)))
     consumer.subscribe([topic])
@@ -311,7 +310,7 @@ def test_consumer_follows_the_move_in_drain_mode(
 
     before = produce_round(producer, topic, "A", 5)
     assert producer.flush(10) == 0
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     after = produce_round(producer, topic, "B", 3)
     assert producer.flush(10) == 0
     assert message_count(a, topic) == len(before)
@@ -334,28 +333,20 @@ def test_consumer_follows_the_move_in_drain_mode(
     assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
 
 
-def test_drain_does_not_wait_for_partitions_with_nothing_to_read(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
+def test_drain_does_not_wait_for_partitions_with_nothing_to_read(scene: Scene) -> None:
     """Before the move only one partition of A got messages; the other two have
     no position. The drain must end once the consumer is idle at the ends, not
     after kbear.switch.drain.timeout.ms (set here far beyond the test's wait)."""
-    a, _b = two_clusters
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.drain.timeout.ms": 120_000})
-    consumer.subscribe([topic])
-    wait_assigned(consumer, 3)
+    a, topic = scene.clusters[0], scene.topic
+    producer = scene.producer()
+    consumer = scene.subscribed(**{"kbear.switch.drain.timeout.ms": 120_000})
     for i in range(5):
         producer.produce(topic, f"A{i}".encode(), b"one-key")
     assert producer.flush(10) == 0
     assert len(consume_until(consumer, 5)) == 5
     assert sorted(end_offsets(a, topic).values()) == [0, 0, 5]
 
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     after = produce_round(producer, topic, "B", 1)
     assert producer.flush(10) == 0
     messages = consume_until(consumer, len(after), timeout=10)
@@ -363,24 +354,15 @@ def test_drain_does_not_wait_for_partitions_with_nothing_to_read(
     assert consumer.routes()[topic].cluster_id == "B"
 
 
-def test_consumer_switches_at_once_in_immediate_mode(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
-    a, _b = two_clusters
-    group = topic + ".group"
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, group, **{"kbear.switch.mode": "immediate"})
-    consumer.subscribe([topic])
-    wait_assigned(consumer, 3)
+def test_consumer_switches_at_once_in_immediate_mode(scene: Scene) -> None:
+    a, topic, group = scene.clusters[0], scene.topic, scene.group
+    producer = scene.producer()
+    consumer = scene.subscribed(**{"kbear.switch.mode": "immediate"})
     before = produce_round(producer, topic, "A", 2)
     assert producer.flush(10) == 0
     assert len(consume_until(consumer, len(before))) == len(before)
 
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     consumer.poll(0)
     assert consumer.routes()[topic].cluster_id == "B"  # no drain
     # what was read on A was committed at the switch
@@ -399,27 +381,20 @@ def test_consumer_switches_at_once_in_immediate_mode(
     assert drain_more(consumer, 0.3) == []
 
 
-def test_consumer_moves_one_topic_and_keeps_reading_the_other(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    staying: str,
-    closing: Callable[[Any], Any],
-) -> None:
+def test_consumer_moves_one_topic_and_keeps_reading_the_other(scene: Scene, staying: str) -> None:
     """Two topics on A; one moves to B (remapped), the other stays on A."""
-    b = two_clusters[1]
+    b, topic = scene.clusters[1], scene.topic
     physical = topic + ".on-b"
     b.create_topic(physical, 2)
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group")
+    producer = scene.producer()
+    consumer = scene.consumer()
     revoked: list[str] = []
     consumer.subscribe([topic, staying], on_revoke=lambda c, parts: revoked.extend(tp.topic for tp in parts))
     wait_assigned(consumer, 5)
 
     sent = produce_round(producer, topic, "A", 1) + produce_round(producer, staying, "S", 1)
     assert producer.flush(10) == 0
-    move(conf_dir, router, on("B", topic, physical))
+    scene.move_to("B", physical)
     sent += produce_round(producer, topic, "B", 1) + produce_round(producer, staying, "T", 1)
     assert producer.flush(10) == 0
     assert message_count(b, physical) == len(KEYS)
@@ -435,22 +410,15 @@ def test_consumer_moves_one_topic_and_keeps_reading_the_other(
     assert assigned == sorted([(topic, 0), (topic, 1), (staying, 0), (staying, 1)])
 
 
-def test_topics_that_lose_their_route_are_all_dropped(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-    unique: Callable[[str], str],
-) -> None:
-    a, _b = two_clusters
+def test_topics_that_lose_their_route_are_all_dropped(scene: Scene, unique: Callable[[str], str]) -> None:
+    a, topic, conf_dir, router = scene.clusters[0], scene.topic, scene.conf_dir, scene.router
     other = unique("other")
     a.create_topic(other, 2)
     rewrite_rules(
         conf_dir, [rule("t1", "use cluster A", topic=topic), rule("t2", "use cluster A", topic=other)]
     )
     assert router.reload() is True
-    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": "immediate"})
+    consumer = scene.consumer(**{"kbear.switch.mode": "immediate"})
     changes: list[tuple[str, Route | None]] = []
     consumer.on_route_change(lambda old, new: changes.append((old.requested_topic, new)))
     consumer.subscribe([topic, other])
@@ -509,19 +477,16 @@ def tune_cluster_a(conf_dir: Path, router: Router) -> None:
 
 
 @pytest.mark.parametrize("mode", ["drain", "immediate"])
-def test_consumer_follows_a_change_of_its_clusters_properties(
-    mode: str, conf_dir: Path, router: Router, topic: str, staying: str, closing: Callable[[Any], Any]
-) -> None:
+def test_consumer_follows_a_change_of_its_clusters_properties(mode: str, scene: Scene, staying: str) -> None:
     """A rotated credential or a tuned property in clusters.yaml changes the route of
     every topic of the cluster at once: both topics go on, nothing lost or doubled."""
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": mode})
-    consumer.subscribe([topic, staying])
-    wait_assigned(consumer, 5)
+    topic = scene.topic
+    producer = scene.producer()
+    consumer = scene.subscribed(topic, staying, partitions=5, **{"kbear.switch.mode": mode})
     sent = produce_round(producer, topic, "A", 1) + produce_round(producer, staying, "S", 1)
     assert producer.flush(10) == 0
 
-    tune_cluster_a(conf_dir, router)
+    tune_cluster_a(scene.conf_dir, scene.router)
     sent += produce_round(producer, topic, "B", 1) + produce_round(producer, staying, "T", 1)
     assert producer.flush(10) == 0
 
@@ -536,22 +501,17 @@ def test_consumer_follows_a_change_of_its_clusters_properties(
 
 
 def test_a_manual_assignment_survives_a_change_of_its_clusters_properties(
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-    caplog: pytest.LogCaptureFixture,
+    scene: Scene, caplog: pytest.LogCaptureFixture
 ) -> None:
     """assign()ed partitions are read on by the rebuilt client from the old one's positions."""
     caplog.set_level("INFO", logger="kbear.consumer")
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group")
+    topic, producer, consumer = scene.topic, scene.producer(), scene.consumer()
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
     first = produce_round(producer, topic, "A", 1)
     assert producer.flush(10) == 0
     assert Counter(m.value() for m in consume_until(consumer, len(first))) == Counter(first)
 
-    tune_cluster_a(conf_dir, router)
+    tune_cluster_a(scene.conf_dir, scene.router)
     second = produce_round(producer, topic, "B", 1)
     assert producer.flush(10) == 0
 
@@ -561,23 +521,16 @@ def test_a_manual_assignment_survives_a_change_of_its_clusters_properties(
     assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
 
 
-def test_a_manual_assignment_follows_the_move_in_drain_mode(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
+def test_a_manual_assignment_follows_the_move_in_drain_mode(scene: Scene) -> None:
     """assign()ed partitions leave the old cluster once read to its end and are
     assigned on the new one: every message once, per key A's then B's, in order."""
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group")
+    topic, producer, consumer = scene.topic, scene.producer(), scene.consumer()
     changes: list[tuple[str, str | None]] = []
     consumer.on_route_change(lambda old, new: changes.append((old.cluster_id, new and new.cluster_id)))
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
     before = produce_round(producer, topic, "A", 5)
     assert producer.flush(10) == 0
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     after = produce_round(producer, topic, "B", 3)
     assert producer.flush(10) == 0
 
@@ -590,18 +543,12 @@ def test_a_manual_assignment_follows_the_move_in_drain_mode(
     assert sorted((tp.topic, tp.partition) for tp in consumer.assignment()) == [(topic, p) for p in range(3)]
 
 
-def test_only_the_assigned_partitions_move_in_immediate_mode(
-    two_clusters: Clusters,
-    conf_dir: Path,
-    router: Router,
-    topic: str,
-    closing: Callable[[Any], Any],
-) -> None:
+def test_only_the_assigned_partitions_move_in_immediate_mode(scene: Scene) -> None:
     """incremental_assign() of partitions 0 and 2: after an immediate switch the same
     two partitions are read on the new cluster (from the group's committed offsets,
     else auto.offset.reset), and partition 1 is read on neither."""
-    producer = closing(RoutedProducer(NO_WATCH, router=router))
-    consumer = make_consumer(router, closing, topic + ".group", **{"kbear.switch.mode": "immediate"})
+    topic, producer = scene.topic, scene.producer()
+    consumer = scene.consumer(**{"kbear.switch.mode": "immediate"})
     consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 2)])
 
     def produce_each(label: str) -> dict[int, list[bytes]]:
@@ -615,7 +562,7 @@ def test_only_the_assigned_partitions_move_in_immediate_mode(
     on_a = produce_each("A")
     got = consume_until(consumer, 8)
     assert sorted(m.value() for m in got) == sorted(on_a[0] + on_a[2])
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     assert consumer.poll(0.2) is None  # applies the switch
     assert consumer.routes()[topic].cluster_id == "B"
     on_b = produce_each("B")
@@ -625,14 +572,12 @@ def test_only_the_assigned_partitions_move_in_immediate_mode(
     assert sorted(tp.partition for tp in consumer.assignment()) == [0, 2]
 
 
-def test_after_unassign_no_route_is_followed(
-    conf_dir: Path, router: Router, topic: str, closing: Callable[[Any], Any]
-) -> None:
-    consumer = make_consumer(router, closing, topic + ".group")
+def test_after_unassign_no_route_is_followed(scene: Scene) -> None:
+    topic, consumer = scene.topic, scene.consumer()
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
     assert set(consumer.routes()) == {topic}
     consumer.unassign()
     assert consumer.routes() == {}
-    move(conf_dir, router, on("B", topic))
+    scene.move_to("B")
     assert consumer.poll(0.3) is None
     assert consumer.assignment() == [] and consumer.routes() == {}
