@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -57,18 +58,44 @@ def consumer_of(closing: Callable[[Any], Any], unique: Callable[[str], str]) -> 
     return make
 
 
-def test_acks_in_any_order_commit_only_the_contiguous_prefix(
+@dataclass
+class Filled:
+    """A one-partition topic on cluster A holding messages ``v0, v1, ...`` (keys
+    ``k0, k1, ...``), and a subscribed individual-ack consumer of a new group."""
+
+    cluster: EmbeddedCluster
+    topic: str
+    group: str
+    consumer: RoutedConsumer
+
+
+@pytest.fixture
+def filled(
     two_clusters: Clusters,
     on_a: Router,
     consumer_of: Callable[..., RoutedConsumer],
     unique: Callable[[str], str],
+) -> Callable[..., Filled]:
+    """``filled(count, **settings)``: a Filled with ``count`` messages; ``settings``
+    (by name) add to the consumer's configuration."""
+
+    def make(count: int, **extra: Any) -> Filled:
+        a = two_clusters[0]
+        topic, group = unique("t"), unique("g")
+        a.create_topic(topic, 1)
+        fill(a, topic, count)
+        consumer = consumer_of(on_a, group, **extra)
+        consumer.subscribe([topic])
+        return Filled(a, topic, group, consumer)
+
+    return make
+
+
+def test_acks_in_any_order_commit_only_the_contiguous_prefix(
+    filled: Callable[..., Filled], on_a: Router, consumer_of: Callable[..., RoutedConsumer]
 ) -> None:
-    a, _ = two_clusters
-    topic, group = unique("t"), unique("g")
-    a.create_topic(topic, 1)
-    fill(a, topic, 10)
-    c = consumer_of(on_a, group)
-    c.subscribe([topic])
+    f = filled(10)
+    a, topic, group, c = f.cluster, f.topic, f.group, f.consumer
     msgs = read(c, 10)
     assert [m.offset() for m in msgs] == list(range(10))
     for m in reversed(msgs):  # out of order, all but offset 4
@@ -89,18 +116,9 @@ def test_acks_in_any_order_commit_only_the_contiguous_prefix(
     assert committed_offsets(a, group, topic) == {0: 10}
 
 
-def test_auto_commit_never_passes_an_unacked_message(
-    two_clusters: Clusters,
-    on_a: Router,
-    consumer_of: Callable[..., RoutedConsumer],
-    unique: Callable[[str], str],
-) -> None:
-    a, _ = two_clusters
-    topic, group = unique("t"), unique("g")
-    a.create_topic(topic, 1)
-    fill(a, topic, 5)
-    c = consumer_of(on_a, group, **{"auto.commit.interval.ms": 100})
-    c.subscribe([topic])
+def test_auto_commit_never_passes_an_unacked_message(filled: Callable[..., Filled]) -> None:
+    f = filled(5, **{"auto.commit.interval.ms": 100})
+    a, topic, group, c = f.cluster, f.topic, f.group, f.consumer
     msgs = read(c, 5)
     c.ack(msgs[0])
     c.ack(msgs[2])
@@ -116,18 +134,8 @@ def test_auto_commit_never_passes_an_unacked_message(
     assert committed_offsets(a, group, topic) == {0: 4}  # offset 4 is still unacknowledged
 
 
-def test_nack_redelivers_after_the_backoff(
-    two_clusters: Clusters,
-    on_a: Router,
-    consumer_of: Callable[..., RoutedConsumer],
-    unique: Callable[[str], str],
-) -> None:
-    a, _ = two_clusters
-    topic = unique("t")
-    a.create_topic(topic, 1)
-    fill(a, topic, 3)
-    c = consumer_of(on_a)
-    c.subscribe([topic])
+def test_nack_redelivers_after_the_backoff(filled: Callable[..., Filled]) -> None:
+    c = filled(3).consumer
     first = read(c, 3)
     c.ack(first[0])
     c.ack(first[2])
@@ -151,18 +159,8 @@ def test_nack_redelivers_after_the_backoff(
     assert read(c, 1, timeout=0.8) == []
 
 
-def test_ack_timeout_redelivers_what_was_not_acked(
-    two_clusters: Clusters,
-    on_a: Router,
-    consumer_of: Callable[..., RoutedConsumer],
-    unique: Callable[[str], str],
-) -> None:
-    a, _ = two_clusters
-    topic = unique("t")
-    a.create_topic(topic, 1)
-    fill(a, topic, 2)
-    c = consumer_of(on_a, **{"kbear.ack.timeout.ms": 300, "kbear.ack.timeout.tick.ms": 50})
-    c.subscribe([topic])
+def test_ack_timeout_redelivers_what_was_not_acked(filled: Callable[..., Filled]) -> None:
+    c = filled(2, **{"kbear.ack.timeout.ms": 300, "kbear.ack.timeout.tick.ms": 50}).consumer
     first = read(c, 2)
     c.ack(first[0])
     t0 = time.monotonic()
@@ -251,18 +249,9 @@ def test_retry_topic_then_dead_letter_topic_on_another_cluster(
     assert committed_offsets(a, group, retry) == {0: 2}
 
 
-def test_nack_goes_to_the_dead_letter_topic_after_max_redeliver_count(
-    two_clusters: Clusters,
-    on_a: Router,
-    consumer_of: Callable[..., RoutedConsumer],
-    unique: Callable[[str], str],
-) -> None:
-    a, _ = two_clusters
-    topic, group = unique("t"), unique("g")
-    a.create_topic(topic, 1)
-    fill(a, topic, 1)
-    c = consumer_of(on_a, group, **{"kbear.max.redeliver.count": 3})
-    c.subscribe([topic])
+def test_nack_goes_to_the_dead_letter_topic_after_max_redeliver_count(filled: Callable[..., Filled]) -> None:
+    f = filled(1, **{"kbear.max.redeliver.count": 3})
+    a, topic, group, c = f.cluster, f.topic, f.group, f.consumer
     deliveries = 0
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and not read_all(a, f"{topic}-{group}-DLQ", timeout=0.5):
