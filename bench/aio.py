@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import sys
@@ -34,31 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PRODUCER_CONF, VALUE, fill, global_rule, machine, topic_rule, write_config
 
 from kbear.aio import RoutedAIOConsumer, RoutedAIOProducer
-from kbear.testing import EmbeddedCluster
+from kbear.testing import EmbeddedCluster, LoopWatch
 
 HERE = Path(__file__).resolve().parent
 NO_WATCH = {"kbear.reload.interval.ms": 0}
-
-
-class Heartbeat:
-    """A task scheduled every 10 ms; ``worst``: its longest lateness, seconds (how long
-    the event loop was held)."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self._task = asyncio.get_running_loop().create_task(self._beat())
-
-    async def _beat(self) -> None:
-        while True:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.01)
-            self.worst = max(self.worst, time.perf_counter() - t0 - 0.01)
-
-    async def stop(self) -> float:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        return self.worst
 
 
 async def median_ratio(
@@ -182,7 +160,7 @@ async def bench_move(
     await consumer.subscribe([topic])
     # Measured from here: construction is synchronous, as confluent-kafka's (it
     # builds the clients and starts the configuration watcher's thread).
-    beat = Heartbeat()
+    beat = LoopWatch()
     keys = [b"k%d" % i for i in range(16)]
     sent: list[bytes] = []
     moved_at = 0.0
@@ -246,7 +224,7 @@ async def bench_loop_baseline(n: int, a: EmbeddedCluster, run_id: int) -> dict[s
         }
     )
     await consumer.subscribe([topic])
-    beat = Heartbeat()
+    beat = LoopWatch()
 
     async def produce() -> None:
         for i in range(n):

@@ -7,7 +7,6 @@ cancellation, and closing."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException
 from conftest import FAST_GROUP, committed_offsets, message_count, plain_producer, rewrite_rules, rule
 from kbear import NoRouteError
 from kbear.aio import RoutedAIOConsumer, RoutedAIOProducer
-from kbear.testing import EmbeddedCluster
+from kbear.testing import EmbeddedCluster, LoopWatch
 
 pytestmark = pytest.mark.asyncio
 
@@ -186,26 +185,6 @@ async def test_on_revoke_run_by_close_may_still_commit(
     await asyncio.wait_for(consumer.close(), 30)
     assert len(got) == 10 and len(revoked) == 1
     assert committed_offsets(a, group, topics.on_a).get(0) == 10
-
-
-class LoopWatch:
-    """A task scheduled every 10 ms; ``worst`` is its longest lateness, seconds."""
-
-    def __init__(self) -> None:
-        self.worst = 0.0
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
-        while True:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.01)
-            self.worst = max(self.worst, time.perf_counter() - t0 - 0.01)
-
-    async def stop(self) -> float:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        return self.worst
 
 
 async def test_live_move_under_load_loses_nothing_and_keeps_key_order(

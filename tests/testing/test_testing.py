@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes.util
 import socket
 import time
@@ -12,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kbear import _mock
-from kbear.testing import EmbeddedCluster
+from kbear.testing import EmbeddedCluster, LoopWatch
 
 native_only = pytest.mark.skipif(
     _mock.NATIVE_API is None, reason=f"mock C API unavailable: {_mock.NATIVE_UNAVAILABLE_REASON}"
@@ -227,3 +228,23 @@ def test_fallback_has_no_fault_injection(fallback: EmbeddedCluster) -> None:
         fallback.set_broker_up(1)
     with pytest.raises(NotImplementedError):
         fallback.set_broker_rtt(1, 100)
+
+
+@pytest.mark.asyncio
+async def test_loop_watch_measures_how_long_the_loop_was_held() -> None:
+    """A coroutine that blocks the loop for 0.2 s shows as a lateness of about that;
+    a loop that only awaits shows far less."""
+    watch = LoopWatch()
+    await asyncio.sleep(0.05)
+    time.sleep(0.2)  # holds the loop
+    await asyncio.sleep(0.05)
+    worst = await watch.stop()
+    assert worst >= 0.15
+    quiet = LoopWatch()
+    await asyncio.sleep(0.1)
+    assert await quiet.stop() < worst
+
+
+def test_loop_watch_needs_a_running_loop() -> None:
+    with pytest.raises(RuntimeError):
+        LoopWatch()
