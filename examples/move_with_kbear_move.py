@@ -23,15 +23,13 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import yaml
 
 from kbear import RoutedConsumer, RoutedProducer
-from kbear.testing import EmbeddedCluster
+from kbear.testing import EmbeddedCluster, Traffic
 
 
 def kbear(*args: str) -> int:
@@ -67,34 +65,8 @@ def main() -> int:
         {**common, "group.id": "billing", "group.protocol": "consumer", "auto.offset.reset": "earliest"}
     )
     consumer.subscribe(["orders"])
-    delivered: list[bytes] = []
-    consumed: list[bytes] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        i = 0
-        while not stop.is_set() and i < 200_000:
-            producer.produce(
-                "orders",
-                f"m{i}".encode(),
-                f"k{i % 50}".encode(),
-                on_delivery=lambda e, m: e or delivered.append(m.value()),
-            )
-            producer.poll(0)
-            i += 1
-            time.sleep(0.002)
-        producer.flush(20)
-
-    def consume() -> None:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not (stop.is_set() and set(consumed) >= set(delivered)):
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is None:
-                consumed.append(msg.value())
-
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for thread in threads:
-        thread.start()
+    # the application: keyed messages produced and consumed in two threads
+    traffic = Traffic(producer, consumer, "orders", keys=50, produce_for=400).start()
     try:
         time.sleep(2)
         move = ["move", "--config", str(config), "--topic", "orders", "--group", "billing", "--to", "west"]
@@ -107,17 +79,15 @@ def main() -> int:
         print(f"apply exit code: {code}")
         time.sleep(1)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(120)
+        traffic.stop(timeout=120)
         consumer.close()
         producer.close(10)
         east.close()
         west.close()
-    lost = set(delivered) - set(consumed)
-    duplicates = sum(n - 1 for n in Counter(consumed).values())
+    lost = traffic.lost
     print(
-        f"\ndelivered {len(delivered)}, consumed {len(consumed)}, lost {len(lost)}, duplicates {duplicates}"
+        f"\ndelivered {len(traffic.delivered)}, consumed {len(traffic.consumed)}, lost {len(lost)}, "
+        f"duplicates {traffic.duplicates}"
     )
     print(f"route-rules.yaml now:\n{(config / 'route-rules.yaml').read_text()}")
     return 0 if code == 0 and not lost else 1

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -24,8 +22,9 @@ from confluent_kafka.admin import ConfigResource, NewTopic, OffsetSpec, Resource
 
 from integration.backends import admin_client, topic_partitions
 from integration.conftest import Harness
-from integration.helpers import ConfigDir, global_rule, values
+from integration.helpers import ConfigDir, global_rule
 from kbear.cli import main
+from kbear.testing import Traffic
 
 ADMIN_BACKENDS = ("noida", "docker", "kafka")
 
@@ -92,36 +91,7 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(it: Harness) -> None:
     producer = it.producer(conf, reload_ms=200)
     consumer = it.consumer(conf, group, reload_ms=200)
     consumer.subscribe([topic])
-    delivered: list[bytes] = []
-    consumed: list[Any] = []
-    stop_producing = threading.Event()
-    stop_consuming = threading.Event()
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is None:
-            delivered.append(msg.value())
-
-    def produce() -> None:
-        i = 0
-        deadline = time.monotonic() + 90
-        while not stop_producing.is_set() and time.monotonic() < deadline and i < 200_000:
-            producer.produce(topic, f"m{i}".encode(), f"k{i % 31}".encode(), on_delivery=on_delivery)
-            producer.poll(0)
-            i += 1
-            time.sleep(0.002)  # ~400 messages/s
-        producer.flush(30)
-
-    def consume() -> None:
-        deadline = time.monotonic() + 150
-        while not stop_consuming.is_set() and time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is None:
-                consumed.append(msg)
-
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for thread in threads:
-        thread.start()
-    try:
+    with Traffic(producer, consumer, topic) as traffic:  # ~400 messages/s
         time.sleep(3)  # load on A, the group reading it
         code, report = move(
             conf,
@@ -138,22 +108,14 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(it: Harness) -> None:
             "90",
         )
         time.sleep(1)  # some load on B after the switch
-    finally:
-        stop_producing.set()
-        threads[0].join(60)
-        deadline = time.monotonic() + 30
-        while Counter(values(consumed)).keys() < set(delivered) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        stop_consuming.set()
-        threads[1].join(30)
     assert code == 0, report
     applied = report["apply"]
     assert applied["switched"] and applied["switch_s"] is not None
-    lost = set(delivered) - set(values(consumed))
+    lost, delivered = traffic.lost, traffic.delivered
     assert not lost, f"{len(lost)} of {len(delivered)} delivered messages never consumed"
     assert producer.route(topic).cluster_id == "B"
     assert ends(it, "B", topic) > 0  # the load went on there
-    dupes = sum(n - 1 for n in Counter(values(consumed)).values())
+    dupes = traffic.duplicates
     it.note(
         f"kbear move --apply: switch {applied['switch_s']} s after the rule write, "
         f"waited {applied['waited_s']} s; "

@@ -10,6 +10,9 @@ Tests can also put their own clients under the routed clients:
 :func:`mount_clients` (a client factory, as httpx mounts a transport).
 :class:`LoopWatch` measures how long an asyncio event loop was held (by a
 blocking call in a coroutine, for example) while a test or benchmark runs.
+:class:`Traffic` keeps keyed messages flowing through a producer and a consumer
+while something changes (a move, a failover) and counts what was lost or read
+twice.
 
 Example::
 
@@ -33,16 +36,22 @@ auto-created with 4 partitions.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from collections.abc import Sequence
 from types import TracebackType
 
 from kbear import _mock
 from kbear._clients import ClientFactory, ClientKind, confluent_client, mount
+from kbear._load import LoopWatch, Traffic
 
-__all__ = ["ClientFactory", "ClientKind", "EmbeddedCluster", "LoopWatch", "confluent_client", "mount_clients"]
+__all__ = [
+    "ClientFactory",
+    "ClientKind",
+    "EmbeddedCluster",
+    "LoopWatch",
+    "Traffic",
+    "confluent_client",
+    "mount_clients",
+]
 
 #: ``with mount_clients(factory):`` the routed clients (RoutedProducer,
 #: RoutedConsumer, RoutedAdminClient) created inside the block build each cluster's
@@ -319,39 +328,3 @@ class EmbeddedCluster:
         kind = "native" if self.native else "fallback"
         return f"<EmbeddedCluster {kind} brokers={self.num_brokers} {state}>"
 
-
-class LoopWatch:
-    """How long the running asyncio event loop was held, while it runs.
-
-    A task sleeps ``interval`` seconds again and again; :attr:`worst` is the
-    longest it woke up late, in seconds: the longest time something held the
-    loop (a blocking call in a coroutine, a slow callback). Create it inside a
-    coroutine (it needs the running loop); :meth:`stop` ends the task.
-
-    Args:
-        interval: the task's sleep, in seconds (default 0.01).
-
-    Raises:
-        RuntimeError: created outside a running event loop.
-    """
-
-    def __init__(self, interval: float = 0.01) -> None:
-        self.worst = 0.0
-        self._interval = interval
-        self._due = time.perf_counter() + interval
-        self._task = asyncio.get_running_loop().create_task(self._watch())
-
-    async def _watch(self) -> None:
-        while True:
-            self._due = time.perf_counter() + self._interval
-            await asyncio.sleep(self._interval)
-            self.worst = max(self.worst, time.perf_counter() - self._due)
-
-    async def stop(self) -> float:
-        """End the watch; returns :attr:`worst` (seconds), counting a wake-up
-        that is late now and has not run yet."""
-        self.worst = max(self.worst, time.perf_counter() - self._due)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        return self.worst

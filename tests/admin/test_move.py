@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from kbear import RoutedConsumer, RoutedProducer, Router
 from kbear.admin._move_rules import plan_rule_change
 from kbear.cli import main
 from kbear.config import load_config
-from kbear.testing import EmbeddedCluster
+from kbear.testing import EmbeddedCluster, Traffic
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 
@@ -220,39 +218,7 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(
     producer = RoutedProducer(watch)
     consumer = RoutedConsumer({**watch, **FAST_GROUP, "group.id": group, "kbear.switch.drain.idle.ms": 500})
     consumer.subscribe([topic])
-    delivered: list[bytes] = []
-    consumed: list[bytes] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        i = 0
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline and i < 100_000:
-            producer.produce(
-                topic,
-                f"m{i}".encode(),
-                f"k{i % 31}".encode(),
-                on_delivery=lambda e, m: e or delivered.append(m.value()),
-            )
-            producer.poll(0)
-            i += 1
-            time.sleep(0.002)
-        producer.flush(20)
-
-    def consume() -> None:
-        deadline = time.monotonic() + 90
-        while not stop.is_set() and time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is None:
-                consumed.append(msg.value())
-        while time.monotonic() < deadline and set(consumed) < set(delivered):
-            msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is None:
-                consumed.append(msg.value())
-
-    threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
-    for thread in threads:
-        thread.start()
+    traffic = Traffic(producer, consumer, topic, produce_for=60).start()
     try:
         time.sleep(2)
         code, report = move(
@@ -271,17 +237,15 @@ def test_apply_moves_a_topic_under_load_with_nothing_lost(
         )
         time.sleep(1)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(120)
+        traffic.stop(timeout=60)
         consumer.close()
         producer.close(10)
     assert code == 0, report
     assert report["apply"]["switched"] and report["apply"]["switch_s"] is not None
     assert "move-" in (conf / "route-rules.yaml").read_text()
-    assert delivered and not set(delivered) - set(consumed)
-    duplicates = sum(n - 1 for n in Counter(consumed).values())
-    assert duplicates <= len(delivered) // 100  # the project's bound for the consumer protocol (0 seen here)
+    assert traffic.delivered and not traffic.lost
+    # the project's bound for the consumer protocol (0 seen here)
+    assert traffic.duplicates <= len(traffic.delivered) // 100
 
 
 def test_cluster_reads_are_retried_on_retriable_errors_only() -> None:

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kbear import _mock
-from kbear.testing import EmbeddedCluster, LoopWatch
+from kbear.testing import EmbeddedCluster, LoopWatch, Traffic
 
 native_only = pytest.mark.skipif(
     _mock.NATIVE_API is None, reason=f"mock C API unavailable: {_mock.NATIVE_UNAVAILABLE_REASON}"
@@ -248,3 +248,41 @@ async def test_loop_watch_measures_how_long_the_loop_was_held() -> None:
 def test_loop_watch_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError):
         LoopWatch()
+
+
+def test_traffic_counts_what_went_through_and_what_was_lost() -> None:
+    """Real traffic through an embedded cluster: every delivered value consumed once,
+    per key in order; a value read twice and one never read are counted."""
+    with EmbeddedCluster() as cluster:
+        cluster.create_topic("t", 2)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        consumer = Consumer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g", "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe(["t"])
+        with Traffic(producer, consumer, "t", keys=3, limit=200) as traffic:
+            time.sleep(0.5)
+        consumer.close()
+    assert len(traffic.delivered) == 200
+    assert not traffic.lost and traffic.duplicates == 0 and traffic.order_breaks == 0
+    traffic.consumed.append(traffic.consumed[0])  # read twice
+    traffic.delivered.append(b"m999")  # never read
+    assert traffic.duplicates == 1 and traffic.lost == {b"m999"}
+
+
+def test_traffic_counts_per_key_order_breaks() -> None:
+    class Msg:
+        def __init__(self, key: bytes, value: bytes) -> None:
+            self._key, self._value = key, value
+
+        def key(self) -> bytes:
+            return self._key
+
+        def value(self) -> bytes:
+            return self._value
+
+    traffic = Traffic(None, None, "t")
+    traffic.consumed += [Msg(b"k0", b"m0"), Msg(b"k1", b"m1"), Msg(b"k0", b"m3"), Msg(b"k0", b"m2")]
+    assert traffic.order_breaks == 1  # m2 after m3 on k0
+    traffic.consumed.append(Msg(b"k0", b"m3"))  # a re-read is not a break
+    assert traffic.order_breaks == 1
