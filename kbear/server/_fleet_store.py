@@ -10,12 +10,15 @@ recorder's flush lock).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+
+from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow, move_progress
 
 __all__ = ["FleetEntry", "FleetStats", "FleetStore"]
 
@@ -36,21 +39,27 @@ CREATE TABLE IF NOT EXISTS fleet (
     route_topic TEXT NOT NULL,
     digest TEXT NOT NULL,
     first_seen REAL NOT NULL,
-    seen REAL NOT NULL
+    seen REAL NOT NULL,
+    lookup_hash INTEGER NOT NULL,
+    client_hash INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
 CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
-CREATE INDEX IF NOT EXISTS fleet_topic ON fleet (topic);
-CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS fleet_topic_lookup ON fleet (topic, lookup_hash);
+CREATE INDEX IF NOT EXISTS fleet_lookup ON fleet (lookup_hash, client_hash, seen);
+CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)
 """
+#: The schema's version (``PRAGMA user_version``): a file of an older one has its
+#: entries dropped at open (they are a cache of the last ``--fleet-ttl`` seconds).
+_SCHEMA_VERSION = 2
 
 _UPSERT = """
 INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
-                   first_seen, seen)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   first_seen, seen, lookup_hash, client_hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) DO UPDATE SET
     address = excluded.address, cluster = excluded.cluster, route_topic = excluded.route_topic,
-    digest = excluded.digest, seen = excluded.seen
+    digest = excluded.digest, seen = excluded.seen, lookup_hash = excluded.lookup_hash
 WHERE excluded.seen >= fleet.seen
 """
 
@@ -112,6 +121,21 @@ class FleetStats:
     dropped: int
 
 
+def _hash(*parts: str | float) -> int:
+    """A 64-bit hash of ``parts`` (signed, as SQLite's integers), the same in every process."""
+    text = "\x1f".join(map(str, parts)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
+
+
+def _hashes(row: Sequence[str | float]) -> tuple[int, int]:
+    """The hashes kept with an entry's row: of its lookup as answered (kind, topic,
+    group, meta, digest, cluster, physical topic: what its route under any
+    configuration depends on, but for the client id) and of its client (id, meta,
+    host): what a move's progress groups the entries by, as integers."""
+    _, cid, meta, host, kind, topic, group, _, cluster, route_topic, digest = row[:11]
+    return _hash(kind, topic, group, meta, digest, cluster, route_topic), _hash(cid, meta, host)
+
+
 class FleetStore:
     """The fleet's tables in one SQLite file.
 
@@ -127,7 +151,18 @@ class FleetStore:
         self._db: sqlite3.Connection | None = None
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                (version,) = db.execute("PRAGMA user_version").fetchone()
+                if version < _SCHEMA_VERSION:
+                    db.execute("DROP TABLE IF EXISTS fleet")
+                    db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+                for statement in _SCHEMA.split(";"):
+                    db.execute(statement)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         db = sqlite3.connect(
@@ -160,7 +195,8 @@ class FleetStore:
     ) -> None:
         """Write in one transaction: upsert ``rows`` (a row per entry: key, client id,
         meta JSON, host, kind, topic, group, address, cluster, physical topic, digest,
-        first seen, seen; an older ``seen`` never overwrites a newer one); with
+        first seen, seen; an older ``seen`` never overwrites a newer one; each kept
+        with the hashes of its lookup and of its client, :func:`_hashes`); with
         ``expire_before`` (Unix time, seconds) delete the entries last seen before it
         and keep at most ``max_entries`` (the least recently seen go); add ``counts``
         (``dropped``...) and the entries deleted (``expired``, ``evicted``) to the
@@ -172,7 +208,7 @@ class FleetStore:
         db = self._writer()
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany(_UPSERT, rows)
+            db.executemany(_UPSERT, [(*row, *_hashes(row)) for row in rows])
             added = dict(counts)
             if expire_before is not None:
                 added["expired"] = db.execute("DELETE FROM fleet WHERE seen < ?", (expire_before,)).rowcount
@@ -286,3 +322,30 @@ class FleetStore:
             ).fetchone()
             counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
         return int(entries), int(clients), counters
+
+    # ------------------------------------------------------------------ a move's progress
+
+    def move_progress(
+        self,
+        topics: Collection[str] | None,
+        *,
+        by_client_id: bool,
+        classify: Callable[[list[Lookup]], list[MovingLookup]],
+        changed_at: float,
+        listed: int,
+        listed_in_all: int,
+    ) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
+        """What :func:`kbear.server._move_counts.move_progress` answers, in one read
+        transaction of this file."""
+        with self._connect() as db:
+            db.execute("PRAGMA temp_store=MEMORY")
+            db.execute("BEGIN")  # one snapshot for every read
+            return move_progress(
+                db,
+                topics,
+                by_client_id=by_client_id,
+                classify=classify,
+                changed_at=changed_at,
+                listed=listed,
+                listed_in_all=listed_in_all,
+            )

@@ -27,9 +27,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kbear.server._move_counts import Lookup, MovingLookup
 from kbear.server.fleet import FleetEntry, FleetRecorder
 from kbear.server.holder import ConfigHolder
-from kbear.server.moves import changed_topics, moves_json, topic_moves
+from kbear.server.moves import (
+    STRAGGLERS_LISTED,
+    STRAGGLERS_LISTED_IN_ALL,
+    changed_topics,
+    classify,
+    moves_json,
+    rules_test_client_id,
+    topic_moves,
+)
 from kbear.server.protocol import Ack, ErrorCode, ResponseError, ResponseStatus
 
 __all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
@@ -123,19 +132,32 @@ def fleet_json(
 def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | None) -> dict[str, Any]:
     """The ``GET /fleet/moves`` answer (reads the database: call it off the event loop).
 
-    Without ``topic``, only the entries of the topics the last change can have
+    Without ``topic``, only the lookups of the topics the last change can have
     moved are read (:func:`~kbear.server.moves.changed_topics`, by the fleet's
-    topic index); the whole fleet only when the global rules changed."""
+    topic index); every topic's when the global rules changed. Counted in SQL
+    over the fleet's distinct lookups (:func:`~kbear.server.moves.classify`),
+    never entry by entry in Python."""
     current, previous = holder.served_and_previous
-    entries: list[FleetEntry] = []
-    if previous is not None and previous.config.digest != current.config.digest:
-        topics = changed_topics(previous.config, current.config) if topic is None else {topic}
-        if topics is None:
-            entries = recorder.entries()
-        else:
-            for name in sorted(topics):
-                entries += recorder.entries(topic=name)
-    moves = topic_moves(entries, current, previous, current.loaded_at)
+    if previous is None or previous.config.digest == current.config.digest:
+        return moves_json([], current, previous, current.loaded_at)
+    topics = changed_topics(previous.config, current.config) if topic is None else {topic}
+    routes: dict[str, Any] = {}
+
+    def moving(lookups: list[Lookup]) -> list[MovingLookup]:
+        found, routes_by_topic = classify(lookups, current, previous)
+        routes.update(routes_by_topic)
+        return found
+
+    by_id = rules_test_client_id(current.config) or rules_test_client_id(previous.config)
+    counts, stragglers = recorder.move_progress(
+        topics,
+        by_client_id=by_id,
+        classify=moving,
+        changed_at=current.loaded_at,
+        listed=STRAGGLERS_LISTED,
+        listed_in_all=STRAGGLERS_LISTED_IN_ALL,
+    )
+    moves = topic_moves(routes, counts, stragglers)
     return moves_json(moves, current, previous, current.loaded_at)
 
 

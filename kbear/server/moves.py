@@ -18,11 +18,17 @@ then old, then new). ``remaining`` = on the old route + not asked since.
 
 Only the topics the change can have moved are read (:func:`changed_topics`):
 those whose topic or consumer-group rules, ``topics.yaml`` meta or
-consumer-group meta differ; every topic when the global rules differ.
+consumer-group meta differ; every topic when the global rules differ. The
+entries are not read one by one: the fleet's store answers its distinct
+lookups (kind, topic, group, meta, digest, route held; client id too when a
+rule tests it), :func:`classify` evaluates each once under both
+configurations, and the store counts the clients of the moving lookups by
+state in SQL (:meth:`kbear.server.fleet.FleetRecorder.move_progress`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,16 +38,28 @@ from kbear._chain import index_rules
 from kbear._identity import Client
 from kbear._route import NoRouteError
 from kbear.config import KBearConfig, RouteRule
-from kbear.router import Router
-from kbear.server.fleet import FleetEntry
+from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow
 from kbear.server.holder import Served
 
-__all__ = ["MOVED", "NOT_ASKED", "ON_OLD", "TopicMove", "changed_topics", "moves_json", "topic_moves"]
+__all__ = [
+    "MOVED",
+    "NOT_ASKED",
+    "ON_OLD",
+    "STRAGGLERS_LISTED",
+    "STRAGGLERS_LISTED_IN_ALL",
+    "TopicMove",
+    "changed_topics",
+    "classify",
+    "moves_json",
+    "rules_test_client_id",
+    "topic_moves",
+]
 
 MOVED, ON_OLD, NOT_ASKED = "onNewRoute", "onOldRoute", "notAskedSince"
-_RANK = {MOVED: 0, ON_OLD: 1, NOT_ASKED: 2}
-#: Most stragglers listed per topic.
-_STRAGGLERS_LISTED = 100
+#: The states by rank, as the fleet's store ranks them (0 the most advanced).
+_STATES = (MOVED, ON_OLD, NOT_ASKED)
+#: Most stragglers listed per topic, and in one answer.
+STRAGGLERS_LISTED, STRAGGLERS_LISTED_IN_ALL = 100, 1000
 
 _Route = tuple[str, str] | None
 
@@ -53,57 +71,85 @@ class TopicMove:
     Attributes:
         topic: the requested topic.
         routes: (old route, new route) -> entries, routes as (cluster, physical topic).
-        clients: client key -> its state (:data:`MOVED`, :data:`ON_OLD`, :data:`NOT_ASKED`).
-        stragglers: the least advanced entry of each client not moved yet.
+        states: state (:data:`MOVED`, :data:`ON_OLD`, :data:`NOT_ASKED`) -> clients in it.
+        stragglers: the least advanced entry of at most :data:`STRAGGLERS_LISTED`
+            clients not moved yet, least recently seen first.
     """
 
     topic: str
     routes: dict[tuple[_Route, _Route], int] = field(default_factory=dict)
-    clients: dict[tuple[str, str, str], str] = field(default_factory=dict)
-    stragglers: dict[tuple[str, str, str], FleetEntry] = field(default_factory=dict)
+    states: dict[str, int] = field(default_factory=dict)
+    stragglers: list[StragglerRow] = field(default_factory=list)
 
     def count(self, state: str) -> int:
         """How many clients are in ``state``."""
-        return sum(1 for s in self.clients.values() if s == state)
-
-
-def _evaluate(router: Router, entry: FleetEntry) -> _Route:
-    client = Client(entry.client_id or None, entry.meta)
-    try:
-        if entry.kind == "consumer":
-            route = router.route_consumer(entry.topic, entry.group, client)
-        else:
-            route = router.route_producer(entry.topic, client)
-    except NoRouteError:
-        return None
-    return (route.cluster_id, route.topic)
+        return self.states.get(state, 0)
 
 
 class _RouteUnder:
-    """The route of entries under one served configuration: the entry's own when it
+    """The route of lookups under one served configuration: the lookup's own when it
     was answered from it, else evaluated once per lookup and client meta (and client
-    id, when a rule tests ``client.id``): clients differing only by id share it."""
+    id, when a rule tests ``client.id``)."""
 
     def __init__(self, served: Served) -> None:
         self.served = served
-        self.by_id = any(c.key == "client.id" for r in served.config.rules for c in r.statement.conditions)
-        self.known: dict[tuple[str, str, str, str, tuple[tuple[str, str], ...]], _Route] = {}
+        self.metas: dict[str, dict[str, str]] = {}
 
-    def __call__(self, entry: FleetEntry) -> _Route:
-        if entry.digest == self.served.config.digest:
-            return (entry.cluster, entry.route_topic)
-        key = (
-            entry.kind,
-            entry.topic,
-            entry.group,
-            entry.client_id if self.by_id else "",
-            tuple(sorted(entry.meta.items())),
-        )
+    def __call__(self, lookup: Lookup) -> _Route:
+        _, client_id, kind, topic, group, meta_json, digest, cluster, route_topic, _ = lookup
+        if digest == self.served.config.digest:
+            return (cluster, route_topic)
+        meta = self.metas.get(meta_json)
+        if meta is None:
+            meta = self.metas[meta_json] = json.loads(meta_json)
+        client = Client(client_id or None, meta)
+        router = self.served.router
         try:
-            return self.known[key]
-        except KeyError:
-            route = self.known[key] = _evaluate(self.served.router, entry)
-            return route
+            if kind == "consumer":
+                route = router.route_consumer(topic, group, client)
+            else:
+                route = router.route_producer(topic, client)
+        except NoRouteError:
+            return None
+        return (route.cluster_id, route.topic)
+
+
+def rules_test_client_id(config: KBearConfig) -> bool:
+    """Whether a rule of ``config`` tests ``client.id`` (then clients differing only
+    by id may have different routes)."""
+    return any(c.key == "client.id" for r in config.rules for c in r.statement.conditions)
+
+
+def classify(
+    lookups: Iterable[Lookup], current: Served, previous: Served
+) -> tuple[list[MovingLookup], dict[str, dict[tuple[_Route, _Route], int]]]:
+    """The lookups whose route differs between ``previous`` and ``current``.
+
+    Args:
+        lookups: the distinct lookups held (:data:`~kbear.server._fleet_store.Lookup`),
+            each route evaluated once per lookup (a lookup whose client id is '' is
+            evaluated as a client without an id: pass ids when
+            :func:`rules_test_client_id` says a rule reads them).
+
+    Returns:
+        the moving lookups (hash, client id, topic, and 1 when they hold the new
+        route, answered from ``current``, else 0), and per topic (old route, new
+        route) -> entries.
+    """
+    moving: list[MovingLookup] = []
+    routes: dict[str, dict[tuple[_Route, _Route], int]] = {}
+    under_previous, under_current = _RouteUnder(previous), _RouteUnder(current)
+    digest = current.config.digest
+    for lookup in lookups:
+        old, new = under_previous(lookup), under_current(lookup)
+        if old == new:
+            continue
+        lookup_hash, client_id, _, topic, _, _, answered_from, cluster, route_topic, entries = lookup
+        moved = (cluster, route_topic) == new and answered_from == digest
+        moving.append((lookup_hash, client_id, topic, int(moved)))
+        by_route = routes.setdefault(topic, {})
+        by_route[(old, new)] = by_route.get((old, new), 0) + entries
+    return moving, routes
 
 
 def _rule_list(rules: Iterable[RouteRule]) -> list[tuple[str, int, dict[str, str], str]]:
@@ -141,38 +187,23 @@ def changed_topics(old: KBearConfig, new: KBearConfig) -> set[str] | None:
 
 
 def topic_moves(
-    entries: Iterable[FleetEntry], current: Served, previous: Served | None, changed_at: float
+    routes: dict[str, dict[tuple[_Route, _Route], int]],
+    counts: Iterable[tuple[str, int, int]],
+    stragglers: Iterable[StragglerRow],
 ) -> list[TopicMove]:
-    """The topics whose route changed for some recorded client in the last change, sorted by topic.
+    """The moves of the topics whose route changed for some recorded client, sorted by topic.
 
     Args:
-        entries: the fleet (or the part of it asked about).
-        current: the configuration served; previous: the one before (None: no
-            change since this process started, so no move).
-        changed_at: when ``current`` was applied (Unix time, seconds).
+        routes: per topic, (old route, new route) -> entries (from :func:`classify`).
+        counts: (topic, rank, clients): clients by their least advanced entry, rank
+            0 on the new route, 1 on the old, 2 not asked since.
+        stragglers: the listed stragglers, least recently seen first per topic.
     """
-    if previous is None or previous.config.digest == current.config.digest:
-        return []
-    moves: dict[str, TopicMove] = {}
-    under_previous, under_current = _RouteUnder(previous), _RouteUnder(current)
-    for entry in entries:
-        old, new = under_previous(entry), under_current(entry)
-        if old == new:
-            continue
-        held = (entry.cluster, entry.route_topic)
-        if held == new and entry.digest == current.config.digest:
-            state = MOVED
-        elif entry.seen >= changed_at:
-            state = ON_OLD
-        else:
-            state = NOT_ASKED
-        move = moves.setdefault(entry.topic, TopicMove(entry.topic))
-        move.routes[(old, new)] = move.routes.get((old, new), 0) + 1
-        key = entry.client_key
-        if _RANK[state] >= _RANK.get(move.clients.get(key, MOVED), 0):
-            move.clients[key] = state
-            if state != MOVED:
-                move.stragglers[key] = entry
+    moves = {topic: TopicMove(topic, dict(by_route)) for topic, by_route in routes.items()}
+    for topic, rank, clients in counts:
+        moves[topic].states[_STATES[rank]] = clients
+    for row in stragglers:
+        moves[row[0]].stragglers.append(row)
     return [moves[t] for t in sorted(moves)]
 
 
@@ -191,10 +222,7 @@ def moves_json(
     topics = []
     for move in moves:
         moved, on_old, not_asked = move.count(MOVED), move.count(ON_OLD), move.count(NOT_ASKED)
-        total = len(move.clients)
-        stragglers = sorted(
-            (e for k, e in move.stragglers.items() if move.clients[k] != MOVED), key=lambda e: e.seen
-        )
+        total = moved + on_old + not_asked
         topics.append(
             {
                 "topic": move.topic,
@@ -210,15 +238,15 @@ def moves_json(
                 "progress": round(moved / total, 4) if total else 1.0,
                 "stragglers": [
                     {
-                        "id": e.client_id,
-                        "address": e.address,
-                        "kind": e.kind,
-                        "group": e.group or None,
-                        "route": {"clusterId": e.cluster, "topicId": e.route_topic},
-                        "lastSeen": _iso(e.seen),
-                        "state": move.clients[e.client_key],
+                        "id": cid,
+                        "address": address,
+                        "kind": kind,
+                        "group": group or None,
+                        "route": {"clusterId": cluster, "topicId": route_topic},
+                        "lastSeen": _iso(seen),
+                        "state": _STATES[rank],
                     }
-                    for e in stragglers[:_STRAGGLERS_LISTED]
+                    for _, rank, cid, address, kind, group, cluster, route_topic, seen in move.stragglers
                 ],
             }
         )

@@ -311,18 +311,18 @@ def test_moves_without_a_topic_read_only_the_topics_the_change_can_move(
     for i in range(3):
         produce(client, f"app-{i}", {}, "orders", "x", "y")
     fleet.flush()
-    asked: list[str | None] = []
-    entries = fleet.entries
+    asked: list[Any] = []
+    progress = fleet.move_progress
 
-    def spy(**kwargs: Any) -> Any:
-        asked.append(kwargs.get("topic"))
-        return entries(**kwargs)
+    def spy(topics: Any, **kwargs: Any) -> Any:
+        asked.append(topics)
+        return progress(topics, **kwargs)
 
-    monkeypatch.setattr(fleet, "entries", spy)
+    monkeypatch.setattr(fleet, "move_progress", spy)
     change_rules(holder, rules("green"))
     [move] = get(client, "/fleet/moves")["moves"]
     assert (move["topic"], move["clients"], move["notAskedSince"]) == ("orders", 3, 3)
-    assert asked == ["orders"]
+    assert asked == [{"orders"}]
     asked.clear()
     change_rules(holder, rules("green").replace("rule: use cluster blue", "rule: use cluster uat"))
     moved = get(client, "/fleet/moves")["moves"]
@@ -362,3 +362,87 @@ def test_changed_topics_are_those_whose_chain_or_factors_differ(conf: Path) -> N
     assert changed_topics(
         config(rules("blue"), groups=group), config(rules("blue"), groups=group.replace("a}", "b}"))
     ) == {"t2"}
+
+
+def test_a_client_counts_once_per_topic_by_its_least_advanced_lookup(
+    client: TestClient, fleet: FleetRecorder, holder: ConfigHolder
+) -> None:
+    """#30: the move's counts are made in SQL per client and topic: a client with
+    two consumer groups on the moved topic, one asked since the change, is still
+    'not asked since' by the other; its straggler entry is that other one."""
+    consume(client, "reader", "g1", "orders")
+    consume(client, "reader", "g2", "orders")
+    produce(client, "writer", {}, "orders")
+    fleet.flush()
+    change_rules(holder, rules("green"))
+    consume(client, "reader", "g1", "orders")  # g1 moved, g2 not asked since
+    produce(client, "writer", {}, "orders")
+    fleet.flush()
+    [move] = get(client, "/fleet/moves")["moves"]
+    assert (move["clients"], move["onNewRoute"], move["notAskedSince"], move["remaining"]) == (2, 1, 1, 1)
+    assert [(s["id"], s["group"], s["state"]) for s in move["stragglers"]] == [
+        ("reader", "g2", "notAskedSince")
+    ]
+    assert sum(r["entries"] for r in move["routes"]) == 3
+
+
+def test_moves_by_client_id_when_a_rule_tests_it(
+    client: TestClient, fleet: FleetRecorder, holder: ConfigHolder
+) -> None:
+    """A rule on ``client.id`` moves some clients of a topic and not others with the
+    same meta: lookups are told apart by client id then."""
+    for i in range(3):
+        produce(client, f"app-{i}", {}, "orders")
+    fleet.flush()
+    by_id = rules("blue").replace(
+        "  - id: r-orders\n",
+        "  - id: r-app1\n    priority: 2\n    meta: {topic.id: orders}\n"
+        "    rule: use cluster green when client.id=app-1\n  - id: r-orders\n",
+    )
+    change_rules(holder, by_id)
+    [move] = get(client, "/fleet/moves")["moves"]
+    assert (move["clients"], move["notAskedSince"], [s["id"] for s in move["stragglers"]]) == (
+        1,
+        1,
+        ["app-1"],
+    )
+
+
+def test_stragglers_are_listed_100_per_topic_and_1000_in_all(tmp_path: Path, conf: Path) -> None:
+    many = "".join(
+        f"  - id: r-t{t}\n    meta: {{topic.id: t{t}}}\n    rule: use cluster blue\n" for t in range(12)
+    )
+    (conf / "route-rules.yaml").write_text("route-rules:\n" + many)
+    holder = ConfigHolder(conf, watch_interval_s=3600)
+    fleet = FleetRecorder(tmp_path / "many.db", flush_interval_s=3600)
+    digest, now = holder.served.config.digest, time.time()
+    for t in range(12):  # topic t0's entries the least recently seen, then t1's...
+        for i in range(120):
+            at = now - 250 + 10 * t + 0.05 * i
+            fleet.record(
+                f"app-{i}", {}, f"10.0.0.{i}:1", "producer", digest, [(f"t{t}", "", "blue", f"t{t}")], at=at
+            )
+    fleet.flush()
+    change_rules(holder, "route-rules:\n" + many.replace("blue", "green"))
+    from kbear.server.fleet_api import moves_answer
+
+    moves = {m["topic"]: m for m in moves_answer(fleet, holder, None)["moves"]}
+    assert {(m["clients"], m["notAskedSince"]) for m in moves.values()} == {(120, 120)} and len(moves) == 12
+    listed = {topic: len(m["stragglers"]) for topic, m in moves.items()}
+    assert listed == {f"t{t}": 100 if t < 10 else 0 for t in range(12)}  # the 1,000 least recently seen
+    assert [s["id"] for s in moves["t0"]["stragglers"][:2]] == ["app-0", "app-1"]  # oldest first
+    assert len(moves_answer(fleet, holder, "t11")["moves"][0]["stragglers"]) == 100
+
+
+def test_a_fleet_file_of_an_older_schema_is_started_afresh(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE fleet (key TEXT PRIMARY KEY, client_id TEXT)")
+        db.execute("INSERT INTO fleet VALUES ('k', 'c')")
+    fleet = FleetRecorder(path)
+    assert fleet.entries() == []
+    fleet.record("c", {}, "h:1", "producer", "d", [("t", "", "blue", "t")])
+    fleet.flush()
+    assert [e.client_id for e in FleetRecorder(path).entries()] == ["c"]  # reopened: kept

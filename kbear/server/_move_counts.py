@@ -1,0 +1,122 @@
+"""A move's counts, aggregated in the fleet's SQLite file (private: what
+:meth:`kbear.server._fleet_store.FleetStore.move_progress` runs).
+
+The entries are never read one by one into Python: every entry carries the hash
+of its lookup as answered (kind, topic, group, meta, digest, route held) and of
+its client (id, meta, host), indexed together with its last-seen time
+(``fleet_lookup``). The distinct lookups are read from that index, classified
+in Python (a route evaluated once per lookup under each configuration), and
+the clients of the moving ones ranked and counted in SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Collection
+
+__all__ = ["Lookup", "MovingLookup", "StragglerRow", "move_progress"]
+
+#: A distinct lookup held: its hash, client id ('' unless asked by id), kind, topic,
+#: group, meta JSON, digest, cluster, physical topic, and how many entries hold it.
+Lookup = tuple[int, str, str, str, str, str, str, str, str, int]
+#: A lookup whose route changed: its hash, client id (as in :data:`Lookup`), topic,
+#: and 1 when its entries hold the new route, else 0.
+MovingLookup = tuple[int, str, str, int]
+#: A straggler: topic, rank (1 on the old route, 2 not asked since), client id, address,
+#: kind, group, cluster, physical topic, last seen (Unix time, seconds).
+StragglerRow = tuple[str, int, str, str, str, str, str, str, float]
+
+#: Each client's least advanced entry per topic, as one number so that SQLite's
+#: ``MAX`` picks its row: rank x 1e11 - last seen (seen < 1e11 s, i.e. until year
+#: 5138). The highest is the highest rank (1 on the old route, 2 not asked since; 0
+#: on the new), then the least recently seen; ``CAST(w / 1e11 + 1 AS INTEGER)`` is
+#: the rank again.
+_WORST = "MAX(CASE WHEN m.moved THEN 0 WHEN f.seen >= :at THEN 1 ELSE 2 END * 1e11 - f.seen)"
+
+
+def move_progress(
+    db: sqlite3.Connection,
+    topics: Collection[str] | None,
+    *,
+    by_client_id: bool,
+    classify: Callable[[list[Lookup]], list[MovingLookup]],
+    changed_at: float,
+    listed: int,
+    listed_in_all: int,
+) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
+    """Count a move's clients by state (``db``: a fleet file's connection, in a read
+    transaction; temporary tables are made in it).
+
+    Args:
+        topics: the topics read (None: every topic).
+        by_client_id: group the lookups by client id too (a rule tests ``client.id``:
+            slower, the table is read rather than its index).
+        classify: given the distinct lookups of ``topics``, answers those whose
+            route changed (:data:`MovingLookup`).
+        changed_at: when the change was applied (Unix time, seconds): an entry not on
+            the new route is on the old one when seen since, else not asked since.
+        listed: most stragglers listed per topic; listed_in_all: in all.
+
+    Returns:
+        (topic, rank, clients) per rank held (0 new route, 1 old, 2 not asked since;
+        a client counts once per topic, by its least advanced entry), and the
+        stragglers least recently seen, each by its least advanced entry, sorted by
+        topic then last seen.
+    """
+    where = ""
+    if topics is not None:
+        db.execute("CREATE TEMP TABLE asked (topic TEXT PRIMARY KEY)")
+        db.executemany("INSERT OR IGNORE INTO asked VALUES (?)", [(t,) for t in topics])
+        where = " WHERE topic IN (SELECT topic FROM asked)"
+    cid = "client_id" if by_client_id else "''"
+    lookups = db.execute(
+        f"SELECT c.h, c.cid, f.kind, f.topic, f.grp, f.meta, f.digest, f.cluster, f.route_topic, c.n "
+        f"FROM (SELECT lookup_hash AS h, {cid} AS cid, COUNT(*) AS n, MIN(rowid) AS r FROM fleet{where} "
+        f"GROUP BY lookup_hash, cid) c JOIN fleet f ON f.rowid = c.r"
+    ).fetchall()
+    moving = classify(lookups)
+    if not moving:
+        return [], []
+    names = sorted({topic for _, _, topic, _ in moving})
+    number = {name: i for i, name in enumerate(names)}
+    db.execute(
+        "CREATE TEMP TABLE moving (h INTEGER, cid TEXT, t INTEGER, moved INTEGER, PRIMARY KEY (h, cid))"
+    )
+    db.executemany(
+        "INSERT INTO moving VALUES (?, ?, ?, ?)", [(h, c, number[t], moved) for h, c, t, moved in moving]
+    )
+    on = "m.h = f.lookup_hash" + (" AND m.cid = f.client_id" if by_client_id else "")
+    db.execute(
+        f"CREATE TEMP TABLE clients AS SELECT m.t AS t, f.rowid AS r, {_WORST} AS w "
+        f"FROM fleet f JOIN moving m ON {on} GROUP BY m.t, f.client_hash",
+        {"at": changed_at},
+    )
+    counts = [
+        (names[t], rank, n)
+        for t, rank, n in db.execute(
+            "SELECT t, CAST(w / 1e11 + 1 AS INTEGER) AS rank, COUNT(*) FROM clients GROUP BY t, rank"
+        )
+    ]
+    chosen: dict[int, int] = {}  # entry rowid -> topic number
+    per_topic = [0] * len(names)
+    for t, r in db.execute("SELECT t, r FROM clients WHERE w > 0 ORDER BY w DESC"):
+        if per_topic[t] < listed:
+            per_topic[t] += 1
+            chosen[r] = t
+            if len(chosen) >= listed_in_all:
+                break
+    stragglers: list[StragglerRow] = []
+    rowids = list(chosen)
+    for start in range(0, len(rowids), 500):
+        part = rowids[start : start + 500]
+        for r, client_id, address, kind, group, cluster, route_topic, seen in db.execute(
+            "SELECT rowid, client_id, address, kind, grp, cluster, route_topic, seen FROM fleet "
+            f"WHERE rowid IN ({', '.join('?' * len(part))})",
+            part,
+        ):
+            rank = 1 if seen >= changed_at else 2
+            stragglers.append(
+                (names[chosen[r]], rank, client_id, address, kind, group, cluster, route_topic, seen)
+            )
+    stragglers.sort(key=lambda s: (s[0], s[8]))
+    return counts, stragglers
