@@ -13,12 +13,12 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow, move_progress
+from kbear.server._move_counts import MoveQuery, StragglerRow, move_progress
 
 __all__ = ["FleetEntry", "FleetStats", "FleetStore"]
 
@@ -325,27 +325,10 @@ class FleetStore:
 
     # ------------------------------------------------------------------ a move's progress
 
-    def move_progress(
-        self,
-        topics: Collection[str] | None,
-        *,
-        by_client_id: bool,
-        classify: Callable[[list[Lookup]], list[MovingLookup]],
-        changed_at: float,
-        listed: int,
-        listed_in_all: int,
-    ) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
+    def move_progress(self, query: MoveQuery) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
         """What :func:`kbear.server._move_counts.move_progress` answers, in one read
         transaction of this file."""
         with self._connect() as db:
             db.execute("PRAGMA temp_store=MEMORY")
             db.execute("BEGIN")  # one snapshot for every read
-            return move_progress(
-                db,
-                topics,
-                by_client_id=by_client_id,
-                classify=classify,
-                changed_at=changed_at,
-                listed=listed,
-                listed_in_all=listed_in_all,
-            )
+            return move_progress(db, query)

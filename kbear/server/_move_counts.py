@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
-__all__ = ["Lookup", "MovingLookup", "StragglerRow", "move_progress"]
+__all__ = ["Lookup", "MoveQuery", "MovingLookup", "StragglerRow", "move_progress"]
 
 #: A distinct lookup held: its hash, client id ('' unless asked by id), kind, topic,
 #: group, meta JSON, digest, cluster, physical topic, and how many entries hold it.
@@ -34,20 +35,11 @@ StragglerRow = tuple[str, int, str, str, str, str, str, str, float]
 _WORST = "MAX(CASE WHEN m.moved THEN 0 WHEN f.seen >= :at THEN 1 ELSE 2 END * 1e11 - f.seen)"
 
 
-def move_progress(
-    db: sqlite3.Connection,
-    topics: Collection[str] | None,
-    *,
-    by_client_id: bool,
-    classify: Callable[[list[Lookup]], list[MovingLookup]],
-    changed_at: float,
-    listed: int,
-    listed_in_all: int,
-) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
-    """Count a move's clients by state (``db``: a fleet file's connection, in a read
-    transaction; temporary tables are made in it).
+@dataclass(frozen=True)
+class MoveQuery:
+    """What a move's progress is counted over.
 
-    Args:
+    Attributes:
         topics: the topics read (None: every topic).
         by_client_id: group the lookups by client id too (a rule tests ``client.id``:
             slower, the table is read rather than its index).
@@ -56,6 +48,21 @@ def move_progress(
         changed_at: when the change was applied (Unix time, seconds): an entry not on
             the new route is on the old one when seen since, else not asked since.
         listed: most stragglers listed per topic; listed_in_all: in all.
+    """
+
+    topics: Collection[str] | None
+    by_client_id: bool
+    classify: Callable[[list[Lookup]], list[MovingLookup]]
+    changed_at: float
+    listed: int
+    listed_in_all: int
+
+
+def move_progress(
+    db: sqlite3.Connection, query: MoveQuery
+) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
+    """Count a move's clients by state (``db``: a fleet file's connection, in a read
+    transaction; temporary tables are made in it).
 
     Returns:
         (topic, rank, clients) per rank held (0 new route, 1 old, 2 not asked since;
@@ -63,6 +70,7 @@ def move_progress(
         stragglers least recently seen, each by its least advanced entry, sorted by
         topic then last seen.
     """
+    topics, by_client_id, changed_at = query.topics, query.by_client_id, query.changed_at
     where = ""
     if topics is not None:
         db.execute("CREATE TEMP TABLE asked (topic TEXT PRIMARY KEY)")
@@ -74,7 +82,7 @@ def move_progress(
         f"FROM (SELECT lookup_hash AS h, {cid} AS cid, COUNT(*) AS n, MIN(rowid) AS r FROM fleet{where} "
         f"GROUP BY lookup_hash, cid) c JOIN fleet f ON f.rowid = c.r"
     ).fetchall()
-    moving = classify(lookups)
+    moving = query.classify(lookups)
     if not moving:
         return [], []
     names = sorted({topic for _, _, topic, _ in moving})
@@ -100,10 +108,10 @@ def move_progress(
     chosen: dict[int, int] = {}  # entry rowid -> topic number
     per_topic = [0] * len(names)
     for t, r in db.execute("SELECT t, r FROM clients WHERE w > 0 ORDER BY w DESC"):
-        if per_topic[t] < listed:
+        if per_topic[t] < query.listed:
             per_topic[t] += 1
             chosen[r] = t
-            if len(chosen) >= listed_in_all:
+            if len(chosen) >= query.listed_in_all:
                 break
     stragglers: list[StragglerRow] = []
     rowids = list(chosen)

@@ -31,13 +31,13 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kbear._secrets import redact
 from kbear.server._fleet_store import FleetEntry, FleetStats, FleetStore
-from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow
+from kbear.server._move_counts import MoveQuery, StragglerRow
 from kbear.server.protocol import ClientMessage, ConsumerRouteResponse, ProducerRouteResponse, StatusResponse
 
 __all__ = [
@@ -309,30 +309,13 @@ class FleetRecorder:
         """How many clients have an entry matching the filters (as :meth:`entries`)."""
         return self._store.count_clients(topic=topic, group=group, cluster=cluster)
 
-    def move_progress(
-        self,
-        topics: Collection[str] | None,
-        *,
-        by_client_id: bool,
-        classify: Callable[[list[Lookup]], list[MovingLookup]],
-        changed_at: float,
-        listed: int,
-        listed_in_all: int,
-    ) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
-        """A move's counts, aggregated in the database: ``classify`` is given the
-        distinct lookups of ``topics`` (None: every topic) and answers those whose
-        route changed; then the clients of those are counted by state per topic and
-        the least recently seen stragglers returned, at most ``listed`` per topic and
-        ``listed_in_all`` in all (:func:`kbear.server._move_counts.move_progress`
-        says how)."""
-        return self._store.move_progress(
-            topics,
-            by_client_id=by_client_id,
-            classify=classify,
-            changed_at=changed_at,
-            listed=listed,
-            listed_in_all=listed_in_all,
-        )
+    def move_progress(self, query: MoveQuery) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
+        """A move's counts, aggregated in the database: ``query.classify`` is given
+        the distinct lookups of ``query.topics`` and answers those whose route
+        changed; then the clients of those are counted by state per topic and the
+        least recently seen stragglers returned
+        (:func:`kbear.server._move_counts.move_progress` says how)."""
+        return self._store.move_progress(query)
 
     def stats(self) -> FleetStats:
         """The fleet's size and the bounds' counters (every process of the file together)."""

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kbear.server._move_counts import Lookup, MovingLookup
+from kbear.server._move_counts import Lookup, MoveQuery, MovingLookup
 from kbear.server.fleet import FleetEntry, FleetRecorder
 from kbear.server.holder import ConfigHolder
 from kbear.server.moves import (
@@ -149,7 +149,7 @@ def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | Non
         return found
 
     by_id = rules_test_client_id(current.config) or rules_test_client_id(previous.config)
-    counts, stragglers = recorder.move_progress(
+    query = MoveQuery(
         topics,
         by_client_id=by_id,
         classify=moving,
@@ -157,6 +157,7 @@ def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | Non
         listed=STRAGGLERS_LISTED,
         listed_in_all=STRAGGLERS_LISTED_IN_ALL,
     )
+    counts, stragglers = recorder.move_progress(query)
     moves = topic_moves(routes, counts, stragglers)
     return moves_json(moves, current, previous, current.loaded_at)
 

@@ -314,9 +314,9 @@ def test_moves_without_a_topic_read_only_the_topics_the_change_can_move(
     asked: list[Any] = []
     progress = fleet.move_progress
 
-    def spy(topics: Any, **kwargs: Any) -> Any:
-        asked.append(topics)
-        return progress(topics, **kwargs)
+    def spy(query: Any) -> Any:
+        asked.append(query.topics)
+        return progress(query)
 
     monkeypatch.setattr(fleet, "move_progress", spy)
     change_rules(holder, rules("green"))
