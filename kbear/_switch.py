@@ -249,6 +249,10 @@ class SwitchEngine:
         self._down: set[str] = set()  # clusters with every broker unreachable
         #: which drains a dead old cluster ends at once (old, new route); None: none
         self.ends_when_dead: Callable[[Route, Route | None], bool] | None = None
+        #: which moves (old, new route) start as the old cluster's mirror says
+        #: (``translated``) whatever :attr:`start` says: a failover to a mirrored
+        #: standby (the consumer's); None: none
+        self.mirror_start: Callable[[Route, Route | None], bool] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -462,10 +466,14 @@ class SwitchEngine:
         cut: bool = False,
         upstream: Mapping[int, int] | None = None,
     ) -> Switch:
-        return Switch(topic, old, new, self._plan_start(topic, old, upstream or {}), cut)
+        return Switch(topic, old, new, self._plan_start(topic, old, new, upstream or {}), cut)
 
-    def _plan_start(self, topic: str, old: Route, committed: Mapping[int, int]) -> StartPlan:
-        if self.start is SwitchStart.TRANSLATED:
+    def _plan_start(
+        self, topic: str, old: Route, new: Route | None, committed: Mapping[int, int]
+    ) -> StartPlan:
+        if self.start is SwitchStart.TRANSLATED or (
+            self.mirror_start is not None and self.mirror_start(old, new)
+        ):
             return StartPlan(translated=True, source=old, upstream=committed)
         if self.start is SwitchStart.EARLIEST:
             return StartPlan(OFFSET_BEGINNING)

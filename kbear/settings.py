@@ -36,7 +36,7 @@ key                                  default       meaning
 ``kbear.chunking.expire.ms``         60000         consumer: incomplete chunked message expiry
 ``kbear.chunking.max.pending``       10            consumer: chunked messages held at once
 ``kbear.delay.enable``               False         producer: ``deliver_after`` / ``deliver_at``
-``kbear.failover.enable``            False         producer: fail over a lost cluster itself
+``kbear.failover.enable``            False         producer, consumer: fail a lost cluster over
 ``kbear.failover.after.ms``          30000         clients: unreachable this long = lost, ms
 ==================================== ============= ==========================================
 
@@ -178,10 +178,11 @@ class KBearSettings(BaseModel):
         delay_enable: ``kbear.delay.enable`` (bool): the producer's ``produce``
             takes ``deliver_after`` / ``deliver_at`` (its one-cluster fast path
             is then a Python function). Default False. Producer only.
-        failover_enable: ``kbear.failover.enable`` (bool): the producer declares a
-            cluster lost itself (:mod:`kbear._health`) and sends the topics routed
-            there to its standby (``kbear.failover.to``, docs/concepts/failover.md).
-            Default False (issue #27). Producer only.
+        failover_enable: ``kbear.failover.enable`` (bool): the producer or consumer
+            declares a cluster lost itself (:mod:`kbear._health`) and sends (reads)
+            the topics routed there to (on) its standby (``kbear.failover.to``,
+            docs/concepts/failover.md). Default False (issue #27). Producers and
+            consumers (not the share consumers).
         failover_after_ms: ``kbear.failover.after.ms`` (int, ms, >= 0): how long no
             broker of a cluster must be reachable before it is lost (and as long
             reachable again before it is recovered). Default 30000 (issue #27).

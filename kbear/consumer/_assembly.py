@@ -15,16 +15,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from kbear._cluster_id import check_cluster_id
+from kbear._health import reachable_from_error
 from kbear._identity import Client
 from kbear._route import Route
 from kbear._switch import StartPlan, SwitchEngine
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._binding import PollBinding, Store
 from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._failover import ConsumerFailover
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
@@ -34,9 +37,9 @@ from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
-from kbear.consumer._translated import MirrorStarts, mirrored_to
+from kbear.consumer._translated import MirrorStarts
 from kbear.router import Router
-from kbear.settings import KBearSettings, SwitchStart
+from kbear.settings import KBearSettings
 
 
 @dataclass(frozen=True)
@@ -111,13 +114,30 @@ def assemble(
         commit_positions=rebalancer.commit_on_revoke,
         clock=time.monotonic,
     )
-    registry.error_hook = driver.cluster_error
-    driver.engine.ends_when_dead = partial(mirrored_to, router)
+    failover = ConsumerFailover(
+        s.failover_enable,
+        s.failover_after_ms,
+        router,
+        state,
+        driver.engine,
+        unbind=lambda: binding.unbind(),  # built below, before any client
+    )
+
+    def cluster_error(cluster_id: str, err: KafkaError) -> None:
+        driver.cluster_error(cluster_id, err)
+        if reachable_from_error(err.code()) is False:
+            failover.observe(cluster_id, False)
+
+    registry.error_hook = cluster_error
+    if s.failover_enable:
+        registry.stats_hook = failover.observe
+    driver.engine.ends_when_dead = failover.lost
+    driver.engine.mirror_start = failover.mirror_start
     registry.built_hook = lambda cluster_id, built: check_cluster_id(
         "consumer", cluster_id, built, router.config
     )
-    if s.switch_start is SwitchStart.TRANSLATED:
-        rebalancer.translate = MirrorStarts(router, group, native)
+    # (used by kbear.switch.start=translated, and by a failover to a mirrored standby)
+    rebalancer.translate = MirrorStarts(router, group, native)
 
     def repin() -> None:
         binding.refresh()  # built below, with the poll loop it falls back to
@@ -131,6 +151,7 @@ def assemble(
         group=group,
         client=client,
         repin=repin,
+        standby=failover.route,
     )
     assigned = AssignedMoves(
         state.sub, registry, rebalancer, driver, guard, placement, repin=repin, notify=notify
@@ -163,6 +184,7 @@ def assemble(
         repin=repin,
         notify=notify,
     )
+    subscriber.failover_tick = failover.tick
     loop = PollLoop(
         state,
         registry,

@@ -69,6 +69,7 @@ class PollBinding:
             not active
             or self._closed
             or state.pending
+            or state.watching
             or self._driver.busy
             or self._guard.active
             or self._registry.leaving

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from kbear import _events
 from kbear._clients import Target, cluster_config, confluent_client, current_factory, renamed
+from kbear._lost import STATS_INTERVAL_MS, watching_stats
 from kbear._route import Route
 
 #: application callbacks a background client must not fire (it commits and reads nothing)
@@ -137,6 +138,10 @@ class ClusterRegistry:
         #: called as ``hook(cluster_id, client)`` with each member client just built
         #: (the ``kbear.cluster.id`` check); what it raises refuses the client
         self.built_hook: Callable[[str, Any], None] | None = None
+        #: called as ``hook(cluster_id, reachable)`` with what each member client's
+        #: statistics say of its brokers (``statistics.interval.ms`` 1000 unless
+        #: configured; the application's ``stats_cb`` still called), when set
+        self.stats_hook: Callable[[str, bool], None] | None = None
         self._factory = factory
         self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
@@ -179,6 +184,9 @@ class ClusterRegistry:
         # (an oauth_cb's client without an error_cb is left as built: see kbear._cluster_errors)
         if self.error_hook is not None and not ("oauth_cb" in conf and conf.get("error_cb") is None):
             conf["error_cb"] = _error_callback(self.error_hook, target.cluster_id, conf.get("error_cb"))
+        if self.stats_hook is not None:
+            conf.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
+            conf["stats_cb"] = watching_stats(target.cluster_id, conf.get("stats_cb"), self.stats_hook)
         if self.commit_hook is not None:
             conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
         built = self._build(target.cluster_id, conf)

@@ -26,6 +26,11 @@ from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
 
+
+def _as_is(route: Route) -> Route:
+    return route
+
+
 #: partitions of one cluster: (its client, their indexes in the caller's list, physical TopicPartitions)
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
 
@@ -41,6 +46,11 @@ class Placement:
         driver: its switch driver (a client closes once its probes ended).
         router, group, client: what routes are looked up with.
         repin: called when the clients read changed (the consumer re-binds its fast paths).
+        standby: turns a looked-up route into the one in force (the consumer's own
+            failovers, :class:`~kbear.consumer._failover.ConsumerFailover`); default: as is.
+
+    Attributes:
+        standby: see above; every lookup of the consumer goes through it.
     """
 
     def __init__(
@@ -54,7 +64,9 @@ class Placement:
         group: str,
         client: Client,
         repin: Callable[[], None],
+        standby: Callable[[Route], Route] | None = None,
     ) -> None:
+        self.standby: Callable[[Route], Route] = standby if standby is not None else _as_is
         self._sub = sub
         self._registry = registry
         self._rebalancer = rebalancer
@@ -72,8 +84,16 @@ class Placement:
         """
         route = self._sub.routes.get(topic)
         if route is None:
-            route = self._router.route_consumer(topic, self._group, self._client)
+            route = self.lookup(topic)
         return route
+
+    def lookup(self, topic: str) -> Route:
+        """The route of logical ``topic`` now (a consumer lookup, then :attr:`standby`).
+
+        Raises:
+            NoRouteError: ``topic`` has no route.
+        """
+        return self.standby(self._router.route_consumer(topic, self._group, self._client))
 
     def client_for(self, target: Target) -> ClusterClient:
         """The client of ``target``'s cluster, built (or rebuilt and handed over) if needed."""

@@ -85,6 +85,7 @@ class PollLoop:
     def _needs_care(self) -> bool:
         return (
             self._state.pending
+            or self._state.watching
             or self._driver.busy
             or self._guard.active
             or self._sub.kind is SubscriptionKind.PATTERN

@@ -101,6 +101,9 @@ class SubscriptionCalls:
         self._notify = notify
         self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
         self._pattern_job: Future[dict[str, set[str] | None]] | None = None
+        #: lets time pass for the consumer's lost-cluster policy (between calls, while
+        #: a cluster is seen down: ``ReadState.watching``); None: no client failover
+        self.failover_tick: Callable[[], None] | None = None
 
     def subscribe(
         self,
@@ -150,7 +153,9 @@ class SubscriptionCalls:
     ) -> None:
         """Route ``topics`` (see route_topics) and subscribe each cluster's client to
         its share; topics of ``keep`` stay on the route given there (a drain in progress)."""
-        routes = route_topics(self._router, topics, self._group, self._client, strict=strict)
+        routes = route_topics(
+            self._router, topics, self._group, self._client, strict=strict, standby=self._placement.standby
+        )
         for topic, route in (keep or {}).items():
             if topic in routes:
                 routes[topic] = route
@@ -207,7 +212,9 @@ class SubscriptionCalls:
                 listings[cluster_id] = self._pattern_topics.get(cluster_id, set())
             else:
                 listings[cluster_id] = self._pattern_topics[cluster_id] = topics
-        return match_patterns(self._sub, self._router, self._group, self._client, listings)
+        return match_patterns(
+            self._sub, self._router, self._group, self._client, listings, self._placement.standby
+        )
 
     def _refresh_patterns(self) -> None:
         """Look the pattern matches up again, without blocking: the clusters are
@@ -252,6 +259,10 @@ class SubscriptionCalls:
         """
         with self._lock:
             self._check_open()
+            if self._state.watching and self.failover_tick is not None:
+                self.failover_tick()
+                if not self._state.watching:  # back, or failed over: the fast paths may return
+                    self._repin()
             if self._state.pending:
                 self._apply_changes()
             if self._guard.active and not self._guard.tick():
@@ -276,7 +287,7 @@ class SubscriptionCalls:
                 self._placement.client_for(cluster_target(entry.cluster_id, cluster))
         for topic, old in list(self._sub.routes.items()):
             try:
-                new: Route | None = self._router.route_consumer(topic, self._group, self._client)
+                new: Route | None = self._placement.lookup(topic)
             except NoRouteError as exc:
                 log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
                 new = None

@@ -92,10 +92,13 @@ class ReadState:
         sub: the subscription (one object for the consumer's life, :meth:`Subscription.reset`).
         pending: a reload waits to be applied: set by the reloading thread, cleared
             by the caller's thread when it applies it (or subscribes anew).
+        watching: a cluster was seen down with ``kbear.failover.enable`` on: every
+            call lets time pass for the lost-cluster policy (no fast path).
     """
 
     sub: Subscription = field(default_factory=Subscription)
     pending: bool = False
+    watching: bool = False
 
 
 def parse_topics(topics: Iterable[str]) -> tuple[list[str], list[re.Pattern[str]]]:
@@ -120,12 +123,19 @@ def parse_topics(topics: Iterable[str]) -> tuple[list[str], list[re.Pattern[str]
 
 
 def route_topics(
-    router: Router, topics: Iterable[str], group: str, client: Client, *, strict: bool
+    router: Router,
+    topics: Iterable[str],
+    group: str,
+    client: Client,
+    *,
+    strict: bool,
+    standby: Callable[[Route], Route] | None = None,
 ) -> dict[str, Route]:
     """Consumer routes of ``topics`` (logical -> route, in order).
 
     With ``strict``, every unroutable topic is named in one NoRouteError;
-    otherwise unroutable topics are left out (pattern matches).
+    otherwise unroutable topics are left out (pattern matches). ``standby`` turns a
+    route into the one in force (a consumer's own failovers).
 
     Raises:
         NoRouteError: ``strict`` and some topics have no route; the first
@@ -137,7 +147,8 @@ def route_topics(
     unavailable: MetaServiceUnavailable | None = None
     for topic in topics:
         try:
-            routes[topic] = router.route_consumer(topic, group, client)
+            route = router.route_consumer(topic, group, client)
+            routes[topic] = route if standby is None else standby(route)
         except NoRouteError as exc:
             failures.append(topic)
             if unavailable is None and isinstance(exc, MetaServiceUnavailable):
@@ -169,12 +180,14 @@ def match_patterns(
     group: str,
     client: Client,
     listings: Mapping[str, set[str]],
+    standby: Callable[[Route], Route] | None = None,
 ) -> list[str]:
     """Logical topics matching ``sub.patterns`` (names given as names excluded),
     whose route leads to a topic that exists on its cluster.
 
     Args:
         listings: cluster id -> the (physical) topics it lists.
+        standby: turns a route into the one in force (a consumer's own failovers).
     """
     candidates = candidate_names(router, group)
     for listed in listings.values():
@@ -187,6 +200,8 @@ def match_patterns(
             route = router.route_consumer(name, group, client)
         except NoRouteError:
             continue
+        if standby is not None:
+            route = standby(route)
         if route.topic in listings.get(route.cluster_id, ()):
             matched.append(name)
     return matched

@@ -100,6 +100,19 @@ class MirrorStarts:
                 source.requested_topic,
             )
             return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+        copy = failover.remote_topic(source.topic)
+        if partitions[0].topic != copy:
+            # (a failover routes the topic under its own name: under MirrorMaker 2's
+            # default replication policy the mirrored copy is another topic)
+            log.warning(
+                "kbear: kbear.switch.start=translated: %r is read as %r on cluster %r, not the mirror's "
+                "copy %r: it starts from the committed offsets",
+                source.requested_topic,
+                partitions[0].topic,
+                entry.cluster_id,
+                copy,
+            )
+            return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
         known = {p: o for p, o in plan.upstream.items() if o >= 0}
         if failover.mirror is MirrorKind.IDENTICAL:
             out = [

@@ -10,13 +10,13 @@ without a remap (the fast path).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbear._clients import ClientFactory, ClientRegistry, ClusterEntry, Deadline, single_cluster
-from kbear._health import reachable_from_error, reachable_from_stats
+from kbear._health import reachable_from_error
 from kbear._identity import Client
+from kbear._lost import STATS_INTERVAL_MS, watching_stats
 from kbear._route import Route
 from kbear._standby import standby_cluster
 from kbear.config import KBearConfig
@@ -126,8 +126,8 @@ def producer_registry(
         if callable(app_error_cb):  # (none: an oauth_cb's client is left as built, see _cluster_errors)
             conf["error_cb"] = _watching_errors(cluster_id, app_error_cb, rescue, on_reachable)
         if watch_brokers and on_reachable is not None:
-            conf.setdefault("statistics.interval.ms", _STATS_INTERVAL_MS)
-            conf["stats_cb"] = _watching_stats(cluster_id, conf.get("stats_cb"), on_reachable)
+            conf.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
+            conf["stats_cb"] = watching_stats(cluster_id, conf.get("stats_cb"), on_reachable)
         return logical, rescue
 
     def entry(cluster_id: str, properties: Mapping[str, str], client: Any, prepared: Any) -> ClusterProducer:
@@ -152,27 +152,6 @@ def _watching_errors(
             if on_reachable is not None:
                 on_reachable(cluster_id, False)
         return error_cb(err)
-
-    return watch
-
-
-#: ``statistics.interval.ms`` of a producer watching its brokers (kbear.failover.enable)
-_STATS_INTERVAL_MS = 1000
-
-
-def _watching_stats(
-    cluster_id: str, stats_cb: Callable[[str], Any] | None, on_reachable: Callable[[str, bool], None]
-) -> Callable[[str], Any]:
-    """``stats_cb`` after noting what librdkafka's statistics say of the brokers."""
-
-    def watch(stats: str) -> Any:
-        try:
-            reachable = reachable_from_stats(json.loads(stats))
-        except ValueError:
-            reachable = None
-        if reachable is not None:
-            on_reachable(cluster_id, reachable)
-        return None if stats_cb is None else stats_cb(stats)
 
     return watch
 

@@ -20,13 +20,11 @@ not switched back to (fail-back is the operator's, docs/concepts/failover.md).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-from kbear import _events
 from kbear._clients import ClientRegistry, Deadline
-from kbear._health import HealthBoard
+from kbear._lost import LostWatch
 from kbear._route import Route
 from kbear._standby import standby_route
 from kbear.config import KBearConfig
@@ -56,7 +54,8 @@ def failover_lookup(
 
 
 class ClientFailover:
-    """Applies the lost-cluster policy to one RoutedProducer's clusters.
+    """Applies the lost-cluster policy to one RoutedProducer's clusters
+    (:class:`kbear._lost.LostWatch`).
 
     Args:
         enabled: ``kbear.failover.enable``: fail over a lost cluster (else only report).
@@ -79,25 +78,15 @@ class ClientFailover:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.enabled = enabled
-        self._board = HealthBoard(after_ms)
+        self._watch = LostWatch("producer", enabled, after_ms, config, log, clock, failed=state.failed)
         self._state = state
         self._clients = clients
-        self._config = config
         self._unbind = unbind
-        self._clock = clock
-        #: clusters observed down and not yet back (nothing to do while empty)
-        self._watched: set[str] = set()
-        self._lock = threading.Lock()
 
     def observe_down(self, cluster_id: str, reachable: bool) -> None:
         """A client of ``cluster_id`` reported every broker down (``reachable`` False:
         its ``error_cb``), or what its statistics say of its brokers."""
-        with self._lock:
-            if not reachable:
-                self._watched.add(cluster_id)
-            elif cluster_id not in self._watched:
-                return  # up, as nothing said otherwise
-            self._board.observe(cluster_id, reachable, self._clock() * 1000)
+        self._watch.observe(cluster_id, reachable)
 
     def watching(self) -> bool:
         """Whether ``flush()`` waits in slices (``kbear.failover.enable``: a cluster
@@ -105,53 +94,15 @@ class ClientFailover:
         return self.enabled
 
     def tick(self) -> None:
-        """Let time pass: observe the watched clusters' clients, act on transitions
-        (one thread at a time: several may poll)."""
-        if not self._watched:
-            return
-        with self._lock:
-            self._tick()
+        """Let time pass: a watched cluster whose client delivered again is reachable;
+        a failover decided now is applied by the caller's thread, as a reload."""
+        if self._watch.tick(self._delivered) and self.enabled:
+            self._state.pending = True
+            self._unbind()
 
-    def _tick(self) -> None:
-        now = self._clock() * 1000
-        for cluster_id in list(self._watched):
-            entry = self._clients.get(cluster_id)
-            if entry is not None and not entry.rescue.suspected:  # delivered there again
-                self._board.observe(cluster_id, True, now)
-        for t in self._board.tick(now):
-            _events.emit(_events.ClusterHealthChanged("producer", t.cluster, t.lost, t.for_ms / 1000))
-            if t.lost:
-                self._lost(t.cluster, t.for_ms)
-            else:
-                log.info(
-                    "kbear: cluster %r is reachable again (for %.1f s); routes stay where they are",
-                    t.cluster,
-                    t.for_ms / 1000,
-                    extra=_events.fields("cluster_recovered", None, cluster=t.cluster),
-                )
-                self._watched.discard(t.cluster)
-
-    def _lost(self, cluster_id: str, for_ms: float) -> None:
-        config = self._config()
-        cluster = config.clusters.get(cluster_id)
-        standby = None if cluster is None else cluster.failover.standby
-        if not self.enabled:
-            how = "kbear.failover.enable is off"
-        else:
-            how = f"failing over to {standby!r}" if standby else "no kbear.failover.to: no standby"
-        log.warning(
-            "kbear: cluster %r lost: no broker reachable for %.1f s (kbear.failover.after.ms); %s",
-            cluster_id,
-            for_ms / 1000,
-            how,
-            extra=_events.fields("cluster_lost", None, cluster=cluster_id),
-        )
-        if not (self.enabled and standby) or cluster_id in self._state.failed:
-            return
-        self._state.failed.add(cluster_id)
-        _events.emit(_events.FailedOver("client", cluster_id, standby))
-        self._state.pending = True  # applied by the caller's thread, as a reload
-        self._unbind()
+    def _delivered(self, cluster_id: str) -> bool:
+        entry = self._clients.get(cluster_id)
+        return entry is not None and not entry.rescue.suspected  # delivered there again
 
     def flush(self, timeout: float | None, apply_changes: Callable[[], None]) -> int:
         """The producer's ``flush(timeout)`` (seconds, None or negative: infinite) over

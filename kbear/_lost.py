@@ -1,0 +1,159 @@
+"""One client's watch over its clusters: the lost-cluster policy applied, the
+failovers it decides (private; issue #27 item 2a).
+
+A routed producer and a routed consumer both feed it what their cluster clients
+see -- librdkafka's ``_ALL_BROKERS_DOWN`` (``error_cb``) and the broker states of
+its statistics (``stats_cb``, :func:`watching_stats`) -- and let time pass at their
+calls (:meth:`LostWatch.tick`). A cluster the policy (:mod:`kbear._health`) declares
+lost is reported (:class:`~kbear._events.ClusterHealthChanged`, a warning with the
+structured field ``event: cluster_lost``); with ``kbear.failover.enable`` and a
+standby (``kbear.failover.to``), it joins the client's failed-over clusters
+(:attr:`LostWatch.failed`) and a :class:`~kbear._events.FailedOver` (trigger
+``client``) is emitted: the client's lookups send its routes to the standby
+(:func:`kbear._standby.standby_route`) from then on. A failover holds for the life of
+the client; a recovered cluster is reported, not switched back to.
+
+No broker I/O: the client acts on what :meth:`LostWatch.tick` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kbear import _events
+from kbear._health import HealthBoard, reachable_from_stats
+from kbear.config import KBearConfig
+
+__all__ = ["STATS_INTERVAL_MS", "LostWatch", "watching_stats"]
+
+#: ``statistics.interval.ms`` of a client watching its brokers (``kbear.failover.enable``)
+#: unless the application configured one
+STATS_INTERVAL_MS = 1000
+
+
+def watching_stats(
+    cluster_id: str, stats_cb: Callable[[str], Any] | None, on_reachable: Callable[[str, bool], None]
+) -> Callable[[str], Any]:
+    """A ``stats_cb`` that gives ``on_reachable(cluster_id, reachable)`` what
+    librdkafka's statistics say of the brokers (:func:`kbear._health.reachable_from_stats`),
+    then calls the application's ``stats_cb`` (if any) with the same JSON text."""
+
+    def watch(stats: str) -> Any:
+        try:
+            reachable = reachable_from_stats(json.loads(stats))
+        except ValueError:
+            reachable = None
+        if reachable is not None:
+            on_reachable(cluster_id, reachable)
+        return None if stats_cb is None else stats_cb(stats)
+
+    return watch
+
+
+class LostWatch:
+    """The lost-cluster policy over one client's clusters (see the module).
+
+    Args:
+        observer: the client's kind in events and logs (``producer``, ``consumer``).
+        enabled: ``kbear.failover.enable``: fail a lost cluster over (else only report).
+        after_ms: ``kbear.failover.after.ms`` (ms).
+        config: the configuration in force (each cluster's ``kbear.failover.to``).
+        log: the client's logger (``kbear.producer``, ``kbear.consumer``).
+        clock: monotonic seconds (tests give their own).
+
+    Attributes:
+        failed: the clusters this client failed over itself (never shrinks).
+
+    Thread-safe: callbacks of several clients and several calling threads may observe
+    and tick at once.
+    """
+
+    def __init__(
+        self,
+        observer: str,
+        enabled: bool,
+        after_ms: int,
+        config: Callable[[], KBearConfig],
+        log: logging.Logger,
+        clock: Callable[[], float] = time.monotonic,
+        failed: set[str] | None = None,
+    ) -> None:
+        self.observer = observer
+        self.enabled = enabled
+        self.failed: set[str] = set() if failed is None else failed
+        self._board = HealthBoard(after_ms)
+        self._config = config
+        self._log = log
+        self._clock = clock
+        #: clusters observed down and not yet back (nothing to do while empty)
+        self._watched: set[str] = set()
+        self._lock = threading.Lock()
+
+    def observe(self, cluster_id: str, reachable: bool) -> None:
+        """A client of ``cluster_id`` reported every broker down (``reachable`` False:
+        its ``error_cb``), or what its statistics say of its brokers."""
+        with self._lock:
+            if not reachable:
+                self._watched.add(cluster_id)
+            elif cluster_id not in self._watched:
+                return  # up, as nothing said otherwise
+            self._board.observe(cluster_id, reachable, self._clock() * 1000)
+
+    @property
+    def watching(self) -> bool:
+        """Whether a cluster was seen down and not back yet (:meth:`tick` has work)."""
+        return bool(self._watched)
+
+    def tick(self, reachable: Callable[[str], bool] | None = None) -> list[tuple[str, str]]:
+        """Let time pass; ``reachable(cluster_id)`` may say a watched cluster is
+        reachable again (a delivery there). Returns the failovers decided now, as
+        (cluster, standby) pairs (each cluster once in the client's life)."""
+        if not self._watched:
+            return []
+        with self._lock:
+            now = self._clock() * 1000
+            if reachable is not None:
+                for cluster_id in list(self._watched):
+                    if reachable(cluster_id):
+                        self._board.observe(cluster_id, True, now)
+            out = []
+            for t in self._board.tick(now):
+                _events.emit(_events.ClusterHealthChanged(self.observer, t.cluster, t.lost, t.for_ms / 1000))
+                if t.lost:
+                    standby = self._lost(t.cluster, t.for_ms)
+                    if standby is not None:
+                        out.append((t.cluster, standby))
+                else:
+                    self._log.info(
+                        "kbear: cluster %r is reachable again (for %.1f s); routes stay where they are",
+                        t.cluster,
+                        t.for_ms / 1000,
+                        extra=_events.fields("cluster_recovered", None, cluster=t.cluster),
+                    )
+                    self._watched.discard(t.cluster)
+            return out
+
+    def _lost(self, cluster_id: str, for_ms: float) -> str | None:
+        cluster = self._config().clusters.get(cluster_id)
+        standby = None if cluster is None else cluster.failover.standby
+        if not self.enabled:
+            how = "kbear.failover.enable is off"
+        else:
+            how = f"failing over to {standby!r}" if standby else "no kbear.failover.to: no standby"
+        self._log.warning(
+            "kbear: cluster %r lost: no broker reachable for %.1f s (kbear.failover.after.ms); %s",
+            cluster_id,
+            for_ms / 1000,
+            how,
+            extra=_events.fields("cluster_lost", None, cluster=cluster_id),
+        )
+        if not (self.enabled and standby) or cluster_id in self.failed:
+            return None
+        self.failed.add(cluster_id)
+        _events.emit(_events.FailedOver("client", cluster_id, standby))
+        return standby

@@ -1,0 +1,112 @@
+"""A RoutedConsumer that fails over a lost cluster itself (private; issue #27 items 2a, 4).
+
+:class:`ConsumerFailover` feeds the lost-cluster policy (:class:`kbear._lost.LostWatch`)
+with what the consumer's member clients see (librdkafka's ``_ALL_BROKERS_DOWN`` in
+their ``error_cb``; the broker states of their statistics, ``statistics.interval.ms``
+1000 unless configured, the application's ``stats_cb`` still called) and lets time
+pass at each ``poll()``/``consume()`` while a cluster is seen down (the fast paths
+are unbound meanwhile). With ``kbear.failover.enable``, a cluster declared lost joins
+the consumer's failed-over clusters: its lookups send that cluster's routes to its
+standby (``kbear.failover.to``), applied as a configuration reload is, by the
+caller's thread; the drain of the lost cluster ends at once (nothing more can be read
+there), and the group starts on the standby as the lost cluster's mirror says
+(:meth:`ConsumerFailover.mirror_start`).
+
+The same start applies to a failover decided elsewhere (``kbear.failover.active``
+written by ``kbear failover`` or ``kbear serve``): a failover is a move from a cluster
+to the standby it is mirrored to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kbear._lost import LostWatch
+from kbear._route import Route
+from kbear._standby import standby_route
+from kbear._switch import SwitchEngine
+from kbear.consumer._subscription import ReadState
+from kbear.consumer._translated import mirrored_to
+from kbear.router import Router
+
+log = logging.getLogger("kbear.consumer")
+
+__all__ = ["ConsumerFailover"]
+
+
+class ConsumerFailover:
+    """The client failover of one RoutedConsumer (see the module).
+
+    Args:
+        enabled: ``kbear.failover.enable``.
+        after_ms: ``kbear.failover.after.ms``.
+        router: the consumer's router (the standbys and mirrors of ``clusters.yaml``).
+        state: the consumer's shared state (``pending``, ``watching``).
+        engine: its switch engine (a lost cluster is dead there: its drains end at once).
+        unbind: takes ``poll``/``consume`` off their fast paths.
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        after_ms: int,
+        router: Router,
+        state: ReadState,
+        engine: SwitchEngine,
+        unbind: Callable[[], None],
+    ) -> None:
+        self.enabled = enabled
+        self._router = router
+        self._state = state
+        self._engine = engine
+        self._unbind = unbind
+        self._watch = LostWatch("consumer", enabled, after_ms, lambda: router.config, log)
+
+    @property
+    def failed(self) -> set[str]:
+        """The clusters this consumer failed over itself."""
+        return self._watch.failed
+
+    def observe(self, cluster_id: str, reachable: bool) -> None:
+        """What a member client of ``cluster_id`` says of its brokers (``error_cb``:
+        False; statistics: either). Runs in the thread serving the client's callbacks."""
+        self._watch.observe(cluster_id, reachable)
+        if self.enabled and self._watch.watching and not self._state.watching:
+            self._state.watching = True
+            self._unbind()
+
+    def tick(self) -> None:
+        """Let time pass (the caller's thread, between calls): a cluster declared lost
+        now is failed over, applied as a pending reload."""
+        decided = self._watch.tick()
+        for cluster_id, _standby in decided:
+            self._engine.cluster_down(cluster_id, True)
+        if decided:
+            self._state.pending = True
+        self._state.watching = self.enabled and self._watch.watching
+
+    def route(self, route: Route) -> Route:
+        """``route``, or the same route to its cluster's standby when this consumer
+        failed that cluster over."""
+        failed = self._watch.failed
+        return standby_route(route, self._router.config, failed) if failed else route
+
+    def lost(self, old: Route, new: Route | None) -> bool:
+        """Whether a move from ``old`` ends at once when its cluster is dead: the
+        consumer failed it over, or it is mirrored to ``new``'s cluster."""
+        return old.cluster_id in self._watch.failed or mirrored_to(self._router, old, new)
+
+    def mirror_start(self, old: Route, new: Route | None) -> bool:
+        """Whether a move from ``old`` to ``new`` is a failover to the standby that
+        ``old``'s cluster is mirrored to (``kbear.mirror`` ``mm2`` or ``identical``):
+        failed over by this consumer or in ``clusters.yaml``
+        (``kbear.failover.active``). Such a move starts as the mirror says
+        (``translated``: translated by MirrorMaker 2, the same offsets for an identical
+        mirror), whatever ``kbear.switch.start`` says."""
+        if new is None or not mirrored_to(self._router, old, new):
+            return False
+        cluster = self._router.config.clusters.get(old.cluster_id)
+        if cluster is None or new.topic != cluster.failover.remote_topic(old.topic):
+            return False  # not the mirror's copy (MirrorMaker 2's default policy): as configured
+        return old.cluster_id in self._watch.failed or cluster.failover.active

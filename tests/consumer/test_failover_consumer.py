@@ -1,0 +1,252 @@
+"""A consumer that fails over a lost cluster itself (issue #27 items 2a and 4):
+``kbear.failover.enable``, ``east`` mirrored to its standby ``west`` (MirrorMaker 2's
+format, written by the test replicator, identity replication policy: the copy has the
+topic's name); ``east``'s broker goes down; after ``kbear.failover.after.ms`` the
+consumer reads the topic on ``west``: its drain of ``east`` ends at once (not after
+``kbear.switch.drain.timeout.ms``) and the group starts where the mirror says
+(``translated``, though ``kbear.switch.start`` is the default ``committed``), skipping
+nothing."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _mirror_replicator import Replicator
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
+from kbear import RoutedConsumer, _events
+from kbear.testing import EmbeddedCluster
+
+Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
+PARTITIONS = 2
+AFTER_MS = 800
+
+
+def write_config(directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, mirror: str) -> Path:
+    """``east`` (standby ``west``, mirrored by ``mirror``) and ``west``; every topic on east."""
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = {"bootstrap.servers": east.bootstrap_servers, "kbear.failover.to": "west", "kbear.mirror": mirror}
+    if mirror == "mm2":
+        meta["kbear.mirror.replication.policy"] = "identity"
+    clusters = [
+        {"id": "east", "meta": meta},
+        {"id": "west", "meta": {"bootstrap.servers": west.bootstrap_servers}},
+    ]
+    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
+    rewrite_rules(directory, [rule("all", "use cluster east", isGlobal=True)])
+    return directory
+
+
+def produce(cluster: EmbeddedCluster, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 0})
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=f"k{i % 6}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(10) == 0
+
+
+def consumer_of(directory: Path, closing: Callable[[Any], Any], group: str) -> RoutedConsumer:
+    conf = {
+        "group.id": group,
+        **FAST_GROUP,
+        "kbear.config": str(directory),
+        "kbear.reload.interval.ms": 0,
+        "kbear.switch.drain.idle.ms": 200,
+        "kbear.switch.drain.timeout.ms": 60_000,
+        "kbear.failover.enable": True,
+        "kbear.failover.after.ms": AFTER_MS,
+    }
+    return closing(RoutedConsumer(conf))
+
+
+def read_some(consumer: RoutedConsumer, count: int, spread: bool = False) -> list[Any]:
+    """At least ``count`` messages (``spread``: from every partition), or fewer at the
+    time bound; committed."""
+    got: list[Any] = []
+    deadline = time.monotonic() + 15
+    while (
+        len(got) < count or (spread and len({m.partition() for m in got}) < PARTITIONS)
+    ) and time.monotonic() < deadline:
+        got.extend(m for m in consumer.consume(max(1, count - len(got)), 0.1) if m.error() is None)
+    consumer.commit(asynchronous=False)
+    return got
+
+
+def until_on_west(consumer: RoutedConsumer, topic: str, timeout: float) -> tuple[list[Any], list[Any], float]:
+    """consume(10, 0.1) until ``topic`` is read on west and a message came from there;
+    returns what was read before the switch (east's, fetched before it went down),
+    after it, and the longest call, in seconds."""
+    east: list[Any] = []
+    west: list[Any] = []
+    longest = 0.0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = consumer.routes()[topic].cluster_id
+        started = time.monotonic()
+        batch = [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        longest = max(longest, time.monotonic() - started)
+        (east if before == "east" and consumer.routes()[topic].cluster_id == "east" else west).extend(batch)
+        if consumer.routes()[topic].cluster_id == "west" and west:
+            break
+    return east, west, longest
+
+
+@pytest.fixture
+def east_down(native_clusters: Clusters) -> Iterator[Callable[[], None]]:
+    """Takes east's broker down (brought up again at teardown)."""
+    east, _west = native_clusters
+    downed: list[bool] = []
+
+    def down() -> None:
+        east.set_broker_down(1)
+        downed.append(True)
+
+    yield down
+    if downed:
+        east.set_broker_up(1)
+
+
+def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translated_offsets(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
+    east_down: Callable[[], None],
+) -> None:
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    directory = write_config(tmp_path / "conf", east, west, "mm2")
+    replicator = Replicator(
+        east, west, topic, PARTITIONS, remote=topic, skip=0.0, sync_every=5, rng=random.Random(27)
+    )
+    replicator.create_topics()
+    try:
+        sent = [f"e-{i}".encode() for i in range(60)]
+        produce(east, topic, sent)
+        group = topic + ".group"
+        consumer = consumer_of(directory, closing, group)
+        consumer.subscribe([topic])
+        first = read_some(consumer, 20, spread=True)
+        assert len(first) >= 20
+        replicator.copy()  # every record mirrored
+        assert replicator.checkpoint(group)  # MirrorMaker 2 checkpointed the commit
+        more = read_some(consumer, 10)  # read (and committed) after the checkpoint, and below
+
+        east_down()
+        lost_at = time.monotonic()
+        more_east, rest, longest = until_on_west(consumer, topic, 20)
+        more += more_east
+        on_west_at = time.monotonic()
+        assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+        # after kbear.failover.after.ms, well before the drain timeout (60 s): the
+        # drain of the lost cluster ended at once
+        assert AFTER_MS / 1000 <= on_west_at - lost_at < AFTER_MS / 1000 + 8
+        assert longest < 0.1 + 0.5  # consume() kept its timeout
+        rest += consume_until(consumer, len(sent), timeout=3, batch=10)  # what is left, plus re-reads
+    finally:
+        replicator.close()
+
+    counts = Counter(m.value() for m in first + more + rest)
+    assert set(counts) == set(sent)  # nothing skipped
+    # translated from the checkpoint (kbear.switch.start is committed: there are no
+    # commits on west, so auto.offset.reset=earliest would read all 60 again)
+    reread = sum(n - 1 for n in counts.values())
+    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS))
+    failovers = [(e.trigger, e.cluster, e.standby) for e in kbear_events if isinstance(e, _events.FailedOver)]
+    assert failovers == [("client", "east", "west")]
+    lost = [
+        (e.observer, e.cluster, e.lost) for e in kbear_events if isinstance(e, _events.ClusterHealthChanged)
+    ]
+    assert lost == [("consumer", "east", True)]
+
+
+def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_there(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    east_down: Callable[[], None],
+) -> None:
+    """``kbear.mirror: identical`` (Cluster Linking and the like: the same records at the
+    same offsets, the group's commits synced): the group goes on from its committed
+    offsets on the standby."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    west.create_topic(topic, PARTITIONS)
+    directory = write_config(tmp_path / "conf", east, west, "identical")
+    sent = [f"m-{i}".encode() for i in range(40)]
+    produce(east, topic, sent)
+    produce(west, topic, sent)  # the mirror: same offsets
+    group = topic + ".group"
+    consumer = consumer_of(directory, closing, group)
+    consumer.subscribe([topic])
+    first = read_some(consumer, 16, spread=True)
+    # the mirror syncs the group's commits to the standby
+    synced = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=5)
+    mirror = Consumer({"bootstrap.servers": west.bootstrap_servers, "group.id": group})
+    try:
+        mirror.commit(offsets=[tp for tp in synced if tp.offset >= 0], asynchronous=False)
+    finally:
+        mirror.close()
+    more = read_some(consumer, 6)
+
+    east_down()
+    more_east, rest, _longest = until_on_west(consumer, topic, 20)
+    more += more_east
+    assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+    rest += consume_until(consumer, len(sent), timeout=3, batch=10)
+    counts = Counter(m.value() for m in first + more + rest)
+    assert set(counts) == set(sent)  # nothing skipped
+    assert sum(n - 1 for n in counts.values()) <= len(more)  # from the synced commits, not the start
+
+
+def test_a_short_outage_is_not_a_loss(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
+) -> None:
+    """Hysteresis: east down for less than ``kbear.failover.after.ms`` (here 3 s), then
+    back: the consumer stays on east and reads what is produced there."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    directory = write_config(tmp_path / "conf", east, west, "identical")
+    group = topic + ".group"
+    conf = {
+        "group.id": group,
+        **FAST_GROUP,
+        "kbear.config": str(directory),
+        "kbear.reload.interval.ms": 0,
+        "kbear.failover.enable": True,
+        "kbear.failover.after.ms": 3000,
+    }
+    consumer = closing(RoutedConsumer(conf))
+    consumer.subscribe([topic])
+    produce(east, topic, [b"before"])
+    assert [m.value() for m in consume_until(consumer, 1, timeout=10)] == [b"before"]
+    east.set_broker_down(1)
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            consumer.consume(10, 0.1)
+    finally:
+        east.set_broker_up(1)
+    end = time.monotonic() + 4  # past after.ms since the outage began
+    while time.monotonic() < end:
+        consumer.consume(10, 0.1)
+    produce(east, topic, [b"after"])
+    assert [m.value() for m in consume_until(consumer, 1, timeout=10)] == [b"after"]
+    assert consumer.routes()[topic].cluster_id == "east"
+    assert not [e for e in kbear_events if isinstance(e, (_events.FailedOver, _events.ClusterHealthChanged))]
