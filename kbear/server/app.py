@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -49,6 +50,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kbear.server import service
+from kbear.server._limits_sqlite import SQLiteStorage
 from kbear.server.auth import BearerAuth
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
 from kbear.server.fleet import FleetRecorder
@@ -265,6 +267,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     watch: bool = True,
     fleet: FleetRecorder | None = None,
+    login_failures_db: str | os.PathLike[str] | None = None,
 ) -> Starlette:
     """The meta-service ASGI application over ``holder``.
 
@@ -279,6 +282,9 @@ def create_app(
             ``/fleet/moves``, the console's fleet and moves); None: not recorded
             (those endpoints answer 404). Its writer thread runs with the
             application's lifespan.
+        login_failures_db: the SQLite file where the console's failed sign-ins are
+            counted, shared by every process that opens it (``kbear serve --workers
+            N``); None: in this process's memory.
 
     Returns:
         A Starlette application (run it with uvicorn, or test it with
@@ -300,7 +306,9 @@ def create_app(
     metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
     endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
     fleet_endpoints = FleetEndpoints(holder, fleet)
-    console = Console(holder, fleet, tokens)
+    console = Console(
+        holder, fleet, tokens, None if login_failures_db is None else SQLiteStorage(path=login_failures_db)
+    )
     routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
     routes += [
         Route(f"{p}/all", endpoints.get_all(model, answer), methods=["GET"]) for p, model, answer in with_all

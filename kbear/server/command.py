@@ -122,14 +122,14 @@ def run(args: argparse.Namespace) -> int:
             watch.start()
             cleanup.callback(watch.stop)
             log.info("kbear serve: failing over clusters lost for %d ms", args.failover_after_ms)
+        # the files the workers share: the fleet (unless --fleet-db), the failed sign-ins
+        shared = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kbear-serve-")))
+        logins = str(shared / "logins.db")
         fleet: dict[str, Any] | None = None
         if args.fleet == "on":
             path = args.fleet_db
             if path is None:
-                path = str(
-                    Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kbear-serve-")))
-                    / "fleet.db"
-                )
+                path = str(shared / "fleet.db")
             fleet = {"path": path, "ttl_s": args.fleet_ttl, "max_entries": args.fleet_max_entries}
             try:
                 FleetRecorder(**fleet)  # creates the file and its tables before the workers open it
@@ -139,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             if args.workers == 1:
                 app = create_app(
-                    holder, tokens=tokens, fleet=None if fleet is None else FleetRecorder(**fleet)
+                    holder,
+                    tokens=tokens,
+                    fleet=None if fleet is None else FleetRecorder(**fleet),
+                    login_failures_db=logins,
                 )
                 uvicorn.Server(uvicorn.Config(app, **options)).run()
             else:
@@ -151,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
                         "token_file": args.token_file,
                         "log_level": args.log_level,
                         "fleet": fleet,
+                        "logins": logins,
                     }
                 )
                 if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
@@ -175,7 +179,8 @@ def worker_app() -> Starlette:
     built from what :func:`run` put in the environment: uvicorn starts each worker
     with ``worker_app`` as its application factory. Each worker loads the directory,
     reads the token file (or ``KBEAR_SERVE_TOKEN``) and watches the directory itself;
-    the workers record the fleet in one SQLite file (:mod:`kbear.server.fleet`).
+    the workers record the fleet in one SQLite file (:mod:`kbear.server.fleet`) and
+    count the console's failed sign-ins in another (:mod:`kbear.server._limits_sqlite`).
 
     Raises:
         ConfigError: the directory no longer loads (the worker does not start).
@@ -184,4 +189,9 @@ def worker_app() -> Starlette:
     _configure_logging(settings["log_level"])
     holder = ConfigHolder(settings["config"], settings["watch_interval"])
     fleet = None if settings["fleet"] is None else FleetRecorder(**settings["fleet"])
-    return create_app(holder, tokens=read_tokens(settings["token_file"], os.environ), fleet=fleet)
+    return create_app(
+        holder,
+        tokens=read_tokens(settings["token_file"], os.environ),
+        fleet=fleet,
+        login_failures_db=settings["logins"],
+    )

@@ -19,8 +19,10 @@ Authentication is the API's (:mod:`kbear.server.auth`): the bearer token, or
 the session cookie set by the login form at ``/login``. The form refuses a peer
 (its IP address) that made :data:`LOGIN_FAILURES_ALLOWED` failed attempts
 within the moving window, with 429 and ``Retry-After``, until the window has
-room again (the ``limits`` library, in each process's memory: with
-``--workers N`` each worker counts its own).
+room again (the ``limits`` library; counted in a SQLite file shared by the
+workers of one ``kbear serve --workers N``,
+:class:`kbear.server._limits_sqlite.SQLiteStorage`, so a peer gets that many
+attempts in all, not per worker; in this process's memory when no file is given).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from urllib.parse import parse_qs
 
 import jinja2
 from limits import parse
-from limits.storage import MemoryStorage
+from limits.storage import MemoryStorage, Storage
 from limits.strategies import MovingWindowRateLimiter
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -180,14 +182,22 @@ class Console:
         holder: the configuration served.
         fleet: the recorded fleet, or None (``--fleet off``).
         tokens: the accepted bearer tokens (empty: the server needs none).
+        login_failures: where failed sign-ins are counted (a ``limits`` storage with
+            the moving window); None: in this process's memory.
     """
 
-    def __init__(self, holder: ConfigHolder, fleet: FleetRecorder | None, tokens: Collection[str]) -> None:
+    def __init__(
+        self,
+        holder: ConfigHolder,
+        fleet: FleetRecorder | None,
+        tokens: Collection[str],
+        login_failures: Storage | None = None,
+    ) -> None:
         self.holder = holder
         self.fleet = fleet
         self._tokens = tuple(tokens)
         self._login_limit = parse(LOGIN_FAILURES_ALLOWED)
-        self._login_failures = MovingWindowRateLimiter(MemoryStorage())
+        self._login_failures = MovingWindowRateLimiter(login_failures or MemoryStorage())
         self._templates = jinja2.Environment(
             loader=jinja2.PackageLoader("kbear.server", "console_files"),
             autoescape=True,
@@ -262,13 +272,20 @@ class Console:
             "login.html", title="sign in", refresh=False, required=bool(self._tokens), error=None
         )
 
+    def _refused_for(self, peer: str) -> int | None:
+        """Seconds until ``peer`` may try again (None: it may now; reads the storage)."""
+        if self._login_failures.test(self._login_limit, peer):
+            return None
+        reset = self._login_failures.get_window_stats(self._login_limit, peer).reset_time
+        return max(1, math.ceil(reset - time.time()))
+
     async def login(self, request: Request) -> Response:
         if not self._tokens:
             return RedirectResponse("/", 303)
         peer = request.client.host if request.client is not None else ""
-        if not self._login_failures.test(self._login_limit, peer):
-            reset = self._login_failures.get_window_stats(self._login_limit, peer).reset_time
-            wait = max(1, math.ceil(reset - time.time()))
+        refused_for = await run_in_threadpool(self._refused_for, peer)
+        if refused_for is not None:
+            wait = refused_for
             return self._html(
                 "login.html",
                 status=429,
@@ -286,7 +303,7 @@ class Console:
         given = parse_qs(body[:_LOGIN_BODY_MAX].decode("utf-8", "replace")).get("token", [""])[0].strip()
         matched = [t for t in self._tokens if hmac.compare_digest(given.encode(), t.encode())]
         if not given or not matched:
-            self._login_failures.hit(self._login_limit, peer)
+            await run_in_threadpool(self._login_failures.hit, self._login_limit, peer)
             return self._html(
                 "login.html",
                 status=401,

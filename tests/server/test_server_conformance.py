@@ -562,6 +562,19 @@ def test_kbear_serve_runs_on_a_local_port_with_two_workers(conf: Path, tmp_path:
     assert "s3rve-t0ken" not in out + err
 
 
+def test_kbear_serve_counts_failed_sign_ins_across_its_workers(conf: Path, tmp_path: Path) -> None:
+    """#30: a peer gets 5 failed sign-ins a minute from ``kbear serve --workers 2`` in
+    all, not 5 per worker (each attempt a new connection, which either worker takes)."""
+    token_file = tmp_path / "token"
+    token_file.write_text("s3rve-t0ken\n")
+    with kbear_serve(conf, "--token-file", str(token_file), "--workers", "2") as served:
+        codes = [
+            httpx.post(f"{served.base}/login", data={"token": f"guess-{i}"}, timeout=10).status_code
+            for i in range(8)
+        ]
+    assert codes == [401] * 5 + [429] * 3
+
+
 def test_kbear_serve_refuses_to_start_on_a_bad_directory(conf: Path) -> None:
     (conf / "route-rules.yaml").write_text(RULES.replace("use cluster uat", "use cluster nowhere"))
     env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}

@@ -100,6 +100,46 @@ def test_failed_logins_are_rate_limited_per_peer(holder: ConfigHolder, fleet: Fl
         assert other.post("/login", data={"token": TOKEN}).status_code == 303
 
 
+def test_failed_logins_are_counted_across_the_processes_sharing_the_file(
+    holder: ConfigHolder, tmp_path: Path
+) -> None:
+    """#30: the workers of ``kbear serve --workers N`` count a peer's failed sign-ins
+    together (one SQLite file): 3 failures on one, 2 on another, and the next
+    attempt is refused on both."""
+    logins = tmp_path / "logins.db"
+    apps = [create_app(holder, watch=False, tokens=(TOKEN,), login_failures_db=logins) for _ in range(2)]
+    peer = ("10.0.0.9", 5000)
+    with (
+        TestClient(apps[0], follow_redirects=False, client=peer) as first,
+        TestClient(apps[1], follow_redirects=False, client=peer) as second,
+    ):
+        failed = [w.post("/login", data={"token": "guess"}).status_code for w in (first,) * 3 + (second,) * 2]
+        assert failed == [401] * 5
+        for worker in (first, second):
+            refused = worker.post("/login", data={"token": TOKEN})
+            assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+
+
+def test_the_sqlite_storage_keeps_the_moving_window_and_counters(tmp_path: Path) -> None:
+    from limits import parse
+    from limits.storage import storage_from_string
+    from limits.strategies import FixedWindowRateLimiter, MovingWindowRateLimiter
+
+    storage = storage_from_string(f"kbear+sqlite://{tmp_path / 'l.db'}")
+    assert storage.check()
+    moving, fixed, limit = (
+        MovingWindowRateLimiter(storage),
+        FixedWindowRateLimiter(storage),
+        parse("2/minute"),
+    )
+    assert [moving.hit(limit, "a") for _ in range(3)] == [True, True, False]
+    assert moving.hit(limit, "b") and moving.get_window_stats(limit, "a").remaining == 0
+    assert [fixed.hit(limit, "c") for _ in range(3)] == [True, True, False]
+    storage.clear(limit.key_for("a"))
+    assert moving.test(limit, "a")
+    assert storage.reset() and moving.test(limit, "b") and fixed.test(limit, "c")
+
+
 def test_login_sets_a_strict_httponly_session_that_opens_the_page_and_the_api(anonymous: TestClient) -> None:
     response = anonymous.post("/login", data={"token": TOKEN})
     assert (response.status_code, response.headers["location"]) == (303, "/")
