@@ -1,7 +1,11 @@
 """kbear: talk to many Kafka clusters as if there were one, routed by CRRL rules.
 
-Public names only; everything is defined in its own module.
+Public names only; everything is defined in its own module. The asyncio clients
+(:mod:`kbear.aio`) are imported at their first use (``kbear.RoutedAIOProducer``...),
+not by ``import kbear``.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from kbear import schema_registry
 from kbear._cluster_id import WrongClusterError
@@ -19,6 +23,35 @@ from kbear.router import Router
 from kbear.share import RoutedDeserializingShareConsumer, RoutedShareConsumer
 from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
 
+if TYPE_CHECKING:
+    from kbear.aio import (
+        RoutedAIOConsumer,
+        RoutedAIOProducer,
+        RoutedAsyncDeserializingConsumer,
+        RoutedAsyncSerializingProducer,
+    )
+
+#: Names re-exported from kbear.aio at their first use (PEP 562).
+_AIO = frozenset(
+    (
+        "RoutedAIOConsumer",
+        "RoutedAIOProducer",
+        "RoutedAsyncDeserializingConsumer",
+        "RoutedAsyncSerializingProducer",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _AIO:
+        import kbear.aio
+
+        value = getattr(kbear.aio, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kbear' has no attribute {name!r}")
+
+
 __all__ = [
     "AckMode",
     "Client",
@@ -34,7 +67,11 @@ __all__ = [
     "MetaServiceUnavailable",
     "NoRouteError",
     "Route",
+    "RoutedAIOConsumer",
+    "RoutedAIOProducer",
     "RoutedAdminClient",
+    "RoutedAsyncDeserializingConsumer",
+    "RoutedAsyncSerializingProducer",
     "RoutedConsumer",
     "RoutedDeserializingConsumer",
     "RoutedDeserializingShareConsumer",

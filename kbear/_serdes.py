@@ -27,9 +27,9 @@ from typing import Any
 from confluent_kafka._serde_builder import build_serdes, close_serdes, pop_serde_props
 from confluent_kafka.serialization import SerializationError
 
-from kbear.schema_registry import URL, PerCluster, registry_client, registry_config
+from kbear.schema_registry import URL, PerCluster, registry_client, registry_config, stale_registries
 
-__all__ = ["ClusterSerdes", "cluster_meta", "split_serdes"]
+__all__ = ["ClusterSerdes", "NoRegistry", "cluster_meta", "split_serdes"]
 
 #: Seconds a serde waits for a cluster's Kafka id (confluent-kafka's own CLUSTER_ID_TIMEOUT).
 CLUSTER_ID_TIMEOUT_S = 60.0
@@ -73,7 +73,7 @@ def cluster_meta(config: Callable[[], Any]) -> Callable[[str], Mapping[str, str]
     return meta
 
 
-class _NoRegistry:
+class NoRegistry:
     """The serde of a cluster without ``schema.registry.url`` for a ``per_cluster``
     setting without ``default``: every call fails naming the cluster and the setting."""
 
@@ -161,7 +161,7 @@ class ClusterSerdes:
         if not isinstance(serde, PerCluster):
             return serde
         if conf is None:
-            return serde.default if serde.default is not None else _NoRegistry(cluster_id, prop)
+            return serde.default if serde.default is not None else NoRegistry(cluster_id, prop)
         built = serde.factory(registry_client(conf))
         self._built.append(built)
         _offer(built, self._resolver(cluster_id))
@@ -172,11 +172,9 @@ class ClusterSerdes:
         changed (rebuilt at their next message). A cluster gone from
         ``clusters.yaml`` keeps its serdes: messages read from it may still arrive."""
         with self._lock:
-            for cluster_id, conf in list(self._confs.items()):
-                meta = self._meta(cluster_id)
-                if meta is not None and registry_config(meta) != conf:
-                    del self._confs[cluster_id]
-                    self.pairs.pop(cluster_id, None)
+            for cluster_id in stale_registries(self._confs, self._meta):
+                del self._confs[cluster_id]
+                self.pairs.pop(cluster_id, None)
 
     def close(self) -> None:
         """Close the serdes the factories built (each once; registry clients are the

@@ -22,6 +22,12 @@ cluster with that cluster's registry client and keep what it returns.
 :func:`registry_client` keeps one ``SchemaRegistryClient`` per registry
 configuration in a process, shared by every routed client (one URL is one
 registry, as with a real server; its caches and connections are shared too).
+The asyncio clients (``kbear.aio.RoutedAsyncSerializingProducer`` /
+``RoutedAsyncDeserializingConsumer``) call the factory with an
+``AsyncSchemaRegistryClient`` instead (:func:`async_registry_client`: one per
+registry configuration and event loop), so it may return confluent-kafka's
+asyncio serdes (``AsyncAvroSerializer``...; a factory may be a coroutine
+function, or return an awaitable as ``AsyncAvroSerializer(...)`` does).
 
 confluent-kafka's registry client comes with the ``schema-registry`` extra
 (``pip install kbear[schema-registry]``); it is imported at the first
@@ -30,6 +36,7 @@ confluent-kafka's registry client comes with the ``schema-registry`` extra
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -38,6 +45,7 @@ __all__ = [
     "PREFIX",
     "URL",
     "PerCluster",
+    "async_registry_client",
     "clear_registry_clients",
     "per_cluster",
     "registry_client",
@@ -99,6 +107,10 @@ def per_cluster(factory: Callable[[Any], Serde], *, default: Serde | None = None
             from that cluster; returns a confluent-kafka serde
             (``AvroSerializer(registry_client, schema_str)``...) or any callable
             ``(obj, SerializationContext) -> bytes`` (deserializers: the reverse).
+            The asyncio clients of :mod:`kbear.aio` call it with the cluster's
+            ``AsyncSchemaRegistryClient`` (:func:`async_registry_client`) and await
+            what it returns when it is awaitable
+            (``lambda sr: AsyncAvroSerializer(sr, schema_str=...)``).
         default: what a cluster without ``schema.registry.url`` uses; None: a
             message to (from) such a cluster raises ``KeySerializationError`` /
             ``ValueSerializationError`` (``...DeserializationError``) naming it.
@@ -150,6 +162,37 @@ def _config_key(conf: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in conf.items()))
 
 
+def _client_class(name: str) -> Any:
+    """confluent-kafka's ``SchemaRegistryClient`` / ``AsyncSchemaRegistryClient`` class.
+
+    Raises:
+        ImportError: the registry client is not installed (install ``kbear[schema-registry]``).
+    """
+    try:
+        from confluent_kafka import schema_registry
+    except ImportError as exc:
+        raise ImportError(
+            "kbear.schema_registry: confluent-kafka's Schema Registry client is not installed "
+            f"({exc}); pip install 'kbear[schema-registry]'"
+        ) from exc
+    return getattr(schema_registry, name)
+
+
+def stale_registries(
+    confs: Mapping[str, dict[str, Any] | None], meta: Callable[[str], Mapping[str, str] | None]
+) -> list[str]:
+    """The clusters of ``confs`` (cluster id -> the registry configuration its serdes were
+    built with) whose ``schema.registry.*`` meta (``meta(cluster_id)``) now says otherwise;
+    a cluster no longer configured (meta None) is not stale: its messages may still be
+    in flight."""
+    stale = []
+    for cluster_id, conf in list(confs.items()):
+        now = meta(cluster_id)
+        if now is not None and registry_config(now) != conf:
+            stale.append(cluster_id)
+    return stale
+
+
 _clients: dict[tuple[tuple[str, str], ...], Any] = {}
 _clients_lock = threading.Lock()
 
@@ -172,23 +215,56 @@ def registry_client(conf: Mapping[str, Any]) -> Any:
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            try:
-                from confluent_kafka.schema_registry import SchemaRegistryClient
-            except ImportError as exc:
-                raise ImportError(
-                    "kbear.schema_registry: confluent-kafka's Schema Registry client is not installed "
-                    f"({exc}); pip install 'kbear[schema-registry]'"
-                ) from exc
-            client = _clients[key] = SchemaRegistryClient.new_client(dict(conf))
+            client = _clients[key] = _client_class("SchemaRegistryClient").new_client(dict(conf))
+        return client
+
+
+#: (configuration key, event loop) -> AsyncSchemaRegistryClient (see async_registry_client)
+_async_clients: dict[tuple[tuple[tuple[str, str], ...], asyncio.AbstractEventLoop], Any] = {}
+
+
+def async_registry_client(conf: Mapping[str, Any]) -> Any:
+    """The ``AsyncSchemaRegistryClient`` for ``conf`` in the running event loop: built at
+    the first call in that loop (``AsyncSchemaRegistryClient.new_client``: ``mock://``
+    gives confluent-kafka's asyncio in-memory registry), the same object for every
+    later call with an equal configuration in that loop, from any routed asyncio client.
+
+    One per event loop, not per process as :func:`registry_client`: the asyncio client's
+    HTTP connections (httpx) belong to the loop that opened them. An in-memory
+    ``mock://`` registry of the asyncio client is therefore another store than the
+    blocking client's and than another loop's (a real registry is one server for all).
+    Clients of closed loops are forgotten at the next call.
+
+    Args:
+        conf: a ``SchemaRegistryClient`` configuration (``url`` required).
+
+    Raises:
+        RuntimeError: no running event loop.
+        ImportError: confluent-kafka's registry client is not installed (install
+            ``kbear[schema-registry]``).
+        ValueError, TypeError: confluent-kafka refused ``conf`` (its message).
+    """
+    loop = asyncio.get_running_loop()
+    key = (_config_key(conf), loop)
+    with _clients_lock:
+        client = _async_clients.get(key)
+        if client is None:
+            cls = _client_class("AsyncSchemaRegistryClient")
+            for stale in [k for k in _async_clients if k[1].is_closed()]:
+                del _async_clients[stale]
+            client = _async_clients[key] = cls.new_client(dict(conf))
         return client
 
 
 def clear_registry_clients() -> None:
-    """Forget (and close) every registry client :func:`registry_client` built: the next
-    call builds new ones (tests; an in-memory ``mock://`` registry starts empty)."""
+    """Forget (and close) every registry client :func:`registry_client` built, and forget
+    those :func:`async_registry_client` built (their HTTP sessions are closed with their
+    loop): the next call builds new ones (tests; an in-memory ``mock://`` registry
+    starts empty)."""
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
+        _async_clients.clear()
     for client in clients:
         close = getattr(client, "close", None)
         if callable(close):

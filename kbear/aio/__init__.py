@@ -10,10 +10,21 @@ commits, starts), never a second copy of it, and never runs on the event loop.
   loop, re-entrant calls from callbacks;
 - ``_consumer``: :class:`RoutedAIOConsumer`;
 - ``_producer``: :class:`RoutedAIOProducer`; ``_batch``: its message buffer;
-- ``_notify``: ``on_route_change`` callbacks on the loop.
+- ``_notify``: ``on_route_change`` callbacks on the loop;
+- ``_serializing`` / ``_deserializing``: :class:`RoutedAsyncSerializingProducer` /
+  :class:`RoutedAsyncDeserializingConsumer`, twins of confluent-kafka's
+  ``AsyncSerializingProducer`` / ``AsyncDeserializingConsumer`` (issue #28), with
+  ``_serdes``: their serdes per cluster.
 """
 
 from kbear.aio._consumer import RoutedAIOConsumer
+from kbear.aio._deserializing import RoutedAsyncDeserializingConsumer
 from kbear.aio._producer import RoutedAIOProducer
+from kbear.aio._serializing import RoutedAsyncSerializingProducer
 
-__all__ = ["RoutedAIOConsumer", "RoutedAIOProducer"]
+__all__ = [
+    "RoutedAIOConsumer",
+    "RoutedAIOProducer",
+    "RoutedAsyncDeserializingConsumer",
+    "RoutedAsyncSerializingProducer",
+]

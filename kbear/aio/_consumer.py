@@ -75,9 +75,13 @@ class RoutedAIOConsumer:
         if isinstance(consumer_conf, Mapping):
             conf = dict(consumer_conf)
             wrap_config_callbacks(self._calls.loop, conf, _CONFIG_CALLBACKS)
-        self._consumer = RoutedConsumer(conf, router=router, client=client)
+        self._consumer = self._open(conf, router, client)
         #: messages a cancelled poll()/consume() took: handed out first
         self._kept: collections.deque[Message] = collections.deque()
+
+    def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedConsumer:
+        """The blocking routed consumer this one drives (a subclass may drive a subclass)."""
+        return RoutedConsumer(conf, router=router, client=client)
 
     # ------------------------------------------------------------------ kbear additions
 

@@ -80,7 +80,7 @@ class RoutedAIOProducer:
         if isinstance(producer_conf, Mapping):
             conf = dict(producer_conf)
             wrap_config_callbacks(self._calls.loop, conf, _CONFIG_CALLBACKS)
-        self._producer = RoutedProducer(conf, router=router, client=client)
+        self._producer = self._open(conf, router, client)
         self._batch_size = batch_size
         self._buffer = MessageBuffer()
         self._buffer_timeout = buffer_timeout
@@ -89,6 +89,10 @@ class RoutedAIOProducer:
         self._timer: asyncio.Task[None] | None = None
         if buffer_timeout > 0:
             self._timer = keep_task(self._calls.loop.create_task(self._flush_when_idle()))
+
+    def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedProducer:
+        """The blocking routed producer this one drives (a subclass may drive a subclass)."""
+        return RoutedProducer(conf, router=router, client=client)
 
     # ------------------------------------------------------------------ kbear additions
 
@@ -196,11 +200,17 @@ class RoutedAIOProducer:
                 "Headers are not supported in AIOProducer batch mode. "
                 "Use the synchronous Producer.produce() method if headers are required."
             )
-        future: asyncio.Future[Any] = self._calls.loop.create_future()
         message: dict[str, Any] = {"value": value, "key": key}
         if "timestamp" in kwargs:
             message["timestamp"] = kwargs["timestamp"]
-        partition = kwargs.get("partition", -1)
+        return await self._accept(topic, kwargs.get("partition", -1), message)
+
+    async def _accept(
+        self, topic: str, partition: int | None, message: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        """Buffer ``message`` (a ``produce_batch`` dict) for ``topic``; send the buffer
+        when full. Returns the future of the message's delivery."""
+        future: asyncio.Future[Any] = self._calls.loop.create_future()
         self._buffer.add(topic, -1 if partition is None else int(partition), message, future)
         self._last_activity = time.monotonic()
         if len(self._buffer) >= self._batch_size:
@@ -211,14 +221,19 @@ class RoutedAIOProducer:
         """In an executor thread: hand ``batches`` to the routed producer (its route
         changes and drains happen here), then serve delivery reports ready now."""
         for batch in batches:
-            topic, partition, messages, _futures = batch
             try:
-                self._producer.produce_batch(topic, messages, partition=partition)
+                self._send_batch(batch)
             except Exception as exc:  # no route, closed, bad argument: every message fails
                 self._buffer.failed(batch, exc)
                 continue
             self._buffer.failed_at_enqueue(batch)
         self._producer.poll(0)
+
+    def _send_batch(self, batch: Batch) -> None:
+        """In an executor thread: one batch to the routed producer (raises: every
+        message of the batch fails with that exception)."""
+        topic, partition, messages, _futures = batch
+        self._producer.produce_batch(topic, messages, partition=partition)
 
     async def _send_buffer(self) -> None:
         """Hand the buffer to the routed producer. The batch goes on when the

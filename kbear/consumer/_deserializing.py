@@ -118,6 +118,14 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         pinned = self._binding.pinned
         self._fast = None if poll is None or pinned is None else (poll, pinned.cluster_id)
 
+    def _poll_from(self, timeout: float | None) -> tuple[Any, str]:
+        """(the next message or None, the id of the cluster it was read from)."""
+        fast = self._fast
+        if fast is not None:
+            return fast[0](timeout), fast[1]
+        msg = self._loop.poll(timeout)
+        return msg, self._source.cluster
+
     def poll(self, timeout: float | None = -1) -> Any:
         """Consume one message and deserialize its key and value
         (confluent-kafka's ``DeserializingConsumer.poll``).
@@ -135,13 +143,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
                 failed (its exception and the message inside, as confluent-kafka).
             RuntimeError: the consumer is closed.
         """
-        fast = self._fast
-        if fast is not None:
-            msg = fast[0](timeout)
-            cluster_id = fast[1]
-        else:
-            msg = self._loop.poll(timeout)
-            cluster_id = self._source.cluster
+        msg, cluster_id = self._poll_from(timeout)
         if msg is None:
             return None
         error = msg.error()

@@ -333,6 +333,29 @@ class RoutedProducer:
         route = self.route(topic)
         return produce_batch(self._clients.client(route).producer, route, messages, args, kwargs)
 
+    def _produce_batch_for(
+        self, topic: str, prepare: Callable[[str], list[dict[str, Any]]], partition: int = -1
+    ) -> int:
+        """``produce_batch`` of the messages ``prepare(cluster_id)`` returns for the
+        cluster of ``topic``'s route, which is read once (after any pending reload or
+        transaction step) and is where the batch goes: what ``prepare`` made for that
+        cluster (messages serialized with its Schema Registry, kbear.aio's serializing
+        producer) is sent there, also while another thread applies a move.
+
+        Raises:
+            NoRouteError, RuntimeError: as :meth:`produce_batch`; what ``prepare`` raises.
+        """
+        state = self._state
+        if state.pending or state.txn_open:
+            self._before_produce(topic)
+        route = self.route(topic)
+        messages = prepare(route.cluster_id)
+        if not messages:
+            return 0
+        return produce_batch(
+            self._clients.client(route).producer, route, messages, (), {"partition": partition}
+        )
+
     def snapshot(self) -> _events.ClientSnapshot | None:
         """What this producer shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):
         its ``client.id``, the routes in use and the configuration in force; None once

@@ -2,7 +2,8 @@
 ``confluent_kafka.aio.AIOProducer`` / ``AIOConsumer`` exists on the routed twin,
 is a coroutine function exactly when confluent-kafka's is, and accepts the same
 named parameters with the same defaults; the constructors take the same
-arguments. Behaviour is compared in tests/aio/test_aio.py."""
+arguments. The same for ``AsyncSerializingProducer`` / ``AsyncDeserializingConsumer``
+(issue #28), whose constructors are awaited. Behaviour is compared in tests/aio/test_aio.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,22 @@ import inspect
 from typing import Any
 
 import pytest
-from confluent_kafka.aio import AIOConsumer, AIOProducer
+from confluent_kafka.aio import AIOConsumer, AIOProducer, AsyncDeserializingConsumer, AsyncSerializingProducer
 
-from kbear.aio import RoutedAIOConsumer, RoutedAIOProducer
+from kbear.aio import (
+    RoutedAIOConsumer,
+    RoutedAIOProducer,
+    RoutedAsyncDeserializingConsumer,
+    RoutedAsyncSerializingProducer,
+)
 
-PAIRS = [(AIOProducer, RoutedAIOProducer), (AIOConsumer, RoutedAIOConsumer)]
+PAIRS = [
+    (AIOProducer, RoutedAIOProducer),
+    (AIOConsumer, RoutedAIOConsumer),
+    (AsyncSerializingProducer, RoutedAsyncSerializingProducer),
+    (AsyncDeserializingConsumer, RoutedAsyncDeserializingConsumer),
+]
+IDS = ["producer", "consumer", "serializing-producer", "deserializing-consumer"]
 DUNDERS = ("__init__", "__aenter__", "__aexit__", "__len__")
 
 
@@ -34,7 +46,7 @@ def named_parameters(fn: Any) -> list[inspect.Parameter]:
     ]
 
 
-@pytest.mark.parametrize(("theirs", "ours"), PAIRS, ids=["producer", "consumer"])
+@pytest.mark.parametrize(("theirs", "ours"), PAIRS, ids=IDS)
 def test_every_method_is_there_and_awaitable_alike(theirs: type, ours: type) -> None:
     missing = [m for m in public_methods(theirs) if not hasattr(ours, m)]
     assert not missing, f"{ours.__name__} lacks {missing}"
@@ -43,7 +55,7 @@ def test_every_method_is_there_and_awaitable_alike(theirs: type, ours: type) -> 
         assert inspect.iscoroutinefunction(mine) == inspect.iscoroutinefunction(original), name
 
 
-@pytest.mark.parametrize(("theirs", "ours"), PAIRS, ids=["producer", "consumer"])
+@pytest.mark.parametrize(("theirs", "ours"), PAIRS, ids=IDS)
 def test_named_parameters_match(theirs: type, ours: type) -> None:
     for name in public_methods(theirs):
         original = named_parameters(getattr(theirs, name))
@@ -65,7 +77,12 @@ def test_named_parameters_match(theirs: type, ours: type) -> None:
 
 
 def test_routed_additions_are_documented() -> None:
-    for cls in (RoutedAIOProducer, RoutedAIOConsumer):
+    for cls in (
+        RoutedAIOProducer,
+        RoutedAIOConsumer,
+        RoutedAsyncSerializingProducer,
+        RoutedAsyncDeserializingConsumer,
+    ):
         for name in ("routes", "route", "on_route_change", "router", "client", "routed"):
             member = getattr(cls, name, None)
             if member is not None:

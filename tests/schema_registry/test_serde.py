@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _serde import KEY_SCHEMA, OTHER_SCHEMA, VALUE_SCHEMA, Clusters, on, schema_id, write_clusters
 from confluent_kafka import KafkaError, SerializingProducer
 from confluent_kafka.error import (
     ConsumeError,
@@ -27,23 +28,9 @@ from confluent_kafka.serialization import StringSerializer
 
 from conftest import FAST_GROUP, read_all, rewrite_rules, rule
 from kbear import RoutedDeserializingConsumer, RoutedProducer, RoutedSerializingProducer, Router
-from kbear.reload import replace_file
 from kbear.schema_registry import per_cluster, registry_client, registry_config
-from kbear.testing import EmbeddedCluster
 
-Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 NO_WATCH = {"kbear.reload.interval.ms": 0}
-
-VALUE_SCHEMA = """{"type": "record", "name": "Reading", "namespace": "kbear.test", "fields": [
-  {"name": "seq", "type": "long"}, {"name": "key", "type": "string"}, {"name": "note", "type": "string"}]}"""
-KEY_SCHEMA = '"string"'
-OTHER_SCHEMA = """{"type": "record", "name": "Other", "fields": [{"name": "x", "type": "int"}]}"""
-
-
-def schema_id(data: bytes) -> int:
-    """The schema id of confluent's wire format (magic byte 0, 4-byte big-endian id)."""
-    assert data[0] == 0, data[:5]
-    return int.from_bytes(data[1:5], "big")
 
 
 @pytest.fixture
@@ -53,19 +40,6 @@ def registries(unique: Callable[[str], str]) -> tuple[str, str]:
     east, west = f"mock://{unique('east')}", f"mock://{unique('west')}"
     registry_client({"url": west}).register_schema("other-value", Schema(OTHER_SCHEMA, "AVRO"))
     return east, west
-
-
-def write_clusters(directory: Path, clusters: Clusters, metas: tuple[dict[str, str], dict[str, str]]) -> None:
-    entries = [
-        {"id": cid, "meta": {"bootstrap.servers": c.bootstrap_servers, **meta}}
-        for cid, c, meta in zip(("A", "B"), clusters, metas, strict=True)
-    ]
-    replace_file(directory / "clusters.yaml", yaml.safe_dump({"clusters": entries}, sort_keys=False))
-
-
-def on(cluster: str, topic: str, physical: str | None = None) -> list[dict[str, Any]]:
-    statement = f"use cluster {cluster}" + (f", topic {physical}" if physical else "")
-    return [rule("move", statement, topic=topic), rule("global", "use cluster A", isGlobal=True)]
 
 
 @pytest.fixture

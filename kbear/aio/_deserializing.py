@@ -1,0 +1,256 @@
+"""RoutedAsyncDeserializingConsumer: ``confluent_kafka.aio.AsyncDeserializingConsumer``,
+routed (issue #28).
+
+Responsible for: deserializing on the event loop each message a routed consumer
+read in an executor thread, with the serdes of the cluster it was read from.
+The blocking :class:`~kbear.RoutedDeserializingConsumer` knows that cluster for
+every message (its fast path's one cluster, or the poll loop's ``tap``);
+:class:`_Engine` hands it out with the message, so the tail of the old cluster
+read during a move is decoded with the old cluster's registry.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka._serde_builder import (
+    maybe_await,
+)
+from confluent_kafka._util.asyncinit import asyncinit
+from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+
+from kbear._base import NO_CONFIG
+from kbear._identity import Client
+from kbear.aio._consumer import RoutedAIOConsumer
+from kbear.aio._serdes import open_serdes
+from kbear.config import KBearConfig
+from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
+from kbear.router import Router
+
+__all__ = ["RoutedAsyncDeserializingConsumer"]
+
+_KEY = MessageField.KEY
+_VALUE = MessageField.VALUE
+#: Seconds a Kafka cluster id may take (confluent-kafka's CLUSTER_ID_TIMEOUT).
+_CLUSTER_ID_TIMEOUT_S = 60.0
+
+Read = tuple[Any, str]  # (message or None, id of the cluster it was read from)
+
+
+class _Engine(RoutedDeserializingConsumer):
+    """The blocking routed consumer a RoutedAsyncDeserializingConsumer drives (given
+    no deserializers: it hands out raw messages with their cluster)."""
+
+    def __init__(
+        self, conf: Any, *, router: Router | None, client: Client | None, on_change: Callable[[], None]
+    ) -> None:
+        self._changed = on_change
+        super().__init__(conf, router=router, client=client)
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        super()._on_config_change(old, new)
+        self._changed()
+
+    def poll_from(self, timeout: float | None) -> Read:
+        """(the next message or None, the cluster it was read from)."""
+        return self._poll_from(timeout)
+
+    def consume_from(self, num_messages: int = 1, timeout: float | None = -1) -> list[Read]:
+        """Up to ``num_messages`` (message, cluster) pairs: waits up to ``timeout``
+        seconds (None or -1: infinite) for the first, then takes what is ready.
+
+        Raises:
+            ValueError: ``num_messages`` out of range (confluent-kafka's words).
+        """
+        if not isinstance(num_messages, int) or not 0 <= num_messages <= 1_000_000:
+            raise ValueError("num_messages must be between 0 and 1000000 (1M)")
+        out: list[Read] = []
+        wait = -1.0 if timeout is None or timeout < 0 else float(timeout)
+        deadline = None if wait < 0 else time.monotonic() + wait
+        while len(out) < num_messages:
+            msg, cluster_id = self._poll_from(wait)
+            if msg is not None:
+                out.append((msg, cluster_id))
+                wait = 0.0
+            elif out or deadline is None or time.monotonic() >= deadline:
+                break  # (an infinite poll that returns None: a wakeup, retried)
+            elif deadline is not None:
+                wait = max(0.0, deadline - time.monotonic())
+        return out
+
+    def kafka_cluster_id(self, cluster_id: str) -> str:
+        """The Kafka cluster id (KIP-78) of cluster ``cluster_id`` (blocks up to 60 s).
+
+        Raises:
+            SerializationError: no client of that cluster yet.
+        """
+        client = self._cluster_client(cluster_id)
+        if client is None:
+            raise SerializationError(f"kbear: cluster {cluster_id!r} has no client yet")
+        return str(client.cluster_id(timeout=_CLUSTER_ID_TIMEOUT_S))
+
+
+@asyncinit
+class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
+    """A routed ``confluent_kafka.aio.AsyncDeserializingConsumer``: each message
+    deserialized for the cluster it was read from. Built with ``await``, as
+    confluent-kafka's: ``consumer = await RoutedAsyncDeserializingConsumer(conf)``.
+
+    Args:
+        conf: a :class:`RoutedAIOConsumer` configuration plus
+            confluent-kafka's ``key.deserializer`` / ``value.deserializer`` (a
+            callable ``(bytes, SerializationContext) -> obj``, an asyncio
+            deserializer such as ``AsyncAvroDeserializer``, or
+            :func:`kbear.schema_registry.per_cluster`, whose factory gets the
+            cluster's ``AsyncSchemaRegistryClient``) or their builders
+            ``key.deserializer.builder`` / ``value.deserializer.builder`` (closed by
+            :meth:`close`). Not modified.
+        max_workers, executor, router, client: as :class:`RoutedAIOConsumer`.
+
+    Raises:
+        ValueError: a deserializer and its builder are both given (confluent-kafka's
+            words); ``kbear.ack.mode=individual`` (as
+            :class:`~kbear.RoutedDeserializingConsumer`); what
+            :class:`RoutedAIOConsumer` raises.
+
+    The ``SerializationContext`` carries the logical topic name, the field and the
+    headers. ``poll()`` and ``consume()`` deserialize as confluent-kafka's
+    (``consume()`` returns messages carrying an error as they are).
+    """
+
+    async def _init(
+        self,
+        conf: Mapping[str, Any] = NO_CONFIG,
+        *,
+        max_workers: int = 100,
+        executor: concurrent.futures.Executor | None = None,
+        router: Router | None = None,
+        client: Client | None = None,
+    ) -> None:
+        self._serdes, rest = await open_serdes(
+            conf,
+            "key.deserializer",
+            "value.deserializer",
+            config=lambda: self.router.config,
+            kafka_id=self._kafka_id,
+        )
+        #: (message, cluster) pairs a cancelled poll()/consume() took: handed out first
+        self._held: collections.deque[Read] = collections.deque()
+        try:
+            RoutedAIOConsumer.__init__(self, rest, max_workers, executor, router=router, client=client)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._serdes.close()
+            raise
+
+    # asyncinit awaits __init__: a coroutine function, as confluent-kafka's
+    __init__ = _init
+
+    def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedConsumer:
+        self._engine = _Engine(conf, router=router, client=client, on_change=self._serdes.refresh)
+        return self._engine
+
+    async def _kafka_id(self, cluster_id: str) -> str:
+        return await self._calls.call(self._engine.kafka_cluster_id, cluster_id)
+
+    async def close(self, *args: Any, **kwargs: Any) -> None:
+        """Close the consumer (:meth:`RoutedAIOConsumer.close`), then the deserializers
+        it built: the ``per_cluster`` ones and those of ``*.deserializer.builder``
+        (ready-made ones stay the application's). Later calls do nothing more."""
+        if not self._closed:
+            await super().close(*args, **kwargs)
+        await self._serdes.close()
+
+    def _hold(self, result: Read | list[Read]) -> None:
+        if isinstance(result, list):
+            self._held.extend(result)
+        elif result[0] is not None:
+            self._held.append(result)
+
+    async def poll(self, timeout: float = -1) -> Any:
+        """Consume one message and deserialize its key and value with the serdes of
+        the cluster it was read from, as ``AsyncDeserializingConsumer.poll``.
+
+        Args:
+            timeout: maximum time to block in seconds (-1: infinite).
+
+        Returns:
+            A ``Message`` whose ``key()`` / ``value()`` (and ``deserialized_key()`` /
+            ``deserialized_value()``) are the deserialized objects, or None on timeout.
+
+        Raises:
+            ConsumeError: the message is an error (``kafka_message`` holds it).
+            KeyDeserializationError, ValueDeserializationError: a deserializer failed
+                (its exception and the message inside).
+            RuntimeError: the consumer is closed.
+        """
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._held:
+            msg, cluster_id = self._held.popleft()
+        else:
+            msg, cluster_id = await self._calls.call_keeping(self._engine.poll_from, self._hold, timeout)
+        if msg is None:
+            return None
+        error = msg.error()
+        if error is not None:
+            raise ConsumeError(error, kafka_message=msg)
+        return await self._deserialize(msg, cluster_id)
+
+    async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        """Consume up to ``num_messages`` messages and deserialize them, as
+        ``AsyncDeserializingConsumer.consume``: messages carrying an error are
+        returned as they are. Waits up to ``timeout`` seconds (-1: infinite) for the
+        first message, then takes those ready.
+
+        Raises:
+            KeyDeserializationError, ValueDeserializationError: a deserializer failed.
+            ValueError: ``num_messages`` out of range.
+            RuntimeError: the consumer is closed.
+        """
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._held and isinstance(num_messages, int) and num_messages > 0:
+            reads = [self._held.popleft() for _ in range(min(num_messages, len(self._held)))]
+        else:
+            reads = await self._calls.call_keeping(
+                self._engine.consume_from, self._hold, num_messages, timeout
+            )
+        out = []
+        for msg, cluster_id in reads:
+            out.append(msg if msg.error() is not None else await self._deserialize(msg, cluster_id))
+        return out
+
+    async def _deserialize(self, msg: Any, cluster_id: str) -> Any:
+        """``msg`` with its key and value deserialized for ``cluster_id`` (key first, as
+        confluent-kafka's)."""
+        serdes = self._serdes
+        key_de, value_de = serdes.pairs.get(cluster_id) or await serdes.get(cluster_id)
+        token = serdes.current.set(cluster_id) if serdes.tracks_cluster else None
+        try:
+            ctx = SerializationContext(msg.topic(), _KEY, msg.headers())
+            key = msg.key()
+            if key_de is not None:
+                try:
+                    key = await maybe_await(key_de(key, ctx))
+                except Exception as se:
+                    raise KeyDeserializationError(exception=se, kafka_message=msg) from se
+            value = msg.value()
+            if value_de is not None:
+                ctx.field = _VALUE
+                try:
+                    value = await maybe_await(value_de(value, ctx))
+                except Exception as se:
+                    raise ValueDeserializationError(exception=se, kafka_message=msg) from se
+        finally:
+            if token is not None:
+                serdes.current.reset(token)
+        msg.set_key(key)
+        msg.set_value(value)
+        return msg
