@@ -30,6 +30,33 @@ typedef struct {
 
 static PyObject *topic_name; /* interned "topic" */
 
+/* A PlainCall (see below): produce() over one cluster's client, recorded or not. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *target;
+    PyObject *fallback;
+    vectorcallfunc vectorcall;
+    char record;   /* every call to ``fallback`` (a cluster suspected lost) */
+    char reported; /* the client has a configured on_delivery */
+} PlainCall;
+
+static PyTypeObject PlainCallType;
+
+/* ``send(*args)`` for a send function found by the Dispatcher or a FastMethod: a
+ * PlainCall's plain call (at most topic, value, key by position, not suspect) goes
+ * straight to its client's produce (one call less per produce()). */
+static inline PyObject *
+call_send(PyObject *send, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (Py_TYPE(send) == &PlainCallType && kwnames == NULL && PyVectorcall_NARGS(nargsf) <= 3) {
+        PlainCall *plain = (PlainCall *)send;
+        if (!plain->record && plain->target != NULL) {
+            return PyObject_Vectorcall(plain->target, args, nargsf, NULL);
+        }
+    }
+    return PyObject_Vectorcall(send, args, nargsf, kwnames);
+}
+
 /* Whether the keyword names include "topic". */
 static int
 names_topic(PyObject *kwnames, Py_ssize_t *index)
@@ -71,7 +98,7 @@ dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObje
         if (target != NULL) {
             PyObject *result;
             Py_INCREF(target);
-            result = PyObject_Vectorcall(target, args, nargsf, kwnames);
+            result = call_send(target, args, nargsf, kwnames);
             Py_DECREF(target);
             return result;
         }
@@ -463,8 +490,7 @@ fast_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
 
     if (nargs >= 1 && (target = fast_target(self, args[0])) != NULL) {
         /* args[0] (self) may be overwritten by the callee: PY_VECTORCALL_ARGUMENTS_OFFSET */
-        result = PyObject_Vectorcall(target, args + 1, (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                     kwnames);
+        result = call_send(target, args + 1, (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
         Py_DECREF(target);
         return result;
     }
@@ -606,92 +632,53 @@ static PyTypeObject FastMethodType = {
  *     so a record would cost a report per delivery for nothing;
  *   - a call it cannot read (an unknown keyword, too many arguments): the fallback's
  *     errors are Python's.
- * A plain call (at most topic, value, key) goes to ``target``. Arguments are
- * forwarded untouched. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *target;
-    PyObject *fallback;
-    vectorcallfunc vectorcall;
-    char record;   /* every call to ``fallback`` (a cluster suspected lost) */
-    char reported; /* the client has a configured on_delivery */
-} PlainCall;
+ * A plain call (at most topic, value, key) and the calls not recorded go to
+ * ``target``: untouched when given by position, else the same call by position
+ * (confluent-kafka reads a keyword by making and hashing a str per name it tries:
+ * by position, about 400-600 ns less per call). A recorded call read here goes to
+ * the RecordingSend's recorded call directly (read once). */
 
-static PyObject *value_name, *key_name, *partition_name, *timestamp_name, *headers_name;
-static PyObject *callback_name, *on_delivery_name;
+/* in _pending.c (see there) */
+int kbear_produce_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **p);
+PyObject *kbear_produce_positional(PyObject *produce, PyObject *const *p, PyObject *record);
+int kbear_is_recording_send(PyObject *send);
+PyObject *kbear_record_call(PyObject *send, PyObject *const *p);
 
-/* produce()'s positional arguments (confluent-kafka's order): topic, value, key,
- * partition, callback, on_delivery, timestamp, headers */
-#define PLAIN_MAX_ARGS 8
-
-enum { NAME_PLAIN, NAME_CALLBACK, NAME_EXTRA, NAME_UNKNOWN };
-
-/* What a keyword of produce() is: plain (topic, value, key), a callback (callback,
- * on_delivery), extra (partition, timestamp, headers) or unknown; the interned
- * names are compared by identity first. */
-static int
-name_kind(PyObject *name)
-{
-    PyObject *const names[] = {topic_name,    value_name,     key_name,     callback_name,
-                               on_delivery_name, partition_name, timestamp_name, headers_name};
-    static const int kinds[] = {NAME_PLAIN,    NAME_PLAIN, NAME_PLAIN, NAME_CALLBACK,
-                                NAME_CALLBACK, NAME_EXTRA, NAME_EXTRA, NAME_EXTRA};
-    for (int i = 0; i < 8; i++) {
-        if (name == names[i]) {
-            return kinds[i];
-        }
-    }
-    for (int i = 0; i < 8; i++) {
-        if (PyUnicode_Compare(name, names[i]) == 0) {
-            return kinds[i];
-        }
-    }
-    return NAME_UNKNOWN;
-}
+/* produce()'s parameters, in positional order (as in _pending.c) */
+enum { A_TOPIC, A_VALUE, A_KEY, A_PARTITION, A_CALLBACK, A_ON_DELIVERY, A_TIMESTAMP, A_HEADERS, A_COUNT };
 
 static PyObject *
 plain_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PlainCall *self = (PlainCall *)op;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    int extra = 0; /* a partition, a timestamp or headers */
+    PyObject *p[A_COUNT];
+    int own, extra; /* a callback of its own; a partition, a timestamp or headers */
 
     if (self->target == NULL || self->fallback == NULL) {
         PyErr_SetString(PyExc_ReferenceError, "kbear plain call already cleared");
         return NULL;
     }
-    if (self->record || nargs > PLAIN_MAX_ARGS) {
+    if (kwnames == NULL && nargs <= 3 && !self->record) {
+        return PyObject_Vectorcall(self->target, args, nargsf, NULL); /* plain, by position */
+    }
+    if (kbear_produce_args(args, nargs, kwnames, p) < 0) {
+        goto fallback; /* (its errors are Python's) */
+    }
+    own = (p[A_CALLBACK] != NULL && p[A_CALLBACK] != Py_None) ||
+          (p[A_ON_DELIVERY] != NULL && p[A_ON_DELIVERY] != Py_None);
+    extra = p[A_PARTITION] != NULL || p[A_TIMESTAMP] != NULL || p[A_HEADERS] != NULL;
+    if (self->record || own || (extra && self->reported)) {
+        if (kbear_is_recording_send(self->fallback)) {
+            return kbear_record_call(self->fallback, p); /* (read once) */
+        }
         goto fallback;
     }
-    if (nargs > 3) {
-        if ((nargs > 4 && args[4] != Py_None) || (nargs > 5 && args[5] != Py_None)) {
-            goto fallback; /* a callback of its own */
-        }
-        extra = 1;
+    if (kwnames == NULL) {
+        return PyObject_Vectorcall(self->target, args, nargsf, NULL);
     }
-    if (kwnames != NULL) {
-        Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            switch (name_kind(PyTuple_GET_ITEM(kwnames, i))) {
-            case NAME_PLAIN:
-                break;
-            case NAME_CALLBACK:
-                if (args[nargs + i] != Py_None) {
-                    goto fallback;
-                }
-                break;
-            case NAME_EXTRA:
-                extra = 1;
-                break;
-            default:
-                goto fallback;
-            }
-        }
-    }
-    if (extra && self->reported) {
-        goto fallback;
-    }
-    return PyObject_Vectorcall(self->target, args, nargsf, kwnames);
+    /* keywords: the same call by position (confluent-kafka reads keywords slowly) */
+    return kbear_produce_positional(self->target, p, NULL);
 fallback:
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
@@ -800,17 +787,6 @@ PyInit__cdispatch(void)
     timeout_name = PyUnicode_InternFromString("timeout");
     num_name = PyUnicode_InternFromString("num_messages");
     zero = PyLong_FromLong(0);
-    value_name = PyUnicode_InternFromString("value");
-    key_name = PyUnicode_InternFromString("key");
-    partition_name = PyUnicode_InternFromString("partition");
-    timestamp_name = PyUnicode_InternFromString("timestamp");
-    headers_name = PyUnicode_InternFromString("headers");
-    callback_name = PyUnicode_InternFromString("callback");
-    on_delivery_name = PyUnicode_InternFromString("on_delivery");
-    if (value_name == NULL || key_name == NULL || partition_name == NULL || timestamp_name == NULL ||
-        headers_name == NULL || callback_name == NULL || on_delivery_name == NULL) {
-        return NULL;
-    }
     if (topic_name == NULL || timeout_name == NULL || num_name == NULL || zero == NULL) {
         return NULL;
     }

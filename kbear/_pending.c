@@ -17,9 +17,9 @@
  * callback=None, on_delivery=None, timestamp=0, headers=None); it builds the
  * message's Pending (own: callback, else on_delivery, as confluent-kafka; headers: as given, a list
  * as a tuple; timestamp: the one given,
- * else the wall clock's now in ms) and calls
- * produce(topic[, value[, key[, partition]]], on_delivery=pending[, timestamp=...]
- * [, headers=...]) with what it was given (absent: produce()'s defaults). A call
+ * else the wall clock's now in ms) and calls produce() with what it was given, by
+ * position only (absent: produce()'s defaults), the Pending as its callback
+ * (kbear_produce_positional: confluent-kafka reads keywords slowly). A call
  * with a callback and no partition, timestamp or headers while the cluster is not
  * suspect shares its callback's Pending (timestamp 0: no CreateTime kept; at most
  * SHARED_MAX callbacks). A call it cannot read (an unknown keyword, an argument
@@ -37,8 +37,6 @@ int kbear_plain_record(PyObject *call);
 static PyObject *s_call, *s_record, *s_resend, *s_report, *s_suspect, *s_code;
 static PyObject *purge_queue, *purge_inflight; /* KafkaError._PURGE_QUEUE / _PURGE_INFLIGHT */
 static PyObject *minus_one, *zero_long;
-/* the keywords RecordingSend gives produce(): on_delivery [, timestamp] [, headers] */
-static PyObject *kw_sets[4];
 
 typedef struct {
     PyObject_HEAD
@@ -337,22 +335,17 @@ now_ms(void)
     return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
-static PyObject *
-send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Reads produce()'s arguments (confluent-kafka's order) into p[P_COUNT] (borrowed;
+ * NULL: not given). Returns 0, or -1 (no exception set) for a call read nowhere here:
+ * too many arguments, an unknown keyword, one given twice, no topic. */
+int
+kbear_produce_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **p)
 {
-    RecordingSend *self = (RecordingSend *)op;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *p[P_COUNT] = {NULL};
-    PyObject *own, *stamp, *kept, *pending, *result, *call[7];
-    Py_ssize_t npos, nkw;
-    int truth, which;
-
-    if (self->produce == NULL || self->rescue == NULL || self->fallback == NULL) {
-        PyErr_SetString(PyExc_ReferenceError, "kbear recording send already cleared");
-        return NULL;
+    for (int i = 0; i < P_COUNT; i++) {
+        p[i] = NULL;
     }
     if (nargs > P_COUNT) {
-        goto fallback;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) {
         p[i] = args[i];
@@ -362,13 +355,64 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
         for (Py_ssize_t i = 0; i < n; i++) {
             int at = param_index(PyTuple_GET_ITEM(kwnames, i));
             if (at < 0 || p[at] != NULL) {
-                goto fallback;
+                return -1;
             }
             p[at] = args[nargs + i];
         }
     }
-    if (p[P_TOPIC] == NULL) {
-        goto fallback;
+    return p[P_TOPIC] == NULL ? -1 : 0;
+}
+
+/* produce(topic, value, key, partition, callback, on_delivery, timestamp, headers) by
+ * position only, up to the last one given (headers None: not given), produce()'s
+ * defaults before it (None, None, -1, None, None, 0); ``record`` (when not NULL) is
+ * the callback (confluent-kafka: callback wins over on_delivery). confluent-kafka
+ * reads a keyword argument by making and hashing a str per name it tries (about
+ * 400 ns per call with callback=, 600 ns with headers=): by position it reads none. */
+PyObject *
+kbear_produce_positional(PyObject *produce, PyObject *const *p, PyObject *record)
+{
+    PyObject *call[P_COUNT];
+    Py_ssize_t npos = 1;
+    call[P_TOPIC] = p[P_TOPIC];
+    call[P_VALUE] = p[P_VALUE] != NULL ? p[P_VALUE] : Py_None;
+    call[P_KEY] = p[P_KEY] != NULL ? p[P_KEY] : Py_None;
+    call[P_PARTITION] = p[P_PARTITION] != NULL ? p[P_PARTITION] : minus_one;
+    call[P_CALLBACK] = record != NULL ? record : (p[P_CALLBACK] != NULL ? p[P_CALLBACK] : Py_None);
+    call[P_ON_DELIVERY] = record != NULL || p[P_ON_DELIVERY] == NULL ? Py_None : p[P_ON_DELIVERY];
+    call[P_TIMESTAMP] = p[P_TIMESTAMP] != NULL ? p[P_TIMESTAMP] : zero_long;
+    call[P_HEADERS] = p[P_HEADERS];
+    for (int i = P_VALUE; i < P_COUNT; i++) {
+        if (p[i] != NULL && (i != P_HEADERS || p[i] != Py_None)) {
+            npos = i + 1;
+        }
+    }
+    if (record != NULL && npos <= P_CALLBACK) {
+        npos = P_CALLBACK + 1;
+    }
+    return PyObject_Vectorcall(produce, call, npos, NULL);
+}
+
+static PyTypeObject RecordingSendType;
+
+/* Whether ``send`` is a RecordingSend (for _dispatch.c's PlainCall). */
+int
+kbear_is_recording_send(PyObject *send)
+{
+    return Py_TYPE(send) == &RecordingSendType;
+}
+
+/* The recorded call of RecordingSend ``op`` with produce()'s arguments read (p). */
+PyObject *
+kbear_record_call(PyObject *op, PyObject *const *p)
+{
+    RecordingSend *self = (RecordingSend *)op;
+    PyObject *own, *stamp, *kept, *pending, *result;
+    int truth;
+
+    if (self->produce == NULL || self->rescue == NULL || self->fallback == NULL) {
+        PyErr_SetString(PyExc_ReferenceError, "kbear recording send already cleared");
+        return NULL;
     }
     own = p[P_CALLBACK] != NULL && p[P_CALLBACK] != Py_None ? p[P_CALLBACK] : p[P_ON_DELIVERY];
     if (own == NULL) {
@@ -401,18 +445,7 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
             }
             if (pending != NULL) {
                 Py_INCREF(pending);
-                call[0] = p[P_TOPIC];
-                npos = 1;
-                if (p[P_KEY] != NULL) {
-                    npos = 3;
-                }
-                else if (p[P_VALUE] != NULL) {
-                    npos = 2;
-                }
-                call[1] = p[P_VALUE] != NULL ? p[P_VALUE] : Py_None;
-                call[2] = p[P_KEY] != NULL ? p[P_KEY] : Py_None;
-                call[npos] = pending;
-                result = PyObject_Vectorcall(self->produce, call, npos, kw_sets[0]);
+                result = kbear_produce_positional(self->produce, p, pending);
                 Py_DECREF(pending);
                 return result;
             }
@@ -453,34 +486,26 @@ send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kw
     if (pending == NULL) {
         return NULL;
     }
-    /* produce() gets what it was given (positions up to the last one given, their
-     * defaults before it), the record as on_delivery, timestamp and headers when given */
-    call[0] = p[P_TOPIC];
-    npos = 1;
-    for (int i = P_VALUE; i <= P_PARTITION; i++) {
-        if (p[i] != NULL) {
-            npos = i + 1;
-        }
-    }
-    for (int i = P_VALUE; i < npos; i++) {
-        call[i] = p[i] != NULL ? p[i] : (i == P_PARTITION ? minus_one : Py_None);
-    }
-    nkw = 0;
-    call[npos + nkw++] = pending;
-    which = 0;
-    if (p[P_TIMESTAMP] != NULL) {
-        call[npos + nkw++] = p[P_TIMESTAMP];
-        which |= 1;
-    }
-    if (p[P_HEADERS] != NULL && p[P_HEADERS] != Py_None) {
-        call[npos + nkw++] = p[P_HEADERS];
-        which |= 2;
-    }
-    result = PyObject_Vectorcall(self->produce, call, npos, kw_sets[which]);
+    /* produce() gets what it was given, by position, the record as its callback */
+    result = kbear_produce_positional(self->produce, p, pending);
     Py_DECREF(pending);
     return result;
-fallback:
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+send_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    RecordingSend *self = (RecordingSend *)op;
+    PyObject *p[P_COUNT];
+
+    if (kbear_produce_args(args, PyVectorcall_NARGS(nargsf), kwnames, p) < 0) {
+        if (self->fallback == NULL) {
+            PyErr_SetString(PyExc_ReferenceError, "kbear recording send already cleared");
+            return NULL;
+        }
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    return kbear_record_call(op, p);
 }
 
 static PyObject *
@@ -600,14 +625,8 @@ kbear_pending_init(PyObject *module)
     s_code = PyUnicode_InternFromString("code");
     minus_one = PyLong_FromLong(-1);
     zero_long = PyLong_FromLong(0);
-    kw_sets[0] = Py_BuildValue("(O)", param_names[P_ON_DELIVERY]);
-    kw_sets[1] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP]);
-    kw_sets[2] = Py_BuildValue("(OO)", param_names[P_ON_DELIVERY], param_names[P_HEADERS]);
-    kw_sets[3] =
-        Py_BuildValue("(OOO)", param_names[P_ON_DELIVERY], param_names[P_TIMESTAMP], param_names[P_HEADERS]);
     if (s_call == NULL || s_record == NULL || s_resend == NULL || s_report == NULL || s_suspect == NULL ||
-        s_code == NULL || minus_one == NULL || zero_long == NULL || kw_sets[0] == NULL || kw_sets[1] == NULL || kw_sets[2] == NULL ||
-        kw_sets[3] == NULL) {
+        s_code == NULL || minus_one == NULL || zero_long == NULL) {
         return -1;
     }
     if (add_type(module, "Pending", &PendingType) < 0 || add_type(module, "RecordingSend", &RecordingSendType) < 0) {

@@ -48,10 +48,10 @@ class Client:
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
-        assert callback is None  # (the record is given as on_delivery)
+        assert on_delivery is None  # (the record is given as the callback, by position)
         self.calls.append(
             {"topic": topic, "value": value, "key": key, "partition": partition}
-            | {"on_delivery": on_delivery, "timestamp": timestamp, "headers": headers}
+            | {"on_delivery": callback, "timestamp": timestamp, "headers": headers}
         )
 
 
@@ -244,3 +244,60 @@ def test_which_calls_are_recorded(
     call.record = True  # suspect
     call(*args, **kwargs)
     assert seen[-1] == "record"
+
+
+def _confluent_produce(
+    topic: str,
+    value: Any = None,
+    key: Any = None,
+    partition: int = -1,
+    callback: Any = None,
+    on_delivery: Any = None,
+    timestamp: int = 0,
+    headers: Any = None,
+) -> dict[str, Any]:
+    """What confluent-kafka's produce() reads of a call (its parameters, in its order)."""
+    return dict(locals())
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        (("t",), {"value": b"v", "key": b"k"}),
+        ((), {"topic": "t", "key": b"k"}),
+        (("t", b"v"), {"headers": [("h", b"1")]}),
+        (("t",), {"value": b"v", "key": b"k", "partition": 2, "timestamp": 5, "headers": [("h", b"1")]}),
+        (("t", b"v"), {"callback": None, "on_delivery": None, "timestamp": 7}),
+        (("t", b"v", b"k", 3), {}),
+    ],
+)
+def test_a_call_not_recorded_reaches_the_client_with_the_same_arguments(
+    plain: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Forwarded to the client as given, or (compiled) by position: what
+    confluent-kafka reads of it is the same."""
+    got: list[dict[str, Any]] = []
+    call = plain(lambda *a, **k: got.append(_confluent_produce(*a, **k)), lambda *a, **k: None, False)
+    call(*args, **kwargs)
+    assert got == [_confluent_produce(*args, **kwargs)]
+
+
+def test_a_recorded_call_reaches_the_client_with_the_same_arguments(recording: Any) -> None:
+    """Every argument reaches the client as confluent-kafka would read it, the
+    callback replaced by the record."""
+    calls = [
+        (("t", b"v"), {"callback": _cb}),
+        (("t",), {"value": b"v", "key": b"k", "on_delivery": _cb, "headers": [("h", b"1")]}),
+        (("t", b"v", b"k", 2, None, _cb, 9), {}),
+        (("t",), {"key": b"k", "timestamp": 4, "callback": _cb}),
+    ]
+    for args, kwargs in calls:
+        got: list[dict[str, Any]] = []
+        send = recording(lambda *a, **k: got.append(_confluent_produce(*a, **k)), _rescue())  # noqa: B023
+        send(*args, **kwargs)
+        (seen,) = got
+        record = seen.pop("callback")
+        assert record.own is _cb and seen.pop("on_delivery") is None
+        want = _confluent_produce(*args, **kwargs)
+        del want["callback"], want["on_delivery"]
+        assert seen == want
