@@ -31,28 +31,31 @@ def recording(request: pytest.FixtureRequest) -> Callable[[Any, Rescue], Any]:
     return make
 
 
+def _confluent_produce(
+    topic: str,
+    value: Any = None,
+    key: Any = None,
+    partition: int = -1,
+    callback: Any = None,
+    on_delivery: Any = None,
+    timestamp: int = 0,
+    headers: Any = None,
+) -> dict[str, Any]:
+    """What confluent-kafka's produce() reads of a call (its parameters, in its order)."""
+    return dict(locals())
+
+
 class Client:
     """A client's produce(): keeps each call as confluent-kafka would read it."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        callback: Any = None,
-        on_delivery: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
-    ) -> None:
-        assert on_delivery is None  # (the record is given as the callback, by position)
-        self.calls.append(
-            {"topic": topic, "value": value, "key": key, "partition": partition}
-            | {"on_delivery": callback, "timestamp": timestamp, "headers": headers}
-        )
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        seen = _confluent_produce(*args, **kwargs)
+        assert seen.pop("on_delivery") is None  # (the record is given as the callback, by position)
+        seen["on_delivery"] = seen.pop("callback")
+        self.calls.append(seen)
 
 
 def _rescue() -> Rescue:
@@ -244,20 +247,6 @@ def test_which_calls_are_recorded(
     call.record = True  # suspect
     call(*args, **kwargs)
     assert seen[-1] == "record"
-
-
-def _confluent_produce(
-    topic: str,
-    value: Any = None,
-    key: Any = None,
-    partition: int = -1,
-    callback: Any = None,
-    on_delivery: Any = None,
-    timestamp: int = 0,
-    headers: Any = None,
-) -> dict[str, Any]:
-    """What confluent-kafka's produce() reads of a call (its parameters, in its order)."""
-    return dict(locals())
 
 
 @pytest.mark.parametrize(
