@@ -19,7 +19,11 @@ Measured from the rule write (the file's change, polled every 10 ms):
 - ``clients_switched_max_s`` / ``p50``: when each client applied the new route
   (its router's change listener);
 - ``move_returned_s``: when ``kbear move --apply`` returned (its exit code and
-  the time its own report gives).
+  the time its own report gives);
+- ``workers_applied_s``: when each worker of ``kbear serve`` applied the change
+  (its log line, ``--log-level info``), and ``clients_after_last_worker_max_s``:
+  the last client's pickup after the last worker applied (at most the clients'
+  refresh interval plus one request when no client is late for its own reasons).
 
 Bounded: N clients, ``--before`` + at most ``--timeout`` seconds, loopback only.
 
@@ -141,9 +145,25 @@ def _watch_fleet(base: str, stop: threading.Event, seen: dict[str, Any]) -> None
             time.sleep(0.05)
 
 
+def _applied_times(log: str) -> list[float]:
+    """When each worker applied a change (Unix time), from ``kbear serve``'s log lines
+    ``2026-11-25 19:40:01,123 INFO kbear.server[pid]: kbear serve: configuration ... applied``."""
+    times = []
+    for line in log.splitlines():
+        if "kbear serve: configuration" in line and " applied from " in line:
+            stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            times.append(stamp.timestamp())
+    return times
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     loadavg_at_start = Path("/proc/loadavg").read_text().split()[:3]
-    with EmbeddedCluster() as a, EmbeddedCluster() as b, tempfile.TemporaryDirectory() as tmp:
+    with (
+        EmbeddedCluster() as a,
+        EmbeddedCluster() as b,
+        tempfile.TemporaryDirectory() as tmp,
+        tempfile.TemporaryFile("w+") as server_log,
+    ):
         a.create_topic(TOPIC, 3)
         b.create_topic(TOPIC, 3)
         directory = Path(tmp)
@@ -165,9 +185,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "--workers",
                 str(args.workers),
                 "--log-level",
-                "warning",
+                "info",
             ],
             stdout=subprocess.DEVNULL,
+            stderr=server_log,
         )
         clients: _Clients | None = None
         try:
@@ -207,12 +228,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 clients.close()
             server.terminate()
             server.wait(timeout=30)
+        server_log.seek(0)
+        applied = _applied_times(server_log.read())
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
         report = {"stdout": stdout[-2000:]}
     write = seen.get("write", started)
     delays = sorted(t - write for t in clients.switched.values()) if clients else []
+    workers_applied = (
+        sorted(round(t - seen["write_wall"], 2) for t in applied) if "write_wall" in seen else []
+    )
     return {
         "clients": args.clients,
         "server_workers": args.workers,
@@ -237,6 +263,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "clients_switched": len(delays),
         "clients_switched_p50_s": round(statistics.median(delays), 2) if delays else None,
         "clients_switched_max_s": round(delays[-1], 2) if delays else None,
+        "workers_applied_s": workers_applied,
+        "clients_after_last_worker_max_s": round(delays[-1] - workers_applied[-1], 2)
+        if delays and workers_applied
+        else None,
         "target_s": args.interval + 1.0,
         "loadavg_at_start": loadavg_at_start,
         "loadavg_at_end": Path("/proc/loadavg").read_text().split()[:3],

@@ -17,10 +17,12 @@ new digest when it saw the same digest at the previous check, and applies what
 it loaded only if that is still the digest it saw. After a check that sees a new
 digest, the next check comes after a short settle time (``SETTLE_S``, 0.2 s, or
 the interval if shorter) rather than a whole interval, so a change takes effect
-within one interval plus the settle time. A file being written in place, even
-one whose first half happens to be a valid configuration (a cut between two
-rules), is not applied half-written as long as the writer does not pause for
-the settle time.
+within one interval plus the settle time. Checks start every interval (the
+time a check takes does not push the next one back), unless a check takes
+longer than the interval: then the next one waits a whole interval. A file
+being written in place, even one whose first half happens to be a valid
+configuration (a cut between two rules), is not applied half-written as long
+as the writer does not pause for the settle time.
 
 Write configuration files atomically all the same (write a temporary file in
 the same directory, then ``os.replace`` it over the old one: :func:`replace_file`): that is the only
@@ -35,6 +37,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
@@ -49,6 +52,8 @@ log = logging.getLogger("kbear.reload")
 
 #: Seconds between the check that sees a new digest and the check that confirms it.
 SETTLE_S = 0.2
+
+_monotonic = time.monotonic  # the watcher's clock (a test replaces it)
 
 
 def replace_file(path: str | os.PathLike[str], text: str) -> None:
@@ -186,8 +191,20 @@ class ConfigWatcher:
 
     def _run(self) -> None:
         settle_s = min(SETTLE_S, self._interval_s)
-        while not self._stop.wait(settle_s if self._pending_digest else self._interval_s):
+        wait = self._interval_s
+        while not self._stop.wait(wait):
+            started = _monotonic()
             try:
                 self.check()
             except Exception:
                 log.exception("kbear configuration watcher failed; retrying next interval")
+            period = settle_s if self._pending_digest else self._interval_s
+            wait = _next_wait(period, _monotonic() - started)
+
+
+def _next_wait(period_s: float, took_s: float) -> float:
+    """Seconds until the next check, so that checks start every ``period_s`` (a check
+    that took ``took_s`` does not push the next one back: no drift), unless the check
+    took longer than the period: then a whole period, so that a slow source (a
+    service under load) is not asked back to back."""
+    return period_s - took_s if took_s < period_s else period_s

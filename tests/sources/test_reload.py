@@ -377,3 +377,35 @@ def test_replace_file_leaves_no_partial_file_behind(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         replace_file(tmp_path / "missing-dir" / "route-rules.yaml", "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["route-rules.yaml"]
+
+
+def test_checks_start_every_interval_whatever_a_check_takes(
+    router: Router, conf_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#30: a check that takes 0.3 s of a 1 s interval does not push the next one
+    back (the watcher asked to wait 0.7 s, not 1 s: a client refreshing every second
+    stays on its second), and one that takes longer than the interval is followed by
+    a whole interval (a slow service is not asked back to back)."""
+    from kbear import reload
+    from kbear.sources import DirectorySource
+
+    clock = [100.0]
+    took = [0.3, 0.3, 1.5, 0.1]
+    waits: list[float] = []
+
+    class SlowSource(DirectorySource):
+        def digest(self) -> str:
+            clock[0] += took[len(waits) - 1]
+            return super().digest()
+
+    class Stop:
+        def wait(self, timeout: float) -> bool:
+            waits.append(round(timeout, 6))
+            clock[0] += timeout
+            return len(waits) > len(took)
+
+    monkeypatch.setattr(reload, "_monotonic", lambda: clock[0])
+    watcher = reload.ConfigWatcher(router, SlowSource(conf_dir), 1.0)
+    watcher._stop = Stop()  # type: ignore[assignment]
+    watcher._run()
+    assert waits == [1.0, 0.7, 0.7, 1.0, 0.9]
