@@ -20,7 +20,10 @@ The trigger (``--trigger``):
 
 - ``client``: the producer itself, ``kbear.failover.enable``; the consumers follow
   the operator, ``kbear failover --config DIR --cluster east --apply`` (run as a
-  command when the producer has failed over); the mirror is stopped then;
+  command when the producer has failed over); the mirror is stopped then. With
+  ``--consumers client`` the consumers fail over themselves too
+  (``kbear.failover.enable``: their drain of ``east`` ends at once, their start is
+  the mirror's), the operator's change coming after them;
 - ``serve``: every client through an embedded ``kbear serve
   --failover-after-ms``, one decision for the fleet (mock only).
 
@@ -51,6 +54,13 @@ Printed (one JSON object; ``--json-out FILE`` writes it too):
 - ``unread``: messages stored but never read by the group;
 - ``late_ms``: the longest ``poll()``/``produce()``/``flush()`` call past its timeout
   (``produce()``: its whole duration), producer and consumers (target <= 50 ms);
+  ``late_at_s``: when each began, in seconds from the loss; ``failover_calls_late_ms``:
+  the same for the calls that applied the failover (a take-back, the end of a drain,
+  a client's own failover: kbear's work at the failover, in the calling thread);
+  beside them, a control thread measures the machine's own lateness the same way
+  (``control.plain_poll``: a plain confluent-kafka consumer's ``poll(0.1)`` on
+  ``west``, another group; ``control.sleep``: ``time.sleep(0.1)``): on a loaded
+  machine a thread that should wake up may wait for a core, whoever's code it runs;
 - ``keys_out_of_order``: keys whose messages west holds out of their order (first
   copies: a message stored twice counts once);
 - ``translated_starts``: the consumers' starts on ``west`` by what decided them
@@ -82,7 +92,7 @@ import yaml
 from _failover_clusters import KafkaPair, MockPair, make_pair
 from confluent_kafka import Consumer, TopicPartition
 
-from kbear import RoutedConsumer, RoutedProducer
+from kbear import RoutedConsumer, RoutedProducer, _events
 
 TOPIC = "orders"
 GROUP = "bench-failover"
@@ -138,19 +148,37 @@ def stored(bootstrap: str) -> list[tuple[bytes, bytes, int, int]]:
     return out
 
 
+#: what a call applying a failover emits in the calling thread
+FAILOVER_WORK = (_events.FailedOver, _events.MessagesResent, _events.DrainFinished)
+
+
 class Late:
-    """The longest call past its timeout, in ms, per call."""
+    """The longest call past its timeout, in ms, per call, and when it began; and the
+    same for the calls that applied a failover (emitted :data:`FAILOVER_WORK` events:
+    the take-back, the end of a drain, a client's own failover)."""
 
     def __init__(self) -> None:
         self.ms: dict[str, float] = defaultdict(float)
+        self.at: dict[str, float] = {}
+        self.failover_ms: dict[str, float] = {}
         self.lock = threading.Lock()
+        self._seen = threading.local()
+        _events.subscribe(self._event)
+
+    def _event(self, event: Any) -> None:
+        if isinstance(event, FAILOVER_WORK):
+            self._seen.work = True
 
     def call(self, name: str, fn: Any, timeout: float, *args: Any) -> Any:
+        self._seen.work = False
         started = time.monotonic()
         result = fn(*args)
         past = (time.monotonic() - started - timeout) * 1000
         with self.lock:
-            self.ms[name] = max(self.ms[name], past)
+            if past > self.ms[name]:
+                self.ms[name], self.at[name] = past, started
+            if self._seen.work:
+                self.failover_ms[name] = max(self.failover_ms.get(name, -1e9), past)
         return result
 
 
@@ -210,6 +238,8 @@ class Run:
             "auto.offset.reset": "earliest",
             "auto.commit.interval.ms": 1000,
             "kbear.switch.drain.timeout.ms": 5000,
+            "kbear.failover.enable": self.args.trigger == "client" and self.args.consumers == "client",
+            "kbear.failover.after.ms": self.args.after_ms,
         }
         if self.pair.mirrored:
             conf["kbear.switch.start"] = "translated"
@@ -222,6 +252,25 @@ class Run:
                     self.read.append((m.value(), time.monotonic()))
         finally:
             consumer.close()
+
+    def control(self) -> None:
+        """The machine's own lateness, measured as kbear's calls are: a plain
+        confluent-kafka consumer of ``west`` (another group) and a sleep."""
+        plain = Consumer(
+            {
+                "bootstrap.servers": self.pair.west_bootstrap,
+                **self.pair.group_conf(),
+                "group.id": "bench-control",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        plain.subscribe([TOPIC])
+        try:
+            while not self.stop.is_set():
+                self.late.call("control.plain_poll", plain.poll, POLL_S, POLL_S)
+                self.late.call("control.sleep", time.sleep, POLL_S, POLL_S)
+        finally:
+            plain.close()
 
     def produce_until(self, until: float, rate_from: float, done: Any = None) -> None:
         """Produce at ``--rate`` from ``rate_from`` (monotonic s) until ``until`` or ``done()``."""
@@ -250,7 +299,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     starts = Starts()
     logging.getLogger("kbear.consumer").addHandler(starts)
     logging.getLogger("kbear.consumer").setLevel(logging.INFO)
-    result: dict[str, Any] = {"backend": pair.name, "trigger": args.trigger, "failback": args.failback}
+    result: dict[str, Any] = {
+        "backend": pair.name,
+        "trigger": args.trigger,
+        "consumers": args.consumers if args.trigger == "client" else "serve",
+        "failback": args.failback,
+    }
     try:
         pair.create_topic(TOPIC, 4)
         t0 = time.monotonic()
@@ -285,6 +339,7 @@ def scenario(
 ) -> dict[str, Any]:
     r = Run(args, pair, location)
     consumers = [threading.Thread(target=r.consume, daemon=True) for _ in range(2)]
+    consumers.append(threading.Thread(target=r.control, daemon=True))
     for t in consumers:
         t.start()
     out: dict[str, Any] = {"after_ms": args.after_ms, "rate": args.rate, "seconds": args.seconds}
@@ -387,7 +442,8 @@ def figures(
     produced_before_loss = {f"k{i % KEYS}-{i // KEYS:06d}".encode() for i in range(sent_at_loss)}
     unmirrored = {v for _, v, _, _ in on_east if v in produced_before_loss and v not in west_values}
     back_from = failback_at if failback_at is not None else float("inf")
-    after_loss = [t for t in r.delivered.values() if lost_at < t < back_from]
+    # (a message east stored just before the loss may be reported after it: on west only)
+    after_loss = [t for v, t in r.delivered.items() if lost_at < t < back_from and v in west_values]
     read_after = [t for _, t in r.read if lost_at < t < back_from]
     reads: dict[bytes, list[float]] = defaultdict(list)
     for v, t in r.read:
@@ -422,6 +478,8 @@ def figures(
         "unmirrored_read": Counter(min(read_count[v], 2) for v in unmirrored),
         "unread": len(set(every) - set(reads)),
         "late_ms": {name: round(ms, 1) for name, ms in sorted(r.late.ms.items())},
+        "late_at_s": {name: round(at - lost_at, 2) for name, at in sorted(r.late.at.items())},
+        "failover_calls_late_ms": {name: round(ms, 1) for name, ms in sorted(r.late.failover_ms.items())},
         "keys_out_of_order": out_of_order,
         "stored_east": len(on_east),
         "stored_west": len(on_west),
@@ -432,6 +490,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=["mock", "kafka"], default="mock")
     ap.add_argument("--trigger", choices=["client", "serve"], default="client")
+    ap.add_argument(
+        "--consumers",
+        choices=["operator", "client"],
+        default="operator",
+        help="with --trigger client: the consumers follow the operator's kbear failover (operator, "
+        "the default) or fail over themselves first, kbear.failover.enable (client)",
+    )
     ap.add_argument("--failback", action="store_true", help="east comes back, the operator fails back")
     ap.add_argument(
         "--seconds", type=float, default=20.0, help="seconds of producing before any fail-back (20)"

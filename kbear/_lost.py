@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kbear import _events
-from kbear._health import HealthBoard, reachable_from_stats
+from kbear._health import ClusterHealth, HealthBoard, reachable_from_stats
 from kbear.config import KBearConfig
 
 __all__ = ["STATS_INTERVAL_MS", "LostWatch", "watching_stats"]
@@ -108,6 +108,21 @@ class LostWatch:
     def watching(self) -> bool:
         """Whether a cluster was seen down and not back yet (:meth:`tick` has work)."""
         return bool(self._watched)
+
+    @property
+    def deciding(self) -> bool:
+        """Whether the policy may decide something as time passes: a cluster seen
+        down and not lost yet, or lost and reachable again (recovering). A cluster
+        lost and still unreachable needs no tick until an observation says otherwise."""
+        if not self._watched:
+            return False
+        with self._lock:
+            now = self._clock() * 1000
+            return any(
+                self._board.health(c, now) in (ClusterHealth.SUSPECT, ClusterHealth.RECOVERING)
+                or (c not in self._board.lost() and self._board.health(c, now) is ClusterHealth.LOST)
+                for c in self._watched
+            )
 
     def tick(self, reachable: Callable[[str], bool] | None = None) -> list[tuple[str, str]]:
         """Let time pass; ``reachable(cluster_id)`` may say a watched cluster is

@@ -72,7 +72,7 @@ class ConsumerFailover:
         """What a member client of ``cluster_id`` says of its brokers (``error_cb``:
         False; statistics: either). Runs in the thread serving the client's callbacks."""
         self._watch.observe(cluster_id, reachable)
-        if self.enabled and self._watch.watching and not self._state.watching:
+        if self.enabled and not self._state.watching and self._watch.deciding:
             self._state.watching = True
             self._unbind()
 
@@ -84,7 +84,7 @@ class ConsumerFailover:
             self._engine.cluster_down(cluster_id, True)
         if decided:
             self._state.pending = True
-        self._state.watching = self.enabled and self._watch.watching
+        self._state.watching = self.enabled and self._watch.deciding
 
     def route(self, route: Route) -> Route:
         """``route``, or the same route to its cluster's standby when this consumer
