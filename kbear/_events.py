@@ -179,6 +179,29 @@ class FailedOver:
 
 
 @dataclass(frozen=True)
+class MirroredStart:
+    """A ``kind`` consumer's group started ``partitions`` partitions of ``topic``
+    (logical name) on ``cluster``, moved there from ``source`` with a start taken from
+    the mirror (``kbear.switch.start=translated``, or a failover to a mirrored
+    standby), decided by ``decided_by``: ``checkpoint``, ``offset-sync`` (MirrorMaker
+    2), ``identical`` (the same offsets) -- a **translated** start -- or ``committed``
+    (no translation: the group's committed offsets on ``cluster``, else
+    ``auto.offset.reset``) -- a **fallback**."""
+
+    kind: str
+    topic: str
+    cluster: str
+    source: str
+    decided_by: str
+    partitions: int
+
+    @property
+    def translated(self) -> bool:
+        """Whether the start came from the mirror (else: the fallback)."""
+        return self.decided_by != "committed"
+
+
+@dataclass(frozen=True)
 class ReloadApplied:
     """A configuration (content digest ``digest``) from ``location`` is in force."""
 
@@ -229,6 +252,7 @@ Event = (
     | ClusterHealthChanged
     | ClusterIdMismatch
     | FailedOver
+    | MirroredStart
     | ReloadApplied
     | ReloadRefused
     | MetaRequest

@@ -23,11 +23,13 @@ by :data:`TRANSLATION_TIMEOUT_S`.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
+from kbear import _events
 from kbear._clients import cluster_config
 from kbear._route import Route
 from kbear._switch import StartPlan
@@ -39,6 +41,9 @@ from kbear.router import Router
 __all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts", "mirrored_to"]
 
 log = logging.getLogger("kbear.consumer")
+
+#: what decided a start that is not translated (:class:`~kbear._events.MirroredStart`)
+COMMITTED = "committed"
 
 #: Bound of each read of a mirror's topics at a translated start (seconds).
 TRANSLATION_TIMEOUT_S = 10.0
@@ -85,10 +90,26 @@ class MirrorStarts:
         self, entry: ClusterClient, partitions: list[TopicPartition], plan: StartPlan
     ) -> list[TopicPartition]:
         """``partitions`` (physical names, on ``entry``'s cluster) with their translated
-        start offsets (``OFFSET_INVALID``: the committed offset, else ``auto.offset.reset``)."""
+        start offsets (``OFFSET_INVALID``: the committed offset, else ``auto.offset.reset``);
+        what decided them is reported (:class:`~kbear._events.MirroredStart`, per kind of
+        start)."""
         source = plan.source
         if source is None or not partitions:
             return partitions
+        out, decided = self._starts(entry, partitions, plan, source)
+        for decided_by, count in sorted(Counter(decided).items()):
+            _events.emit(
+                _events.MirroredStart(
+                    "consumer", source.requested_topic, entry.cluster_id, source.cluster_id, decided_by, count
+                )
+            )
+        return out
+
+    def _starts(
+        self, entry: ClusterClient, partitions: list[TopicPartition], plan: StartPlan, source: Route
+    ) -> tuple[list[TopicPartition], list[str]]:
+        """The start of each partition and what decided it (``committed``: no translation)."""
+        committed = [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
         failover = self._failover(source.cluster_id)
         mirrored = failover is not None and failover.mirror is not MirrorKind.NONE
         if failover is None or not mirrored or failover.standby != entry.cluster_id:
@@ -99,7 +120,7 @@ class MirrorStarts:
                 entry.cluster_id,
                 source.requested_topic,
             )
-            return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+            return committed, [COMMITTED] * len(partitions)
         copy = failover.remote_topic(source.topic)
         if partitions[0].topic != copy:
             # (a failover routes the topic under its own name: under MirrorMaker 2's
@@ -112,7 +133,7 @@ class MirrorStarts:
                 entry.cluster_id,
                 copy,
             )
-            return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
+            return committed, [COMMITTED] * len(partitions)
         known = {p: o for p, o in plan.upstream.items() if o >= 0}
         if failover.mirror is MirrorKind.IDENTICAL:
             out = [
@@ -126,8 +147,11 @@ class MirrorStarts:
                 source.cluster_id,
                 out,
             )
-            return out
-        return self._mm2(entry, partitions, plan, failover, known)
+            return out, ["identical" if tp.partition in known else COMMITTED for tp in partitions]
+        out = self._mm2(entry, partitions, plan, failover, known)
+        starts = self.last[(entry.cluster_id, partitions[0].topic)]
+        decided = [starts[tp.partition].source for tp in partitions]
+        return out, [COMMITTED if d is StartSource.NONE else d.value for d in decided]
 
     def _mm2(
         self,

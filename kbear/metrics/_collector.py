@@ -116,6 +116,15 @@ class KBearMetrics(Collector):
             ["trigger", "cluster", "standby", "direction"],
             registry=registry,
         )
+        self.mirrored_starts = Counter(
+            "kbear_mirrored_starts",
+            "Partitions a consumer group started on a cluster after a move from a mirrored "
+            "cluster (kbear.switch.start=translated, or a failover): start translated (from a "
+            "MirrorMaker 2 checkpoint or offset sync, or an identical mirror's offsets) or "
+            "fallback (the group's committed offsets there, else auto.offset.reset)",
+            ["kind", "cluster", "topic", "source", "start", "decided_by"],
+            registry=registry,
+        )
         self.cluster_id_mismatches = Counter(
             "kbear_cluster_id_mismatches",
             "Clusters refused because their brokers reported another cluster id than "
@@ -161,6 +170,7 @@ class KBearMetrics(Collector):
             self.clusters_lost,
             self.clusters_recovered,
             self.failovers,
+            self.mirrored_starts,
             self.cluster_id_mismatches,
             self.reloads,
             self.meta_requests,
@@ -218,6 +228,11 @@ class KBearMetrics(Collector):
             self.failovers.labels(event.trigger, event.cluster, event.standby, direction).inc()
             if not event.back:  # a series at 0: failed back, not yet
                 self.failovers.labels(event.trigger, event.cluster, event.standby, "back")
+        elif isinstance(event, _events.MirroredStart):
+            start = "translated" if event.translated else "fallback"
+            self.mirrored_starts.labels(
+                event.kind, event.cluster, event.topic, event.source, start, event.decided_by
+            ).inc(event.partitions)
         elif isinstance(event, _events.ReloadApplied):
             self.reloads.labels("applied", "", event.location).inc()
             with self._lock:

@@ -167,6 +167,12 @@ def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translat
         (e.observer, e.cluster, e.lost) for e in kbear_events if isinstance(e, _events.ClusterHealthChanged)
     ]
     assert lost == [("consumer", "east", True)]
+    # both partitions started from the checkpoints (the source is down: no offset sync
+    # can translate the group's offsets there)
+    starts = [e for e in kbear_events if isinstance(e, _events.MirroredStart)]
+    assert [(e.cluster, e.source, e.decided_by, e.partitions, e.translated) for e in starts] == [
+        ("west", "east", "checkpoint", PARTITIONS, True)
+    ]
 
 
 def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_there(
@@ -174,6 +180,7 @@ def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_the
     tmp_path: Path,
     unique: Callable[[str], str],
     closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
     east_down: Callable[[], None],
 ) -> None:
     """``kbear.mirror: identical`` (Cluster Linking and the like: the same records at the
@@ -208,6 +215,11 @@ def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_the
     counts = Counter(m.value() for m in first + more + rest)
     assert set(counts) == set(sent)  # nothing skipped
     assert sum(n - 1 for n in counts.values()) <= len(more)  # from the synced commits, not the start
+    # (east was down: its offsets unknown, the fallback is the committed offsets on west)
+    starts = [e for e in kbear_events if isinstance(e, _events.MirroredStart)]
+    assert [(e.cluster, e.decided_by, e.partitions, e.translated) for e in starts] == [
+        ("west", "committed", PARTITIONS, False)
+    ]
 
 
 def test_a_short_outage_is_not_a_loss(

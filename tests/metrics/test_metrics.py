@@ -291,7 +291,15 @@ def test_the_dashboard_queries_only_metrics_a_run_exports(
     producer = closing(RoutedProducer(NO_WATCH, router=router))
     consumer = closing(
         RoutedConsumer(
-            {**NO_WATCH, **FAST_GROUP, "group.id": topic, "kbear.switch.drain.idle.ms": 100}, router=router
+            {
+                **NO_WATCH,
+                **FAST_GROUP,
+                "group.id": topic,
+                "kbear.switch.drain.idle.ms": 100,
+                # A is not mirrored to B: the translated start falls back (the mirrored-starts panel)
+                "kbear.switch.start": "translated",
+            },
+            router=router,
         )
     )
     consumer.subscribe([topic])
@@ -528,3 +536,27 @@ def test_consumer_messages_are_what_the_application_got_after_a_seek_back(
             handed += 1
     assert _total(registry, "kbear_consumer_messages_total", **where) == handed
     assert _total(registry, "kbear_consumer_fetched_messages_total", **where) > handed
+
+
+def test_mirrored_starts_are_counted_translated_or_fallback_per_cluster_and_topic(
+    registry: CollectorRegistry,
+) -> None:
+    """#27 item 7: the partitions a group started from the mirror (translated: a
+    checkpoint, an offset sync, an identical mirror's offsets) or not (fallback: the
+    committed offsets), per cluster and topic, as the consumer reports them."""
+    from kbear import _events
+
+    for decided_by, partitions in (("checkpoint", 2), ("offset-sync", 1), ("committed", 3)):
+        _events.emit(_events.MirroredStart("consumer", "orders", "west", "east", decided_by, partitions))
+    _events.emit(_events.MirroredStart("consumer", "orders", "west", "east", "checkpoint", 1))
+
+    def count(start: str, decided_by: str) -> float | None:
+        labels = {"kind": "consumer", "cluster": "west", "topic": "orders", "source": "east"}
+        return registry.get_sample_value(
+            "kbear_mirrored_starts_total", {**labels, "start": start, "decided_by": decided_by}
+        )
+
+    assert count("translated", "checkpoint") == 3
+    assert count("translated", "offset-sync") == 1
+    assert count("fallback", "committed") == 3
+    assert count("fallback", "checkpoint") is None
