@@ -62,14 +62,19 @@ class _Engine(RoutedDeserializingConsumer):
         return self._poll_from(timeout)
 
     def consume_from(self, num_messages: int = 1, timeout: float | None = -1) -> list[Read]:
-        """Up to ``num_messages`` (message, cluster) pairs: waits up to ``timeout``
-        seconds (None or -1: infinite) for the first, then takes what is ready.
+        """Up to ``num_messages`` (message, cluster) pairs: reading one cluster, its
+        client's own ``consume``; else waits up to ``timeout`` seconds (None or -1:
+        infinite) for the first message, then takes what is ready.
 
         Raises:
             ValueError: ``num_messages`` out of range (confluent-kafka's words).
         """
         if not isinstance(num_messages, int) or not 0 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
+        fast = self._fast_batch
+        if fast is not None:  # one cluster: its client's own consume
+            cluster_id = fast[1]
+            return [(m, cluster_id) for m in fast[0](num_messages, -1 if timeout is None else timeout)]
         out: list[Read] = []
         wait = -1.0 if timeout is None or timeout < 0 else float(timeout)
         deadline = None if wait < 0 else time.monotonic() + wait
@@ -206,8 +211,9 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
     async def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
         """Consume up to ``num_messages`` messages and deserialize them, as
         ``AsyncDeserializingConsumer.consume``: messages carrying an error are
-        returned as they are. Waits up to ``timeout`` seconds (-1: infinite) for the
-        first message, then takes those ready.
+        returned as they are. Reading one cluster, its client's own ``consume`` (waits
+        up to ``timeout`` seconds, -1: infinite); over several, waits up to ``timeout``
+        for the first message, then takes those ready (as ``RoutedConsumer.consume``).
 
         Raises:
             KeyDeserializationError, ValueDeserializationError: a deserializer failed.

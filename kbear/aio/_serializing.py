@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -45,6 +46,8 @@ from kbear.producer import RoutedProducer
 from kbear.router import Router
 
 __all__ = ["RoutedAsyncSerializingProducer"]
+
+log = logging.getLogger("kbear.aio")
 
 _KEY = MessageField.KEY
 _VALUE = MessageField.VALUE
@@ -289,12 +292,17 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         topic, _partition, messages, futures = batch
         stale = [m for m in messages if m[_ORIGIN][0] != cluster_id]
         if stale:
-            blocking_callback(self._calls.loop, self._reserialize)(topic, cluster_id, stale)
+            try:
+                blocking_callback(self._calls.loop, self._reserialize)(topic, cluster_id, stale)
+            except BaseException:  # cancelled with the loop: those messages fail below
+                log.warning(
+                    "kbear: serializing %d messages again for cluster %r failed", len(stale), cluster_id
+                )
         ready = []
         for message, future in zip(messages, futures, strict=True):
             origin = message.pop(_ORIGIN)
             error = message.pop(_FAILED, None)
-            if error is None and origin[0] != cluster_id:  # the loop stopped before
+            if error is None and origin[0] != cluster_id:  # the loop stopped meanwhile
                 error = ValueSerializationError(
                     SerializationError(
                         f"kbear: not serialized for cluster {cluster_id!r}: the event loop stopped"

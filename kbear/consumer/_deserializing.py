@@ -81,6 +81,8 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         key, value, owned, rest = split_serdes(config, "key.deserializer", "value.deserializer")
         self._owned_serdes = owned
         self._fast: tuple[Callable[..., Any], str] | None = None
+        #: the one cluster's own ``consume`` with its cluster id (kbear.aio's consume)
+        self._fast_batch: tuple[Callable[..., Any], str] | None = None
         self._source = _Source()
         self._serdes = ClusterSerdes(
             key,
@@ -112,11 +114,12 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         self._serdes.refresh()
 
     def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
-        """Keep the one cluster's own ``poll`` with its cluster id (the fast path);
+        """Keep the one cluster's own ``poll`` (and ``consume``) with its cluster id (the fast path);
         several clusters' turn taking is not kept: the poll loop names each
         message's cluster."""
         pinned = self._binding.pinned
         self._fast = None if poll is None or pinned is None else (poll, pinned.cluster_id)
+        self._fast_batch = None if consume is None or pinned is None else (consume, pinned.cluster_id)
 
     def _poll_from(self, timeout: float | None) -> tuple[Any, str]:
         """(the next message or None, the id of the cluster it was read from)."""

@@ -27,7 +27,7 @@ from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry.avro import AsyncAvroDeserializer, AsyncAvroSerializer
 from confluent_kafka.serialization import StringDeserializer, StringSerializer
 
-from conftest import FAST_GROUP, read_all, rewrite_rules
+from conftest import FAST_GROUP, plain_producer, read_all, rewrite_rules
 from kbear import Router
 from kbear.aio import RoutedAsyncDeserializingConsumer, RoutedAsyncSerializingProducer
 from kbear.schema_registry import async_registry_client, per_cluster
@@ -354,3 +354,43 @@ async def test_a_live_move_under_load_decodes_every_record_as_sent(
     assert all(decoded[s] == r for s, r in sent.items())  # every record as sent
     assert all(m.key() == m.value()["key"] for m in received)
     assert consumer.routes()[topic].cluster_id == "B"
+
+
+class ClusterTagging:
+    """An asyncio serializer that asks for the Kafka cluster id, as confluent-kafka's
+    serdes resolving subjects with ``AssociatedNameStrategy`` do, and writes it out."""
+
+    def __init__(self) -> None:
+        self.resolver: Any = None
+
+    def set_async_cluster_id_resolver(self, resolver: Any) -> None:
+        self.resolver = resolver
+
+    async def __call__(self, obj: Any, ctx: Any) -> bytes:
+        return f"{await self.resolver()}/{obj}".encode()
+
+
+async def test_serdes_asking_for_the_kafka_cluster_id_are_told_the_messages_cluster(
+    two_clusters: Clusters, router: Router, conf_dir: Path, topic: str, opened: Callable[[Any], Any]
+) -> None:
+    """A serde given as is that asks for the Kafka cluster id is told the id of the
+    cluster each message is sent to, also when a move lands between produce() and send."""
+    a, b = two_clusters
+    ids = [plain_producer(c).cluster_id(10) for c in two_clusters]
+    assert ids[0] != ids[1]
+    producer = opened(
+        await RoutedAsyncSerializingProducer(
+            {**NO_WATCH, "value.serializer": ClusterTagging()},
+            router=router,
+            batch_size=10_000,
+            buffer_timeout=0,
+        )
+    )
+    await producer.produce(topic, value="one")
+    assert await producer.flush() == 0
+    await producer.produce(topic, value="two")  # serialized for A, sent to B
+    rewrite_rules(conf_dir, on("B", topic))
+    assert router.reload()
+    assert await producer.flush() == 0
+    assert [m.value() for m in read_all(a, topic)] == [f"{ids[0]}/one".encode()]
+    assert [m.value() for m in read_all(b, topic)] == [f"{ids[1]}/two".encode()]
