@@ -10,7 +10,8 @@
  *     under way (rescue.resend not None): offers it to rescue.resend(err, msg, self),
  *     and says nothing more when that re-sent it;
  *   - else calls ``own`` (the message's own callback) or, when None,
- *     ``rescue.report`` (the configuration's on_delivery) with (err, msg).
+ *     ``rescue.report`` (the configuration's on_delivery; ``rescue.user`` itself
+ *     while ``rescue.logical`` is empty) with (err, msg).
  *
  * RecordingSend(produce, rescue, fallback) is called like
  * confluent_kafka.Producer.produce(topic, value=None, key=None, partition=-1,
@@ -34,7 +35,7 @@
 /* in _dispatch.c: a PlainCall's record flag (1/0), or -1 when ``call`` is no PlainCall */
 int kbear_plain_record(PyObject *call);
 
-static PyObject *s_call, *s_record, *s_resend, *s_report, *s_suspect, *s_code;
+static PyObject *s_call, *s_record, *s_resend, *s_report, *s_suspect, *s_code, *s_user, *s_logical;
 static PyObject *purge_queue, *purge_inflight; /* KafkaError._PURGE_QUEUE / _PURGE_INFLIGHT */
 static PyObject *minus_one, *zero_long;
 
@@ -50,11 +51,54 @@ typedef struct {
 
 static PyTypeObject PendingType;
 
+/* rescue.<name> (a new reference). Rescue is a class with __slots__: the offset of
+ * each slot is read once from its member descriptor, and an instance of exactly
+ * that class is read at that offset (a generic getattr per report cost about 25 ns
+ * each, three per report); anything else is read by getattr. */
+enum { R_CALL, R_USER, R_LOGICAL, R_REPORT, R_RESEND, R_COUNT };
+static PyObject *rescue_names[R_COUNT];
+static PyTypeObject *rescue_type; /* the class whose offsets are known (a strong reference) */
+static Py_ssize_t rescue_offsets[R_COUNT];
+
+static PyObject *
+rescue_get(PyObject *rescue, int which)
+{
+    if (Py_TYPE(rescue) != rescue_type) {
+        PyTypeObject *type = Py_TYPE(rescue);
+        Py_ssize_t offsets[R_COUNT];
+        int ok = rescue_type == NULL; /* (only the first class met, Rescue itself) */
+        for (int i = 0; i < R_COUNT && ok; i++) {
+            PyObject *descr = _PyType_Lookup(type, rescue_names[i]); /* borrowed */
+            if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX) {
+                offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+            }
+            else {
+                ok = 0;
+            }
+        }
+        if (!ok) {
+            return PyObject_GetAttr(rescue, rescue_names[which]);
+        }
+        memcpy(rescue_offsets, offsets, sizeof(offsets));
+        Py_INCREF(type);
+        rescue_type = type;
+    }
+    {
+        PyObject *value = *(PyObject **)((char *)rescue + rescue_offsets[which]);
+        if (value == NULL) {
+            return PyObject_GetAttr(rescue, rescue_names[which]); /* (its AttributeError) */
+        }
+        Py_INCREF(value);
+        return value;
+    }
+}
+
 /* Whether the rescue's cluster is suspected (1/0), -1 on error. */
 static int
 suspected(PyObject *rescue)
 {
-    PyObject *call = PyObject_GetAttr(rescue, s_call);
+    PyObject *call = rescue_get(rescue, R_CALL);
     int on;
     if (call == NULL) {
         return -1;
@@ -106,6 +150,30 @@ purged(PyObject *err)
     return found;
 }
 
+/* The report of a message without a callback of its own (a new reference): the
+ * configuration's on_delivery itself (rescue.user) while no topic of the client is
+ * remapped (rescue.logical empty: nothing to rename, no Python frame in between),
+ * else rescue.report (renames, then calls it). */
+static PyObject *
+configured(PyObject *rescue)
+{
+    PyObject *logical = rescue_get(rescue, R_LOGICAL), *user;
+    int empty;
+    if (logical == NULL) {
+        return NULL;
+    }
+    empty = PyDict_CheckExact(logical) && PyDict_GET_SIZE(logical) == 0;
+    Py_DECREF(logical);
+    if (empty) {
+        user = rescue_get(rescue, R_USER);
+        if (user == NULL || user != Py_None) {
+            return user;
+        }
+        Py_DECREF(user);
+    }
+    return rescue_get(rescue, R_REPORT);
+}
+
 static PyObject *
 pending_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -136,7 +204,7 @@ pending_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject 
         }
     }
     else {
-        PyObject *resend = PyObject_GetAttr(rescue, s_resend);
+        PyObject *resend = rescue_get(rescue, R_RESEND);
         if (resend == NULL) {
             goto error;
         }
@@ -174,7 +242,7 @@ pending_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject 
         Py_INCREF(report);
     }
     else {
-        report = PyObject_GetAttr(rescue, s_report);
+        report = configured(rescue);
         if (report == NULL) {
             goto error;
         }
@@ -623,10 +691,17 @@ kbear_pending_init(PyObject *module)
     s_report = PyUnicode_InternFromString("report");
     s_suspect = PyUnicode_InternFromString("suspect");
     s_code = PyUnicode_InternFromString("code");
+    s_user = PyUnicode_InternFromString("user");
+    s_logical = PyUnicode_InternFromString("logical");
+    rescue_names[R_CALL] = s_call;
+    rescue_names[R_USER] = s_user;
+    rescue_names[R_LOGICAL] = s_logical;
+    rescue_names[R_REPORT] = s_report;
+    rescue_names[R_RESEND] = s_resend;
     minus_one = PyLong_FromLong(-1);
     zero_long = PyLong_FromLong(0);
     if (s_call == NULL || s_record == NULL || s_resend == NULL || s_report == NULL || s_suspect == NULL ||
-        s_code == NULL || minus_one == NULL || zero_long == NULL) {
+        s_code == NULL || s_user == NULL || s_logical == NULL || minus_one == NULL || zero_long == NULL) {
         return -1;
     }
     if (add_type(module, "Pending", &PendingType) < 0 || add_type(module, "RecordingSend", &RecordingSendType) < 0) {

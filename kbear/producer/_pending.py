@@ -77,6 +77,9 @@ _PlainCall: Any = None if EXTENSION is None else getattr(EXTENSION, "PlainCall",
 #: the compiled recording send (its records: the compiled Pending), or None
 _RecordingSend: Any = None if EXTENSION is None else getattr(EXTENSION, "RecordingSend", None)
 
+#: the compiled Pending, or None
+_Pending: Any = None if EXTENSION is None else getattr(EXTENSION, "Pending", None)
+
 
 def _no_report(err: Any, msg: Any) -> None:
     """No ``on_delivery`` configured: nothing to report to."""
@@ -126,14 +129,20 @@ class Rescue:
             take-back under way.
         report: the configuration's ``on_delivery`` with remapped names renamed
             (a no-op when none is configured).
+        user: the configuration's ``on_delivery`` itself (None: none), and
+        logical: physical -> logical name of the client's remapped topics: while
+            it is empty, ``report`` is ``user`` with nothing to rename (the compiled
+            Pending calls ``user`` directly then).
         call: the client's send function (its ``record`` flag: suspect).
     """
 
-    __slots__ = ("call", "report", "resend")
+    __slots__ = ("call", "logical", "report", "resend", "user")
 
     def __init__(self) -> None:
         self.resend: Callable[[Any, Any, Pending | None], bool] | None = None
         self.report: DeliveryCallback = _no_report
+        self.user: DeliveryCallback | None = None
+        self.logical: Mapping[str, str] = {}
         self.call: Any = None
 
     @property
@@ -192,13 +201,18 @@ def delivery_callback(
     user_cb: DeliveryCallback, logical: Mapping[str, str], rescue: Rescue
 ) -> DeliveryCallback:
     """The ``on_delivery`` kbear gives each cluster's client when the configuration
-    has one (never otherwise: it would cost a Python call per message).
+    has one (never otherwise: it would cost a Python call per message): a
+    :class:`Pending` of no message in particular (no callback of its own, nothing
+    kept), compiled when the extension is built (no Python frame per report between
+    librdkafka and ``user_cb`` while no topic is remapped). A delivery ends the
+    cluster's suspicion; a purge is offered to the take-back first.
 
     Args:
         user_cb: the configuration's ``on_delivery``.
         logical: physical -> logical name of remapped topics (renamed before ``user_cb``).
         rescue: offered a purged message first while a take-back is under way; its
-            ``report`` is set here (``user_cb`` with the renaming).
+            ``report``, ``user`` and ``logical`` are set here (``report``: ``user_cb``
+            with the renaming).
     """
 
     def report(err: Any, msg: Any) -> None:
@@ -209,14 +223,10 @@ def delivery_callback(
         user_cb(err, msg)
 
     rescue.report = report
-
-    def deliver(err: Any, msg: Any) -> None:
-        resend = rescue.resend
-        if err is not None and resend is not None and err.code() in PURGED and resend(err, msg, None):
-            return
-        report(err, msg)
-
-    return deliver
+    rescue.user = user_cb
+    rescue.logical = logical
+    record: DeliveryCallback = (Pending if _Pending is None else _Pending)(None, None, -1, 0, rescue)
+    return record
 
 
 def recording_send(produce: Send, rescue: Rescue) -> Send:

@@ -290,3 +290,51 @@ def test_a_recorded_call_reaches_the_client_with_the_same_arguments(recording: A
         want = _confluent_produce(*args, **kwargs)
         del want["callback"], want["on_delivery"]
         assert seen == want
+
+
+class _Msg:
+    """A delivered message: its topic, renamed by set_topic()."""
+
+    def __init__(self, topic: str) -> None:
+        self.name = topic
+
+    def topic(self) -> str:
+        return self.name
+
+    def set_topic(self, name: str) -> None:
+        self.name = name
+
+
+def test_the_configured_report_gets_the_logical_name_of_a_remapped_topic(recording: Any) -> None:
+    """Without a callback of its own, a recorded message's report goes to the
+    configuration's on_delivery, under the logical name once its topic is remapped
+    (the compiled record calls on_delivery directly while nothing is remapped)."""
+    rescue = _rescue()
+    seen: list[tuple[Any, str]] = []
+    logical: dict[str, str] = {}
+    _pending.delivery_callback(lambda err, msg: seen.append((err, msg.topic())), logical, rescue)
+    pending = _pending_of(recording, rescue, None)
+    pending(None, _Msg("t"))
+    logical["t-physical"] = "t"
+    pending(None, _Msg("t-physical"))
+    pending(None, _Msg("other"))
+    assert seen == [(None, "t"), (None, "t"), (None, "other")]
+
+
+def test_the_configured_on_delivery_ends_the_suspicion_and_offers_a_purge_first() -> None:
+    """A message kbear keeps no record of reports through the configuration's
+    on_delivery: a delivery there ends the cluster's suspicion (it is reachable), a
+    purge is offered to the take-back first."""
+    rescue = _rescue()
+    got, user = _reports()
+    deliver = _pending.delivery_callback(user, {}, rescue)
+    rescue.suspect(True)
+    deliver(None, "msg")
+    assert not rescue.suspected and got == [(None, "msg")]
+    offered: list[Any] = []
+    rescue.resend = lambda err, msg, record: offered.append(record) or True
+    purge = KafkaError(KafkaError._PURGE_QUEUE)
+    deliver(purge, "queued")
+    (record,) = offered  # (a record of no message: nothing kept but the rescue)
+    assert record.own is None and record.headers is None and record.partition == -1 and record.timestamp == 0
+    assert len(got) == 1  # re-sent: its one report comes later
