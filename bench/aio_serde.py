@@ -3,6 +3,7 @@ AsyncSerializingProducer / AsyncDeserializingConsumer, one cluster, in one proce
 
     .venv/bin/python bench/aio_serde.py            # writes bench/results-aio-serde.json
     .venv/bin/python bench/aio_serde.py --quick    # fewer rounds and messages
+    .venv/bin/python bench/aio_serde.py --only consume --rounds 7   # one side, printed only
 
 One in-process mock cluster (kbear.testing) and an in-memory asyncio Schema Registry
 (``mock://``, named in clusters.yaml for kbear; both sides use the same
@@ -183,8 +184,9 @@ async def bench_consume(n: int, rounds: int, cluster: EmbeddedCluster, conf_dir:
     return row(n, raw_s, routed_s, per_round)
 
 
-async def amain(quick: bool) -> dict[str, Any]:
-    n, rounds = (5_000, 3) if quick else (20_000, 9)
+async def amain(quick: bool, only: str | None = None, rounds: int | None = None) -> dict[str, Any]:
+    n, default_rounds = (5_000, 3) if quick else (20_000, 9)
+    rounds = rounds or default_rounds
     cluster = EmbeddedCluster()
     conf_dir = Path(tempfile.mkdtemp(prefix="kbear-bench-aio-serde-"))
     meta = {"bootstrap.servers": cluster.bootstrap_servers, "schema.registry.url": REGISTRY["url"]}
@@ -196,10 +198,12 @@ async def amain(quick: bool) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     try:
-        results["produce-avro"] = await bench_produce(n, rounds, cluster, conf_dir)
-        print(f"produce avro: {results['produce-avro']}", flush=True)
-        results["consume-avro"] = await bench_consume(n, rounds, cluster, conf_dir)
-        print(f"consume avro: {results['consume-avro']}", flush=True)
+        if only in (None, "produce"):
+            results["produce-avro"] = await bench_produce(n, rounds, cluster, conf_dir)
+            print(f"produce avro: {results['produce-avro']}", flush=True)
+        if only in (None, "consume"):
+            results["consume-avro"] = await bench_consume(n, rounds, cluster, conf_dir)
+            print(f"consume avro: {results['consume-avro']}", flush=True)
     finally:
         cluster.close()
     return results
@@ -208,8 +212,12 @@ async def amain(quick: bool) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds and messages")
+    ap.add_argument("--only", choices=("produce", "consume"), help="one of the two (results not written)")
+    ap.add_argument("--rounds", type=int, help="rounds (default 9; 3 with --quick)")
     args = ap.parse_args()
-    results = asyncio.run(amain(args.quick))
+    results = asyncio.run(amain(args.quick, args.only, args.rounds))
+    if args.only:
+        return 0
     out = HERE / ("results-aio-serde-quick.json" if args.quick else "results-aio-serde.json")
     out.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -11,6 +11,7 @@ read during a move is decoded with the old cluster's registry.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import contextlib
@@ -162,7 +163,9 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
         return self._engine
 
     async def _kafka_id(self, cluster_id: str) -> str:
-        return await self._calls.call(self._engine.kafka_cluster_id, cluster_id)
+        # In a thread of the loop's default executor, not of this client's: a thread of
+        # this client's may be the one waiting for the loop (a batch serialized again)
+        return await asyncio.to_thread(self._engine.kafka_cluster_id, cluster_id)
 
     async def close(self, *args: Any, **kwargs: Any) -> None:
         """Close the consumer (:meth:`RoutedAIOConsumer.close`), then the deserializers

@@ -185,7 +185,9 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         return self._engine
 
     async def _kafka_id(self, cluster_id: str) -> str:
-        return await self._calls.call(self._engine.kafka_cluster_id, cluster_id)
+        # In a thread of the loop's default executor, not of this client's: a thread of
+        # this client's may be the one waiting for the loop (a batch serialized again)
+        return await asyncio.to_thread(self._engine.kafka_cluster_id, cluster_id)
 
     async def close(self) -> None:
         """Close the producer (:meth:`RoutedAIOProducer.close`), then the serializers it

@@ -374,7 +374,9 @@ async def test_serdes_asking_for_the_kafka_cluster_id_are_told_the_messages_clus
     two_clusters: Clusters, router: Router, conf_dir: Path, topic: str, opened: Callable[[Any], Any]
 ) -> None:
     """A serde given as is that asks for the Kafka cluster id is told the id of the
-    cluster each message is sent to, also when a move lands between produce() and send."""
+    cluster each message is sent to, also when a move lands between produce() and send
+    (with one executor thread: the thread sending the batch waits for the loop, which
+    asks the cluster id elsewhere)."""
     a, b = two_clusters
     ids = [plain_producer(c).cluster_id(10) for c in two_clusters]
     assert ids[0] != ids[1]
@@ -382,6 +384,7 @@ async def test_serdes_asking_for_the_kafka_cluster_id_are_told_the_messages_clus
         await RoutedAsyncSerializingProducer(
             {**NO_WATCH, "value.serializer": ClusterTagging()},
             router=router,
+            max_workers=1,
             batch_size=10_000,
             buffer_timeout=0,
         )
@@ -391,6 +394,6 @@ async def test_serdes_asking_for_the_kafka_cluster_id_are_told_the_messages_clus
     await producer.produce(topic, value="two")  # serialized for A, sent to B
     rewrite_rules(conf_dir, on("B", topic))
     assert router.reload()
-    assert await producer.flush() == 0
+    assert await asyncio.wait_for(producer.flush(), 30) == 0
     assert [m.value() for m in read_all(a, topic)] == [f"{ids[0]}/one".encode()]
     assert [m.value() for m in read_all(b, topic)] == [f"{ids[1]}/two".encode()]
