@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from _serde import KEY_SCHEMA, OTHER_SCHEMA, VALUE_SCHEMA, Clusters, on, schema_id, write_clusters
-from confluent_kafka import KafkaError
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka.aio import AsyncDeserializingConsumer, AsyncSerializingProducer
 from confluent_kafka.error import (
     ConsumeError,
     KeySerializationError,
@@ -256,6 +257,39 @@ async def test_deserialization_errors_carry_the_message(
     await consumer.close()
     with pytest.raises(RuntimeError, match="Consumer closed"):
         await consumer.poll(0)
+
+
+async def test_same_configuration_same_behaviour_as_confluent_kafkas_async_clients(
+    two_clusters: Clusters,
+    router: Router,
+    topic: str,
+    opened: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    """The same string serdes through confluent-kafka's asyncio clients and kbear's: the
+    same bytes on the cluster, the same messages decoded."""
+    a, _ = two_clusters
+    conf = {"key.serializer": StringSerializer(), "value.serializer": StringSerializer("utf_8")}
+    plain = opened(await AsyncSerializingProducer({**conf, "bootstrap.servers": a.bootstrap_servers}))
+    routed = opened(await RoutedAsyncSerializingProducer({**NO_WATCH, **conf}, router=router))
+    for producer in (plain, routed):
+        delivered = await (await producer.produce(topic, key="clé", value="valeur", partition=1))
+        assert (delivered.topic(), delivered.partition()) == (topic, 1)
+    got = [(m.key(), m.value(), m.partition()) for m in read_all(a, topic)]
+    assert got[0] == got[1] == ("clé".encode(), b"valeur", 1)
+    de = {"key.deserializer": StringDeserializer(), "value.deserializer": StringDeserializer(), **FAST_GROUP}
+    readers = (
+        await AsyncDeserializingConsumer(
+            {**de, "group.id": unique("p"), "bootstrap.servers": a.bootstrap_servers}
+        ),
+        await RoutedAsyncDeserializingConsumer({**NO_WATCH, **de, "group.id": unique("r")}, router=router),
+    )
+    decoded = []
+    for consumer in readers:
+        opened(consumer)
+        await consumer.assign([TopicPartition(topic, 1, OFFSET_BEGINNING)])
+        decoded.append([(m.topic(), m.key(), m.value()) for m in await read(consumer, 2)])
+    assert decoded[0] == decoded[1] == [(topic, "clé", "valeur")] * 2
 
 
 # --------------------------------------------------------------------------- a registry per cluster
