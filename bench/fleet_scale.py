@@ -62,7 +62,9 @@ def main(argv: list[str]) -> int:
             read()
             print(f"{label}: {time.perf_counter() - start:.2f} s")
         # a change of a global rule: every topic may have moved, the whole fleet is read
-        replace_file(conf / "route-rules.yaml", _rules("green").replace("use cluster blue", "use cluster green"))
+        replace_file(
+            conf / "route-rules.yaml", _rules("green").replace("use cluster blue", "use cluster green")
+        )
         holder.check()
         holder.check()
         start = time.perf_counter()

@@ -28,9 +28,7 @@ log = logging.getLogger("kbear.client")
 
 #: the codes of a refused login (SASL) or a failed TLS handshake (unknown CA, wrong
 #: client certificate)
-AUTH_CODES = frozenset(
-    {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
-)
+AUTH_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL})
 
 #: what librdkafka's text says when a TLS handshake failed (an unknown CA, a refused
 #: client certificate) but the error came as ``_TRANSPORT``: librdkafka 2.16 reports

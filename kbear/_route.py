@@ -137,8 +137,7 @@ class MetaServiceUnavailable(NoRouteError):
             else f"last answer {last_answer_age_s:.0f} s old"
         )
         self.args = (
-            f"meta-service {url} unreachable since {started} ({age}; {reason}): "
-            f"no route known for {what}",
+            f"meta-service {url} unreachable since {started} ({age}; {reason}): no route known for {what}",
         )
 
     def __reduce__(self) -> tuple[type[NoRouteError], tuple[object, ...]]:  # type: ignore[override]

@@ -327,4 +327,3 @@ class EmbeddedCluster:
         state = "closed" if self.closed else self.bootstrap_servers
         kind = "native" if self.native else "fallback"
         return f"<EmbeddedCluster {kind} brokers={self.num_brokers} {state}>"
-

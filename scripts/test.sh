@@ -6,6 +6,7 @@
 set -euo pipefail
 KBEAR_EXTRAS="dev,spark,integration,fast-yaml,meta,server,metrics,docs,schema-registry" source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 echo "== ruff"; .venv/bin/ruff check kbear tests integration examples bench conftest.py scripts
+.venv/bin/ruff format --check kbear tests integration examples bench conftest.py scripts
 echo "== mypy"; .venv/bin/mypy kbear
 echo "== import layers"; .venv/bin/lint-imports  # pyproject.toml [tool.importlinter]
 echo "== docs"

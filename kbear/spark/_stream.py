@@ -31,6 +31,7 @@ __all__ = ["RouteGuard", "guard", "jvm_kafka_available", "read_stream", "registe
 
 log = logging.getLogger("kbear.spark")
 
+
 def register(spark: SparkSession) -> None:
     """Register the ``kbear`` Python streaming source with ``spark`` (idempotent).
 
