@@ -82,6 +82,16 @@ class PollLoop:
             driver.message(entry, msg, self._sub.routes.get(msg.topic()))
         return msg
 
+    def _after_work(self, timeout: float | None) -> float | None:
+        """Do the work due between calls (a reload or a failover applied, a switch)
+        and return what is left of ``timeout`` (seconds; None or negative: infinite):
+        that work counts in the call's timeout."""
+        started = time.monotonic()
+        self._before_call()
+        if timeout is None or timeout <= 0:
+            return timeout
+        return max(0.0, timeout - (time.monotonic() - started))
+
     def _needs_care(self) -> bool:
         return (
             self._state.pending
@@ -106,7 +116,7 @@ class PollLoop:
             KafkaException: errors of confluent-kafka.
         """
         if self._needs_care():
-            self._before_call()
+            timeout = self._after_work(timeout)
         if self._registry.leaving:
             leftover = self._serve_leaving()
             if leftover is not None:
@@ -176,7 +186,7 @@ class PollLoop:
             RuntimeError: the consumer is closed.
         """
         if self._needs_care():
-            self._before_call()
+            timeout = self._after_work(timeout)
         if self._registry.leaving and 1 <= num_messages <= 1_000_000:
             leftover = self._serve_leaving()
             if leftover is not None:
