@@ -156,13 +156,7 @@ def print_plan(plan: MovePlan, out: TextIO) -> None:
         if g.mirror:
             w(f"  kbear.switch.start=translated ({g.mirror}):")
             for t in g.translated:
-                at = "committed offset there" if t.offset is None else f"offset {t.offset}"
-                reread = "" if t.reread is None else f", at most {t.reread} read again"
-                behind = "unknown" if t.mirror_behind is None else f"{t.mirror_behind} message(s)"
-                w(
-                    f"    partition {t.partition}: starts at {at} ({t.decided_by}{reread}); "
-                    f"mirror behind: {behind}"
-                )
+                w(f"    {t.describe()}")
     for title, lines in (("problems", plan.problems), ("notes", plan.notes)):
         if lines:
             w(f"{title}:")

@@ -221,6 +221,23 @@ def write_standby_config(
     return directory
 
 
+def write_mirror_config(directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, mirror: str) -> Path:
+    """Write ``east`` (standby ``west``, mirrored by ``mirror``: ``mm2`` with MirrorMaker
+    2's identity replication policy, ``identical``, ``none``) and ``west``, every topic
+    routed to east, into ``directory``; return it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = {"bootstrap.servers": east.bootstrap_servers, "kbear.failover.to": "west", "kbear.mirror": mirror}
+    if mirror == "mm2":
+        meta["kbear.mirror.replication.policy"] = "identity"
+    clusters = [
+        {"id": "east", "meta": meta},
+        {"id": "west", "meta": {"bootstrap.servers": west.bootstrap_servers}},
+    ]
+    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
+    rewrite_rules(directory, [rule("all", "use cluster east", isGlobal=True)])
+    return directory
+
+
 def rewrite_rules(directory: Path, rules: Sequence[Rule]) -> None:
     """Replace ``route-rules.yaml`` atomically (temporary file + ``os.replace``)."""
     _atomic_write(directory / "route-rules.yaml", {"route-rules": [dict(r) for r in rules]})

@@ -37,6 +37,7 @@ from typing import Any, TextIO
 import yaml
 from confluent_kafka.admin import AdminClient
 
+from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
 from kbear.config import FAILOVER_ACTIVE, ClusterConfig, ConfigError, KBearConfig, load_config
 from kbear.reload import replace_file
@@ -61,6 +62,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=5.0, metavar="S", help="how long a cluster has to answer, s (5)"
     )
+    parser.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="G",
+        help="failover: a consumer group whose start on the standby is shown, per partition "
+        "(repeatable; default: the groups of consumer-groups.yaml)",
+    )
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="T",
+        help="failover: with --group, a topic the group reads (repeatable; default: the topics of "
+        "topics.yaml and consumer-groups.yaml)",
+    )
 
 
 @dataclass
@@ -79,6 +96,8 @@ class FailoverPlan:
         diff: the unified diff of clusters.yaml.
         rewritten: clusters.yaml would be written back whole (comments lost).
         applied: ``--apply`` wrote the file.
+        groups: for a failover, where each consumer group starts on the standby, per
+            partition (:func:`kbear.admin._failover_starts.failover_starts`).
         new_text: clusters.yaml's new text (not in the JSON output).
     """
 
@@ -94,6 +113,7 @@ class FailoverPlan:
     diff: str = ""
     rewritten: bool = False
     applied: bool = False
+    groups: list[GroupStarts] = field(default_factory=list)
     new_text: str = field(default="", repr=False)
 
 
@@ -292,6 +312,12 @@ def _print(p: FailoverPlan, out: TextIO) -> None:
         )
     if p.rewritten:
         print(f"  {CLUSTERS_FILE} is written back whole by PyYAML (its layout: comments are lost)", file=out)
+    for g in p.groups:
+        where = f"on {p.standby} as '{g.standby_topic}'"
+        print(f"  group '{g.group}', topic '{g.topic}' {where}: {g.mirror}", file=out)
+        source_down = None if p.reachable.get(p.cluster) is None else p.cluster
+        for start in g.starts:
+            print(f"    {start.describe(source_down)}", file=out)
     out.write(p.diff)
     if p.applied:
         print(f"applied: {CLUSTERS_FILE} written; clients follow at their next reload", file=out)
@@ -311,6 +337,11 @@ def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: Te
         directory = Path(service_directory(location) if "://" in location else location)
         config = load_config(directory)
         result = plan(directory, config, args.cluster, back, args.timeout)
+        if not back and not result.done and result.reachable.get(result.standby) is None:
+            answers = result.reachable.get(result.cluster) is None
+            result.groups = failover_starts(
+                config, args.cluster, args.group, args.topic, answers, args.timeout
+            )
     except (ValueError, ConfigError, OSError) as exc:
         print(f"kbear: {exc}", file=err)
         return EXIT_CONFIG_ERROR
@@ -323,6 +354,7 @@ def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: Te
     if args.json:
         shown = asdict(result)
         del shown["new_text"]
+        shown["groups"] = [g.as_json() for g in result.groups]
         json.dump(shown, out)
         out.write("\n")
     else:

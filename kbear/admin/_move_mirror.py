@@ -46,6 +46,19 @@ class MirroredStart:
     reread: int | None
     mirror_behind: int | None
 
+    def describe(self, source_down: str | None = None) -> str:
+        """One line of a plan: where the partition starts, what decided it, the
+        re-reads bound, how far behind the mirror is (``source_down``: the source
+        cluster, when it did not answer: why that is unknown)."""
+        at = "committed offset there" if self.offset is None else f"offset {self.offset}"
+        reread = "" if self.reread is None else f", at most {self.reread} read again"
+        if self.mirror_behind is not None:
+            behind = f"{self.mirror_behind} message(s)"
+        else:
+            behind = "unknown" if source_down is None else f"unknown ({source_down} does not answer)"
+        start = f"starts at {at} ({self.decided_by}{reread})"
+        return f"partition {self.partition}: {start}; mirror behind: {behind}"
+
     def as_json(self) -> dict[str, Any]:
         return {
             "partition": self.partition,
@@ -68,7 +81,9 @@ def mirrored_starts(
     timeout_s: float,
 ) -> tuple[str, list[MirroredStart]] | None:
     """``group``'s translated starts on ``to`` (see the module docstring); None when
-    ``now``'s cluster declares no mirror to ``to``.
+    ``now``'s cluster declares no mirror to ``to``. ``source`` without partitions
+    (the source cluster does not answer: a failover): the target's partitions, from
+    the checkpoints alone, how far behind the mirror is unknown.
 
     Returns:
         (a description of the mirror, one :class:`MirroredStart` per partition of
@@ -82,7 +97,7 @@ def mirrored_starts(
     if failover.mirror is MirrorKind.NONE or failover.standby != to:
         return None
     upstream = {p: o for p, o in committed.items() if o is not None and o >= 0}
-    partitions = sorted(source.high)
+    partitions = sorted(source.high or target.high)
     if failover.mirror is MirrorKind.IDENTICAL:
         return f"identical mirror {now.cluster_id} -> {to}", [
             MirroredStart(
@@ -90,12 +105,15 @@ def mirrored_starts(
                 upstream.get(p),
                 "identical",
                 0 if p in upstream else None,
-                source.high[p] - target.high[p] if p in target.high else None,
+                source.high[p] - target.high[p] if p in target.high and p in source.high else None,
             )
             for p in partitions
         ]
     view = read_mirror(
-        failover, target_cluster.client_properties, source_cluster.client_properties, timeout_s=timeout_s
+        failover,
+        target_cluster.client_properties,
+        source_cluster.client_properties if source.partitions is not None else None,
+        timeout_s=timeout_s,
     )
     remote = failover.remote_topic(now.topic)
     starts = translate_group(
@@ -110,7 +128,9 @@ def mirrored_starts(
     out = []
     for p in partitions:
         latest = view.syncs.latest(now.topic, p)
-        behind = source.high[p] - (latest.upstream_offset + 1) if latest is not None else None
+        behind = (
+            source.high[p] - (latest.upstream_offset + 1) if latest is not None and p in source.high else None
+        )
         start = starts[p]
         out.append(MirroredStart(p, start.offset, start.source.value, start.reread_bound, behind))
     where = view.syncs_topic or "no offset syncs found"

@@ -5,14 +5,18 @@ reload and losing nothing, exit codes 0 / 1 / 2."""
 from __future__ import annotations
 
 import json
+import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _mirror_replicator import Replicator
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from conftest import read_all, rule, write_standby_config
+from conftest import read_all, rule, write_mirror_config, write_standby_config
 from kbear import RoutedProducer, Router, _events
 from kbear.cli import main
 from kbear.testing import EmbeddedCluster
@@ -132,3 +136,63 @@ def test_not_ready_and_errors(
     assert main(["failover", "--config", str(conf), "--cluster", "B"]) == 2
     assert "has no standby" in capsys.readouterr().err
     assert main(["failover", "--config", str(conf)]) == 2  # usage: --cluster is required
+
+
+def test_the_failover_plan_prints_where_each_group_starts_on_the_standby(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """#27 item 4: ``kbear failover`` (the plan) prints, per group and partition, where
+    the group starts on the standby (MirrorMaker 2's translation: from the group's
+    committed offsets when the cluster answers, from its checkpoints when it is down)
+    and how far behind the mirror is."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, 2)
+    directory = write_mirror_config(tmp_path / "conf", east, west, "mm2")
+    replicator = Replicator(east, west, topic, 2, remote=topic, skip=0.0, sync_every=3, rng=random.Random(4))
+    replicator.create_topics()
+    group = topic + ".group"
+    try:
+        producer = Producer({"bootstrap.servers": east.bootstrap_servers})
+        for i in range(40):
+            producer.produce(topic, f"m{i}".encode(), partition=i % 2)
+        assert producer.flush(10) == 0
+        committer = Consumer({"bootstrap.servers": east.bootstrap_servers, "group.id": group})
+        committed = [TopicPartition(topic, 0, 12), TopicPartition(topic, 1, 7)]
+        committer.commit(offsets=committed, asynchronous=False)
+        committer.close()
+        replicator.copy({0: 16, 1: 20})  # partition 0: 4 messages of east not mirrored yet
+        checkpoints = replicator.checkpoint(group)
+        assert set(checkpoints) == {0, 1}
+
+        # east answers: the committed offsets translated through the offset syncs
+        args = ["failover", "--config", str(directory), "--cluster", "east"]
+        args += ["--group", group, "--topic", topic]
+        code = main(args)
+        text = capsys.readouterr().out
+        assert code == 0, text
+        assert f"group '{group}', topic '{topic}' on west as '{topic}': MirrorMaker 2 east -> west" in text
+        for p in (0, 1):  # east holds 20 per partition; behind: past the mirror's last offset sync
+            behind = 20 - (replicator.copied[p].syncs[-1][0] + 1)
+            line = rf"partition {p}: starts at offset \d+ \(.*mirror behind: {behind} message"
+            assert re.search(line, text)
+
+        east.set_broker_down(1)
+        try:
+            code, plan = run_cli(capsys, *args)
+        finally:
+            east.set_broker_up(1)
+    finally:
+        replicator.close()
+    assert code == 0, plan  # ready: the standby answers
+    [entry] = plan["groups"]
+    assert (entry["group"], entry["topic"], entry["standby_topic"]) == (group, topic, topic)
+    # east down: the checkpoints decide (what MirrorMaker 2 wrote), how far behind is unknown
+    starts = {s["partition"]: s for s in entry["starts"]}
+    assert {p: (s["offset"], s["decided_by"]) for p, s in starts.items()} == {
+        p: (c.downstream_offset, "checkpoint") for p, c in checkpoints.items()
+    }
+    assert [s["mirror_behind"] for s in starts.values()] == [None, None]

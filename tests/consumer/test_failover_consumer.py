@@ -17,32 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from _mirror_replicator import Replicator
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from conftest import FAST_GROUP, consume_until, rewrite_rules, rule
+from conftest import FAST_GROUP, consume_until, write_mirror_config
 from kbear import RoutedConsumer, _events
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 PARTITIONS = 2
 AFTER_MS = 800
-
-
-def write_config(directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, mirror: str) -> Path:
-    """``east`` (standby ``west``, mirrored by ``mirror``) and ``west``; every topic on east."""
-    directory.mkdir(parents=True, exist_ok=True)
-    meta = {"bootstrap.servers": east.bootstrap_servers, "kbear.failover.to": "west", "kbear.mirror": mirror}
-    if mirror == "mm2":
-        meta["kbear.mirror.replication.policy"] = "identity"
-    clusters = [
-        {"id": "east", "meta": meta},
-        {"id": "west", "meta": {"bootstrap.servers": west.bootstrap_servers}},
-    ]
-    (directory / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
-    rewrite_rules(directory, [rule("all", "use cluster east", isGlobal=True)])
-    return directory
 
 
 def produce(cluster: EmbeddedCluster, topic: str, values: list[bytes]) -> None:
@@ -124,7 +108,7 @@ def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translat
     east, west = native_clusters
     topic = unique("orders")
     east.create_topic(topic, PARTITIONS)
-    directory = write_config(tmp_path / "conf", east, west, "mm2")
+    directory = write_mirror_config(tmp_path / "conf", east, west, "mm2")
     replicator = Replicator(
         east, west, topic, PARTITIONS, remote=topic, skip=0.0, sync_every=5, rng=random.Random(27)
     )
@@ -190,7 +174,7 @@ def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_the
     topic = unique("orders")
     east.create_topic(topic, PARTITIONS)
     west.create_topic(topic, PARTITIONS)
-    directory = write_config(tmp_path / "conf", east, west, "identical")
+    directory = write_mirror_config(tmp_path / "conf", east, west, "identical")
     sent = [f"m-{i}".encode() for i in range(40)]
     produce(east, topic, sent)
     produce(west, topic, sent)  # the mirror: same offsets
@@ -234,7 +218,7 @@ def test_a_short_outage_is_not_a_loss(
     east, west = native_clusters
     topic = unique("orders")
     east.create_topic(topic, PARTITIONS)
-    directory = write_config(tmp_path / "conf", east, west, "identical")
+    directory = write_mirror_config(tmp_path / "conf", east, west, "identical")
     group = topic + ".group"
     conf = {
         "group.id": group,
