@@ -59,8 +59,11 @@ class MockPair:
     def wait_checkpointed(self, group: str, timeout_s: float) -> float | None:
         return None
 
-    def stop_mirror(self) -> None:
+    def stop_mirror(self, kill: bool = False) -> None:
         """No mirror between mock clusters."""
+
+    def last_checkpoints(self, group: str) -> dict[int, int]:
+        return {}
 
     def lose(self) -> None:
         self.east.set_broker_down(-1)
@@ -159,12 +162,24 @@ class KafkaPair:
             time.sleep(1.0)
         return None
 
-    def stop_mirror(self) -> None:
+    def last_checkpoints(self, group: str) -> dict[int, int]:
+        """The upstream offset of MirrorMaker 2's last checkpoint of ``group``, per partition."""
+        latest: dict[int, int] = {}
+        for key, value in _records(self.west_bootstrap, "east.checkpoints.internal"):
+            checkpoint = decode_checkpoint(key, value)
+            if checkpoint.group == group:
+                latest[checkpoint.partition] = checkpoint.upstream_offset
+        return latest
+
+    def stop_mirror(self, kill: bool = False) -> None:
         """The runbook's step after a failover: stop the mirror east -> west (else, once
-        east is back, it would copy what east held into the topic west now serves)."""
-        if self.mm2 is not None:
-            self.mm2.close()
-            self.mm2 = None
+        east is back, it would copy what east held into the topic west now serves).
+        ``kill``: at once (SIGKILL), as a mirror that stops mirroring."""
+        mm2, self.mm2 = self.mm2, None
+        if mm2 is not None:
+            if kill and mm2.proc is not None:
+                mm2.proc.kill()
+            mm2.close()
 
     def lose(self) -> None:
         self.east.kill()  # SIGKILL of the broker process, as a crash

@@ -44,10 +44,13 @@ Printed (one JSON object; ``--json-out FILE`` writes it too):
   on ``west``;
 - ``duplicates_stored``: messages stored twice (in-flight ones sent again; with a
   mirror, a message on both clusters is its mirrored copy, not counted);
-- ``duplicates_read``: the group's reads of a message already read, before the
-  fail-back (``reread_before_failback``: on ``west``, from the translated starts)
-  and after it (``reread_after_failback``: on ``east``, from the group's offsets
-  committed there before the loss);
+- ``duplicates_read``: the group's reads of a message already read: before the
+  loss (``reread_before_loss``: on ``east``, members joining), after it
+  (``reread_after_loss``: on ``west``, from the translated starts) and after the
+  fail-back (``reread_after_failback``: on ``east``, from the group's offsets
+  committed there before the loss); ``read_past_checkpoint``: the messages the
+  group had read on ``east`` past MirrorMaker 2's last checkpoint of it (what a
+  translated start from that checkpoint reads again, with the mirror's sync lag);
 - ``unmirrored``: messages produced before the loss that ``east`` holds and
   ``west`` does not (the mirror's lag at the loss; all of ``east``'s without a
   mirror), and how many of them the group read once, more than once, never;
@@ -186,7 +189,7 @@ class Starts(logging.Handler):
     """The consumers' translated starts, from their log line on ``kbear.consumer``
     (``... translated from 'east' by MirrorMaker 2 (0: checkpoint 120, ...)``)."""
 
-    PART = re.compile(r"(\d+): (checkpoint|offset-sync|none) ")
+    PART = re.compile(r"(\d+): (committed|checkpoint|offset-sync|none) ")
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -195,6 +198,7 @@ class Starts(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
         if "translated from" in text:
+            print(text, file=sys.stderr)
             self.by_source.update(
                 m.group(2) for m in self.PART.finditer(text.split("MirrorMaker 2 (", 1)[-1])
             )
@@ -205,11 +209,14 @@ class Run:
 
     def __init__(self, args: argparse.Namespace, pair: MockPair | KafkaPair, location: str) -> None:
         self.args, self.pair = args, pair
-        self.base = {"kbear.config": location, "kbear.reload.interval.ms": 500}
+        self.base = {"kbear.config": location, "kbear.reload.interval.ms": 200}
         self.delivered: dict[bytes, float] = {}
         self.failed: list[bytes] = []
         self.late = Late()
         self.read: list[tuple[bytes, float]] = []
+        #: the group's position on east before the loss (partition -> next offset)
+        self.position: dict[int, int] = {}
+        self.lost_at = float("inf")
         self.stop = threading.Event()
         self.seq: Counter[int] = Counter()
         self.sent = 0
@@ -249,7 +256,12 @@ class Run:
             while not self.stop.is_set():
                 m = self.late.call("consumer.poll", consumer.poll, POLL_S, POLL_S)
                 if m is not None and m.error() is None:
-                    self.read.append((m.value(), time.monotonic()))
+                    now = time.monotonic()
+                    self.read.append((m.value(), now))
+                    if now < self.lost_at:
+                        self.position[m.partition()] = max(
+                            self.position.get(m.partition(), 0), m.offset() + 1
+                        )
         finally:
             consumer.close()
 
@@ -359,10 +371,10 @@ def scenario(
     out["loss_at_s"] = round(loss_at_s, 2)
     if pair.mirrored and args.mirror_lag_s > 0:
         r.produce_until(started + loss_at_s - args.mirror_lag_s, started)
-        pair.stop_mirror()
+        pair.stop_mirror(kill=True)
     r.produce_until(started + loss_at_s, started)
     pair.lose()
-    lost_at = time.monotonic()
+    lost_at = r.lost_at = time.monotonic()
     sent_at_loss = r.sent
     switched: dict[str, Any] = {}
 
@@ -445,6 +457,10 @@ def figures(
     # (a message east stored just before the loss may be reported after it: on west only)
     after_loss = [t for v, t in r.delivered.items() if lost_at < t < back_from and v in west_values]
     read_after = [t for _, t in r.read if lost_at < t < back_from]
+    checkpoints = pair.last_checkpoints(GROUP)
+    past_checkpoint = (
+        sum(max(0, n - checkpoints.get(p, 0)) for p, n in r.position.items()) if pair.mirrored else None
+    )
     reads: dict[bytes, list[float]] = defaultdict(list)
     for v, t in r.read:
         reads[v].append(t)
@@ -468,11 +484,17 @@ def figures(
         "first_on_west_s": round(min(after_loss) - lost_at, 3) if after_loss else None,
         "first_read_on_west_s": round(min(read_after) - lost_at, 3) if read_after else None,
         "lost": sum(1 for v in r.delivered if every[v] == 0),
+        # reported delivered before the loss (so by east) and not on east once it is back
+        "east_missing_after_restart": sum(
+            1 for v, t in r.delivered.items() if t < lost_at and v not in {x for _, x, _, _ in on_east}
+        ),
         "reported_delivered": len(r.delivered),
         "reported_failed": len(r.failed),
         "duplicates_stored": stored_twice,
         "duplicates_read": sum(n - 1 for n in read_count.values() if n > 1),
-        "reread_before_failback": sum(1 for ts in twice for t in sorted(ts)[1:] if t < back_from),
+        "reread_before_loss": sum(1 for ts in twice for t in sorted(ts)[1:] if t < lost_at),
+        "reread_after_loss": sum(1 for ts in twice for t in sorted(ts)[1:] if lost_at <= t < back_from),
+        "read_past_checkpoint": past_checkpoint,
         "reread_after_failback": sum(1 for ts in twice for t in sorted(ts)[1:] if t >= back_from),
         "unmirrored": len(unmirrored),
         "unmirrored_read": Counter(min(read_count[v], 2) for v in unmirrored),

@@ -9,7 +9,8 @@ The old cluster's ``clusters.yaml`` entry says how it is mirrored
   cluster; the offset syncs on the old one too when it answers) and translated
   (:mod:`kbear.mirror`): never past the true position; a partition without a
   translation starts from the group's committed offset on the new cluster, else
-  ``auto.offset.reset``;
+  ``auto.offset.reset``; one whose committed offset on the new cluster is past the
+  translation (a member of the group already read there) starts from it;
 - ``kbear.mirror: identical`` (offsets the same on both sides): the group's
   committed offsets on the old cluster at the switch, as they are;
 - no mirror to the new cluster (``none``, or another standby): the committed
@@ -27,7 +28,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
 from kbear import _events
 from kbear._clients import cluster_config
@@ -150,8 +151,14 @@ class MirrorStarts:
             return out, ["identical" if tp.partition in known else COMMITTED for tp in partitions]
         out = self._mm2(entry, partitions, plan, failover, known)
         starts = self.last[(entry.cluster_id, partitions[0].topic)]
-        decided = [starts[tp.partition].source for tp in partitions]
-        return out, [COMMITTED if d is StartSource.NONE else d.value for d in decided]
+        # committed: no translation, or the group's commit on the standby went further
+        decided = [
+            COMMITTED
+            if (d := starts[tp.partition]).source is StartSource.NONE or tp.offset != d.offset
+            else d.source.value
+            for tp in out
+        ]
+        return out, decided
 
     def _mm2(
         self,
@@ -180,22 +187,55 @@ class MirrorStarts:
             syncs=view.syncs,
         )
         self.last[(entry.cluster_id, target_topic)] = starts
+        ahead = _committed_ahead(entry, partitions, starts)
         out = [
             TopicPartition(
                 tp.topic,
                 tp.partition,
-                o if (o := starts[tp.partition].offset) is not None else OFFSET_INVALID,
+                ahead.get(
+                    tp.partition, o if (o := starts[tp.partition].offset) is not None else OFFSET_INVALID
+                ),
             )
             for tp in partitions
         ]
-        missing = sorted(p for p, s in starts.items() if s.source is StartSource.NONE)
+        missing = sorted(p for p, s in starts.items() if s.source is StartSource.NONE and p not in ahead)
         log.info(
             "kbear: %r starts on cluster %r translated from %r by MirrorMaker 2 (%s): %s%s",
             source.requested_topic,
             entry.cluster_id,
             source.cluster_id,
-            ", ".join(f"{p}: {s.source.value} {s.offset}" for p, s in sorted(starts.items())),
+            ", ".join(
+                f"{p}: committed {ahead[p]} (past {s.source.value} {s.offset})"
+                if p in ahead
+                else f"{p}: {s.source.value} {s.offset}"
+                for p, s in sorted(starts.items())
+            ),
             "" if view.complete else " (the mirror's topics were not read to their end)",
             f"; partitions {missing} from the committed offsets" if missing else "",
         )
         return out
+
+
+def _committed_ahead(
+    entry: ClusterClient, partitions: list[TopicPartition], starts: Mapping[int, TranslatedStart]
+) -> dict[int, int]:
+    """The group's committed offsets on the standby that are past the translation, by
+    partition: a member of the group has read there since the move (members of a group
+    move one by one, each its own client's decision or reload), so the translation
+    would read that again. MirrorMaker 2's own ``sync.group.offsets`` likewise never
+    moves a group's offsets on the target back. A lookup that fails (bounded by
+    :data:`TRANSLATION_TIMEOUT_S`) leaves the translation."""
+    try:
+        committed = entry.consumer.committed(
+            [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=TRANSLATION_TIMEOUT_S
+        )
+    except KafkaException as exc:
+        log.warning("kbear: the group's committed offsets on cluster %r: %s", entry.cluster_id, exc)
+        return {}
+    ahead = {}
+    for tp in committed:
+        start = starts.get(tp.partition)
+        translated = -1 if start is None or start.offset is None else start.offset
+        if tp.error is None and tp.offset >= 0 and tp.offset > translated:
+            ahead[tp.partition] = tp.offset
+    return ahead
