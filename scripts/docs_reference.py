@@ -35,9 +35,17 @@ class UndocumentedError(Exception):
     """Something of kbear's surface has no documentation to generate its page from."""
 
 
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+
+
 def _cell(text: str) -> str:
-    """``text`` as one Markdown table cell: one line, ``|`` escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """``text`` as one Markdown table cell: one line, ``|`` escaped outside code spans.
+
+    Python-Markdown's tables keep a ``|`` inside backticks as it is, and would show the
+    backslash of an escaped one (``DIR\\|URL``).
+    """
+    parts = _CODE_SPAN.split(" ".join(text.split()))
+    return "".join(part if part.startswith("`") else part.replace("|", "\\|") for part in parts)
 
 
 _ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc|obj):`~?([^`]+)`")
@@ -264,7 +272,7 @@ def cli_page() -> str:
             "|---|---|---|",
         ]
         for flags, default, text in _option_rows(sub, name):
-            lines.append(f"| `{_cell(flags)}` | {default} | {_cell(text)} |")
+            lines.append(f"| {_cell('`' + flags + '`')} | {default} | {_cell(text)} |")
         lines.append("")
     return "\n".join(lines)
 
