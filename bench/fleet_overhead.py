@@ -15,6 +15,7 @@ includes that clock's own cost, about 0.5 us) and the writer thread's CPU
 time (``time.thread_time`` around each flush), per request.
 
     PYTHONPATH=. .venv/bin/python bench/fleet_overhead.py --clients 500 --rounds 40
+    PYTHONPATH=. .venv/bin/python bench/fleet_overhead.py --clients 200 --rounds 40 --seen-resolution 0
 
 The whole server also spends uvicorn's share on each request (about 0.45 ms of
 CPU in total, README): the in-process figure is the upper bound of the share.
@@ -89,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=40, help="rounds per setting (each: every client once)")
+    parser.add_argument(
+        "--seen-resolution",
+        type=float,
+        default=5.0,
+        help="FleetRecorder seen_resolution_s (default 5, kbear serve's); 0 notes and writes every "
+        "request (the rounds come faster than 5 s, so with 5 only the first round is noted)",
+    )
     args = parser.parse_args(argv)
     rng = random.Random(7)
     bodies = []
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         (conf / "topics.yaml").write_text(_topics(1000))
         (conf / "route-rules.yaml").write_text(_rules("blue"))
         holder = ConfigHolder(conf, watch_interval_s=3600)
-        fleet = FleetRecorder(Path(tmp) / "fleet.db")
+        fleet = FleetRecorder(Path(tmp) / "fleet.db", seen_resolution_s=args.seen_resolution)
         spent = {"record_s": 0.0, "writer_cpu_s": 0.0}
         record_answer, flush = fleet.record_answer, fleet.flush
 
@@ -141,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {
         "clients": n,
         "rounds": args.rounds,
+        "seen_resolution_s": args.seen_resolution,
         "fleet_entries": entries,
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
     }

@@ -121,19 +121,41 @@ class FleetStats:
     dropped: int
 
 
-def _hash(*parts: str | float) -> int:
+def _hash(parts: tuple[str | float, ...]) -> int:
     """A 64-bit hash of ``parts`` (signed, as SQLite's integers), the same in every process."""
     text = "\x1f".join(map(str, parts)).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
 
 
-def _hashes(row: Sequence[str | float]) -> tuple[int, int]:
+class _Hashes:
     """The hashes kept with an entry's row: of its lookup as answered (kind, topic,
     group, meta, digest, cluster, physical topic: what its route under any
     configuration depends on, but for the client id) and of its client (id, meta,
-    host): what a move's progress groups the entries by, as integers."""
-    _, cid, meta, host, kind, topic, group, _, cluster, route_topic, digest = row[:11]
-    return _hash(kind, topic, group, meta, digest, cluster, route_topic), _hash(cid, meta, host)
+    host): what a move's progress groups the entries by, as integers. Remembered
+    (a fleet's rows repeat a few lookups and clients; forgotten past
+    :data:`_HASHES_KEPT`), so that a row costs a dictionary read, not a hash."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str | float, ...], int] = {}
+
+    def __call__(self, row: Sequence[str | float]) -> tuple[int, int]:
+        _, cid, meta, host, kind, topic, group, _, cluster, route_topic, digest = row[:11]
+        lookup = (kind, topic, group, meta, digest, cluster, route_topic)
+        client = (cid, meta, host)
+        known = self._known
+        if len(known) > _HASHES_KEPT:
+            known.clear()
+        lookup_hash = known.get(lookup)
+        if lookup_hash is None:
+            lookup_hash = known[lookup] = _hash(lookup)
+        client_hash = known.get(client)
+        if client_hash is None:
+            client_hash = known[client] = _hash(client)
+        return lookup_hash, client_hash
+
+
+#: Most lookups and clients whose hashes a writer remembers.
+_HASHES_KEPT = 200_000
 
 
 class FleetStore:
@@ -149,6 +171,7 @@ class FleetStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None
+        self._hashes = _Hashes()
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("BEGIN IMMEDIATE")
@@ -196,7 +219,7 @@ class FleetStore:
         """Write in one transaction: upsert ``rows`` (a row per entry: key, client id,
         meta JSON, host, kind, topic, group, address, cluster, physical topic, digest,
         first seen, seen; an older ``seen`` never overwrites a newer one; each kept
-        with the hashes of its lookup and of its client, :func:`_hashes`); with
+        with the hashes of its lookup and of its client, :class:`_Hashes`); with
         ``expire_before`` (Unix time, seconds) delete the entries last seen before it
         and keep at most ``max_entries`` (the least recently seen go); add ``counts``
         (``dropped``...) and the entries deleted (``expired``, ``evicted``) to the
@@ -208,7 +231,7 @@ class FleetStore:
         db = self._writer()
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany(_UPSERT, [(*row, *_hashes(row)) for row in rows])
+            db.executemany(_UPSERT, [(*row, *self._hashes(row)) for row in rows])
             added = dict(counts)
             if expire_before is not None:
                 added["expired"] = db.execute("DELETE FROM fleet WHERE seen < ?", (expire_before,)).rowcount

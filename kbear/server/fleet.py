@@ -16,11 +16,12 @@ them. Replicas on several hosts each keep their own file and show the clients
 Off the request path: :meth:`FleetRecorder.record_answer` only appends a
 note (the request's client and answer objects, as they are) to an in-memory
 queue, and not even that for a request repeated on the same connection; a
-writer thread reads the lookups out of the notes and writes them every
-``flush_interval_s`` seconds in one transaction. An
-entry whose answer did not change is rewritten at most once per
-``seen_resolution_s`` seconds (5): last-seen times are exact to that, a
-changed route is written at the next flush. Bounded: at most ``max_pending``
+writer thread reads the lookups out of the notes every ``flush_interval_s``
+seconds and writes, in one transaction, at once when one of them is news (a
+new entry, a changed route, digest or address), else with the bounds once a
+second. An entry whose answer did not change is rewritten at most once per
+``seen_resolution_s`` seconds (5): last-seen times are exact to that (plus the
+second they may wait), a changed route is written at the next flush. Bounded: at most ``max_pending``
 notes wait for a flush (more are dropped, counted); entries unseen for
 ``ttl_s`` seconds are deleted; past ``max_entries`` entries the least recently
 seen are deleted (counted).
@@ -116,6 +117,8 @@ class FleetRecorder:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         # what this process last wrote per entry key: (address, cluster, route topic, digest, seen)
         self._written: dict[str, tuple[str, str, str, str, float]] = {}
+        # rows staged for the next write, by entry key
+        self._staged: dict[str, tuple[str | float, ...]] = {}
         self._maintained_at = 0.0
         self._meta_json: dict[tuple[tuple[str, str], ...], str] = {}
         # requests this process noted last: (peer, digest, request body) -> when
@@ -248,19 +251,30 @@ class FleetRecorder:
     def _run(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
             try:
-                self.flush()
+                self.flush(news_only=True)
             except sqlite3.Error:
                 log.exception("kbear serve: writing the fleet to %s failed", self.path)
 
-    def flush(self, now: float | None = None) -> int:
+    def flush(self, now: float | None = None, *, news_only: bool = False) -> int:
         """Write the pending notes; apply the bounds when a second passed since the
-        last time (or ``now`` is given). Returns the entries written."""
+        last time (or ``now`` is given). Returns the entries written.
+
+        Args:
+            news_only: write only when a note brings news (a new entry, or a changed
+                route, digest or address) or the bounds are due (once a second): an
+                unchanged entry's new last-seen time waits for one of those, so that
+                a steady fleet is written once a second in one transaction (what the
+                writer thread does every ``flush_interval_s``).
+        """
         with self._flush_lock:
             pending = [self._pending.popleft() for _ in range(len(self._pending))]
-            dropped, self._dropped = self._dropped, 0
+            news = self._stage(pending)
             maintain = now is not None or time.time() - self._maintained_at >= _MAINTENANCE_S
             now = time.time() if now is None else now
-            rows = self._rows(pending)
+            if news_only and not news and not maintain:
+                return 0
+            rows, self._staged = list(self._staged.values()), {}
+            dropped, self._dropped = self._dropped, 0
             if not rows and not dropped and not maintain:
                 return 0
             if maintain:
@@ -277,12 +291,14 @@ class FleetRecorder:
                 raise
             return len(rows)
 
-    def _rows(self, pending: list[tuple[Any, ...]]) -> list[tuple[str | float, ...]]:
-        """The rows to write: the last note of each entry, unless this process wrote the
-        same route, digest and address for it less than ``seen_resolution_s`` ago."""
+    def _stage(self, pending: list[tuple[Any, ...]]) -> bool:
+        """Stage the rows to write: the last note of each entry, unless this process
+        wrote (or staged) the same route, digest and address for it less than
+        ``seen_resolution_s`` ago. True when one of them is news: a new entry, or a
+        changed route, digest or address."""
         if len(self._written) > 2 * self.max_entries:
             self._written.clear()
-        rows: dict[str, tuple[str | float, ...]] = {}
+        news = False
         for waiting in pending:
             note = self._flat(waiting)
             if note is None:
@@ -295,9 +311,10 @@ class FleetRecorder:
                 last = self._written.get(key)
                 if last is not None and last[:4] == state and at - last[4] < self.seen_resolution_s:
                     continue
+                news = news or last is None or last[:4] != state
                 self._written[key] = (*state, at)
-                rows[key] = (key, cid, meta_json, host, kind, topic, group, *state, at, at)
-        return list(rows.values())
+                self._staged[key] = (key, cid, meta_json, host, kind, topic, group, *state, at, at)
+        return news
 
     # ------------------------------------------------------------------ reading
 

@@ -256,6 +256,29 @@ def test_an_unchanged_entry_is_rewritten_once_per_seen_resolution(tmp_path: Path
     assert fleet.flush() == 1 and (seen(), fleet.entries()[0].cluster) == (t0 + 6.5, "green")
 
 
+def test_the_writer_writes_news_at_once_and_last_seen_times_with_the_bounds(tmp_path: Path) -> None:
+    """#30: the writer thread (``flush(news_only=True)`` every 0.1 s) writes a new
+    entry or a changed route at once, and an unchanged entry's new last-seen time
+    only with the bounds (once a second): a steady fleet costs one transaction a
+    second."""
+    fleet = FleetRecorder(tmp_path / "f.db", flush_interval_s=3600, seen_resolution_s=0)
+    t0 = time.time()
+    fleet.record("c", {}, "h:1", "producer", "d", [("t", "", "blue", "t")], at=t0)
+    assert fleet.flush() == 1
+    fleet._maintained_at = t0 + 3600  # the bounds not due during the test
+    fleet.record("c", {}, "h:1", "producer", "d", [("t", "", "blue", "t")], at=t0 + 1)
+    assert fleet.flush(news_only=True) == 0 and fleet.entries()[0].seen == t0  # staged only
+    fleet.record("c", {}, "h:1", "producer", "d2", [("t", "", "green", "t")], at=t0 + 2)
+    assert fleet.flush(news_only=True) == 1
+    assert [(e.cluster, e.seen) for e in fleet.entries()] == [("green", t0 + 2)]
+    fleet.record("c", {}, "h:1", "producer", "d2", [("t", "", "green", "t")], at=t0 + 3)
+    fleet.record("new", {}, "h:2", "producer", "d2", [("t", "", "green", "t")], at=t0 + 3)
+    assert fleet.flush(news_only=True) == 2  # a new client: news, written with what was staged
+    fleet._maintained_at = 0.0  # the bounds due: what is staged goes with them
+    fleet.record("c", {}, "h:1", "producer", "d2", [("t", "", "green", "t")], at=t0 + 4)
+    assert fleet.flush(news_only=True) == 1 and max(e.seen for e in fleet.entries()) == t0 + 4
+
+
 def test_a_repeated_request_is_noted_once_per_seen_resolution(holder: ConfigHolder, tmp_path: Path) -> None:
     fleet = FleetRecorder(tmp_path / "f.db", flush_interval_s=3600, seen_resolution_s=60)
     with TestClient(create_app(holder, watch=False, fleet=fleet)) as client:
