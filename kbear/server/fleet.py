@@ -18,9 +18,10 @@ note (a flat tuple of strings) to an in-memory queue, and not even that for a
 request repeated on the same connection; a writer thread takes the notes
 every ``flush_interval_s`` seconds and writes them, in one transaction, at
 once when one of them is news (a new entry, a changed route, digest or
-address), else with the bounds once a second. An entry whose answer did not change is rewritten at most once per
-``seen_resolution_s`` seconds (5): last-seen times are exact to that (plus the
-second they may wait), a changed route is written at the next flush.
+address), else with the bounds once a second. An entry whose answer did not
+change is rewritten at most once per ``seen_resolution_s`` seconds (5):
+last-seen times are exact to that (plus the second they may wait), a changed
+route is written at the next flush.
 Bounded: at most ``max_pending`` notes wait for a flush (more are dropped,
 counted); entries unseen for ``ttl_s`` seconds are deleted; past
 ``max_entries`` entries the least recently seen are deleted (counted).
