@@ -37,6 +37,7 @@ from kbear.consumer._polling import PollLoop
 from kbear.consumer._rebalance import Rebalancer
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
+from kbear.consumer._takeover import TakeOvers
 from kbear.consumer._translated import MirrorStarts
 from kbear.router import Router
 from kbear.settings import KBearSettings
@@ -133,6 +134,12 @@ def assemble(
         registry.stats_hook = failover.observe
     driver.engine.ends_when_dead = failover.lost
     driver.engine.mirror_start = failover.mirror_start
+    if rebalancer.commit_on_revoke and not rebalancer.incremental:
+        guard.takeovers = TakeOvers(
+            driver.submit, registry.watcher, registry.get, give_up_s=session_s, clock=time.monotonic
+        )
+        rebalancer.taken_hook = guard.taken
+        rebalancer.revoking_hook = guard.revoked
     registry.built_hook = lambda cluster_id, built: check_cluster_id(
         "consumer", cluster_id, built, router.config
     )

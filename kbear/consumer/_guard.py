@@ -26,6 +26,9 @@ switch rebalances the group again):
   assignment (at most ``session.timeout.ms``): the member stops reading what it
   could not commit.
 
+With an eager protocol it also holds the partitions this member takes over from
+another until their committed offsets were read again (:mod:`kbear.consumer._takeover`).
+
 Only with ``enable.auto.commit`` on: kbear commits on the application's behalf
 only when the application lets librdkafka commit. No broker call waits here: the
 commits are asynchronous, their answers arrive through ``on_commit``.
@@ -41,6 +44,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._takeover import TakeOvers
 
 log = logging.getLogger("kbear.consumer")
 
@@ -92,6 +96,8 @@ class MoveGuard:
         #: cluster id -> (partitions paused after a refused commit, when to resume at the latest)
         self._paused: dict[str, tuple[list[TopicPartition], float]] = {}
         self._refused: set[str] = set()  # cluster ids whose commit was refused, to pause
+        #: eager protocols: the partitions taken over from other members during a move
+        self.takeovers: TakeOvers | None = None
 
     @property
     def active(self) -> bool:
@@ -141,7 +147,10 @@ class MoveGuard:
         for cluster_id, (_, deadline) in list(self._paused.items()):
             if now >= deadline:
                 self._resume(cluster_id)
-        if now > self._until and not self._paused:
+        takeovers = self.takeovers
+        if takeovers is not None and takeovers.pending:
+            takeovers.tick()
+        if now > self._until and not self._paused and not (takeovers is not None and takeovers.pending):
             self._until = 0.0
             self._read.clear()
             return False
@@ -187,8 +196,22 @@ class MoveGuard:
         if entry.cluster_id in self._paused:
             self._resume(entry.cluster_id)
 
+    def taken(self, entry: ClusterClient, parts: list[TopicPartition]) -> None:
+        """``on_assign`` of ``entry``'s client (eager protocols): ``parts`` were held by
+        other members and start at the group's committed offsets; during a move they
+        wait for those offsets to be read again (:meth:`TakeOvers.taken`)."""
+        if self._until and self.takeovers is not None:
+            self.takeovers.taken(entry, parts)
+
+    def revoked(self, entry: ClusterClient) -> None:
+        """``on_revoke`` of ``entry``'s client: what was taken over there is no longer waited for."""
+        if self.takeovers is not None:
+            self.takeovers.revoked(entry)
+
     def close(self) -> None:
         """The consumer closes: the guard does nothing more (its clients are closing)."""
+        if self.takeovers is not None:
+            self.takeovers.close()
         self._enabled = False
         self._until = 0.0
         self._read.clear()

@@ -16,7 +16,8 @@ callbacks that:
   refuses that commit (it is rebalancing; noida and librdkafka's mock do) and the
   next assignment gives the partitions back (eager protocols), the member goes
   on from its own positions instead of the older committed offsets, and commits
-  those of the partitions that went to other members in the new generation. On a cluster
+  them all in the new generation (those of the partitions that went to other
+  members, and those it reads on from). On a cluster
   whose last switch timed out (it did not answer the drain in time) that
   commit is sent without waiting: a slow or absent cluster must not hold up
   ``poll()`` (issue #11: ``poll(timeout)`` keeps its timeout during a move).
@@ -96,6 +97,15 @@ class Rebalancer:
         self.resume_at: dict[str, dict[tuple[str, int], int]] = {}
         #: called with the entry once an ``on_assign`` of its client was served
         self.assigned_hook: Callable[[ClusterClient], None] | None = None
+        #: eager protocols: called with the entry and the partitions (physical names)
+        #: of an ``on_assign`` that this member did not hold in the generation before
+        #: and that start at the group's committed offsets
+        #: (:meth:`kbear.consumer._guard.MoveGuard.taken`), then with the entry at
+        #: its next ``on_revoke`` (``MoveGuard.revoked``)
+        self.taken_hook: Callable[[ClusterClient, list[TopicPartition]], None] | None = None
+        self.revoking_hook: Callable[[ClusterClient], None] | None = None
+        #: cluster id -> (physical topic, partition) of its client's last assignment
+        self._held: dict[str, set[tuple[str, int]]] = {}
         #: ``kbear.ack.mode=individual``: lowers the positions committed at a
         #: revocation to the acknowledged prefix (``AckLayer.commit_points``)
         self.commit_points: CommitPoints | None = None
@@ -155,6 +165,8 @@ class Rebalancer:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
             outer = self._enter(entry)
             try:
+                if self.revoking_hook is not None:
+                    self.revoking_hook(entry)
                 positions = self._positions_to_commit(entry, partitions)
                 user_cb = self.callbacks.get("on_revoke")
                 if user_cb is not None:
@@ -205,22 +217,37 @@ class Rebalancer:
                 started = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
+                taken = self._taken(entry, started)
                 user_cb = self.callbacks.get("on_assign")
                 if user_cb is not None:
                     user_cb(self.owner, entry.to_logical(started))
-                if started is not partitions and not self.assigned_in_callback:
+                if (started is not partitions or taken) and not self.assigned_in_callback:
+                    # assigned here (not by librdkafka after the callback): taken-over
+                    # partitions are paused below, on the assignment itself
                     if self.incremental:
                         entry.consumer.incremental_assign(started)
                     else:
                         entry.consumer.assign(started)
                 if resume:
-                    _commit_gone(entry, partitions, resume)
+                    _commit_resumed(entry, resume)
                 if self.assigned_hook is not None:
                     self.assigned_hook(entry)
+                if taken and self.taken_hook is not None and not self.assigned_in_callback:
+                    self.taken_hook(entry, taken)
             finally:
                 self._leave(outer)
 
         return callback
+
+    def _taken(self, entry: ClusterClient, started: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions of this eager assignment that this member did not hold in
+        the generation before and that start at the group's committed offsets, when
+        ``taken_hook`` wants them (else none)."""
+        held = self._held.get(entry.cluster_id, set())
+        self._held[entry.cluster_id] = {(tp.topic, tp.partition) for tp in started}
+        if self.taken_hook is None or self.incremental:
+            return []
+        return [tp for tp in started if tp.offset == OFFSET_INVALID and (tp.topic, tp.partition) not in held]
 
     def _start_offsets(self, entry: ClusterClient, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """``partitions`` with the start offsets of ``kbear.switch.start`` applied to
@@ -279,17 +306,18 @@ def _resumed(partitions: list[TopicPartition], resume: dict[tuple[str, int], int
     return out
 
 
-def _commit_gone(
-    entry: ClusterClient, partitions: list[TopicPartition], resume: dict[tuple[str, int], int]
-) -> None:
+def _commit_resumed(entry: ClusterClient, resume: dict[tuple[str, int], int]) -> None:
     """The group refused the commit of this member's positions as its partitions left
-    it (it was rebalancing); the partitions of ``resume`` that went to other members
-    are committed now, in the new generation, so that their new owner starts there
-    if it has not fetched the group's offsets yet (asynchronously: never waits)."""
-    mine = {(tp.topic, tp.partition) for tp in partitions}
-    gone = [TopicPartition(t, p, off) for (t, p), off in resume.items() if (t, p) not in mine and off >= 0]
-    if gone:
-        commit_async(entry, gone, "for the partitions that went to other members")
+    it (it was rebalancing): they are committed now, in the new generation
+    (asynchronously: never waits). A partition that went to another member: its new
+    owner starts there (:mod:`kbear.consumer._takeover` reads the group's offsets
+    again a moment after its assignment). A partition given back: this member reads
+    on from there, and the group's committed offset must not stay behind what it
+    read, or the partition's next owner (this member too) reads it again when the
+    partition has nothing newer to commit before the next rebalance."""
+    done = [TopicPartition(t, p, off) for (t, p), off in resume.items() if off >= 0]
+    if done:
+        commit_async(entry, done, "of the positions the group refused as the partitions left")
 
 
 def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> bool:
