@@ -106,6 +106,9 @@ class Rebalancer:
         self.revoking_hook: Callable[[ClusterClient], None] | None = None
         #: cluster id -> (physical topic, partition) of its client's last assignment
         self._held: dict[str, set[tuple[str, int]]] = {}
+        #: cluster id -> (physical topic, partition) -> offset its client's last
+        #: assignment resumed at (this member's position at a refused commit)
+        self._resumed_at: dict[str, dict[tuple[str, int], int]] = {}
         #: ``kbear.ack.mode=individual``: lowers the positions committed at a
         #: revocation to the acknowledged prefix (``AckLayer.commit_points``)
         self.commit_points: CommitPoints | None = None
@@ -202,10 +205,19 @@ class Rebalancer:
             self.committed_to_end.discard((entry.cluster_id, tp.topic))
         if not keep:
             return []
+        # where this member resumed (a refused commit): its position until it reads more
+        # (librdkafka knows no position before the partition's first message)
+        resumed = self._resumed_at.pop(entry.cluster_id, {})
         try:
-            positions = [tp for tp in entry.consumer.position(keep) if tp.offset >= 0]
+            positions = [
+                tp
+                if tp.offset >= 0
+                else TopicPartition(tp.topic, tp.partition, resumed.get((tp.topic, tp.partition), -1))
+                for tp in entry.consumer.position(keep)
+            ]
         except KafkaException:
             return []
+        positions = [tp for tp in positions if tp.offset >= 0]
         return positions if self.commit_points is None else self.commit_points(entry, positions)
 
     def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
@@ -214,9 +226,15 @@ class Rebalancer:
             self.assigned_in_callback = False
             try:
                 resume = self.resume_at.pop(entry.cluster_id, None)
+                self._resumed_at.pop(entry.cluster_id, None)
                 started = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
+                    self._resumed_at[entry.cluster_id] = {
+                        key: tp.offset
+                        for tp in started
+                        if resume.get(key := (tp.topic, tp.partition)) == tp.offset
+                    }
                 taken = self._taken(entry, started)
                 user_cb = self.callbacks.get("on_assign")
                 if user_cb is not None:
