@@ -54,14 +54,17 @@ Key = tuple[str, int]
 Submit = Callable[..., "Future[Any]"]
 
 
-def committed_offsets(watcher: Any, parts: list[TopicPartition]) -> dict[Key, int]:
-    """The group's committed offsets of ``parts`` (physical names), asked with the
-    cluster's background client ``watcher`` (blocking, at most ``LOOKUP_TIMEOUT_S``).
+def committed_offsets(
+    watcher: Callable[[ClusterClient], Any], entry: ClusterClient, parts: list[TopicPartition]
+) -> dict[Key, int]:
+    """The group's committed offsets of ``parts`` (physical names) on ``entry``'s
+    cluster, asked with its background client ``watcher(entry)`` (built here, in the
+    background thread, if it is not yet; blocking, at most ``LOOKUP_TIMEOUT_S``).
 
     Raises:
         KafkaException: the look-up failed.
     """
-    answer = watcher.committed(parts, timeout=LOOKUP_TIMEOUT_S)
+    answer = watcher(entry).committed(parts, timeout=LOOKUP_TIMEOUT_S)
     return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None}
 
 
@@ -158,7 +161,7 @@ class TakeOvers:
             elif pending.offsets is None and pending.lookup is None:
                 if now >= pending.recheck_at:
                     pending.lookup = self._submit(
-                        cluster_id, committed_offsets, self._watcher(entry), list(pending.parts)
+                        cluster_id, committed_offsets, self._watcher, entry, list(pending.parts)
                     )
             elif pending.offsets is None and pending.lookup is not None and pending.lookup.done():
                 try:

@@ -82,7 +82,7 @@ class Background:
     def submit(self, _cluster_id: str | None, call: Any, *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
         self.futures.append(future)
-        self.asked.append(sorted(tp.partition for tp in args[1]))
+        self.asked.append(sorted(tp.partition for tp in args[2]))
         return future
 
     def answer(self) -> None:
