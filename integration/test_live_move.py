@@ -14,10 +14,10 @@ checked:
   (``Backend.protocols``: classic everywhere, and KIP-848 ``consumer`` on the
   mock): every delivered message consumed, no unknown one, per-key order kept;
   duplicates are reported (per topic, in the run's summary) and must be at most
-  the backend's ``GroupProtocol.duplicates_bound`` of the delivered messages (1 %,
-  the mock's classic protocol included; 5 % on noida), or 1 % everywhere with
-  ``KBEAR_STRICT_GROUP_MOVES=1`` (noida and the mock's classic protocol refuse
-  commits while the group rebalances; see issues #11 and #25).
+  the backend's ``GroupProtocol.duplicates_bound`` of the delivered messages (1 %
+  everywhere now, noida and the mock's classic protocol included, which refuse
+  commits while the group rebalances: issues #11 and #25), or 1 % whatever the
+  bound with ``KBEAR_STRICT_GROUP_MOVES=1``.
 """
 
 from __future__ import annotations
