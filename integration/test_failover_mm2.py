@@ -173,8 +173,22 @@ def _scenario(it: Harness, east: Cluster, mm2: MirrorMaker2, topic: str, group: 
         for k, v in records(it.bootstrap("B"), mm2.checkpoints_topic):
             cp = decode_checkpoint(k, v)
             if cp.group == group:
-                latest[cp.partition] = cp.upstream_offset
-        done = len(copied) >= MIRRORED and all(latest.get(p) == n for p, n in before.items() if n)
+                latest[cp.partition] = (cp.upstream_offset, cp.downstream_offset)
+        # the checkpoint's translation as fresh as the offset syncs allow: a checkpoint
+        # made before MirrorMaker 2 read its last sync translates through an older one
+        # (further back), and the bound below is the newest sync's
+        syncs = [decode_offset_sync(k, v) for k, v in records(it.bootstrap("B"), mm2.offset_syncs_topic)]
+        fresh = {}
+        for p, n in before.items():
+            near = [s for s in syncs if s.topic == topic and s.partition == p and s.upstream_offset <= n]
+            if near:
+                s = max(near, key=lambda s: s.upstream_offset)
+                fresh[p] = s.downstream_offset + (1 if n > s.upstream_offset else 0)
+        done = len(copied) >= MIRRORED and all(
+            latest.get(p, (-1, -1))[0] == n and latest[p][1] >= fresh.get(p, 0)
+            for p, n in before.items()
+            if n
+        )
         return True if done else None
 
     wait_until("the topic mirrored and the group's commits checkpointed", checkpointed, mm2)
