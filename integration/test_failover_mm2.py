@@ -11,6 +11,7 @@ and the test kills and restarts a broker process). East is a cluster of its own
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -75,7 +76,10 @@ def east(it: Harness) -> Iterator[Cluster]:
 
 
 @pytest.mark.timeout(600)  # MirrorMaker 2 takes up to ~100 s to mirror its first record on a busy machine
-def test_failover_to_the_mirror_and_failback_lose_nothing(it: Harness, east: Cluster, tmp_path: Path) -> None:
+def test_failover_to_the_mirror_and_failback_lose_nothing(
+    it: Harness, east: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kbear")  # the translated starts, shown when an assertion fails
     topic = it.name("orders")
     group = it.name("mm2-failover")
     east.create_topic(topic, PARTITIONS)
@@ -92,12 +96,14 @@ def test_failover_to_the_mirror_and_failback_lose_nothing(it: Harness, east: Clu
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
     try:
-        _scenario(it, east, mm2, topic, group)
+        _scenario(it, east, mm2, topic, group, caplog)
     finally:
         mm2.close()
 
 
-def _scenario(it: Harness, east: Cluster, mm2: MirrorMaker2, topic: str, group: str) -> None:
+def _scenario(
+    it: Harness, east: Cluster, mm2: MirrorMaker2, topic: str, group: str, caplog: pytest.LogCaptureFixture
+) -> None:
     config = it.config([global_rule("east")], {"east": east.bootstrap_servers})
     write_yaml_atomically(
         config.path / "clusters.yaml",
@@ -260,7 +266,9 @@ def _scenario(it: Harness, east: Cluster, mm2: MirrorMaker2, topic: str, group: 
         for p, n in before.items()
     )
     again_on_west = sum(1 for w, v in read if w == "west" and v in set(mirrored))
-    assert again_on_west <= lag, (again_on_west, lag)
+    starts = [r.getMessage() for r in caplog.records if "starts on cluster" in r.getMessage()]
+    reads = Counter((w, v.split(b"-")[0]) for w, v in read)
+    assert again_on_west <= lag, (again_on_west, lag, sorted(reads.items()), starts)
     # per key, west holds the messages in the order they were produced
     by_key: dict[bytes, list[bytes]] = {}
     for value in on_west:
