@@ -18,7 +18,14 @@ an upstream offset at or after ``u``): the group may re-read what was mirrored
 between the sync and ``u``, and skips nothing. A checkpoint is used when its
 upstream offset is at or before ``u`` (it is then conservative too); with ``u``
 unknown (the source is down) the checkpoint alone decides. The larger of the
-conservative candidates wins (the one that re-reads least). A partition with
+conservative candidates wins (the one that re-reads least). A checkpoint's own
+upstream offset ``c`` is translated through the offset syncs read too: MirrorMaker
+2's checkpoint task translates through the syncs *it* had read when it made the
+checkpoint, which may be older than the newest sync at or before ``c`` in the
+offset-syncs topic (the task reads that topic on its own schedule); through the
+newest one the start is further on, as conservative (every sync at or before ``c``
+is), and what is read again is bounded by that sync's lag, ``c`` minus its upstream
+offset. This matters when the source is down and the checkpoint decides alone. A partition with
 none of these has no translation (:attr:`StartSource.NONE`): the caller falls
 back on the group's committed offsets on the target, else ``auto.offset.reset``.
 """
@@ -55,10 +62,11 @@ class TranslatedStart:
         upstream_offset: the source offset translated (the group's, or the
             checkpoint's when the group's was unknown); None without one.
         anchor_upstream: the upstream offset of the offset sync the start was
-            translated through (for a checkpoint: the sync MirrorMaker 2 used, when
-            the syncs read still hold it); the group re-reads at most
-            ``upstream_offset - anchor_upstream`` messages (the mirror's sync lag
-            there). None when not known.
+            translated through: for ``offset-sync``, the newest sync at or before
+            ``upstream_offset`` among those read; for a checkpoint, the sync
+            MirrorMaker 2 used, when the syncs read still hold it. The group
+            re-reads at most ``upstream_offset - anchor_upstream`` messages (the
+            mirror's sync lag there). None when not known.
     """
 
     partition: int
@@ -169,25 +177,32 @@ def _one(
     partition: int,
     upstream: int | None,
     checkpoint: Checkpoint | None,
-    by_sync: tuple[int, int] | None,
-    checkpoint_anchor: int | None,
+    syncs: OffsetSyncIndex,
+    source_topic: str,
 ) -> TranslatedStart:
     candidates: list[TranslatedStart] = []
     if checkpoint is not None and (upstream is None or checkpoint.upstream_offset <= upstream):
         # the sync MirrorMaker 2 translated the checkpoint through, when still known
+        anchor = syncs.anchor_of(
+            source_topic, partition, checkpoint.upstream_offset, checkpoint.downstream_offset
+        )
         candidates.append(
             TranslatedStart(
                 partition,
                 checkpoint.downstream_offset,
                 StartSource.CHECKPOINT,
                 checkpoint.upstream_offset if upstream is None else upstream,
-                checkpoint_anchor,
+                anchor,
             )
         )
-    if by_sync is not None and upstream is not None:
-        candidates.append(
-            TranslatedStart(partition, by_sync[0], StartSource.OFFSET_SYNC, upstream, by_sync[1])
-        )
+    # the group's offset when known (a later sync than any at or before the
+    # checkpoint's), else the checkpoint's own, through the newest sync read
+    through = upstream
+    if through is None and checkpoint is not None:
+        through = checkpoint.upstream_offset
+    if through is not None and (by_sync := syncs.translate(source_topic, partition, through)) is not None:
+        down, anchor = by_sync
+        candidates.append(TranslatedStart(partition, down, StartSource.OFFSET_SYNC, through, anchor))
     if not candidates:
         return TranslatedStart(partition, None, StartSource.NONE, upstream)
     # the furthest conservative start; on a tie the one through the later sync (the
@@ -226,15 +241,6 @@ def translate_group(
     known = {p: o for p, o in (upstream or {}).items() if o >= 0}
     out = {}
     for partition in sorted(set(partitions)):
-        u = known.get(partition)
-        by_sync = syncs.translate(source_topic, partition, u) if u is not None else None
         checkpoint = checkpoints.get(group, target_topic, partition)
-        anchor = (
-            None
-            if checkpoint is None
-            else syncs.anchor_of(
-                source_topic, partition, checkpoint.upstream_offset, checkpoint.downstream_offset
-            )
-        )
-        out[partition] = _one(partition, u, checkpoint, by_sync, anchor)
+        out[partition] = _one(partition, known.get(partition), checkpoint, syncs, source_topic)
     return out

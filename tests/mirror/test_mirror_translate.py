@@ -88,6 +88,49 @@ def test_translation_skips_nothing_and_rereads_at_most_the_sync_lag(
         assert got.source is StartSource.CHECKPOINT and got.upstream_offset == earlier
 
 
+@settings(max_examples=400, deadline=None)
+@given(mirrors(), st.data())
+def test_a_checkpoint_made_through_an_older_sync_is_translated_through_the_newest(
+    mirror: tuple[list[tuple[int, int]], list[int], int, int], data: st.DataObject
+) -> None:
+    # MirrorMaker 2's checkpoint task had read only the first syncs when it made the
+    # checkpoint; kbear reads them all: with the source down, the checkpoint's own
+    # upstream offset goes through the newest sync at or before it
+    pairs, synced, end, start = mirror
+    checkpointed = data.draw(st.integers(0, end), label="checkpointed")
+    seen = data.draw(st.integers(1, len(synced)), label="syncs the checkpoint task had read")
+    older = OffsetSyncIndex().extend(OffsetSync("t", 0, *pairs[i]) for i in synced[:seen])
+    made = older.translate("t", 0, checkpointed)
+    if made is None:
+        return
+    syncs = OffsetSyncIndex().extend(OffsetSync("t", 0, *pairs[i]) for i in synced)
+    checkpoints = CheckpointIndex().extend([Checkpoint("g", "east.t", 0, checkpointed, made[0])])
+    got = translate_group("g", "t", "east.t", [0], checkpoints=checkpoints, syncs=syncs)[0]
+    true = truth(pairs, checkpointed, start)
+    newest = max(pairs[i][0] for i in synced if pairs[i][0] <= checkpointed)
+    assert got.offset is not None and made[0] <= got.offset <= true  # never past the truth
+    assert (got.upstream_offset, got.anchor_upstream) == (checkpointed, newest)
+    assert got.reread_bound == checkpointed - newest  # the newest sync's lag, not the older one's
+    assert true - got.offset <= got.reread_bound
+
+
+def test_a_checkpoint_made_through_an_older_sync() -> None:
+    syncs = OffsetSyncIndex().extend([OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 100, 97)])
+    # made through the sync (0, 0): 1; the sync (100, 97) gives 98 for upstream offset 130
+    checkpoints = CheckpointIndex().extend([Checkpoint("g", "east.t", 0, 130, 1)])
+    got = translate_group("g", "t", "east.t", [0], checkpoints=checkpoints, syncs=syncs)[0]
+    assert (got.offset, got.source, got.anchor_upstream, got.reread_bound) == (
+        98,
+        StartSource.OFFSET_SYNC,
+        100,
+        30,
+    )
+    # a checkpoint that went further (its sync no longer among those read) keeps its offset
+    checkpoints = CheckpointIndex().extend([Checkpoint("g", "east.t", 0, 130, 120)])
+    got = translate_group("g", "t", "east.t", [0], checkpoints=checkpoints, syncs=syncs)[0]
+    assert (got.offset, got.source, got.anchor_upstream) == (120, StartSource.CHECKPOINT, None)
+
+
 def test_a_checkpoint_ahead_of_the_groups_offset_is_not_used() -> None:
     # the group went back on the source after the checkpoint (a reset): the checkpoint
     # would skip what it reads again
@@ -176,11 +219,13 @@ def test_translation_of_what_the_test_replicator_wrote(
             if source_up:
                 assert true - start.offset <= replicator.max_sync_gap(p), (p, start, true)
             else:
-                # the checkpoint alone: re-reads what the group read since it, and the
-                # sync lag at the checkpoint (the mirror's lag then included)
-                assert start.source is StartSource.CHECKPOINT
-                # (a later sync giving the same translation may stand for the one used)
-                assert start.anchor_upstream is not None
+                # the checkpoint's offset alone, through the newest sync at or before it
+                # (the mirror copied on after the checkpoint: a newer sync than the one the
+                # checkpoint used may be there); re-reads what the group read since the
+                # checkpoint, and that sync's lag
+                assert start.upstream_offset == first[p]
+                newest = max(up for up, _down in replicator.copied[p].syncs if up <= first[p])
+                assert start.anchor_upstream == newest, (p, start, newest)
                 assert start.anchor_upstream >= replicator.checkpoint_anchors[(group, p)]
                 assert true - start.offset <= final[p] - start.anchor_upstream
     finally:
