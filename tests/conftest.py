@@ -221,14 +221,16 @@ def write_standby_config(
     return directory
 
 
-def write_mirror_config(directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, mirror: str) -> Path:
+def write_mirror_config(
+    directory: Path, east: EmbeddedCluster, west: EmbeddedCluster, mirror: str, policy: str = "identity"
+) -> Path:
     """Write ``east`` (standby ``west``, mirrored by ``mirror``: ``mm2`` with MirrorMaker
-    2's identity replication policy, ``identical``, ``none``) and ``west``, every topic
-    routed to east, into ``directory``; return it."""
+    2's replication ``policy``, ``identity`` unless said, ``identical``, ``none``) and
+    ``west``, every topic routed to east, into ``directory``; return it."""
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"bootstrap.servers": east.bootstrap_servers, "kbear.failover.to": "west", "kbear.mirror": mirror}
     if mirror == "mm2":
-        meta["kbear.mirror.replication.policy"] = "identity"
+        meta["kbear.mirror.replication.policy"] = policy
     clusters = [
         {"id": "east", "meta": meta},
         {"id": "west", "meta": {"bootstrap.servers": west.bootstrap_servers}},

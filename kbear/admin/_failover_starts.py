@@ -1,8 +1,9 @@
 """Where each consumer group starts on the standby at a failover: ``kbear failover``'s
 plan, per group and partition (private; issue #27 item 4).
 
-A failover sends a cluster's routes to its standby under the same topic names
-(:func:`kbear._standby.standby_route`); a consumer group starts there as the
+A failover sends a cluster's routes to its standby, each topic under the name of the
+mirror's copy there (:func:`kbear._standby.standby_route`: ``<alias>.<topic>`` under
+MirrorMaker 2's default replication policy, else the same name); a consumer group starts there as the
 cluster's mirror says (:mod:`kbear.consumer._failover`): MirrorMaker 2's
 translation of its offsets, an identical mirror's same offsets, or, without a
 mirror, ``kbear.switch.start``. The plan reads the mirror as a consumer would at the
@@ -131,19 +132,14 @@ def _group_starts(
     failover = config.clusters[route.cluster_id].failover
     standby = failover.standby
     assert standby is not None
-    entry = GroupStarts(group, topic, route.topic, "")
+    copy = failover.remote_topic(route.topic)
+    entry = GroupStarts(group, topic, copy, "")
     if failover.mirror is MirrorKind.NONE:
         entry.mirror = f"no mirror (kbear.mirror: none): starts as kbear.switch.start says on {standby}"
         return entry
-    if failover.remote_topic(route.topic) != route.topic:
-        entry.mirror = (
-            f"the mirror's copy is '{failover.remote_topic(route.topic)}', the failover reads "
-            f"'{route.topic}' on {standby}: starts as kbear.switch.start says there"
-        )
-        return entry
-    target = read_topic(admin, standby, route.topic, timeout_s)
+    target = read_topic(admin, standby, copy, timeout_s)
     if target.partitions is None:
-        entry.mirror = f"'{route.topic}' does not exist on {standby}"
+        entry.mirror = f"'{copy}' does not exist on {standby}"
         return entry
     source = TopicState(route.cluster_id, route.topic)
     committed: dict[int, int | None] = {}
@@ -151,7 +147,7 @@ def _group_starts(
         source = read_topic(admin, route.cluster_id, route.topic, timeout_s)
         if source.partitions:
             committed = offsets.read(route.cluster_id, group, route.topic, source.partitions, timeout_s)
-    found = mirrored_starts(config, route, standby, route.topic, group, committed, source, target, timeout_s)
+    found = mirrored_starts(config, route, standby, copy, group, committed, source, target, timeout_s)
     if found is not None:
         entry.mirror, entry.starts = found
     return entry

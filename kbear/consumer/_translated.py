@@ -5,7 +5,9 @@ The old cluster's ``clusters.yaml`` entry says how it is mirrored
 (:class:`kbear.config.Failover`):
 
 - ``kbear.mirror: mm2`` (MirrorMaker 2) with ``kbear.failover.to`` naming the new
-  cluster: MirrorMaker 2's checkpoints and offset syncs are read (on the new
+  cluster, the topic read there being the mirror's copy (``<alias>.<topic>`` under
+  the default replication policy: where a failover routes it, and a rule change
+  with a remap): MirrorMaker 2's checkpoints and offset syncs are read (on the new
   cluster; the offset syncs on the old one too when it answers) and translated
   (:mod:`kbear.mirror`): never past the true position; a partition without a
   translation starts from the group's committed offset on the new cluster, else
@@ -124,11 +126,12 @@ class MirrorStarts:
             return committed, [COMMITTED] * len(partitions)
         copy = failover.remote_topic(source.topic)
         if partitions[0].topic != copy:
-            # (a failover routes the topic under its own name: under MirrorMaker 2's
-            # default replication policy the mirrored copy is another topic)
+            # (a failover routes to the mirror's copy, kbear._standby; a rule change
+            # may route elsewhere, e.g. to the topic's own name under MirrorMaker 2's
+            # default replication policy, whose copy is <alias>.<topic>: a remap does it)
             log.warning(
                 "kbear: kbear.switch.start=translated: %r is read as %r on cluster %r, not the mirror's "
-                "copy %r: it starts from the committed offsets",
+                "copy %r (remap the rule to it): it starts from the committed offsets",
                 source.requested_topic,
                 partitions[0].topic,
                 entry.cluster_id,

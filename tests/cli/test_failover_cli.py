@@ -196,3 +196,64 @@ def test_the_failover_plan_prints_where_each_group_starts_on_the_standby(
         p: (c.downstream_offset, "checkpoint") for p, c in checkpoints.items()
     }
     assert [s["mirror_behind"] for s in starts.values()] == [None, None]
+
+
+def test_the_failover_plan_under_mm2_s_default_policy_names_the_mirror_s_copies(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Under MirrorMaker 2's default replication policy the failover reads and writes
+    ``east.T`` on west: the plan translates the group's starts there and says what
+    producers do."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, 2)
+    directory = write_mirror_config(tmp_path / "conf", east, west, "mm2", policy="default")
+    replicator = Replicator(east, west, topic, 2, skip=0.0, sync_every=3, rng=random.Random(5))
+    replicator.create_topics()
+    group = topic + ".group"
+    try:
+        producer = Producer({"bootstrap.servers": east.bootstrap_servers})
+        for i in range(20):
+            producer.produce(topic, f"m{i}".encode(), partition=i % 2)
+        assert producer.flush(10) == 0
+        committer = Consumer({"bootstrap.servers": east.bootstrap_servers, "group.id": group})
+        committer.commit(
+            offsets=[TopicPartition(topic, 0, 6), TopicPartition(topic, 1, 4)], asynchronous=False
+        )
+        committer.close()
+        replicator.copy()
+        checkpoints = replicator.checkpoint(group)
+        assert set(checkpoints) == {0, 1}
+        args = [
+            "failover",
+            "--config",
+            str(directory),
+            "--cluster",
+            "east",
+            "--group",
+            group,
+            "--topic",
+            topic,
+        ]
+        east.set_broker_down(1)
+        try:
+            code, plan = run_cli(capsys, *args)
+            text_code = main(args)
+            text = capsys.readouterr().out
+        finally:
+            east.set_broker_up(1)
+    finally:
+        replicator.close()
+    assert code == 0 == text_code, plan
+    [entry] = plan["groups"]
+    assert entry["standby_topic"] == f"east.{topic}"
+    assert entry["mirror"].startswith(f"MirrorMaker 2 east -> west, copy 'east.{topic}'")
+    starts = {s["partition"]: (s["offset"], s["decided_by"]) for s in entry["starts"]}
+    assert starts == {p: (c.downstream_offset, "checkpoint") for p, c in checkpoints.items()}
+    assert "MirrorMaker 2's copies 'east.<topic>' on 'west'" in plan["topics"]
+    assert "producers write there too" in plan["topics"]
+    assert f"group '{group}', topic '{topic}' on west as 'east.{topic}'" in text
+    assert "stop MirrorMaker 2's east -> west flow" in text

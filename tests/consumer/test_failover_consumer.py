@@ -21,7 +21,7 @@ from _mirror_replicator import Replicator
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from conftest import FAST_GROUP, consume_until, write_mirror_config
-from kbear import RoutedConsumer, _events
+from kbear import RoutedConsumer, RoutedProducer, _events
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
@@ -97,6 +97,30 @@ def east_down(native_clusters: Clusters) -> Iterator[Callable[[], None]]:
         east.set_broker_up(1)
 
 
+def checkpointed_then_lost(
+    consumer: RoutedConsumer, replicator: Replicator, topic: str, group: str, east_down: Callable[[], None]
+) -> tuple[list[bytes], list[Any], list[Any], list[Any], float, float]:
+    """60 messages produced on east; the group reads 20 (committed), the mirror copies
+    every record and checkpoints the commit, the group reads 10 more (committed past
+    the checkpoint); east goes down and the consumer fails over to west. Returns the
+    messages sent, those read before the checkpoint, after it, on west, the seconds
+    from the loss to west and the longest ``consume()`` call."""
+    sent = [f"e-{i}".encode() for i in range(60)]
+    produce(replicator.east, topic, sent)
+    consumer.subscribe([topic])
+    first = read_some(consumer, 20, spread=True)
+    assert len(first) >= 20
+    replicator.copy()  # every record mirrored
+    assert replicator.checkpoint(group)  # MirrorMaker 2 checkpointed the commit
+    more = read_some(consumer, 10)  # read (and committed) after the checkpoint, and below
+
+    east_down()
+    lost_at = time.monotonic()
+    more_east, rest, longest = until_on_west(consumer, topic, 20)
+    assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+    return sent, first, more + more_east, rest, time.monotonic() - lost_at, longest
+
+
 def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translated_offsets(
     native_clusters: Clusters,
     tmp_path: Path,
@@ -114,26 +138,14 @@ def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translat
     )
     replicator.create_topics()
     try:
-        sent = [f"e-{i}".encode() for i in range(60)]
-        produce(east, topic, sent)
         group = topic + ".group"
         consumer = consumer_of(directory, closing, group)
-        consumer.subscribe([topic])
-        first = read_some(consumer, 20, spread=True)
-        assert len(first) >= 20
-        replicator.copy()  # every record mirrored
-        assert replicator.checkpoint(group)  # MirrorMaker 2 checkpointed the commit
-        more = read_some(consumer, 10)  # read (and committed) after the checkpoint, and below
-
-        east_down()
-        lost_at = time.monotonic()
-        more_east, rest, longest = until_on_west(consumer, topic, 20)
-        more += more_east
-        on_west_at = time.monotonic()
-        assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+        sent, first, more, rest, to_west, longest = checkpointed_then_lost(
+            consumer, replicator, topic, group, east_down
+        )
         # after kbear.failover.after.ms, well before the drain timeout (60 s): the
         # drain of the lost cluster ended at once
-        assert AFTER_MS / 1000 <= on_west_at - lost_at < AFTER_MS / 1000 + 8
+        assert AFTER_MS / 1000 <= to_west < AFTER_MS / 1000 + 8
         assert longest < 0.1 + 0.5  # consume() kept its timeout
         rest += consume_until(consumer, len(sent), timeout=3, batch=10)  # what is left, plus re-reads
     finally:
@@ -246,3 +258,79 @@ def test_a_short_outage_is_not_a_loss(
     assert [m.value() for m in consume_until(consumer, 1, timeout=10)] == [b"after"]
     assert consumer.routes()[topic].cluster_id == "east"
     assert not [e for e in kbear_events if isinstance(e, (_events.FailedOver, _events.ClusterHealthChanged))]
+
+
+def test_under_mm2_s_default_policy_clients_fail_over_to_the_mirror_s_copy(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
+    east_down: Callable[[], None],
+) -> None:
+    """MirrorMaker 2's default replication policy: ``east``'s topic ``T`` is ``east.T`` on
+    ``west``. The failed-over consumer reads ``east.T`` from the translated offsets, and a
+    producer failing over writes ``east.T`` too: the group reads ``east``'s messages once
+    (plus the mirror's lag) and the new ones, under the topic's own name."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    directory = write_mirror_config(tmp_path / "conf", east, west, "mm2", policy="default")
+    replicator = Replicator(east, west, topic, PARTITIONS, skip=0.0, sync_every=5, rng=random.Random(28))
+    assert replicator.remote == f"east.{topic}"
+    replicator.create_topics()
+    try:
+        group = topic + ".group"
+        consumer = consumer_of(directory, closing, group)
+        sent, first, more, rest, _to_west, _longest = checkpointed_then_lost(
+            consumer, replicator, topic, group, east_down
+        )
+        assert consumer.routes()[topic].topic == f"east.{topic}"
+        rest += consume_until(consumer, len(sent), timeout=3, batch=10)
+    finally:
+        replicator.close()
+
+    # a producer of the fleet fails over too, and writes the mirror's copy
+    reports: list[tuple[str | None, str]] = []
+    producer = closing(
+        RoutedProducer(
+            {
+                "kbear.config": str(directory),
+                "kbear.reload.interval.ms": 0,
+                "kbear.failover.enable": True,
+                "kbear.failover.after.ms": AFTER_MS,
+                "linger.ms": 0,
+            }
+        )
+    )
+    new = [f"w-{i}".encode() for i in range(20)]
+    for i, value in enumerate(new):
+        producer.produce(
+            topic,
+            value,
+            key=f"k{i % 6}".encode(),
+            on_delivery=lambda err, msg: reports.append((None if err is None else str(err), msg.topic())),
+        )
+    assert producer.flush(20) == 0
+    assert reports == [(None, topic)] * len(new)  # reported under the topic's own name
+    rest += consume_until(consumer, len(new), timeout=10, batch=10)
+
+    assert {m.topic() for m in first + more + rest} == {topic}
+    counts = Counter(m.value() for m in first + more + rest)
+    assert set(counts) == set(sent) | set(new)  # nothing skipped, the new writes read
+    assert all(counts[v] == 1 for v in new)  # written once, read once
+    reread = sum(n - 1 for n in counts.values())
+    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS))
+    on_west = Consumer({"bootstrap.servers": west.bootstrap_servers, "group.id": group + ".check"})
+    try:
+        copy = f"east.{topic}"
+        ends = [on_west.get_watermark_offsets(TopicPartition(copy, p), timeout=5)[1] for p in range(2)]
+        names = set(on_west.list_topics(timeout=5).topics)
+    finally:
+        on_west.close()
+    assert sum(ends) == len(sent) + len(new)  # the mirrored past and the new writes, one log
+    assert topic not in names  # nothing written under the topic's own name on west
+    starts = [e for e in kbear_events if isinstance(e, _events.MirroredStart)]
+    assert [(e.cluster, e.source, e.decided_by, e.translated) for e in starts] == [
+        ("west", "east", "checkpoint", True)
+    ]
