@@ -183,14 +183,34 @@ def test_the_drain_of_a_dead_cluster_ends_at_once_and_the_group_starts_at_its_ch
         east.set_broker_up(1)
 
 
+def failed_over(directory: Path, active: bool) -> None:
+    """``kbear.failover.active`` set on east (``kbear failover --apply``) or removed
+    (``kbear failback --apply``)."""
+    path = directory / "clusters.yaml"
+    document = yaml.safe_load(path.read_text())
+    meta = document["clusters"][0]["meta"]
+    if active:
+        meta["kbear.failover.active"] = "true"
+    else:
+        meta.pop("kbear.failover.active", None)
+    path.write_text(yaml.safe_dump(document))
+
+
+@pytest.mark.parametrize("how", ["rules", "failover"])
 def test_fail_back_reads_what_the_old_cluster_held_and_loses_nothing(
-    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+    two_clusters: Clusters,
+    mirrored: tuple[str, Path, Router, Replicator],
+    closing: Callable[[Any], Any],
+    how: str,
 ) -> None:
     """#27 item 5: east is lost with messages the mirror never copied; the group goes on
     on west (translated), west receives more; east comes back and the operator moves
     the topic back (an ordinary drain-then-switch move): west is drained, then the
     group reads on east from its committed offsets there, so the messages east held
-    and never mirrored are delivered: nothing produced is lost."""
+    and never mirrored are delivered: nothing produced is lost. ``rules``: the moves
+    are rule changes (remapped to the copy ``east.<topic>``); ``failover``: ``kbear
+    failover`` and ``kbear failback`` (the failover reads and writes the copy itself,
+    MirrorMaker 2's default replication policy)."""
     east, west = two_clusters
     topic, directory, router, replicator = mirrored
     before = produce(east, topic, "e", 40)
@@ -209,7 +229,10 @@ def test_fail_back_reads_what_the_old_cluster_held_and_loses_nothing(
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             got += [m for m in consumer.consume(10, 0.1) if m.error() is None]
-        rewrite_rules(directory, on_west(topic))  # fail over
+        if how == "rules":
+            rewrite_rules(directory, on_west(topic))  # fail over
+        else:
+            failed_over(directory, True)
         assert router.reload() is True
         during = produce(west, replicator.remote, "w", 20)  # producers write to west meanwhile
         deadline = time.monotonic() + 20
@@ -220,8 +243,12 @@ def test_fail_back_reads_what_the_old_cluster_held_and_loses_nothing(
     finally:
         east.set_broker_up(1)
 
+    assert consumer.routes()[topic].topic == replicator.remote
     # east is back: nothing moves until the operator says so, then an ordinary move back
-    rewrite_rules(directory, on_east(topic))
+    if how == "rules":
+        rewrite_rules(directory, on_east(topic))
+    else:
+        failed_over(directory, False)
     assert router.reload() is True
     after = produce(east, topic, "back", 10)
     deadline = time.monotonic() + 30
