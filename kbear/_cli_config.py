@@ -27,6 +27,7 @@ from typing import TextIO
 from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
 from kbear._identity import Client
 from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route
+from kbear._standby import topics_note
 from kbear.config import ConfigError, KBearConfig
 from kbear.router import Router
 from kbear.sources import check_location, is_url
@@ -213,7 +214,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if missing is not None:
         print(f"kbear: {args.config}: {missing}: rules not checked", file=sys.stderr)
     print(summary(config, missing))
+    for line in failover_lines(config):
+        print(line)
     return EXIT_OK
+
+
+def failover_lines(config: KBearConfig) -> list[str]:
+    """``validate``'s lines on failovers: for each cluster with a standby
+    (``kbear.failover.to``), where its topics go once failed over and what producers
+    do there (:func:`kbear._standby.topics_note`)."""
+    return [
+        f"  failover {c.id} -> {c.failover.standby} (kbear.mirror: {c.failover.mirror.value}): "
+        + topics_note(c, back=False)
+        for c in config.clusters.values()
+        if c.failover.standby is not None
+    ]
 
 
 def cmd_lint(args: argparse.Namespace) -> int:

@@ -23,9 +23,9 @@ from collections.abc import Set
 from types import MappingProxyType
 
 from kbear._route import Route
-from kbear.config import KBearConfig
+from kbear.config import ClusterConfig, KBearConfig, MirrorKind
 
-__all__ = ["standby_cluster", "standby_route", "standby_topic"]
+__all__ = ["standby_cluster", "standby_route", "standby_topic", "topics_note"]
 
 
 def _walk(config: KBearConfig, cluster_id: str, topic: str, failed: Set[str]) -> tuple[str, str]:
@@ -74,4 +74,47 @@ def standby_route(route: Route, config: KBearConfig, failed: Set[str]) -> Route:
         bootstrap_servers=cluster.bootstrap_servers,
         rule_id=route.rule_id,
         properties=MappingProxyType(dict(cluster.client_properties)),
+    )
+
+
+def topics_note(cluster: ClusterConfig, back: bool) -> str:
+    """What ``cluster``'s topics are called on its standby once failed over (the
+    mirror's copies, :func:`standby_route`), what producers write there,
+    and what the operator does about the mirror; for a fail-back, where what the
+    producers wrote on the standby goes. One sentence of the plan."""
+    failover = cluster.failover
+    standby, mirror = failover.standby, failover.mirror
+    copy = failover.remote_topic("<topic>")
+    if back:
+        where = f"'{copy}' on {standby!r}" if copy != "<topic>" else f"{standby!r}"
+        return (
+            f"topics go back to {cluster.id!r} under their own names; what producers wrote to {where} "
+            "while failed over is read by each group's drain before it switches back, and stays there"
+            + (
+                " (MirrorMaker 2 does not copy a topic back to its source cluster)"
+                if copy != "<topic>"
+                else ""
+            )
+        )
+    if mirror is MirrorKind.NONE:
+        return (
+            f"topics keep their names on {standby!r}; producers write there; consumer groups start as "
+            "kbear.switch.start says (no mirror)"
+        )
+    if mirror is MirrorKind.IDENTICAL:
+        return (
+            f"topics keep their names on {standby!r} (an offset-preserving mirror); producers write there, "
+            "so the mirror's copies must take writes (Cluster Linking: promote or fail over the "
+            "mirror topics)"
+        )
+    named = (
+        f"are MirrorMaker 2's copies '{copy}' on {standby!r} (kbear.mirror.replication.policy: default)"
+        if copy != "<topic>"
+        else f"keep their names on {standby!r}, MirrorMaker 2's copies (identity replication policy)"
+    )
+    return (
+        f"topics {named}: consumer groups read them from the translated offsets and producers write "
+        f"there too, after the mirrored records; stop MirrorMaker 2's {failover.source_alias} -> {standby} "
+        f"flow before {cluster.id!r} comes back (it would copy what {cluster.id!r} held unmirrored into the "
+        "same topics, read again after the fail-back)"
     )

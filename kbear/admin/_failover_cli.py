@@ -37,9 +37,10 @@ from typing import Any, TextIO
 import yaml
 from confluent_kafka.admin import AdminClient
 
+from kbear._standby import topics_note
 from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
-from kbear.config import FAILOVER_ACTIVE, ClusterConfig, ConfigError, KBearConfig, MirrorKind, load_config
+from kbear.config import FAILOVER_ACTIVE, ClusterConfig, ConfigError, KBearConfig, load_config
 from kbear.reload import replace_file
 
 EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR = 0, 1, 2
@@ -99,7 +100,7 @@ class FailoverPlan:
         groups: for a failover, where each consumer group starts on the standby, per
             partition (:func:`kbear.admin._failover_starts.failover_starts`).
         topics: what the topics are called on the standby and what producers do
-            there (:func:`topics_note`).
+            there (:func:`kbear._standby.topics_note`).
         new_text: clusters.yaml's new text (not in the JSON output).
     """
 
@@ -118,49 +119,6 @@ class FailoverPlan:
     groups: list[GroupStarts] = field(default_factory=list)
     topics: str = ""
     new_text: str = field(default="", repr=False)
-
-
-def topics_note(cluster: ClusterConfig, back: bool) -> str:
-    """What ``cluster``'s topics are called on its standby once failed over (the
-    mirror's copies, :func:`kbear._standby.standby_route`), what producers write there,
-    and what the operator does about the mirror; for a fail-back, where what the
-    producers wrote on the standby goes. One sentence of the plan."""
-    failover = cluster.failover
-    standby, mirror = failover.standby, failover.mirror
-    copy = failover.remote_topic("<topic>")
-    if back:
-        where = f"'{copy}' on {standby!r}" if copy != "<topic>" else f"{standby!r}"
-        return (
-            f"topics go back to {cluster.id!r} under their own names; what producers wrote to {where} "
-            "while failed over is read by each group's drain before it switches back, and stays there"
-            + (
-                " (MirrorMaker 2 does not copy a topic back to its source cluster)"
-                if copy != "<topic>"
-                else ""
-            )
-        )
-    if mirror is MirrorKind.NONE:
-        return (
-            f"topics keep their names on {standby!r}; producers write there; consumer groups start as "
-            "kbear.switch.start says (no mirror)"
-        )
-    if mirror is MirrorKind.IDENTICAL:
-        return (
-            f"topics keep their names on {standby!r} (an offset-preserving mirror); producers write there, "
-            "so the mirror's copies must take writes (Cluster Linking: promote or fail over the "
-            "mirror topics)"
-        )
-    named = (
-        f"are MirrorMaker 2's copies '{copy}' on {standby!r} (kbear.mirror.replication.policy: default)"
-        if copy != "<topic>"
-        else f"keep their names on {standby!r}, MirrorMaker 2's copies (identity replication policy)"
-    )
-    return (
-        f"topics {named}: consumer groups read them from the translated offsets and producers write "
-        f"there too, after the mirrored records; stop MirrorMaker 2's {failover.source_alias} -> {standby} "
-        f"flow before {cluster.id!r} comes back (it would copy what {cluster.id!r} held unmirrored into the "
-        "same topics, read again after the fail-back)"
-    )
 
 
 def probe(cluster: ClusterConfig, timeout_s: float) -> str | None:

@@ -168,6 +168,25 @@ def test_bad_keys_are_refused_naming_file_cluster_and_key(
         assert got.startswith(prefix), got
 
 
+def test_kbear_validate_says_where_each_cluster_s_topics_go_once_failed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write(
+        tmp_path,
+        east={"kbear.failover.to": "west", "kbear.mirror": "mm2"},
+        west={"kbear.failover.to": "dr", "kbear.mirror": "identical"},
+        dr={},
+    )
+    assert main(["validate", "--config", str(conf)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("OK: 3 clusters")
+    east, west = lines[1:]
+    assert east.startswith("  failover east -> west (kbear.mirror: mm2): topics are MirrorMaker 2's copies")
+    assert "'east.<topic>' on 'west'" in east and "producers write there too" in east
+    assert west.startswith("  failover west -> dr (kbear.mirror: identical): topics keep their names on 'dr'")
+    assert "producers write there" in west
+
+
 def test_kbear_validate_refuses_a_loop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     conf = write(tmp_path, east={"kbear.failover.to": "west"}, west={"kbear.failover.to": "east"})
     code = main(["validate", "--config", str(conf)])
