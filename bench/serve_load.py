@@ -23,7 +23,11 @@ delay from the edit to a client's first answer with the new route.
 ``--compare-fleet N`` runs the server N times with the fleet recorded off and
 N times on (``kbear serve --fleet off|on``), alternately, in one invocation, and
 prints each run and the ratio on/off of the medians of p50, mean, p99 and the
-server's CPU per request (issue #30: recording must cost under 5 %).
+server's CPU per request (issue #30: recording must cost under 5 %), that CPU
+also split between the workers' main threads (the event loop: each request's
+own work) and their other threads (the configuration watcher, the fleet's
+writer): the split is exact per thread, where the total varies by 10 % from
+run to run on a shared machine.
 
 Needs the server extra (``pip install 'kbear[server]'``) and Linux (``/proc``).
 """
@@ -134,6 +138,51 @@ def _run_queue_wait_s(pids: list[int]) -> float:
                 with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
                     total += int((task / "schedstat").read_text().split()[1])
     return total / 1e9
+
+
+def _thread_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[float, int]]:
+    """Per thread of ``pids`` ((pid, thread id) -> CPU seconds, voluntary context
+    switches: how often it went to sleep, i.e. woke up again), from ``/proc/<pid>/task``
+    (``schedstat``: nanoseconds, not clock ticks)."""
+    threads: dict[tuple[int, int], tuple[float, int]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
+                    ran_ns = int((task / "schedstat").read_text().split()[0])
+                    status = (task / "status").read_text()
+                    switches = int(status.split("\nvoluntary_ctxt_switches:", 1)[1].split()[0])
+                    threads[(pid, int(task.name))] = (ran_ns / 1e9, switches)
+    return threads
+
+
+def _by_thread(
+    before: dict[tuple[int, int], tuple[float, int]],
+    after: dict[tuple[int, int], tuple[float, int]],
+    supervisor: int | None,
+    requests: int,
+    wall: float,
+) -> dict[str, float]:
+    """The server's CPU per request split by thread: the workers' main threads (the
+    event loop: every request's own work), their other threads (the configuration
+    watcher, the fleet's writer), the supervisor of ``--workers N``; and how often the
+    workers' other threads woke up (per second)."""
+    cpu = {"main": 0.0, "other": 0.0, "supervisor": 0.0}
+    wakeups = 0
+    for key, (seconds, switches) in after.items():
+        seconds0, switches0 = before.get(key, (0.0, 0))
+        pid, tid = key
+        kind = "supervisor" if pid == supervisor else "main" if tid == pid else "other"
+        cpu[kind] += seconds - seconds0
+        if kind == "other":
+            wakeups += switches - switches0
+    per = 1000 / max(1, requests)
+    return {
+        "server_cpu_ms_per_request_workers_main_threads": round(cpu["main"] * per, 3),
+        "server_cpu_ms_per_request_workers_other_threads": round(cpu["other"] * per, 3),
+        "server_cpu_ms_per_request_supervisor": round(cpu["supervisor"] * per, 3),
+        "server_other_threads_wakeups_per_s": round(wakeups / wall, 1),
+    }
 
 
 @dataclass
@@ -256,12 +305,16 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
     server = _process_tree(server_pid)
     cpu_server, cpu_self, wall = _cpu_seconds(server), time.process_time(), time.perf_counter()
     waited_server, waited_self = _run_queue_wait_s(server), _run_queue_wait_s([os.getpid()])
+    threads = _thread_cpu(server)
     await asyncio.sleep(max(0.0, (args.duration - args.warmup) / 2))
     replace_file(directory / "route-rules.yaml", _rules(args.move_to))
     change["at"] = time.perf_counter()
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - wall
     cpu_server = _cpu_seconds(server) - cpu_server
+    by_thread = _by_thread(
+        threads, _thread_cpu(server), server_pid if args.workers > 1 else None, len(stats.latencies), wall
+    )
     cpu_self = time.process_time() - cpu_self
     waited_server = _run_queue_wait_s(server) - waited_server
     waited_self = _run_queue_wait_s([os.getpid()]) - waited_self
@@ -292,6 +345,7 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
         "server_processes": len(server),
         "server_cpu_pct_of_one_core": round(100 * cpu_server / wall, 1),
         "server_cpu_ms_per_request": round(1000 * cpu_server / len(lat), 3) if lat else None,
+        **by_thread,
         "load_generator_cpu_pct_of_one_core": round(100 * cpu_self / wall, 1),
         # time runnable but waiting for a CPU taken by other processes, in % of the run
         "server_cpu_wait_pct": round(100 * waited_server / wall, 1),
@@ -371,7 +425,14 @@ def _compare_fleet(args: argparse.Namespace) -> int:
         return statistics.median(float(r[key]) for r in runs[fleet])
 
     summary: dict[str, Any] = {"compare_fleet_runs_each": args.compare_fleet, "clients": args.clients}
-    for key in ("p50_ms", "mean_ms", "p99_ms", "server_cpu_ms_per_request"):
+    for key in (
+        "p50_ms",
+        "mean_ms",
+        "p99_ms",
+        "server_cpu_ms_per_request",
+        "server_cpu_ms_per_request_workers_main_threads",
+        "server_cpu_ms_per_request_workers_other_threads",
+    ):
         off, on = median("off", key), median("on", key)
         summary[key] = {
             "off": round(off, 3),

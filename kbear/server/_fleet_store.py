@@ -63,6 +63,22 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE excluded.seen >= fleet.seen
 """
 
+#: An entry's row as written (:meth:`FleetStore.write`).
+_Row = tuple[str | float, ...]
+
+#: Most entries whose last-seen time one statement refreshes.
+_REFRESHED_AT_MOST = 500
+
+
+def _refresh_sql(count: int) -> str:
+    """A last-seen refresh of ``count`` entries answered to one request: it matches
+    fewer rows when one is gone or was written since by another process with another
+    address or digest (the route of an entry's lookup and client under one digest is
+    one)."""
+    keys = ", ".join("?" * count)
+    return f"UPDATE fleet SET seen = max(seen, ?) WHERE key IN ({keys}) AND address = ? AND digest = ?"
+
+
 _COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
 
 
@@ -213,13 +229,19 @@ class FleetStore:
         rows: Sequence[tuple[str | float, ...]],
         counts: Mapping[str, int],
         *,
+        refreshes: Sequence[Sequence[_Row]] = (),
         expire_before: float | None = None,
         max_entries: int | None = None,
     ) -> None:
         """Write in one transaction: upsert ``rows`` (a row per entry: key, client id,
         meta JSON, host, kind, topic, group, address, cluster, physical topic, digest,
         first seen, seen; an older ``seen`` never overwrites a newer one; each kept
-        with the hashes of its lookup and of its client, :class:`_Hashes`); with
+        with the hashes of its lookup and of its client, :class:`_Hashes`); before
+        them, update the last-seen time of ``refreshes`` (groups of rows as ``rows``
+        of entries whose answer this process wrote before, one group per request:
+        same last-seen time, address and digest; one statement per group, a third of
+        an upsert's cost per row; upserted as ``rows`` when one of them is gone or was
+        written since by another process with another answer); with
         ``expire_before`` (Unix time, seconds) delete the entries last seen before it
         and keep at most ``max_entries`` (the least recently seen go); add ``counts``
         (``dropped``...) and the entries deleted (``expired``, ``evicted``) to the
@@ -231,6 +253,8 @@ class FleetStore:
         db = self._writer()
         db.execute("BEGIN IMMEDIATE")
         try:
+            if refreshes:
+                self._refresh(db, refreshes)
             db.executemany(_UPSERT, [(*row, *self._hashes(row)) for row in rows])
             added = dict(counts)
             if expire_before is not None:
@@ -253,6 +277,18 @@ class FleetStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _refresh(self, db: sqlite3.Connection, refreshes: Sequence[Sequence[_Row]]) -> None:
+        """The last-seen refreshes of :meth:`write`, in its transaction."""
+        by_count: dict[int, list[_Row]] = {}
+        for group in refreshes:
+            for start in range(0, len(group), _REFRESHED_AT_MOST):
+                rows = group[start : start + _REFRESHED_AT_MOST]
+                seen, address, digest = rows[0][12], rows[0][7], rows[0][10]
+                by_count.setdefault(len(rows), []).append((seen, *(row[0] for row in rows), address, digest))
+        updated = sum(db.executemany(_refresh_sql(n), params).rowcount for n, params in by_count.items())
+        if updated < sum(map(len, refreshes)):
+            db.executemany(_UPSERT, [(*row, *self._hashes(row)) for group in refreshes for row in group])
 
     def _writer(self) -> sqlite3.Connection:
         """The writer's own connection (kept open; its caller serialises the writes)."""

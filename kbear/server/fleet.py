@@ -15,13 +15,15 @@ them. Replicas on several hosts each keep their own file and show the clients
 
 Off the request path: :meth:`FleetRecorder.record_answer` only appends a
 note (a flat tuple of strings) to an in-memory queue, and not even that for a
-request repeated on the same connection; a writer thread takes the notes
-every ``flush_interval_s`` seconds and writes them, in one transaction, at
-once when one of them is news (a new entry, a changed route, digest or
-address), else with the bounds once a second. An entry whose answer did not
-change is rewritten at most once per ``seen_resolution_s`` seconds (5):
+request repeated on the same connection; a writer thread writes the notes
+in one transaction when one of them may be news (a request its connection
+did not send before, under this configuration: a new entry, a changed route,
+digest or address), at most once per ``flush_interval_s`` seconds (0.1), and
+else with the bounds once a second: a steady fleet wakes it once a second.
+An entry whose answer did not change is rewritten at most once per
+``seen_resolution_s`` seconds (5), by an update of its last-seen time only:
 last-seen times are exact to that (plus the second they may wait), a changed
-route is written at the next flush.
+route is written within ``flush_interval_s``.
 Bounded: at most ``max_pending`` notes wait for a flush (more are dropped,
 counted); entries unseen for ``ttl_s`` seconds are deleted; past
 ``max_entries`` entries the least recently seen are deleted (counted).
@@ -59,7 +61,7 @@ log = logging.getLogger("kbear.server")
 DEFAULT_TTL_S = 300.0
 #: Most entries (client x lookup) kept (``kbear serve --fleet-max-entries``).
 DEFAULT_MAX_ENTRIES = 100_000
-#: Seconds between two flushes of the recorded requests to the database.
+#: Shortest time between two flushes of the recorded requests to the database, seconds.
 DEFAULT_FLUSH_INTERVAL_S = 0.1
 #: Most notes waiting for a flush; more are dropped (and counted).
 DEFAULT_MAX_PENDING = 200_000
@@ -78,7 +80,8 @@ class FleetRecorder:
         path: the database file (created with its tables when missing).
         ttl_s: seconds an entry is kept after its last request (> 0).
         max_entries: most entries kept (> 0); past it the least recently seen go.
-        flush_interval_s: seconds between two writes of the pending notes (> 0).
+        flush_interval_s: shortest time between two writes of the pending notes,
+            seconds (> 0): news waits at most this long.
         max_pending: most notes waiting for a write; more are dropped.
         seen_resolution_s: an unchanged entry's last-seen time is rewritten at
             most once per this many seconds (>= 0): last-seen times are exact to it.
@@ -117,8 +120,11 @@ class FleetRecorder:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         # what this process last wrote per entry key: (address, cluster, route topic, digest, seen)
         self._written: dict[str, tuple[str, str, str, str, float]] = {}
-        # rows staged for the next write, by entry key
+        # rows staged for the next write, by entry key: news (a new entry, a changed
+        # route, digest or address) and last-seen refreshes of what this process wrote
         self._staged: dict[str, tuple[str | float, ...]] = {}
+        # (the refreshes of one note: one last-seen time, address and digest)
+        self._refreshed: list[list[tuple[str | float, ...]]] = []
         self._maintained_at = 0.0
         self._meta_json: dict[tuple[tuple[str, str], ...], str] = {}
         # requests this process noted last: (peer, digest, request body) -> when
@@ -126,6 +132,8 @@ class FleetRecorder:
         self._dropped = 0
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
+        # set by the request path when a note may be news: wakes the writer
+        self._news = threading.Event()
         self._thread: threading.Thread | None = None
         self._store = FleetStore(self.path)
 
@@ -155,6 +163,7 @@ class FleetRecorder:
         host = address.rsplit(":", 1)[0]
         head = (kind, client_id, self._meta_json_of(meta), host, address, digest, when)
         self._note(head + tuple(item for lookup in lookups for item in lookup))
+        self._news.set()
 
     def record_answer(
         self,
@@ -206,6 +215,8 @@ class FleetRecorder:
             return
         host, address = ("unknown", "unknown") if peer is None else (peer[0], f"{peer[0]}:{peer[1]}")
         self._note((kind, client.id, self._meta_json_of(client.meta), host, address, digest, at, *flat))
+        if last is None and not self._news.is_set():
+            self._news.set()  # a request not answered before from this connection: maybe news
 
     def _note(self, note: tuple[Any, ...]) -> None:
         if len(self._pending) >= self.max_pending:
@@ -234,6 +245,7 @@ class FleetRecorder:
     def stop(self) -> None:
         """Stop the writer thread after a last flush."""
         self._stop.set()
+        self._news.set()
         if self._thread is not None:
             self._thread.join(10.0)
         self.flush()
@@ -241,11 +253,21 @@ class FleetRecorder:
             self._store.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.flush_interval_s):
+        """Flush when the request path noted what may be news (a request not answered
+        before from its connection), at most once per ``flush_interval_s``, and when the
+        bounds are due (once a second): a steady fleet wakes the writer once a second."""
+        flushed = time.monotonic() - self.flush_interval_s
+        while True:
+            self._news.wait(max(0.0, self._maintained_at + _MAINTENANCE_S - time.time()))
+            gap = flushed + self.flush_interval_s - time.monotonic()
+            if self._stop.is_set() or (gap > 0 and self._stop.wait(gap)):
+                return
+            self._news.clear()
             try:
                 self.flush(news_only=True)
             except sqlite3.Error:
                 log.exception("kbear serve: writing the fleet to %s failed", self.path)
+            flushed = time.monotonic()
 
     def flush(self, now: float | None = None, *, news_only: bool = False) -> int:
         """Write the pending notes; apply the bounds when a second passed since the
@@ -256,7 +278,7 @@ class FleetRecorder:
                 route, digest or address) or the bounds are due (once a second): an
                 unchanged entry's new last-seen time waits for one of those, so that
                 a steady fleet is written once a second in one transaction (what the
-                writer thread does every ``flush_interval_s``).
+                writer thread does).
         """
         with self._flush_lock:
             pending = [self._pending.popleft() for _ in range(len(self._pending))]
@@ -265,9 +287,14 @@ class FleetRecorder:
             now = time.time() if now is None else now
             if news_only and not news and not maintain:
                 return 0
-            rows, self._staged = list(self._staged.values()), {}
+            staged, self._staged = self._staged, {}
+            refreshes, self._refreshed = self._refreshed, []
+            if staged:  # an entry refreshed, then news: the news only
+                kept = ([row for row in group if row[0] not in staged] for group in refreshes)
+                refreshes = [group for group in kept if group]
+            rows = list(staged.values())
             dropped, self._dropped = self._dropped, 0
-            if not rows and not dropped and not maintain:
+            if not rows and not refreshes and not dropped and not maintain:
                 return 0
             if maintain:
                 self._maintained_at = now
@@ -275,13 +302,14 @@ class FleetRecorder:
                 self._store.write(
                     rows,
                     {"dropped": dropped},
+                    refreshes=refreshes,
                     expire_before=now - self.ttl_s if maintain else None,
                     max_entries=self.max_entries if maintain else None,
                 )
             except BaseException:
                 self._written.clear()  # what was not written must not be skipped next time
                 raise
-            return len(rows)
+            return len(rows) + sum(map(len, refreshes))
 
     def _stage(self, pending: list[tuple[Any, ...]]) -> bool:
         """Stage the rows to write: the last note of each entry, unless this process
@@ -293,16 +321,24 @@ class FleetRecorder:
         news = False
         for note in pending:
             kind, cid, meta_json, host, address, digest, at = note[:7]
+            refreshed: list[tuple[str | float, ...]] = []
             for i in range(7, len(note), 4):
                 topic, group, cluster, route_topic = note[i : i + 4]
                 key = "\x1f".join((cid, meta_json, host, kind, topic, group))
                 state = (address, cluster, route_topic, digest)
                 last = self._written.get(key)
-                if last is not None and last[:4] == state and at - last[4] < self.seen_resolution_s:
+                refresh = last is not None and last[:4] == state
+                if last is not None and refresh and at - last[4] < self.seen_resolution_s:
                     continue
-                news = news or last is None or last[:4] != state
                 self._written[key] = (*state, at)
-                self._staged[key] = (key, cid, meta_json, host, kind, topic, group, *state, at, at)
+                row = (key, cid, meta_json, host, kind, topic, group, *state, at, at)
+                if refresh and key not in self._staged:
+                    refreshed.append(row)
+                else:  # news, or a later note of news not written yet
+                    news = news or not refresh
+                    self._staged[key] = row
+            if refreshed:
+                self._refreshed.append(refreshed)
         return news
 
     # ------------------------------------------------------------------ reading

@@ -257,7 +257,7 @@ def test_an_unchanged_entry_is_rewritten_once_per_seen_resolution(tmp_path: Path
 
 
 def test_the_writer_writes_news_at_once_and_last_seen_times_with_the_bounds(tmp_path: Path) -> None:
-    """#30: the writer thread (``flush(news_only=True)`` every 0.1 s) writes a new
+    """#30: the writer thread (``flush(news_only=True)`` when woken) writes a new
     entry or a changed route at once, and an unchanged entry's new last-seen time
     only with the bounds (once a second): a steady fleet costs one transaction a
     second."""
@@ -277,6 +277,22 @@ def test_the_writer_writes_news_at_once_and_last_seen_times_with_the_bounds(tmp_
     fleet._maintained_at = 0.0  # the bounds due: what is staged goes with them
     fleet.record("c", {}, "h:1", "producer", "d2", [("t", "", "green", "t")], at=t0 + 4)
     assert fleet.flush(news_only=True) == 1 and max(e.seen for e in fleet.entries()) == t0 + 4
+
+
+def test_the_writer_thread_is_woken_by_a_request_answered_for_the_first_time(
+    holder: ConfigHolder, tmp_path: Path
+) -> None:
+    """#30: the writer sleeps until the bounds are due (once a second) unless the
+    request path notes a request its connection did not send before (maybe news):
+    a new client is in the file within ``flush_interval_s``, not at the next bounds."""
+    fleet = FleetRecorder(tmp_path / "f.db", flush_interval_s=0.01)
+    fleet._maintained_at = time.time() + 3600  # the bounds not due during the test
+    with TestClient(create_app(holder, watch=False, fleet=fleet)) as client:
+        produce(client, "app", {}, "orders")
+        deadline = time.monotonic() + 10
+        while not fleet.entries() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [e.client_id for e in fleet.entries()] == ["app"]
 
 
 def test_a_repeated_request_is_noted_once_per_seen_resolution(holder: ConfigHolder, tmp_path: Path) -> None:
@@ -310,6 +326,32 @@ def test_processes_sharing_the_file_see_one_fleet(tmp_path: Path) -> None:
     for recorder in (first, second):
         assert sorted(e.client_id for e in recorder.entries()) == ["a", "b"]
         assert recorder.stats().clients == 2
+
+
+def test_a_last_seen_refresh_restores_an_entry_gone_or_answered_otherwise_since(tmp_path: Path) -> None:
+    """#30: a last-seen refresh (an unchanged answer) is a one-column update; the
+    entry as this process answered it is written again when another process deleted
+    it (its bounds) or recorded another answer for it since (the same client on
+    another connection: its last answer wins)."""
+    first = FleetRecorder(tmp_path / "f.db", seen_resolution_s=5)
+    second = FleetRecorder(tmp_path / "f.db", ttl_s=60)
+    lookup = [("t", "", "blue", "t")]
+    t0 = time.time()
+    first.record("c", {}, "h:1", "producer", "d", lookup, at=t0)
+    assert first.flush() == 1
+    second.flush(now=t0 + 100)  # its bounds: the entry expired
+    assert first.entries() == []
+    first.record("c", {}, "h:1", "producer", "d", lookup, at=t0 + 101)
+    assert first.flush() == 1
+    assert [(e.address, e.seen) for e in first.entries()] == [("h:1", t0 + 101)]
+    second.record("c", {}, "h:2", "producer", "d", lookup, at=t0 + 102)  # the client's other connection
+    assert second.flush() == 1 and first.entries()[0].address == "h:2"
+    first.record("c", {}, "h:1", "producer", "d", lookup, at=t0 + 107)
+    assert first.flush() == 1
+    assert [(e.address, e.seen) for e in first.entries()] == [("h:1", t0 + 107)]
+    first.record("c", {}, "h:1", "producer", "d", lookup, at=t0 + 113)  # a plain refresh
+    assert first.flush() == 1
+    assert [(e.address, e.seen) for e in first.entries()] == [("h:1", t0 + 113)]
 
 
 @pytest.mark.parametrize(
