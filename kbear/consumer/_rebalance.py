@@ -227,7 +227,7 @@ class Rebalancer:
             try:
                 resume = self.resume_at.pop(entry.cluster_id, None)
                 self._resumed_at.pop(entry.cluster_id, None)
-                started = self._start_offsets(entry, partitions)
+                started, translated = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
                     self._resumed_at[entry.cluster_id] = {
@@ -248,6 +248,11 @@ class Rebalancer:
                         entry.consumer.assign(started)
                 if resume:
                     _commit_resumed(entry, resume)
+                if translated:
+                    # the group's position on this cluster, not this member's: a member
+                    # starting here later (a restart, a partition handed on before anything
+                    # new was read) starts from it, not from auto.offset.reset
+                    commit_async(entry, translated, "of the translated start offsets")
                 if self.assigned_hook is not None:
                     self.assigned_hook(entry)
                 if taken and self.taken_hook is not None and not self.assigned_in_callback:
@@ -267,18 +272,22 @@ class Rebalancer:
             return []
         return [tp for tp in started if tp.offset == OFFSET_INVALID and (tp.topic, tp.partition) not in held]
 
-    def _start_offsets(self, entry: ClusterClient, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    def _start_offsets(
+        self, entry: ClusterClient, partitions: list[TopicPartition]
+    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
         """``partitions`` with the start offsets of ``kbear.switch.start`` applied to
-        the partitions of topics just moved to this cluster (their first assignment only)."""
+        the partitions of topics just moved to this cluster (their first assignment
+        only), and the translated starts among them (``translated``: offsets found,
+        to be committed once assigned)."""
         if not self.start_at:
-            return partitions
+            return partitions, []
         plans: dict[str, StartPlan] = {}
         for topic in {tp.topic for tp in partitions}:
             plan = self.start_at.pop((entry.cluster_id, topic), None)
             if plan is not None and (plan.offset is not None or plan.translated):
                 plans[topic] = plan
         if not plans:
-            return partitions
+            return partitions, []
         offsets = {topic: plan.offset for topic, plan in plans.items() if plan.offset is not None}
         out = [
             tp if tp.topic not in offsets else TopicPartition(tp.topic, tp.partition, offsets[tp.topic])
@@ -292,6 +301,7 @@ class Rebalancer:
                 for tp in self.translate(entry, [tp for tp in out if tp.topic == topic], plan)
             }
             out = [starts.get((tp.topic, tp.partition), tp) for tp in out]
+        found_by_mirror = [tp for tp in out if tp.topic in translated and tp.offset >= 0]
         by_time = [tp for tp in out if tp.topic in plans and plans[tp.topic].by_time]
         if by_time:
             found = {
@@ -305,7 +315,7 @@ class Rebalancer:
                 for tp in out
             ]
         log.info("kbear: start of moved topics on cluster %r: %s", entry.cluster_id, out)
-        return out
+        return out, found_by_mirror
 
 
 def _resumed(partitions: list[TopicPartition], resume: dict[tuple[str, int], int]) -> list[TopicPartition]:
