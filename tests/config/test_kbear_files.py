@@ -5,33 +5,18 @@ Test data: tests/data/kbear/, copied unchanged from ctripcorp/kbear (see its REA
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from _kbear_files import HELLO, KBEAR_DATA, kbear_copy
 
 from kbear import Client, ConfigError, RoutedProducer, Router, load_config
 from kbear.cli import main
 from kbear.lint import lint
 from kbear.testing import EmbeddedCluster
 
-KBEAR_DATA = Path(__file__).parents[1] / "data" / "kbear"
 NEGATIVE_CASES = {"r100101", "r100102", "r100103", "r100104", "r100105"}
-HELLO = "fx.kafka.demo.hello.run"
-
-
-def kbear_copy(tmp_path: Path, *, servers: str | None = None) -> Path:
-    """KBear's files, unchanged (when ``servers`` is given, every cluster's
-    bootstrap.servers pointed there)."""
-    target = tmp_path / "kbear"
-    shutil.copytree(KBEAR_DATA, target)
-    if servers is not None:
-        clusters = yaml.safe_load((KBEAR_DATA / "clusters.yaml").read_text())
-        for entry in clusters["clusters"]:
-            entry["meta"]["bootstrap.servers"] = servers
-        (target / "clusters.yaml").write_text(yaml.safe_dump(clusters, sort_keys=False))
-    return target
 
 
 def test_kbear_files_load_unchanged_and_the_negative_rules_are_ignored() -> None:

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from _kbear_files import HELLO, kbear_copy
 from _meta_fake import FakeService, HttpServer
-from test_kbear_files import HELLO, kbear_copy
 
 from conftest import message_count
 from kbear import Client, ConfigError, KBearConfig, NoRouteError, RoutedProducer, Router
