@@ -22,12 +22,14 @@ delay from the edit to a client's first answer with the new route.
 
 ``--compare-fleet N`` runs the server N times with the fleet recorded off and
 N times on (``kbear serve --fleet off|on``), alternately, in one invocation, and
-prints each run and the ratio on/off of the medians of p50, mean, p99 and the
-server's CPU per request (issue #30: recording must cost under 5 %), that CPU
+prints each run, the ratio on/off of the medians of p50, mean, p99 and the
+server's CPU per request and the median of the ratios of each pair (issue #30: recording must cost under 5 %), that CPU
 also split between the workers' main threads (the event loop: each request's
 own work) and their other threads (the configuration watcher, the fleet's
 writer): the split is exact per thread, where the total varies by 10 % from
-run to run on a shared machine.
+run to run on a shared machine. With ``--side-by-side`` each off run runs at the
+same time as an on run (two servers, two load generators, twice the load): the
+machine's changing load falls on both alike.
 
 Needs the server extra (``pip install 'kbear[server]'``) and Linux (``/proc``).
 """
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _procstat import by_thread, cpu_seconds, process_tree, run_queue_wait_s, thread_cpu
 
 from kbear.reload import replace_file
 
@@ -104,85 +106,6 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the worker processes of ``--workers N``)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    tree = [pid]
-    for parent in tree:
-        tree += [child for child, its_parent in parents.items() if its_parent == parent]
-    return tree
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _run_queue_wait_s(pids: list[int]) -> float:
-    """Seconds the process's threads spent runnable but waiting for a CPU (``/proc/<pid>/task/*/schedstat``):
-    what a machine shared with other work takes from it."""
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
-                    total += int((task / "schedstat").read_text().split()[1])
-    return total / 1e9
-
-
-def _thread_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[float, int]]:
-    """Per thread of ``pids`` ((pid, thread id) -> CPU seconds, voluntary context
-    switches: how often it went to sleep, i.e. woke up again), from ``/proc/<pid>/task``
-    (``schedstat``: nanoseconds, not clock ticks)."""
-    threads: dict[tuple[int, int], tuple[float, int]] = {}
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
-                    ran_ns = int((task / "schedstat").read_text().split()[0])
-                    status = (task / "status").read_text()
-                    switches = int(status.split("\nvoluntary_ctxt_switches:", 1)[1].split()[0])
-                    threads[(pid, int(task.name))] = (ran_ns / 1e9, switches)
-    return threads
-
-
-def _by_thread(
-    before: dict[tuple[int, int], tuple[float, int]],
-    after: dict[tuple[int, int], tuple[float, int]],
-    supervisor: int | None,
-    requests: int,
-    wall: float,
-) -> dict[str, float]:
-    """The server's CPU per request split by thread: the workers' main threads (the
-    event loop: every request's own work), their other threads (the configuration
-    watcher, the fleet's writer), the supervisor of ``--workers N``; and how often the
-    workers' other threads woke up (per second)."""
-    cpu = {"main": 0.0, "other": 0.0, "supervisor": 0.0}
-    wakeups = 0
-    for key, (seconds, switches) in after.items():
-        seconds0, switches0 = before.get(key, (0.0, 0))
-        pid, tid = key
-        kind = "supervisor" if pid == supervisor else "main" if tid == pid else "other"
-        cpu[kind] += seconds - seconds0
-        if kind == "other":
-            wakeups += switches - switches0
-    per = 1000 / max(1, requests)
-    return {
-        "server_cpu_ms_per_request_workers_main_threads": round(cpu["main"] * per, 3),
-        "server_cpu_ms_per_request_workers_other_threads": round(cpu["other"] * per, 3),
-        "server_cpu_ms_per_request_supervisor": round(cpu["supervisor"] * per, 3),
-        "server_other_threads_wakeups_per_s": round(wakeups / wall, 1),
-    }
 
 
 @dataclass
@@ -302,22 +225,22 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
     await asyncio.sleep(max(0.0, start - time.perf_counter()) + args.warmup)
     stats.latencies.clear()  # measured after the warm-up
     stats.errors.clear()
-    server = _process_tree(server_pid)
-    cpu_server, cpu_self, wall = _cpu_seconds(server), time.process_time(), time.perf_counter()
-    waited_server, waited_self = _run_queue_wait_s(server), _run_queue_wait_s([os.getpid()])
-    threads = _thread_cpu(server)
+    server = process_tree(server_pid)
+    cpu_server, cpu_self, wall = cpu_seconds(server), time.process_time(), time.perf_counter()
+    waited_server, waited_self = run_queue_wait_s(server), run_queue_wait_s([os.getpid()])
+    threads = thread_cpu(server)
     await asyncio.sleep(max(0.0, (args.duration - args.warmup) / 2))
     replace_file(directory / "route-rules.yaml", _rules(args.move_to))
     change["at"] = time.perf_counter()
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - wall
-    cpu_server = _cpu_seconds(server) - cpu_server
-    by_thread = _by_thread(
-        threads, _thread_cpu(server), server_pid if args.workers > 1 else None, len(stats.latencies), wall
+    cpu_server = cpu_seconds(server) - cpu_server
+    split = by_thread(
+        threads, thread_cpu(server), server_pid if args.workers > 1 else None, len(stats.latencies), wall
     )
     cpu_self = time.process_time() - cpu_self
-    waited_server = _run_queue_wait_s(server) - waited_server
-    waited_self = _run_queue_wait_s([os.getpid()]) - waited_self
+    waited_server = run_queue_wait_s(server) - waited_server
+    waited_self = run_queue_wait_s([os.getpid()]) - waited_self
     lat = sorted(stats.latencies)
     routed = [i for i in range(args.clients) if (i % 10 != 0)]  # the UAT clients stay on uat
     delays = [stats.seen_change[i] - change["at"] for i in routed if i in stats.seen_change]
@@ -345,7 +268,7 @@ async def _run(args: argparse.Namespace, base: str, directory: Path, server_pid:
         "server_processes": len(server),
         "server_cpu_pct_of_one_core": round(100 * cpu_server / wall, 1),
         "server_cpu_ms_per_request": round(1000 * cpu_server / len(lat), 3) if lat else None,
-        **by_thread,
+        **split,
         "load_generator_cpu_pct_of_one_core": round(100 * cpu_self / wall, 1),
         # time runnable but waiting for a CPU taken by other processes, in % of the run
         "server_cpu_wait_pct": round(100 * waited_server / wall, 1),
@@ -396,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="N runs with the fleet off and N on, alternately; prints the ratios (results-fleet.jsonl)",
     )
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="with --compare-fleet: each off run at the same time as an on run (two servers, two "
+        "load generators: what the machine does to one it does to the other)",
+    )
     args = parser.parse_args(argv)
     if args.compare_fleet:
         return _compare_fleet(args)
@@ -410,9 +339,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _side_by_side(args: argparse.Namespace) -> dict[str, dict[str, Any]] | None:
+    """One run with the fleet off and one on at the same time, each its own server and
+    load generator (this script as a child process)."""
+    argv = [sys.executable, __file__, "--json"]
+    for name in ("clients", "interval", "duration", "warmup", "topics", "topic_count", "timeout"):
+        argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    argv += ["--move-to", args.move_to, "--workers", str(args.workers), "--client", args.client]
+    children = {
+        fleet: subprocess.Popen([*argv, "--fleet", fleet], stdout=subprocess.PIPE, text=True)
+        for fleet in ("off", "on")
+    }
+    outputs = {fleet: child.communicate()[0] for fleet, child in children.items()}
+    if any(child.returncode for child in children.values()):
+        return None
+    return {fleet: json.loads(output) for fleet, output in outputs.items()}
+
+
 def _compare_fleet(args: argparse.Namespace) -> int:
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for _ in range(args.compare_fleet):
+        if args.side_by_side:
+            pair = _side_by_side(args)
+            if pair is None:
+                return 1
+            for fleet, result in pair.items():
+                runs[fleet].append(result)
+                print(json.dumps(result), flush=True)
+            continue
         for fleet in ("off", "on"):
             args.fleet = fleet
             result = _serve_and_load(args)
@@ -424,7 +378,11 @@ def _compare_fleet(args: argparse.Namespace) -> int:
     def median(fleet: str, key: str) -> float:
         return statistics.median(float(r[key]) for r in runs[fleet])
 
-    summary: dict[str, Any] = {"compare_fleet_runs_each": args.compare_fleet, "clients": args.clients}
+    summary: dict[str, Any] = {
+        "compare_fleet_runs_each": args.compare_fleet,
+        "side_by_side": args.side_by_side,
+        "clients": args.clients,
+    }
     for key in (
         "p50_ms",
         "mean_ms",
@@ -434,10 +392,13 @@ def _compare_fleet(args: argparse.Namespace) -> int:
         "server_cpu_ms_per_request_workers_other_threads",
     ):
         off, on = median("off", key), median("on", key)
+        pairs = [float(b[key]) / float(a[key]) for a, b in zip(runs["off"], runs["on"], strict=True)]
         summary[key] = {
             "off": round(off, 3),
             "on": round(on, 3),
             "on_vs_off_pct": round(100 * (on / off - 1), 1),
+            # each on run against the off run of its pair (side by side: the same time)
+            "paired_on_vs_off_pct": round(100 * (statistics.median(pairs) - 1), 1),
         }
     print(json.dumps(summary))
     with open(Path(__file__).with_name("results-fleet.jsonl"), "a", encoding="utf-8") as out:
