@@ -770,6 +770,7 @@ kbear_plain_record(PyObject *call)
 
 /* _pending.c: adds Pending and RecordingSend to the module */
 int kbear_pending_init(PyObject *module);
+int kbear_counted_init(PyObject *module); /* kbear/_counted.c */
 
 static struct PyModuleDef cdispatch_module = {
     PyModuleDef_HEAD_INIT,
@@ -822,7 +823,7 @@ PyInit__cdispatch(void)
         Py_DECREF(module);
         return NULL;
     }
-    if (kbear_pending_init(module) < 0) {
+    if (kbear_pending_init(module) < 0 || kbear_counted_init(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -7,7 +7,10 @@ brokers, and a record fetched again after a pause, a seek or a rebalance counts
 again there (up to 9 % more than the application received in the demo, issue
 #25). Only cluster clients built while kbear's metrics are on are counted
 (:class:`CountingConsumer` stands in for confluent-kafka's ``Consumer``); without
-metrics, nothing is counted and nothing is slower.
+metrics, nothing is counted and nothing is slower. With kbear's C extension
+(:mod:`kbear._compiled`) the count is compiled (``kbear._cdispatch.Counted``,
+kbear/_counted.c): a Python frame per ``poll()`` cost the calling thread about
+0.6 us per message, as much again as ``poll()`` itself on one cluster.
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from kbear._compiled import EXTENSION
+
 
 class Delivered:
     """Messages handed out by one cluster client, by (physical) topic; thread-safe."""
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("_lock", "counts")
 
     def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
+        #: physical topic -> messages handed out; changed by :meth:`add` under the
+        #: lock, or by the compiled count with the GIL held (never mid-update)
+        self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def add(self, messages: Any) -> None:
@@ -34,7 +41,7 @@ class Delivered:
             return
         batch = messages if isinstance(messages, list) else [messages]
         with self._lock:
-            counts = self._counts
+            counts = self.counts
             for msg in batch:
                 if msg.error() is None:
                     topic = msg.topic()
@@ -43,7 +50,7 @@ class Delivered:
     def totals(self) -> dict[str, int]:
         """Physical topic -> messages handed out since the client was built."""
         with self._lock:
-            return dict(self._counts)
+            return dict(self.counts)
 
 
 class CountingConsumer(Consumer):
@@ -53,6 +60,12 @@ class CountingConsumer(Consumer):
     def __init__(self, conf: dict[str, Any], delivered: Delivered) -> None:
         super().__init__(conf)
         self.kbear_delivered = delivered
+        if EXTENSION is not None:
+            # compiled counts, as instance attributes over the methods below
+            vars(self).update(
+                poll=EXTENSION.Counted(super().poll, delivered.counts),
+                consume=EXTENSION.Counted(super().consume, delivered.counts),
+            )
 
     def poll(self, *args: Any, **kwargs: Any) -> Any:
         msg = super().poll(*args, **kwargs)
