@@ -142,6 +142,11 @@ class HealthBoard:
             elif c.up_since is None:
                 c.up_since = now_ms
 
+    def forget(self, cluster: str) -> None:
+        """Drop what was observed of ``cluster``: it counts as up, as before any
+        observation (a lost cluster the operator declared back starts afresh)."""
+        self._clusters.pop(cluster, None)
+
     def tick(self, now_ms: float) -> list[Transition]:
         """Let time pass (``now_ms``) for every cluster: the transitions it causes."""
         out = []

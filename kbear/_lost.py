@@ -10,8 +10,15 @@ structured field ``event: cluster_lost``); with ``kbear.failover.enable`` and a
 standby (``kbear.failover.to``), it joins the client's failed-over clusters
 (:attr:`LostWatch.failed`) and a :class:`~kbear._events.FailedOver` (trigger
 ``client``) is emitted: the client's lookups send its routes to the standby
-(:func:`kbear._standby.standby_route`) from then on. A failover holds for the life of
-the client; a recovered cluster is reported, not switched back to.
+(:func:`kbear._standby.standby_route`) from then on. A recovered cluster is reported,
+not switched back to: nothing moves back by itself. The client's failover of ``C``
+ends when the operator decides about ``C`` after it (:meth:`LostWatch.release`): a
+configuration it reloads carries a ``kbear.failover.decided`` time of ``C`` (written
+by ``kbear failback --apply``, ``kbear failover --apply`` and ``kbear serve
+--failover-after-ms``) that is not the one it had when it failed over and is later
+than its failover (wall clock); its routes then follow ``clusters.yaml``, applied by
+the client as a reload (drain-then-switch), and the policy starts afresh for ``C``
+(lost again, it is failed over again, until the next decision).
 
 No broker I/O: the client acts on what :meth:`LostWatch.tick` returns.
 """
@@ -23,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kbear import _events
@@ -65,9 +73,13 @@ class LostWatch:
         config: the configuration in force (each cluster's ``kbear.failover.to``).
         log: the client's logger (``kbear.producer``, ``kbear.consumer``).
         clock: monotonic seconds (tests give their own).
+        failed: the set to keep the failed-over clusters in (the client's state).
+        wall: the wall clock, seconds since the epoch (compared with the
+            operator's ``kbear.failover.decided``).
 
     Attributes:
-        failed: the clusters this client failed over itself (never shrinks).
+        failed: the clusters this client failed over itself (a cluster leaves it at
+            :meth:`release`).
 
     Thread-safe: callbacks of several clients and several calling threads may observe
     and tick at once.
@@ -82,6 +94,7 @@ class LostWatch:
         log: logging.Logger,
         clock: Callable[[], float] = time.monotonic,
         failed: set[str] | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.observer = observer
         self.enabled = enabled
@@ -90,6 +103,9 @@ class LostWatch:
         self._config = config
         self._log = log
         self._clock = clock
+        self._wall = wall
+        #: cluster -> (its kbear.failover.decided then, the wall time) at this client's failover
+        self._since: dict[str, tuple[datetime | None, datetime]] = {}
         #: clusters observed down and not yet back (nothing to do while empty)
         self._watched: set[str] = set()
         self._lock = threading.Lock()
@@ -170,5 +186,44 @@ class LostWatch:
         if not (self.enabled and standby) or cluster_id in self.failed:
             return None
         self.failed.add(cluster_id)
+        decided = None if cluster is None else cluster.failover.decided
+        self._since[cluster_id] = (decided, datetime.fromtimestamp(self._wall(), UTC))
         _events.emit(_events.FailedOver("client", cluster_id, standby))
         return standby
+
+    def release(self, config: KBearConfig) -> list[str]:
+        """End the failovers of this client that the operator decided about since:
+        a cluster of :attr:`failed` whose ``kbear.failover.decided`` in ``config`` (the
+        configuration about to be applied) differs from the one in force at the
+        failover and is later than it. Such a cluster leaves :attr:`failed` (its
+        routes follow ``config``: back to it after a fail-back, on the standby after
+        an operator's failover) and the policy forgets what it saw of it. Returns
+        the clusters released; the client applies the routes as a reload."""
+        out = []
+        with self._lock:
+            for cluster_id in sorted(self.failed):
+                cluster = config.clusters.get(cluster_id)
+                decided = None if cluster is None else cluster.failover.decided
+                before, at = self._since.get(cluster_id, (None, datetime.min.replace(tzinfo=UTC)))
+                if decided is None or decided == before or decided <= at:
+                    continue
+                self.failed.discard(cluster_id)
+                del self._since[cluster_id]
+                self._board.forget(cluster_id)
+                self._watched.discard(cluster_id)
+                out.append(cluster_id)
+                back = cluster is not None and not cluster.failover.active
+                state = "failed back" if back else "failed over"
+                self._log.warning(
+                    "kbear: cluster %r %s by the operator at %s: this client's own failover of it ends; "
+                    "its routes follow the configuration",
+                    cluster_id,
+                    state,
+                    decided.isoformat(),
+                    extra=_events.fields("failover_released", None, cluster=cluster_id),
+                )
+                if back and cluster is not None and cluster.failover.standby:
+                    _events.emit(
+                        _events.FailedOver("client", cluster_id, cluster.failover.standby, back=True)
+                    )
+        return out

@@ -5,10 +5,14 @@ A failover of cluster ``C`` is one meta key of its ``clusters.yaml`` entry,
 ``kbear.failover.active: "true"``: every lookup of every client (and of a ``kbear
 serve`` answering the fleet) then gives C's routes to its standby
 (``kbear.failover.to``; :func:`kbear._standby.standby_route`), as a configuration
-reload. A fail-back removes the key. The plan comes first, as ``kbear move``'s:
-the cluster, its standby, whether each answers (an AdminClient ``list_topics``
-within ``--timeout``), the rules whose routes move, and the diff of
-``clusters.yaml``; ``--apply`` writes the file atomically once the new text was
+reload. A fail-back removes the key. Both write the time of the decision,
+``kbear.failover.decided``: a client that failed the cluster over itself
+(``kbear.failover.enable``) follows ``clusters.yaml`` again once it reads a decision
+taken after its failover, so a fail-back brings it back too (a fail-back of a
+cluster ``clusters.yaml`` does not fail over writes that key alone). The plan
+comes first, as ``kbear move``'s: the cluster, its standby, whether each answers
+(an AdminClient ``list_topics`` within ``--timeout``), the rules whose routes
+move, and the diff of ``clusters.yaml``; ``--apply`` writes the file atomically once the new text was
 validated (loaded from a temporary copy of the directory).
 
 Ready: a failover needs the standby to answer, a fail-back the cluster itself.
@@ -31,6 +35,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,7 +45,14 @@ from confluent_kafka.admin import AdminClient
 from kbear._standby import topics_note
 from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
-from kbear.config import FAILOVER_ACTIVE, ClusterConfig, ConfigError, KBearConfig, load_config
+from kbear.config import (
+    FAILOVER_ACTIVE,
+    FAILOVER_DECIDED,
+    ClusterConfig,
+    ConfigError,
+    KBearConfig,
+    load_config,
+)
 from kbear.reload import replace_file
 
 EXIT_OK, EXIT_NOT_READY, EXIT_CONFIG_ERROR = 0, 1, 2
@@ -51,7 +63,8 @@ DESCRIPTION = {
     "the rules whose routes move, the change of clusters.yaml (kbear.failover.active); exit 0 ready "
     "(or done), 1 not ready. --apply writes clusters.yaml atomically: clients follow at their next reload.",
     True: "Plan the fail-back of a failed-over cluster: whether it answers again, the rules whose routes "
-    "come back, the change of clusters.yaml; exit 0 ready (or done), 1 not ready. --apply writes it.",
+    "come back, the change of clusters.yaml (kbear.failover.active removed, kbear.failover.decided: clients "
+    "that failed the cluster over themselves come back too); exit 0 ready, 1 not ready. --apply writes it.",
 }
 
 
@@ -89,7 +102,9 @@ class FailoverPlan:
         action: ``failover`` or ``failback``.
         cluster, standby: the cluster and its standby.
         state: ``failed-over`` or ``normal``, now.
-        done: nothing to change (already failed over / back).
+        done: nothing to change (a failover of a cluster already failed over; a
+            fail-back is never done: it writes the decision's time for the clients
+            that failed over themselves).
         reachable: cluster id -> None when it answered, else the error.
         ready: the change may be applied (see the module).
         why_not: why not ready ("" when ready).
@@ -173,9 +188,14 @@ def _entry_lines(lines: list[str], cluster_id: str) -> tuple[int, int] | None:
     return None
 
 
-def _edit(text: str, cluster_id: str, active: bool) -> str | None:
-    """``text`` with the key set (``active``) or removed, layout kept; None when the
-    layout is not one this edit follows."""
+def _changes(active: bool, decided: str) -> dict[str, str | None]:
+    """The meta keys a decision writes (a value) or removes (None)."""
+    return {FAILOVER_ACTIVE: "true" if active else None, FAILOVER_DECIDED: decided}
+
+
+def _edit(text: str, cluster_id: str, changes: dict[str, str | None]) -> str | None:
+    """``text`` with ``cluster_id``'s meta keys set (a value) or removed (None), layout
+    kept; None when the layout is not one this edit follows."""
     lines = text.splitlines(keepends=True)
     found = _entry_lines(lines, cluster_id)
     if found is None:
@@ -193,8 +213,8 @@ def _edit(text: str, cluster_id: str, active: bool) -> str | None:
     if not children:
         return None
     child_indent = " " * (len(lines[children[0]]) - len(lines[children[0]].lstrip()))
-    key = re.compile(rf"^\s*{re.escape(FAILOVER_ACTIVE)}\s*:")
-    drop = {i for i in children if key.match(lines[i])}
+    keys = re.compile(rf"^\s*({'|'.join(re.escape(k) for k in changes)})\s*:")
+    drop = {i for i in children if keys.match(lines[i])}
     kept = [i for i in children if i not in drop]
     after = kept[-1] if kept else meta
     out: list[str] = []
@@ -202,23 +222,32 @@ def _edit(text: str, cluster_id: str, active: bool) -> str | None:
         if i in drop:
             continue
         out.append(line)
-        if active and i == after:
-            if not line.endswith("\n"):
+        if i == after:
+            added = [f'{child_indent}{k}: "{v}"\n' for k, v in changes.items() if v is not None]
+            if added and not line.endswith("\n"):
                 out[-1] = line + "\n"
-            out.append(f'{child_indent}{FAILOVER_ACTIVE}: "true"\n')
+            out.extend(added)
     return "".join(out)
 
 
-def _rewrite(text: str, cluster_id: str, active: bool) -> str:
+def _rewrite(text: str, cluster_id: str, changes: dict[str, str | None]) -> str:
     document = yaml.safe_load(text)
     for entry in document["clusters"]:
         if str(entry.get("id")) == cluster_id:
             meta = entry.setdefault("meta", {})
-            if active:
-                meta[FAILOVER_ACTIVE] = "true"
-            else:
-                meta.pop(FAILOVER_ACTIVE, None)
+            for key, value in changes.items():
+                if value is None:
+                    meta.pop(key, None)
+                else:
+                    meta[key] = value
     return str(yaml.safe_dump(document, sort_keys=False))
+
+
+def decision_stamp(now: datetime | None = None) -> str:
+    """``kbear.failover.decided``'s value for a decision taken ``now`` (default: the
+    wall clock), UTC to the millisecond: ``2026-11-28T15:20:03.123Z``."""
+    when = (now or datetime.now(UTC)).astimezone(UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _validate(directory: Path, new_text: str, load: Callable[[Path], KBearConfig]) -> KBearConfig:
@@ -262,7 +291,9 @@ def plan(
         cluster=cluster_id,
         standby=standby,
         state="failed-over" if active else "normal",
-        done=active != back,
+        # a fail-back is never done: written over a cluster that clusters.yaml does not
+        # fail over, its decision ends the failovers clients made themselves (kbear._lost)
+        done=active and not back,
         rules=[r.id for r in config.rules if r.statement.cluster == cluster_id],
         topics=topics_note(cluster, back),
     )
@@ -276,9 +307,10 @@ def plan(
         out.why_not = f"cluster {needed!r} does not answer: {out.reachable[needed]}"
     out.ready = not out.why_not
     old = (directory / CLUSTERS_FILE).read_text(encoding="utf-8")
-    new = _edit(old, cluster_id, not back)
+    changes = _changes(not back, decision_stamp())
+    new = _edit(old, cluster_id, changes)
     if new is None:
-        new, out.rewritten = _rewrite(old, cluster_id, not back), True
+        new, out.rewritten = _rewrite(old, cluster_id, changes), True
     _validate(directory, new, load)
     out.diff = "".join(
         difflib.unified_diff(
@@ -313,6 +345,13 @@ def _print(p: FailoverPlan, out: TextIO) -> None:
         print(
             f"  warning: {p.cluster!r} still answers here: clients that still reach it keep writing there "
             "until they reload (split brain until the whole fleet has reloaded)",
+            file=out,
+        )
+    if p.action == "failback" and p.state == "normal":
+        print(
+            f"  {CLUSTERS_FILE} does not fail {p.cluster!r} over: the fail-back writes the decision's time "
+            f"({FAILOVER_DECIDED}); clients that failed {p.cluster!r} over themselves come back at their "
+            "next reload",
             file=out,
         )
     print(f"  {p.topics}", file=out)

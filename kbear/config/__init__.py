@@ -69,7 +69,14 @@ from kbear.config._documents import (
     config_digest,
 )
 from kbear.config._errors import ConfigError, ConfigProblem
-from kbear.config._failover import FAILOVER_ACTIVE, FAILOVER_KEYS, Failover, MirrorKind, ReplicationPolicy
+from kbear.config._failover import (
+    FAILOVER_ACTIVE,
+    FAILOVER_DECIDED,
+    FAILOVER_KEYS,
+    Failover,
+    MirrorKind,
+    ReplicationPolicy,
+)
 from kbear.config._librdkafka import property_kind
 from kbear.config._loading import documents_digest, load_config, load_documents
 from kbear.config._models import (
@@ -88,6 +95,7 @@ __all__ = [
     "CONFIG_FILES",
     "CONSUMER_GROUPS_FILE",
     "FAILOVER_ACTIVE",
+    "FAILOVER_DECIDED",
     "FAILOVER_KEYS",
     "ROUTE_RULES_FILE",
     "SERVED_RULE_ID",

@@ -15,7 +15,13 @@ them, and KBear's own files, which have none, load unchanged):
 - ``kbear.cluster.id``: the Kafka cluster id its brokers report;
 - ``kbear.failover.active``: ``true`` while the cluster is failed over (its routes
   go to its standby; written by ``kbear failover --apply``, removed by ``kbear
-  failback --apply``; default ``false``).
+  failback --apply``; default ``false``);
+- ``kbear.failover.decided``: when the operator last decided about the cluster
+  (an ISO 8601 time with its offset, ``2026-11-28T15:20:03Z``; written with
+  ``kbear.failover.active`` by ``kbear failover --apply``, ``kbear failback
+  --apply`` and ``kbear serve --failover-after-ms``): a client that failed the
+  cluster over itself follows ``clusters.yaml`` again once it reads a decision
+  taken after its own failover (:mod:`kbear._lost`).
 
 :func:`failover_problems` checks them over the whole file (a standby that is no
 cluster, a chain of standbys that loops, an unknown mirror kind or policy);
@@ -27,10 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 __all__ = [
     "FAILOVER_ACTIVE",
+    "FAILOVER_DECIDED",
     "FAILOVER_KEYS",
     "Failover",
     "MirrorKind",
@@ -45,8 +53,11 @@ MIRROR_ALIAS = "kbear.mirror.source.alias"
 MIRROR_POLICY = "kbear.mirror.replication.policy"
 CLUSTER_ID = "kbear.cluster.id"
 FAILOVER_ACTIVE = "kbear.failover.active"
+FAILOVER_DECIDED = "kbear.failover.decided"
 #: the cluster meta keys of this module (meta only, by design)
-FAILOVER_KEYS = frozenset({FAILOVER_TO, MIRROR, MIRROR_ALIAS, MIRROR_POLICY, CLUSTER_ID, FAILOVER_ACTIVE})
+FAILOVER_KEYS = frozenset(
+    {FAILOVER_TO, MIRROR, MIRROR_ALIAS, MIRROR_POLICY, CLUSTER_ID, FAILOVER_ACTIVE, FAILOVER_DECIDED}
+)
 
 
 class MirrorKind(StrEnum):
@@ -76,6 +87,8 @@ class Failover:
         cluster_id: ``kbear.cluster.id`` (None: not checked).
         active: ``kbear.failover.active``: the cluster is failed over (its routes go
             to ``standby``; default False).
+        decided: ``kbear.failover.decided``: when the operator last failed the
+            cluster over or back (timezone-aware; None: never written).
     """
 
     standby: str | None
@@ -84,6 +97,7 @@ class Failover:
     policy: ReplicationPolicy
     cluster_id: str | None
     active: bool = False
+    decided: datetime | None = None
 
     def remote_topic(self, topic: str) -> str:
         """The name of ``topic``'s copy on the standby (MirrorMaker 2's policies; the
@@ -102,7 +116,20 @@ def failover_of(cluster_id: str, meta: Mapping[str, str]) -> Failover:
         policy=ReplicationPolicy(meta.get(MIRROR_POLICY, ReplicationPolicy.DEFAULT.value)),
         cluster_id=meta.get(CLUSTER_ID) or None,
         active=meta.get(FAILOVER_ACTIVE, "false").strip().lower() == "true",
+        decided=decision_time(meta.get(FAILOVER_DECIDED)),
     )
+
+
+def decision_time(text: str | None) -> datetime | None:
+    """``kbear.failover.decided`` read: an ISO 8601 time with its UTC offset (None:
+    absent, or not such a time; :func:`failover_problems` reports the latter)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def _choices(kind: type[StrEnum]) -> str:
@@ -145,6 +172,12 @@ def _own_problems(cluster_id: str, meta: Mapping[str, str], known: set[str]) -> 
             problems.append(
                 f"meta '{FAILOVER_ACTIVE}': a cluster failed over needs '{FAILOVER_TO}' (its standby)"
             )
+    decided = meta.get(FAILOVER_DECIDED)
+    if decided is not None and decision_time(decided) is None:
+        problems.append(
+            f"meta '{FAILOVER_DECIDED}': {decided!r} is not an ISO 8601 time with its UTC offset "
+            "(as '2026-11-28T15:20:03Z')"
+        )
     own_id = meta.get(CLUSTER_ID)
     if own_id is not None and (not own_id.strip() or own_id != own_id.strip()):
         problems.append(f"meta '{CLUSTER_ID}': {own_id!r} is not a Kafka cluster id (no blanks)")
@@ -164,7 +197,8 @@ def failover_problems(metas: Mapping[str, Mapping[str, str]], known: set[str]) -
         back to the cluster (``east -> west -> east``); an unknown ``kbear.mirror``
         or ``kbear.mirror.replication.policy``; a mirror without a standby; MirrorMaker
         2 keys on another mirror kind; an empty alias; a blank ``kbear.cluster.id``;
-        a ``kbear.failover.active`` other than true/false, or true without a standby.
+        a ``kbear.failover.active`` other than true/false, or true without a standby;
+        a ``kbear.failover.decided`` that is not an ISO 8601 time with its offset.
     """
     out = {cid: p for cid, meta in metas.items() if (p := _own_problems(cid, meta, known))}
     for start in metas:

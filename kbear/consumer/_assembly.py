@@ -192,6 +192,7 @@ def assemble(
         notify=notify,
     )
     subscriber.failover_tick = failover.tick
+    subscriber.failover_release = failover.release
     loop = PollLoop(
         state,
         registry,

@@ -12,6 +12,11 @@ caller's thread; the drain of the lost cluster ends at once (nothing more can be
 there), and the group starts on the standby as the lost cluster's mirror says
 (:meth:`ConsumerFailover.mirror_start`).
 
+The consumer's own failover of a cluster ends when the operator decides about it
+afterwards (``kbear failback --apply`` writes ``kbear.failover.decided``;
+:meth:`ConsumerFailover.release`, at the reload that brings it): its topics go back
+as any route change, the standby drained before the cluster is read again.
+
 The same start applies to a failover decided elsewhere (``kbear.failover.active``
 written by ``kbear failover`` or ``kbear serve``): a failover is a move from a cluster
 to the standby it is mirrored to.
@@ -84,6 +89,17 @@ class ConsumerFailover:
             self._engine.cluster_down(cluster_id, True)
         if decided:
             self._state.pending = True
+        self._state.watching = self.enabled and self._watch.deciding
+
+    def release(self) -> None:
+        """Before a reload is applied (the caller's thread): end the failovers the
+        operator decided about since (:meth:`kbear._lost.LostWatch.release`); such a
+        cluster counts as alive for the switch engine again (the operator found it
+        answering), and the reload's lookups route its topics as configured."""
+        if not self._watch.failed:
+            return
+        for cluster_id in self._watch.release(self._router.config):
+            self._engine.cluster_down(cluster_id, False)
         self._state.watching = self.enabled and self._watch.deciding
 
     def route(self, route: Route) -> Route:

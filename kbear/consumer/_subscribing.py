@@ -104,6 +104,8 @@ class SubscriptionCalls:
         #: lets time pass for the consumer's lost-cluster policy (between calls, while
         #: a cluster is seen down: ``ReadState.watching``); None: no client failover
         self.failover_tick: Callable[[], None] | None = None
+        #: ends the consumer's own failovers the operator decided about, before a reload
+        self.failover_release: Callable[[], None] | None = None
 
     def subscribe(
         self,
@@ -277,6 +279,8 @@ class SubscriptionCalls:
 
     def _apply_changes(self) -> None:
         self._state.pending = False
+        if self.failover_release is not None:
+            self.failover_release()
         # A cluster whose client properties changed (a rotated credential, a tuned
         # setting): its client is rebuilt once, keeping its topics or its manual
         # assignment (see _hand_over); the same log needs no drain.

@@ -178,6 +178,7 @@ class RoutedProducer:
             self._settings.drain_timeout_ms / 1000.0,
             core.notify,
             state.failed,
+            self._failover.release,
         )
         self._routing = routing = Routing(
             state, self._lock, table, clients, self._binding, moves, lookup, config_now, core.client

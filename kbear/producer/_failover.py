@@ -13,8 +13,11 @@ configuration reload is, by the caller's thread at its next call -- the drain of
 client whose brokers are all down does not wait, and what it held is taken back
 and sent to the standby (:mod:`kbear.producer._takeback`).
 
-The failover holds for the life of the producer: a recovered cluster is reported,
-not switched back to (fail-back is the operator's, docs/concepts/failover.md).
+A recovered cluster is reported, not switched back to: the failover holds until the
+operator decides about the cluster (``kbear failback --apply``, which writes
+``kbear.failover.decided``): the reload that brings that decision ends it
+(:meth:`ClientFailover.release`, :meth:`kbear._lost.LostWatch.release`) and its topics
+go back as any route change, drain-then-switch (docs/concepts/failover.md).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class ClientFailover:
         self._state = state
         self._clients = clients
         self._unbind = unbind
+        self._config = config
 
     def observe_down(self, cluster_id: str, reachable: bool) -> None:
         """A client of ``cluster_id`` reported every broker down (``reachable`` False:
@@ -99,6 +103,13 @@ class ClientFailover:
         if self._watch.tick(self._delivered) and self.enabled:
             self._state.pending = True
             self._unbind()
+
+    def release(self) -> None:
+        """Before a reload is applied (the caller's thread, under the producer's lock):
+        end the failovers the operator decided about since (``kbear.failover.decided``);
+        the reload's lookups then route their topics as the configuration says."""
+        if self._state.failed:
+            self._watch.release(self._config())
 
     def _delivered(self, cluster_id: str) -> bool:
         entry = self._clients.get(cluster_id)

@@ -44,6 +44,8 @@ class ReloadApplier:
             (seconds; ``kbear.switch.drain.timeout.ms`` / 1000).
         notify: ``notify(old, new)``: a topic moved (``new`` None: no route any more).
         failed: the producer's failed-over clusters (``ProducerState.failed``).
+        release: called first at each reload applied: ends the producer's own
+            failovers the operator decided about since (they leave ``failed``).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class ReloadApplier:
         drain_timeout_s: float,
         notify: Callable[[Route, Route | None], None],
         failed: set[str] | None = None,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self._table = table
         self._clients = clients
@@ -66,12 +69,15 @@ class ReloadApplier:
         self._notify = notify
         self._failed: set[str] = set() if failed is None else failed
         self._take_back = TakeBack(self._send_for)
+        self._release = release
 
     def apply(self, pinned: str | None) -> None:
         """Move every topic whose route changed; ``pinned``: the cluster produce() was
         pinned to until now (its topics are not in the table: the whole cluster is
         drained before any topic goes elsewhere)."""
         self._clients.next_generation()
+        if self._release is not None:
+            self._release()  # failovers of this producer the operator decided about
         moved = pinned is not None and home_cluster(self._config(), self._client, self._failed) != pinned
         stuck: list[ClusterProducer] = []
         if pinned is not None and moved and self._clients.get(pinned) is not None:

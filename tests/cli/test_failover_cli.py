@@ -70,9 +70,14 @@ def test_operator_fails_over_and_back(
         assert '+      kbear.failover.active: "true"' in plan["diff"]
         assert (conf / "clusters.yaml").read_text() == original
 
-        # a fail-back now: A does not answer, not ready (and nothing to do anyway: done)
+        # a fail-back now: A does not answer, not ready (a fail-back of a cluster that
+        # clusters.yaml does not fail over is still a decision: the clients that failed
+        # A over themselves would come back)
         code, back = run_cli(capsys, "failback", "--config", str(conf), "--cluster", "A")
-        assert code == 0 and back["done"]
+        assert (
+            code == 1 and not back["done"] and not back["ready"] and "'A' does not answer" in back["why_not"]
+        )
+        assert "+      kbear.failover.decided: " in back["diff"]
 
         code, applied = run_cli(capsys, "failover", "--config", str(conf), "--cluster", "A", "--apply")
         assert code == 0 and applied["applied"]
@@ -99,7 +104,10 @@ def test_operator_fails_over_and_back(
         a.set_broker_up(-1)
         code, back = run_cli(capsys, "failback", "--config", str(conf), "--cluster", "A", "--apply")
         assert code == 0 and back["applied"]
-        assert (conf / "clusters.yaml").read_text() == original
+        # the key removed, the decision's time written (for the clients that failed
+        # over themselves), the rest as it was
+        decided = re.compile(r'^      kbear\.failover\.decided: "[0-9T:.-]+Z"\n', re.M)
+        assert decided.sub("", (conf / "clusters.yaml").read_text()) == original
         assert router.reload() is True
         producer.produce(topic, b"back", b"k")
         assert producer.route(topic).cluster_id == "A"

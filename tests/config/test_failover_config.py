@@ -145,6 +145,16 @@ def test_identity_policy_keeps_the_name(tmp_path: Path) -> None:
             {"east": {"kbear.failover.active": "true"}, "west": {}},
             ["clusters.yaml: cluster 'east': meta 'kbear.failover.active': a cluster failed over needs"],
         ),
+        (
+            {
+                "east": {"kbear.failover.to": "west", "kbear.failover.decided": "2026-11-28T15:20:03"},
+                "west": {},
+            },
+            [
+                "clusters.yaml: cluster 'east': meta 'kbear.failover.decided': "
+                "'2026-11-28T15:20:03' is not an ISO"
+            ],
+        ),
     ],
     ids=[
         "unknown-standby",
@@ -157,6 +167,7 @@ def test_identity_policy_keeps_the_name(tmp_path: Path) -> None:
         "id",
         "active-not-a-flag",
         "active-no-standby",
+        "decided-no-offset",
     ],
 )
 def test_bad_keys_are_refused_naming_file_cluster_and_key(

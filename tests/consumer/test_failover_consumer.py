@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 from _mirror_replicator import Replicator
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from conftest import FAST_GROUP, consume_until, write_mirror_config
 from kbear import RoutedConsumer, RoutedProducer, _events
+from kbear.cli import main
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
@@ -80,6 +81,28 @@ def until_on_west(consumer: RoutedConsumer, topic: str, timeout: float) -> tuple
         if consumer.routes()[topic].cluster_id == "west" and west:
             break
     return east, west, longest
+
+
+def identically_mirrored(
+    clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    sent: list[bytes],
+) -> tuple[str, Path, RoutedConsumer]:
+    """A topic on ``east`` with ``kbear.mirror: identical`` to ``west`` (``sent`` at the
+    same offsets on both), its configuration, and a consumer of it subscribed (group
+    ``<topic>.group``)."""
+    east, west = clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    west.create_topic(topic, PARTITIONS)
+    directory = write_mirror_config(tmp_path / "conf", east, west, "identical")
+    produce(east, topic, sent)
+    produce(west, topic, sent)  # the mirror: same offsets
+    consumer = consumer_of(directory, closing, topic + ".group")
+    consumer.subscribe([topic])
+    return topic, directory, consumer
 
 
 @pytest.fixture
@@ -182,17 +205,10 @@ def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_the
     """``kbear.mirror: identical`` (Cluster Linking and the like: the same records at the
     same offsets, the group's commits synced): the group goes on from its committed
     offsets on the standby."""
-    east, west = native_clusters
-    topic = unique("orders")
-    east.create_topic(topic, PARTITIONS)
-    west.create_topic(topic, PARTITIONS)
-    directory = write_mirror_config(tmp_path / "conf", east, west, "identical")
+    _east, west = native_clusters
     sent = [f"m-{i}".encode() for i in range(40)]
-    produce(east, topic, sent)
-    produce(west, topic, sent)  # the mirror: same offsets
+    topic, _directory, consumer = identically_mirrored(native_clusters, tmp_path, unique, closing, sent)
     group = topic + ".group"
-    consumer = consumer_of(directory, closing, group)
-    consumer.subscribe([topic])
     first = read_some(consumer, 16, spread=True)
     # the mirror syncs the group's commits to the standby
     synced = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=5)
@@ -334,3 +350,62 @@ def test_under_mm2_s_default_policy_clients_fail_over_to_the_mirror_s_copy(
     assert [(e.cluster, e.source, e.decided_by, e.translated) for e in starts] == [
         ("west", "east", "checkpoint", True)
     ]
+
+
+def read_while(consumer: RoutedConsumer, going: Callable[[list[Any]], bool], timeout: float) -> list[Any]:
+    """consume(10, 0.1) while ``going(read so far)``, at most ``timeout`` s; committed."""
+    read: list[Any] = []
+    end = time.monotonic() + timeout
+    while going(read) and time.monotonic() < end:
+        read += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._NO_OFFSET:  # nothing new to commit
+            raise
+    return read
+
+
+def test_a_consumer_failed_over_itself_follows_the_operators_failback(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
+) -> None:
+    """Issue #27 item 5: ``east`` back and ``kbear failback --apply`` (which writes
+    ``kbear.failover.decided``): at its reload the consumer reads ``west`` to its end
+    (what producers wrote there while failed over), then ``east`` again; no restart."""
+    east, west = native_clusters
+    mirrored = [f"m-{i}".encode() for i in range(20)]
+    topic, directory, consumer = identically_mirrored(native_clusters, tmp_path, unique, closing, mirrored)
+    read = read_while(
+        consumer, lambda got: len({m.partition() for m in got}) < PARTITIONS or len(got) < 8, 15
+    )
+    east.set_broker_down(1)
+    try:
+        read += read_while(consumer, lambda _: consumer.routes()[topic].cluster_id == "east", 20)
+        assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+        on_west = [f"w-{i}".encode() for i in range(20)]  # producers failed over too
+        produce(west, topic, on_west)
+    finally:
+        east.set_broker_up(1)
+    on_east = [f"e-{i}".encode() for i in range(20)]  # producers back on east
+    produce(east, topic, on_east)
+    # east answers again: nothing moves back by itself
+    read += read_while(consumer, lambda _: True, 1.5)
+    assert consumer.routes()[topic].cluster_id == "west"
+    assert not {m.value() for m in read} & set(on_east)
+
+    assert (
+        main(["failback", "--config", str(directory), "--cluster", "east", "--apply", "--timeout", "5"]) == 0
+    )
+    assert consumer.router.reload() is True
+    read += read_while(consumer, lambda got: not set(on_east) <= {m.value() for m in got}, 30)
+    assert consumer.routes()[topic].cluster_id == "east"
+    values = [m.value() for m in read]
+    assert set(mirrored + on_west + on_east) <= set(values)  # nothing skipped
+    # drain-then-switch: west read to its end before east again
+    assert max(values.index(v) for v in on_west) < min(values.index(v) for v in on_east)
+    failovers = [(e.trigger, e.cluster, e.back) for e in kbear_events if isinstance(e, _events.FailedOver)]
+    assert failovers == [("client", "east", False), ("client", "east", True)]

@@ -15,6 +15,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME
 
 from conftest import read_all, rule, write_standby_config
 from kbear import RoutedProducer, _events
+from kbear.cli import main
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
@@ -198,3 +199,77 @@ def test_brokers_back_before_after_ms_while_idle_is_no_loss(
     finally:
         producer.close(5)
     assert not [e for e in kbear_events if isinstance(e, (_events.FailedOver, _events.ClusterHealthChanged))]
+
+
+def test_producer_failed_over_itself_follows_the_operators_failback(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    kbear_events: list[_events.Event],
+) -> None:
+    """Issue #27 item 5: ``A`` back and ``kbear failback --apply`` (which writes
+    ``kbear.failover.decided``): at its reload the producer drains ``B`` and sends
+    ``A``'s topics to ``A`` again; no restart."""
+    a, b = native_clusters
+    topic = unique("orders")
+    for cluster in native_clusters:
+        cluster.create_topic(topic, 3)
+    conf = write_standby_config(
+        tmp_path / "conf", native_clusters, [rule("all", "use cluster A", isGlobal=True)]
+    )
+    reports: dict[bytes, list[Any]] = {}
+
+    def delivery(err: Any, msg: Any) -> None:
+        reports.setdefault(msg.value(), []).append(err)
+
+    producer = RoutedProducer({**CONF, "kbear.config": str(conf)}, on_delivery=delivery)
+    values: list[bytes] = []
+
+    def produce(first: int, last: int) -> None:
+        for n in range(first, last):
+            value = f"m-{n:03d}".encode()
+            values.append(value)
+            producer.produce(topic, value, f"k{n % 5}".encode())
+
+    try:
+        producer.produce(topic, b"warm", b"k0")
+        assert producer.flush(10) == 0
+        a.set_broker_down(-1)
+        produce(0, 30)  # held by A's client, taken back at the failover
+        poll_until(producer, lambda: producer.route(topic).cluster_id == "B", 15)
+        assert producer.route(topic).cluster_id == "B"
+        produce(30, 60)
+        assert producer.flush(15) == 0
+
+        a.set_broker_up(-1)
+        # A answers again: nothing moves back by itself
+        poll_until(producer, lambda: False, 1.5)
+        assert producer.route(topic).cluster_id == "B"
+
+        # the operator's fail-back: clusters.yaml does not fail A over, so only the
+        # decision's time is written; the producer's own failover ends at its reload
+        assert main(["failback", "--config", str(conf), "--cluster", "A", "--apply", "--timeout", "5"]) == 0
+        assert "kbear.failover.decided" in (conf / "clusters.yaml").read_text()
+        produce(60, 90)  # in flight on B when the reload is applied: drained first
+        assert producer.router.reload() is True
+        produce(90, 120)  # applies the reload: B drained, then A
+        assert producer.route(topic).cluster_id == "A"
+        assert producer.flush(15) == 0
+    finally:
+        producer.close(5)
+        a.set_broker_up(-1)
+
+    assert {v: reports.get(v) for v in values} == {v: [None] for v in values}  # each once, none lost
+    on_b = [m for m in read_all(b, topic)]
+    on_a = [m for m in read_all(a, topic) if m.value() != b"warm"]
+    assert sorted(m.value() for m in on_b) == values[:90]
+    assert sorted(m.value() for m in on_a) == values[90:]
+    for msgs in (on_b, on_a):  # per key, in the order produced (each key on one partition)
+        by_key: dict[bytes, list[bytes]] = {}
+        for m in msgs:
+            by_key.setdefault(m.key(), []).append(m.value())
+        assert all(seen == sorted(seen) for seen in by_key.values())
+    failovers = [
+        (e.trigger, e.cluster, e.standby, e.back) for e in kbear_events if isinstance(e, _events.FailedOver)
+    ]
+    assert failovers == [("client", "A", "B", False), ("client", "A", "B", True)]
