@@ -30,7 +30,8 @@ The trigger (``--trigger``):
 With ``--failback``, ``east`` then comes back on its data (the mock's broker up; the
 broker process restarted on its log directories) while the producer goes on on
 ``west``; the application restarts its producer (a producer that failed over
-itself stays failed over for its life) and the operator fails back, ``kbear failback
+itself stayed failed over for its life when this was written; it now follows ``kbear
+failback --apply`` at its reload, #27 item 5) and the operator fails back, ``kbear failback
 --config DIR --cluster east --apply``; the new producer sends ``--back-seconds``
 more to ``east``.
 

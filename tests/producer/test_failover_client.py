@@ -201,11 +201,13 @@ def test_brokers_back_before_after_ms_while_idle_is_no_loss(
     assert not [e for e in kbear_events if isinstance(e, (_events.FailedOver, _events.ClusterHealthChanged))]
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["dispatched", "pinned"])
 def test_producer_failed_over_itself_follows_the_operators_failback(
     native_clusters: Clusters,
     tmp_path: Path,
     unique: Callable[[str], str],
     kbear_events: list[_events.Event],
+    pinned: bool,
 ) -> None:
     """Issue #27 item 5: ``A`` back and ``kbear failback --apply`` (which writes
     ``kbear.failover.decided``): at its reload the producer drains ``B`` and sends
@@ -214,9 +216,12 @@ def test_producer_failed_over_itself_follows_the_operators_failback(
     topic = unique("orders")
     for cluster in native_clusters:
         cluster.create_topic(topic, 3)
-    conf = write_standby_config(
-        tmp_path / "conf", native_clusters, [rule("all", "use cluster A", isGlobal=True)]
+    rules = (
+        ALL_ON_A
+        if pinned
+        else [rule("t", "use cluster A", topic=topic), rule("all", "use cluster B", isGlobal=True)]
     )
+    conf = write_standby_config(tmp_path / "conf", native_clusters, rules)
     reports: dict[bytes, list[Any]] = {}
 
     def delivery(err: Any, msg: Any) -> None:
