@@ -34,13 +34,19 @@ from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._placing import Placement
 from kbear.consumer._polling import PollLoop
-from kbear.consumer._rebalance import Rebalancer
+from kbear.consumer._rebalance import Rebalancer, commit_async
+from kbear.consumer._startlater import LaterStarts
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
 from kbear.consumer._takeover import TakeOvers
-from kbear.consumer._translated import MirrorStarts
+from kbear.consumer._translated import TRANSLATION_TIMEOUT_S, MirrorStarts
 from kbear.router import Router
 from kbear.settings import KBearSettings
+
+#: A translated start read in the background is given up (the committed offsets
+#: stand) this many times :data:`TRANSLATION_TIMEOUT_S` after the assignment: its
+#: reads (the mirror's two topics, the group's committed offsets) each end by then.
+GIVE_UP_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -144,10 +150,24 @@ def assemble(
         "consumer", cluster_id, built, router.config
     )
     # (used by kbear.switch.start=translated, and by a failover to a mirrored standby)
-    rebalancer.translate = MirrorStarts(router, group, native)
+    rebalancer.translate = translate = MirrorStarts(router, group, native, registry.watcher)
+    # a subscribed topic's translated start is read in the background (poll() keeps its timeout)
+    later = LaterStarts(
+        driver.submit,
+        translate,
+        commit_async,
+        give_up_s=GIVE_UP_FACTOR * TRANSLATION_TIMEOUT_S,
+        clock=time.monotonic,
+    )
+    rebalancer.later = driver.later = later
 
     def repin() -> None:
         binding.refresh()  # built below, with the poll loop it falls back to
+
+    def unbind() -> None:
+        binding.unbind()  # built below, before any client
+
+    later.deferred_hook = unbind
 
     placement = Placement(
         state.sub,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -24,6 +24,9 @@ from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
 from kbear._switch_report import tell
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+
+if TYPE_CHECKING:
+    from kbear.consumer._startlater import LaterStarts
 
 log = logging.getLogger("kbear.consumer")
 
@@ -152,12 +155,19 @@ class SwitchDriver:
         self._wake = 0.0
         #: ``kbear.ack.mode=individual``: the acknowledged prefix the probes commit
         self.commit_points: CommitPoints | None = None
+        #: the translated starts applied from the background (``pending``, ``tick()``):
+        #: ticked between calls while some wait (:mod:`kbear.consumer._startlater`)
+        self.later: LaterStarts | None = None
 
     @property
     def busy(self) -> bool:
         """Whether a drain or a stale-commit period is in progress (the poll loop
         must then look at every message)."""
-        return self.engine.draining or bool(self.stale_commits)
+        return (
+            self.engine.draining
+            or bool(self.stale_commits)
+            or (self.later is not None and self.later.pending)
+        )
 
     def route_changed(self, topic: str, old: Route, new: Route | None) -> None:
         """A reload gave ``topic`` another route: start its move."""
@@ -198,6 +208,8 @@ class SwitchDriver:
     def tick(self) -> None:
         """Collect probe answers and carry out what the engine decides now; never blocks."""
         now = self._clock()
+        if self.later is not None and self.later.pending:
+            self.later.tick()
         for topic, future in list(self._probes.items()):
             if future.done():
                 del self._probes[topic]
@@ -292,6 +304,8 @@ class SwitchDriver:
 
     def close(self) -> None:
         """Wait for running probes, then stop the background thread."""
+        if self.later is not None:
+            self.later.close()
         self.quiesce()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)

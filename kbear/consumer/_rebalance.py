@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
@@ -36,6 +36,9 @@ from kbear._switch import StartPlan
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._subscription import RebalanceCallback
+
+if TYPE_CHECKING:
+    from kbear.consumer._startlater import LaterStarts
 
 log = logging.getLogger("kbear.consumer")
 
@@ -121,6 +124,9 @@ class Rebalancer:
         self.translate: (
             Callable[[ClusterClient, list[TopicPartition], StartPlan], list[TopicPartition]] | None
         ) = None
+        #: when set, ``translate`` runs in the background: the moved topic's partitions
+        #: are assigned paused and sought once it answered (:mod:`kbear.consumer._startlater`)
+        self.later: LaterStarts | None = None
 
     @property
     def current(self) -> ClusterClient | None:
@@ -136,18 +142,27 @@ class Rebalancer:
     def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
         """The rebalance callbacks to subscribe ``entry``'s client with."""
         out: dict[str, Callable[..., None]] = {"on_assign": self._assign(entry)}
-        if self.commit_on_revoke or "on_revoke" in self.callbacks or self.revoked_hook is not None:
+        if (
+            self.commit_on_revoke
+            or "on_revoke" in self.callbacks
+            or self.revoked_hook is not None
+            or self.later is not None
+        ):
             out["on_revoke"] = self._revoke(entry)
         if "on_lost" in self.callbacks:
             lost = self._wrap(entry, self.callbacks["on_lost"])
             hook = self.revoked_hook
-            if hook is not None:  # lost partitions are forgotten as revoked ones are
+            if (
+                hook is not None or self.later is not None
+            ):  # lost partitions are forgotten as revoked ones are
 
                 def lost_then_hook(consumer: Any, partitions: list[TopicPartition]) -> None:
                     try:
+                        self._start_again(entry, partitions)
                         lost(consumer, partitions)
                     finally:
-                        hook(entry, partitions)
+                        if hook is not None:
+                            hook(entry, partitions)
 
                 out["on_lost"] = lost_then_hook
             else:
@@ -170,6 +185,7 @@ class Rebalancer:
             try:
                 if self.revoking_hook is not None:
                     self.revoking_hook(entry)
+                self._start_again(entry, partitions)
                 positions = self._positions_to_commit(entry, partitions)
                 user_cb = self.callbacks.get("on_revoke")
                 if user_cb is not None:
@@ -185,6 +201,14 @@ class Rebalancer:
                 self._leave(outer)
 
         return callback
+
+    def _start_again(self, entry: ClusterClient, partitions: list[TopicPartition]) -> None:
+        """``partitions`` leave ``entry``'s client: those still waiting for their
+        translated start are resumed, and their topic's plan applies to the
+        cluster's next assignment (unless a newer switch planned another start)."""
+        if self.later is not None:
+            for topic, plan in self.later.revoked(entry, partitions):
+                self.start_at.setdefault((entry.cluster_id, topic), plan)
 
     def _remember(self, entry: ClusterClient, positions: list[TopicPartition]) -> None:
         """The group refused the commit of ``positions`` as they leave this member: if
@@ -227,7 +251,7 @@ class Rebalancer:
             try:
                 resume = self.resume_at.pop(entry.cluster_id, None)
                 self._resumed_at.pop(entry.cluster_id, None)
-                started, translated = self._start_offsets(entry, partitions)
+                started, translated, later = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
                     self._resumed_at[entry.cluster_id] = {
@@ -235,7 +259,9 @@ class Rebalancer:
                         for tp in started
                         if resume.get(key := (tp.topic, tp.partition)) == tp.offset
                     }
-                taken = self._taken(entry, started)
+                    later = _still_unstarted(later, started)
+                waiting = {(tp.topic, tp.partition) for parts, _ in later.values() for tp in parts}
+                taken = self._taken(entry, started, waiting)
                 user_cb = self.callbacks.get("on_assign")
                 if user_cb is not None:
                     user_cb(self.owner, entry.to_logical(started))
@@ -257,44 +283,62 @@ class Rebalancer:
                     self.assigned_hook(entry)
                 if taken and self.taken_hook is not None and not self.assigned_in_callback:
                     self.taken_hook(entry, taken)
+                if later and self.later is not None:  # last: no hook above resumes them
+                    self.later.start(entry, later)
             finally:
                 self._leave(outer)
 
         return callback
 
-    def _taken(self, entry: ClusterClient, started: list[TopicPartition]) -> list[TopicPartition]:
+    def _taken(
+        self, entry: ClusterClient, started: list[TopicPartition], waiting: set[tuple[str, int]]
+    ) -> list[TopicPartition]:
         """The partitions of this eager assignment that this member did not hold in
-        the generation before and that start at the group's committed offsets, when
-        ``taken_hook`` wants them (else none)."""
+        the generation before and that start at the group's committed offsets (not
+        ``waiting`` for a translated start), when ``taken_hook`` wants them (else none)."""
         held = self._held.get(entry.cluster_id, set())
         self._held[entry.cluster_id] = {(tp.topic, tp.partition) for tp in started}
         if self.taken_hook is None or self.incremental:
             return []
-        return [tp for tp in started if tp.offset == OFFSET_INVALID and (tp.topic, tp.partition) not in held]
+        return [
+            tp
+            for tp in started
+            if tp.offset == OFFSET_INVALID
+            and (key := (tp.topic, tp.partition)) not in held
+            and key not in waiting
+        ]
 
     def _start_offsets(
         self, entry: ClusterClient, partitions: list[TopicPartition]
-    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+    ) -> tuple[list[TopicPartition], list[TopicPartition], dict[str, tuple[list[TopicPartition], StartPlan]]]:
         """``partitions`` with the start offsets of ``kbear.switch.start`` applied to
         the partitions of topics just moved to this cluster (their first assignment
-        only), and the translated starts among them (``translated``: offsets found,
-        to be committed once assigned)."""
+        only), the translated starts among them (``translated``: offsets found,
+        to be committed once assigned), and, when ``later`` is set, the partitions
+        whose translation is left to it (physical topic -> partitions, plan), which
+        start from the committed offsets until it answered."""
         if not self.start_at:
-            return partitions, []
+            return partitions, [], {}
         plans: dict[str, StartPlan] = {}
         for topic in {tp.topic for tp in partitions}:
             plan = self.start_at.pop((entry.cluster_id, topic), None)
             if plan is not None and (plan.offset is not None or plan.translated):
                 plans[topic] = plan
         if not plans:
-            return partitions, []
+            return partitions, [], {}
         offsets = {topic: plan.offset for topic, plan in plans.items() if plan.offset is not None}
         out = [
             tp if tp.topic not in offsets else TopicPartition(tp.topic, tp.partition, offsets[tp.topic])
             for tp in partitions
         ]
         translated = {topic: plan for topic, plan in plans.items() if plan.translated}
-        if translated and self.translate is not None:
+        later: dict[str, tuple[list[TopicPartition], StartPlan]] = {}
+        if translated and self.translate is not None and self.later is not None:
+            later = {
+                topic: ([tp for tp in out if tp.topic == topic], plan) for topic, plan in translated.items()
+            }
+            translated = {}
+        elif translated and self.translate is not None:
             starts = {
                 (tp.topic, tp.partition): tp
                 for topic, plan in translated.items()
@@ -314,8 +358,27 @@ class Rebalancer:
                 else TopicPartition(tp.topic, tp.partition, found[key] if found[key] >= 0 else OFFSET_END)
                 for tp in out
             ]
-        log.info("kbear: start of moved topics on cluster %r: %s", entry.cluster_id, out)
-        return out, found_by_mirror
+        log.info(
+            "kbear: start of moved topics on cluster %r: %s%s",
+            entry.cluster_id,
+            out,
+            f" (translated in the background: {sorted(later)})" if later else "",
+        )
+        return out, found_by_mirror, later
+
+
+def _still_unstarted(
+    later: dict[str, tuple[list[TopicPartition], StartPlan]], started: list[TopicPartition]
+) -> dict[str, tuple[list[TopicPartition], StartPlan]]:
+    """``later`` without the partitions that ``started`` gives a start offset already
+    (this member's own position at a refused commit)."""
+    unstarted = {(tp.topic, tp.partition) for tp in started if tp.offset == OFFSET_INVALID}
+    out = {}
+    for topic, (parts, plan) in later.items():
+        kept = [tp for tp in parts if (tp.topic, tp.partition) in unstarted]
+        if kept:
+            out[topic] = (kept, plan)
+    return out
 
 
 def _resumed(partitions: list[TopicPartition], resume: dict[tuple[str, int], int]) -> list[TopicPartition]:

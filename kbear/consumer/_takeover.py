@@ -146,7 +146,7 @@ class TakeOvers:
         if pending is not None:
             if pending.lookup is not None:
                 pending.lookup.cancel()
-            _resume(entry, pending.parts)
+            resume_quietly(entry, pending.parts)
 
     def tick(self) -> None:
         """Start the look-ups due, seek and resume what they answered; never blocks."""
@@ -194,7 +194,7 @@ class TakeOvers:
 
     def _done(self, entry: ClusterClient, pending: _Pending, how: str) -> None:
         self._pending.pop(entry.cluster_id, None)
-        _resume(entry, pending.parts)
+        resume_quietly(entry, pending.parts)
         log.info("kbear: taken-over partitions on cluster %r resumed (%s)", entry.cluster_id, how)
 
     def close(self) -> None:
@@ -205,8 +205,18 @@ class TakeOvers:
         self._pending.clear()
 
 
-def _resume(entry: ClusterClient, parts: list[TopicPartition]) -> None:
+def resume_quietly(entry: ClusterClient, parts: list[TopicPartition]) -> None:
+    """Resume ``parts`` on ``entry``'s client; a failure (not assigned any more, the
+    client closed) is logged on ``kbear.consumer`` at debug level, never raised."""
     try:
         entry.consumer.resume(parts)
     except (KafkaException, RuntimeError) as exc:
         log.debug("kbear: resume on cluster %r failed: %s", entry.cluster_id, exc)
+
+
+def pause_quietly(entry: ClusterClient, parts: list[TopicPartition]) -> None:
+    """Pause ``parts`` on ``entry``'s client; a failure is logged at debug level, never raised."""
+    try:
+        entry.consumer.pause(parts)
+    except (KafkaException, RuntimeError) as exc:
+        log.debug("kbear: pause on cluster %r failed: %s", entry.cluster_id, exc)

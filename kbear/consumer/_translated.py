@@ -18,16 +18,19 @@ The old cluster's ``clusters.yaml`` entry says how it is mirrored
 - no mirror to the new cluster (``none``, or another standby): the committed
   offsets on the new cluster, with a warning.
 
-The reads run when the topic's partitions are assigned on the new cluster, in the
-rebalance callback (as ``offsets_for_times`` does for ``timestamp``), each bounded
-by :data:`TRANSLATION_TIMEOUT_S`.
+The reads run when the topic's partitions are assigned on the new cluster, each
+bounded by :data:`TRANSLATION_TIMEOUT_S`: for a subscription in the consumer's
+background thread while the partitions wait paused (:mod:`kbear.consumer._startlater`),
+so that the call serving the assignment keeps its timeout; for a manual assignment
+in ``assign()``. They use clients of their own (the group's committed offsets: the
+cluster's background client), never the member's.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
@@ -73,16 +76,27 @@ class MirrorStarts:
         group: the consumer group id.
         native: the application's confluent-kafka configuration (merged under each
             cluster's properties to reach it).
+        offsets_client: the client of a cluster asked for the group's committed
+            offsets there (the registry's background client,
+            :meth:`~kbear.consumer._cluster.ClusterRegistry.watcher`; default: the
+            member's own client).
 
     Attributes:
         last: (cluster id, physical topic) -> partition -> the last translation made
             for a topic moved there (``mm2`` only), for logs and tests.
     """
 
-    def __init__(self, router: Router, group: str, native: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        router: Router,
+        group: str,
+        native: Mapping[str, Any],
+        offsets_client: Callable[[ClusterClient], Any] | None = None,
+    ) -> None:
         self._router = router
         self._group = group
         self._native = dict(native)
+        self._offsets_client = offsets_client or (lambda entry: entry.consumer)
         self.last: dict[tuple[str, str], dict[int, TranslatedStart]] = {}
 
     def _failover(self, cluster_id: str) -> Failover | None:
@@ -190,7 +204,7 @@ class MirrorStarts:
             syncs=view.syncs,
         )
         self.last[(entry.cluster_id, target_topic)] = starts
-        ahead = _committed_ahead(entry, partitions, starts)
+        ahead = _committed_ahead(self._offsets_client(entry), entry.cluster_id, partitions, starts)
         out = [
             TopicPartition(
                 tp.topic,
@@ -220,20 +234,21 @@ class MirrorStarts:
 
 
 def _committed_ahead(
-    entry: ClusterClient, partitions: list[TopicPartition], starts: Mapping[int, TranslatedStart]
+    client: Any, cluster_id: str, partitions: list[TopicPartition], starts: Mapping[int, TranslatedStart]
 ) -> dict[int, int]:
     """The group's committed offsets on the standby that are past the translation, by
     partition: a member of the group has read there since the move (members of a group
     move one by one, each its own client's decision or reload), so the translation
     would read that again. MirrorMaker 2's own ``sync.group.offsets`` likewise never
     moves a group's offsets on the target back. A lookup that fails (bounded by
-    :data:`TRANSLATION_TIMEOUT_S`) leaves the translation."""
+    :data:`TRANSLATION_TIMEOUT_S`) leaves the translation. ``client``: a client of
+    the group's cluster ``cluster_id``."""
     try:
-        committed = entry.consumer.committed(
+        committed = client.committed(
             [TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=TRANSLATION_TIMEOUT_S
         )
     except KafkaException as exc:
-        log.warning("kbear: the group's committed offsets on cluster %r: %s", entry.cluster_id, exc)
+        log.warning("kbear: the group's committed offsets on cluster %r: %s", cluster_id, exc)
         return {}
     ahead = {}
     for tp in committed:

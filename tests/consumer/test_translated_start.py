@@ -8,6 +8,7 @@ skipping nothing; the drain of a dead cluster ends at once; and a fail-back
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from conftest import FAST_GROUP, consume_until, end_offsets, read_all, rewrite_rules, rule
 from kbear import RoutedConsumer, Router
+from kbear.consumer import _translated
 from kbear.testing import EmbeddedCluster
 
 NO_WATCH = {"kbear.reload.interval.ms": 0}
@@ -106,18 +108,26 @@ def read_some(consumer: RoutedConsumer, count: int) -> list[Any]:
     return got
 
 
-def test_a_group_moved_to_its_mm2_standby_rereads_at_most_the_sync_lag(
-    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
-) -> None:
-    east, _west = two_clusters
-    topic, directory, router, replicator = mirrored
+def read_then_mirror(
+    east: EmbeddedCluster, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> tuple[list[bytes], RoutedConsumer, list[Any]]:
+    """60 messages produced on east, a consumer of the topic's group that read and
+    committed 25 of them there, and every record mirrored (syncs every few records)."""
+    topic, _directory, router, replicator = mirrored
     sent = produce(east, topic, "e", 60)
-    group = topic + ".group"
-    consumer = consumer_of(router, closing, group)
+    consumer = consumer_of(router, closing, topic + ".group")
     consumer.subscribe([topic])
     first = read_some(consumer, 25)
     assert len(first) == 25
-    replicator.copy()  # every record mirrored (syncs every few records)
+    replicator.copy()
+    return sent, consumer, first
+
+
+def test_a_group_moved_to_its_mm2_standby_rereads_at_most_the_sync_lag(
+    two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> None:
+    topic, directory, router, replicator = mirrored
+    sent, consumer, first = read_then_mirror(two_clusters[0], mirrored, closing)
 
     rewrite_rules(directory, on_west(topic))
     assert router.reload() is True
@@ -341,3 +351,61 @@ def test_a_member_joining_after_the_move_starts_at_the_translation_not_auto_offs
     again = consume_until(second, len(sent), timeout=5)
     # at most the mirror's sync lag per partition, not the 60 mirrored messages again
     assert len(again) <= sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), len(again)
+
+
+def test_poll_keeps_its_timeout_while_the_mirror_is_read_and_then_starts_at_the_translation(
+    two_clusters: Clusters,
+    mirrored: tuple[str, Path, Router, Replicator],
+    closing: Callable[[Any], Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#27 "done when": the calls that apply a failover keep their timeout. The
+    translated start reads MirrorMaker 2's topics on the standby (180-340 ms on Apache
+    Kafka, up to 10 s per read when it is slow): the ``poll(0)`` that serves the new
+    cluster's assignment returns at once, the moved partitions wait (nothing read from
+    the committed offsets or ``auto.offset.reset`` meanwhile), and once the mirror was
+    read the group starts at the translation: nothing skipped, at most the sync lag
+    read again."""
+    topic, directory, router, replicator = mirrored
+    sent, consumer, first = read_then_mirror(two_clusters[0], mirrored, closing)
+    group = topic + ".group"
+    assert replicator.checkpoint(group)
+
+    entered, release = threading.Event(), threading.Event()
+    real = _translated.read_mirror
+
+    def slow_read_mirror(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(20)  # a mirror slow to read (its bound: 10 s a read)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_translated, "read_mirror", slow_read_mirror)
+    rewrite_rules(directory, on_west(topic))
+    assert router.reload() is True
+    rest: list[Any] = []
+    longest = 0.0
+    deadline = time.monotonic() + 20  # the drain of east ends (idle), the group joins on west
+    while not entered.is_set() and time.monotonic() < deadline:
+        began = time.monotonic()
+        msg = consumer.poll(0)
+        longest = max(longest, time.monotonic() - began)
+        if msg is not None and msg.error() is None:
+            rest.append(msg)
+    assert entered.is_set(), "the translated start was never read"
+    assert consumer.routes()[topic].cluster_id == "west"
+    while_reading: list[Any] = []
+    for _ in range(20):  # the mirror is still being read
+        began = time.monotonic()
+        msg = consumer.poll(0.05)
+        longest = max(longest, time.monotonic() - began)
+        if msg is not None and msg.error() is None:
+            while_reading.append(msg)
+    # generous bound: the call serving the assignment waited the whole read (20 s) before
+    assert longest < 5, f"a poll took {longest:.1f} s"
+    assert while_reading == []  # the moved partitions wait for their start
+    release.set()
+    rest += consume_until(consumer, len(sent), timeout=5)
+    counts = Counter(m.value() for m in first + rest)
+    assert set(counts) == set(sent)  # nothing skipped
+    reread = sum(n - 1 for n in counts.values())
+    assert reread <= sum(replicator.max_sync_gap(p) for p in range(PARTITIONS))
