@@ -3,7 +3,6 @@ and helpers to read back what reached each cluster with plain confluent-kafka cl
 
 from __future__ import annotations
 
-import gc
 import inspect
 import itertools
 import os
@@ -52,10 +51,6 @@ def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
     try:
         yield a, b
     finally:
-        # clients the test dropped without closing live until the cycle collector
-        # runs (docs/compatibility/limits.md): freed here, while their clusters still
-        # answer, they do not log connection errors for the rest of the run
-        gc.collect()
         b.close()
         a.close()
 
