@@ -10,4 +10,6 @@ on, and kbear uses its pure-Python code (kbear.dispatcher() says which one is ac
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("kbear._cdispatch", ["kbear/_dispatch.c", "kbear/_pending.c", "kbear/_counted.c"], optional=True)])
+SOURCES = ["kbear/_dispatch.c", "kbear/_pending.c", "kbear/_counted.c"]
+
+setup(ext_modules=[Extension("kbear._cdispatch", SOURCES, optional=True)])

@@ -152,9 +152,8 @@ class Rebalancer:
         if "on_lost" in self.callbacks:
             lost = self._wrap(entry, self.callbacks["on_lost"])
             hook = self.revoked_hook
-            if (
-                hook is not None or self.later is not None
-            ):  # lost partitions are forgotten as revoked ones are
+            # lost partitions are forgotten as revoked ones are
+            if hook is not None or self.later is not None:
 
                 def lost_then_hook(consumer: Any, partitions: list[TopicPartition]) -> None:
                     try:
