@@ -1,9 +1,18 @@
-"""The meta-service protocol's messages, and answers turned into documents (private, no I/O).
+"""The meta-service protocol: its messages (one set, for :mod:`kbear.meta`'s client
+and for ``kbear serve``), and answers turned into documents (private, no I/O).
 
-Message shapes: ``docs/reference/meta-service-protocol.md`` (JSON, camelCase fields, absent
-fields empty). :class:`kbear.meta.MetaServiceSource` sends :func:`producer_request`
+Message shapes: ``docs/reference/meta-service-protocol.md``. The messages are
+pydantic models; field names on the wire are camelCase (``topicIds``,
+``clusterId``), the Python attributes snake_case. Both sides read a message the
+way the reference server's JSON parser does (protobuf ``JsonFormat`` ignoring
+unknown fields): unknown fields are ignored, an absent or ``null`` field means
+empty, and a value of the wrong JSON type (a number where a string is expected)
+is refused. ``kbear serve`` writes every field (empty lists and maps included)
+but ``status.error`` on success, as the reference prints it.
+
+The client side: :class:`kbear.meta.MetaServiceSource` sends :func:`producer_request`
 to ``/route/producer`` and :func:`consumer_request` to ``/route/consumer``; the
-answers are validated here (types, statuses, ids) and turned by
+answers are validated by :func:`parse_answer` (types, statuses) and turned by
 :func:`answer_documents` into the four documents of a configuration, which then
 go through the same validation as files (:func:`kbear.config.load_documents`):
 each answered route becomes one rule without ``when`` (the service evaluated the
@@ -25,11 +34,14 @@ validation ("uses cluster 'x', which is not in clusters.yaml"), like a file.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 
 from kbear import crrl
 from kbear.config import CLUSTERS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE, SERVED_RULE_ID, TOPICS_FILE
@@ -39,6 +51,13 @@ CONSUMER_PATH = "/route/consumer"
 #: every rule a service holds (``GET``; the reference server and ``kbear serve``)
 RULES_ALL_PATH = "/route/rules/all"
 
+#: The ``Client.meta`` key kbear's own clients send (value: ``python/<kbear version>``):
+#: ``kbear serve`` answers a client that sends it with cluster meta as written
+#: (``${NAME}`` resolved by the client) and with remaps (``Route.topicId``, which it
+#: applies); a client without it (KBear's Java client) gets placeholders resolved by
+#: the server and no remap it could not apply (``docs/reference/meta-service-protocol.md``).
+KBEAR_CLIENT_KEY = "kbear.client"
+
 #: A lookup a meta-service answers: (topic, None) for a producer, (topic, group) for a consumer.
 Interest = tuple[str, str | None]
 
@@ -47,99 +66,258 @@ class AnswerRefused(ValueError):
     """A meta-service answer that cannot be used; the message says why."""
 
 
-def _empty_if_none(value: Any) -> Any:
-    return {} if value is None else value
+class Ack(StrEnum):
+    """``ResponseStatus.ack``: every item answered, some, or none (bad request, server error)."""
+
+    SUCCESS = "success"
+    PARTIAL_FAIL = "partial_fail"
+    FAIL = "fail"
 
 
-def _empty_list_if_none(value: Any) -> Any:
+class ErrorCode(StrEnum):
+    """``ResponseError.code``. The first two are the reference server's; the others are kbear's."""
+
+    BAD_REQUEST = "bad_request"
+    SERVICE_EXCEPTION = "service_exception"
+    #: partial_fail of a route request: the items without a route are named in the message.
+    NO_ROUTE = "no_route"
+    #: partial_fail of a meta or rules request: the ids not found are named in the message.
+    NOT_FOUND = "not_found"
+    UNAUTHORIZED = "unauthorized"
+    #: partial_fail of a route request to a client that is not kbear's: a route's
+    #: cluster meta names a ``${NAME}`` the server's environment does not hold.
+    UNRESOLVED_PLACEHOLDER = "unresolved_placeholder"
+    #: partial_fail of a route request to a client that is not kbear's: the route
+    #: is a remap (another physical topic), which such a client would not apply.
+    REMAP_NOT_APPLICABLE = "remap_not_applicable"
+
+
+def _none_as_empty_list(value: Any) -> Any:
     return [] if value is None else value
 
 
-_Meta = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_empty_if_none)]
+def _none_as_empty_dict(value: Any) -> Any:
+    return {} if value is None else value
+
+
+def _none_as_empty_str(value: Any) -> Any:
+    return "" if value is None else value
+
+
+_Str = Annotated[str, BeforeValidator(_none_as_empty_str)]
+_StrMap = Annotated[dict[str, str], BeforeValidator(_none_as_empty_dict)]
 
 
 class _Message(BaseModel):
-    # Unknown fields are ignored (a newer server may add some); absent ones are empty.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Unknown fields are ignored (a newer peer may add some); absent ones are empty.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True, strict=True
+    )
 
 
-class _Entity(_Message):
-    id: StrictStr
-    meta: _Meta = {}
+# --------------------------------------------------------------------------- shared messages
 
 
-class _GroupId(_Message):
-    groupName: StrictStr
-    topicId: StrictStr
+class ClientMessage(_Message):
+    """``Client {id, meta}``: who asks. An empty ``id`` means no ``client.id`` factor."""
+
+    id: _Str = ""
+    meta: _StrMap = Field(default_factory=dict)
 
 
-class _Group(_Message):
-    id: _GroupId
-    meta: _Meta = {}
+class ClusterMessage(_Message):
+    """``Cluster {id, meta}``; meta as written in clusters.yaml (``${NAME}`` resolved
+    by ``kbear serve`` only for a client without :data:`KBEAR_CLIENT_KEY`)."""
+
+    id: str
+    meta: _StrMap = Field(default_factory=dict)
 
 
-class _Route(_Message):
-    clusterId: StrictStr
-    topicId: StrictStr
-    # kbear serve names the rule that won; the reference does not (empty: unknown)
-    ruleId: StrictStr = ""
+class TopicMessage(_Message):
+    """``Topic {id, meta}``; meta from topics.yaml, empty for a topic it does not list."""
+
+    id: str
+    meta: _StrMap = Field(default_factory=dict)
 
 
-class _Error(_Message):
-    code: StrictStr = ""
-    message: StrictStr = ""
+class ConsumerGroupIdMessage(_Message):
+    """``ConsumerGroupId {groupName, topicId}``."""
+
+    group_name: _Str = ""
+    topic_id: _Str = ""
 
 
-class _Status(_Message):
-    ack: Literal["success", "partial_fail", "fail"]
-    error: _Error | None = None
+class ConsumerGroupMessage(_Message):
+    """``ConsumerGroup {id, meta}``; meta from consumer-groups.yaml, empty when not listed there."""
+
+    id: ConsumerGroupIdMessage
+    meta: _StrMap = Field(default_factory=dict)
 
 
-class _RouteAnswer(_Message):
-    status: _Status
-    clusters: Annotated[dict[StrictStr, _Entity], BeforeValidator(_empty_if_none)] = {}
-    topics: Annotated[dict[StrictStr, _Entity], BeforeValidator(_empty_if_none)] = {}
+class RouteMessage(_Message):
+    """``Route {clusterId, topicId, ruleId}``; ``topicId`` is the physical topic (a remap's
+    target); ``ruleId`` (a kbear field the reference does not send) the rule that won."""
+
+    cluster_id: str
+    topic_id: str
+    rule_id: str = ""
 
 
-class ProducerAnswer(_RouteAnswer):
-    """The answer of ``/route/producer``."""
+class RouteRuleInfo(_Message):
+    """``RouteRuleInfo {id, priority, meta}``; like the reference, ``meta['rule']`` holds
+    the CRRL statement (kbear writes it in canonical form, see ``crrl.Statement.__str__``)."""
 
-    topicIdRoutes: Annotated[dict[StrictStr, _Route], BeforeValidator(_empty_if_none)] = {}
-
-
-class _GroupRoute(_Message):
-    consumerGroupId: _GroupId
-    route: _Route
-
-
-class ConsumerAnswer(_RouteAnswer):
-    """The answer of ``/route/consumer``."""
-
-    consumerGroupIdRoutes: Annotated[list[_GroupRoute], BeforeValidator(_empty_list_if_none)] = []
-    consumerGroups: Annotated[list[_Group], BeforeValidator(_empty_list_if_none)] = []
-
-
-class _RuleInfo(_Message):
-    id: StrictStr
+    id: str
     priority: int = 0
-    meta: _Meta = {}
+    meta: _StrMap = Field(default_factory=dict)
 
 
-class _RulesAnswer(_Message):
-    status: _Status
-    routeRules: Annotated[list[_RuleInfo], BeforeValidator(_empty_list_if_none)] = []
+class ResponseError(_Message):
+    """``ResponseError {code, message}``; ``code`` one of :class:`ErrorCode` from kbear,
+    any string from another server."""
+
+    code: _Str = ""
+    message: _Str = ""
 
 
-class _ListAnswer(_Message):
-    status: _Status
-    clusters: Annotated[list[_Entity], BeforeValidator(_empty_list_if_none)] = []
-    topics: Annotated[list[_Entity], BeforeValidator(_empty_list_if_none)] = []
-    consumerGroups: Annotated[list[_Group], BeforeValidator(_empty_list_if_none)] = []
+class ResponseStatus(_Message):
+    """``ResponseStatus {ack, error}``; ``error`` is None (left out) on success."""
+
+    ack: Ack
+    error: ResponseError | None = None
+
+
+# --------------------------------------------------------------------------- requests
+
+_Ids = Annotated[list[_Str], BeforeValidator(_none_as_empty_list)]
+_GroupIds = Annotated[list[ConsumerGroupIdMessage], BeforeValidator(_none_as_empty_list)]
+
+
+class ProducerRouteRequest(_Message):
+    """``/route/producer``: ``{client, topicIds}``."""
+
+    client: ClientMessage = Field(default_factory=ClientMessage)
+    topic_ids: _Ids = Field(default_factory=list)
+
+
+class ConsumerRouteRequest(_Message):
+    """``/route/consumer``: ``{client, consumerGroupIds}``."""
+
+    client: ClientMessage = Field(default_factory=ClientMessage)
+    consumer_group_ids: _GroupIds = Field(default_factory=list)
+
+
+class RouteRulesRequest(_Message):
+    """``/route/rules``: ``{routeRuleIds}``; empty asks for every rule."""
+
+    route_rule_ids: _Ids = Field(default_factory=list)
+
+
+class ClustersRequest(_Message):
+    """``/meta/clusters``: ``{clusterIds}``; empty asks for every cluster."""
+
+    cluster_ids: _Ids = Field(default_factory=list)
+
+
+class TopicsRequest(_Message):
+    """``/meta/topics``: ``{topicIds}``; empty asks for every topic."""
+
+    topic_ids: _Ids = Field(default_factory=list)
+
+
+class ConsumerGroupsRequest(_Message):
+    """``/meta/consumer-groups``: ``{consumerGroupIds}``; empty asks for every group."""
+
+    consumer_group_ids: _GroupIds = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- responses
+
+_Clusters = Annotated[dict[str, ClusterMessage], BeforeValidator(_none_as_empty_dict)]
+_Routes = Annotated[dict[str, RouteMessage], BeforeValidator(_none_as_empty_dict)]
+_GroupRoutes = Annotated[list["ConsumerGroupIdRoute"], BeforeValidator(_none_as_empty_list)]
+_Rules = Annotated[list[RouteRuleInfo], BeforeValidator(_none_as_empty_list)]
+_ClusterList = Annotated[list[ClusterMessage], BeforeValidator(_none_as_empty_list)]
+_TopicList = Annotated[list[TopicMessage], BeforeValidator(_none_as_empty_list)]
+_Topics = Annotated[dict[str, TopicMessage], BeforeValidator(_none_as_empty_dict)]
+_Groups = Annotated[list[ConsumerGroupMessage], BeforeValidator(_none_as_empty_list)]
+
+
+class StatusResponse(_Message):
+    """What every response has: ``status``."""
+
+    status: ResponseStatus
+
+
+_M = TypeVar("_M", bound=StatusResponse)
+
+
+class ProducerRouteResponse(StatusResponse):
+    """``{status, topicIdRoutes, clusters, topics}``; ``topicIdRoutes`` is keyed by the
+    **requested** topic id (the reference's remap defect fixed), ``topics`` by the
+    physical topic of each route."""
+
+    status: ResponseStatus
+    topic_id_routes: _Routes = Field(default_factory=dict)
+    clusters: _Clusters = Field(default_factory=dict)
+    topics: _Topics = Field(default_factory=dict)
+
+
+class ConsumerGroupIdRoute(_Message):
+    """``{consumerGroupId, route}``: one answered item of a consumer route request."""
+
+    consumer_group_id: ConsumerGroupIdMessage
+    route: RouteMessage
+
+
+class ConsumerRouteResponse(StatusResponse):
+    """``{status, consumerGroupIdRoutes, clusters, topics, consumerGroups}``."""
+
+    status: ResponseStatus
+    consumer_group_id_routes: Annotated[list[ConsumerGroupIdRoute], BeforeValidator(_none_as_empty_list)] = (
+        Field(default_factory=list)
+    )
+    clusters: _Clusters = Field(default_factory=dict)
+    topics: _Topics = Field(default_factory=dict)
+    consumer_groups: _Groups = Field(default_factory=list)
+
+
+class RouteRulesResponse(StatusResponse):
+    """``{status, routeRules}``."""
+
+    status: ResponseStatus
+    route_rules: _Rules = Field(default_factory=list)
+
+
+class ClustersResponse(StatusResponse):
+    """``{status, clusters}``."""
+
+    status: ResponseStatus
+    clusters: _ClusterList = Field(default_factory=list)
+
+
+class TopicsResponse(StatusResponse):
+    """``{status, topics}``."""
+
+    status: ResponseStatus
+    topics: _TopicList = Field(default_factory=list)
+
+
+class ConsumerGroupsResponse(StatusResponse):
+    """``{status, consumerGroups}``."""
+
+    status: ResponseStatus
+    consumer_groups: _Groups = Field(default_factory=list)
 
 
 def client_message(client_id: str | None, meta: Mapping[str, str]) -> dict[str, Any]:
-    """The protocol's ``Client`` message (``id`` "" when the client has none)."""
-    return {"id": client_id or "", "meta": dict(meta)}
+    """The protocol's ``Client`` message of a kbear client (``id`` "" when it has none):
+    its meta with :data:`KBEAR_CLIENT_KEY` added (``python/<kbear version>``)."""
+    try:
+        version = importlib.metadata.version("kbear")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        version = "unknown"
+    return {"id": client_id or "", "meta": {**meta, KBEAR_CLIENT_KEY: f"python/{version}"}}
 
 
 def producer_request(client: Mapping[str, Any], topics: Iterable[str]) -> dict[str, Any]:
@@ -155,23 +333,23 @@ def consumer_request(client: Mapping[str, Any], groups: Iterable[tuple[str, str]
     }
 
 
-def parse_answer(model: type[_Message], data: Any, path: str) -> Any:
+def parse_answer(model: type[_M], data: Any, path: str) -> _M:
     """``data`` (decoded JSON) as ``model``, its status checked.
 
     Raises:
         AnswerRefused: wrong shape or types (every field named), or ``ack: fail``.
     """
     try:
-        answer = model.model_validate(data)
+        # lax only where JSON has no type of its own (an enum from its string)
+        answer = model.model_validate(data, strict=False)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
         )
         more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
         raise AnswerRefused(f"{path}: malformed answer: {problems}{more}") from None
-    status: _Status = answer.status  # type: ignore[attr-defined]
-    if status.ack == "fail":
-        error = status.error or _Error()
+    if answer.status.ack == Ack.FAIL:
+        error = answer.status.error or ResponseError()
         raise AnswerRefused(f"{path}: the service answered fail: {error.code} {error.message}".rstrip())
     return answer
 
@@ -191,7 +369,9 @@ class Answer:
     notes: list[str] = field(default_factory=list)
 
 
-def _merge_entities(into: dict[str, dict[str, Any]], entities: Mapping[str, _Entity], what: str) -> None:
+def _merge_entities(
+    into: dict[str, dict[str, Any]], entities: Mapping[str, ClusterMessage | TopicMessage], what: str
+) -> None:
     for key, entity in entities.items():
         if key != entity.id:
             raise AnswerRefused(f"{what} '{key}' is described with id '{entity.id}'")
@@ -201,16 +381,16 @@ def _merge_entities(into: dict[str, dict[str, Any]], entities: Mapping[str, _Ent
         into[key] = {"id": entity.id, "meta": dict(entity.meta)}
 
 
-def _rule(rule_id: str, meta: dict[str, str], route: _Route, requested: str) -> dict[str, Any]:
-    physical = route.topicId
-    statement = crrl.Statement(route.clusterId, physical if physical != requested else None, ())
+def _rule(rule_id: str, meta: dict[str, str], route: RouteMessage, requested: str) -> dict[str, Any]:
+    physical = route.topic_id
+    statement = crrl.Statement(route.cluster_id, physical if physical != requested else None, ())
     # the routes of this stand-in report the rule the service named, or "" (unknown)
-    return {"id": rule_id, "meta": {**meta, SERVED_RULE_ID: route.ruleId}, "rule": str(statement)}
+    return {"id": rule_id, "meta": {**meta, SERVED_RULE_ID: route.rule_id}, "rule": str(statement)}
 
 
 def answer_documents(
-    producer: ProducerAnswer | None,
-    consumer: ConsumerAnswer | None,
+    producer: ProducerRouteResponse | None,
+    consumer: ConsumerRouteResponse | None,
     topics_asked: Iterable[str],
     groups_asked: Iterable[tuple[str, str]],
 ) -> Answer:
@@ -236,28 +416,28 @@ def answer_documents(
         _merge_entities(clusters, producer.clusters, "cluster")
         _merge_entities(topics, producer.topics, "topic")
         for topic in asked:
-            route = producer.topicIdRoutes.get(topic)
+            route = producer.topic_id_routes.get(topic)
             if route is None:
                 out.notes.append(f"no producer route for topic '{topic}'")
                 continue
             meta = {"topic.id": topic}
             rules.append(_rule(f"producer:{topic}", meta, route, topic))
             out.answered.add((topic, None))
-        extra = sorted(set(producer.topicIdRoutes) - set(asked))
+        extra = sorted(set(producer.topic_id_routes) - set(asked))
         if extra:
             out.notes.append(f"ignored producer routes for topics not asked for: {extra}")
     asked_groups = list(groups_asked)
     if consumer is not None:
         _merge_entities(clusters, consumer.clusters, "cluster")
         _merge_entities(topics, consumer.topics, "topic")
-        for group in consumer.consumerGroups:
-            groups[(group.id.groupName, group.id.topicId)] = {
-                "id": {"groupName": group.id.groupName, "topicId": group.id.topicId},
+        for group in consumer.consumer_groups:
+            groups[(group.id.group_name, group.id.topic_id)] = {
+                "id": {"groupName": group.id.group_name, "topicId": group.id.topic_id},
                 "meta": dict(group.meta),
             }
         routes = {
-            (r.consumerGroupId.groupName, r.consumerGroupId.topicId): r.route
-            for r in consumer.consumerGroupIdRoutes
+            (r.consumer_group_id.group_name, r.consumer_group_id.topic_id): r.route
+            for r in consumer.consumer_group_id_routes
         }
         for group_name, topic in asked_groups:
             route = routes.get((group_name, topic))
@@ -286,16 +466,16 @@ def everything_documents(clusters: Any, topics: Any, groups: Any) -> dict[str, A
     Raises:
         AnswerRefused: an answer of the wrong shape or ``ack: fail``.
     """
-    c = parse_answer(_ListAnswer, clusters, "/meta/clusters/all")
-    t = parse_answer(_ListAnswer, topics, "/meta/topics/all")
-    g = parse_answer(_ListAnswer, groups, "/meta/consumer-groups/all")
+    c = parse_answer(ClustersResponse, clusters, "/meta/clusters/all")
+    t = parse_answer(TopicsResponse, topics, "/meta/topics/all")
+    g = parse_answer(ConsumerGroupsResponse, groups, "/meta/consumer-groups/all")
     return {
         CLUSTERS_FILE: {"clusters": [{"id": e.id, "meta": dict(e.meta)} for e in c.clusters]},
         TOPICS_FILE: {"topics": [{"id": e.id, "meta": dict(e.meta)} for e in t.topics]},
         CONSUMER_GROUPS_FILE: {
             "consumer-groups": [
-                {"id": {"groupName": e.id.groupName, "topicId": e.id.topicId}, "meta": dict(e.meta)}
-                for e in g.consumerGroups
+                {"id": {"groupName": e.id.group_name, "topicId": e.id.topic_id}, "meta": dict(e.meta)}
+                for e in g.consumer_groups
             ]
         },
         ROUTE_RULES_FILE: {"route-rules": []},
@@ -311,9 +491,9 @@ def rules_document(data: Any) -> list[dict[str, Any]]:
         AnswerRefused: an answer of the wrong shape, ``ack: fail``, or a rule
             without a statement.
     """
-    answer = parse_answer(_RulesAnswer, data, RULES_ALL_PATH)
+    answer = parse_answer(RouteRulesResponse, data, RULES_ALL_PATH)
     rules = []
-    for info in answer.routeRules:
+    for info in answer.route_rules:
         meta = dict(info.meta)
         statement = meta.pop("rule", None)
         if statement is None:

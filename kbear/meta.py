@@ -350,11 +350,11 @@ class MetaServiceSource(ConfigSource):
             if topics:
                 body = protocol.producer_request(self._client_message, topics)
                 data = self._retrying(self._post)(protocol.PRODUCER_PATH, body)
-                producer = protocol.parse_answer(protocol.ProducerAnswer, data, protocol.PRODUCER_PATH)
+                producer = protocol.parse_answer(protocol.ProducerRouteResponse, data, protocol.PRODUCER_PATH)
             if groups:
                 body = protocol.consumer_request(self._client_message, groups)
                 data = self._retrying(self._post)(protocol.CONSUMER_PATH, body)
-                consumer = protocol.parse_answer(protocol.ConsumerAnswer, data, protocol.CONSUMER_PATH)
+                consumer = protocol.parse_answer(protocol.ConsumerRouteResponse, data, protocol.CONSUMER_PATH)
             if topics or groups:
                 self._reached(None)
             return protocol.answer_documents(producer, consumer, topics, groups)

@@ -78,7 +78,13 @@ from kbear.config._failover import (
     ReplicationPolicy,
 )
 from kbear.config._librdkafka import property_kind
-from kbear.config._loading import documents_digest, load_config, load_documents
+from kbear.config._loading import (
+    UnsetVariableError,
+    documents_digest,
+    load_config,
+    load_documents,
+    resolve_placeholders,
+)
 from kbear.config._models import (
     SERVED_RULE_ID,
     ClusterConfig,
@@ -112,9 +118,11 @@ __all__ = [
     "RouteRule",
     "RuleKind",
     "TopicConfig",
+    "UnsetVariableError",
     "config_digest",
     "documents_digest",
     "load_config",
     "load_documents",
     "property_kind",
+    "resolve_placeholders",
 ]

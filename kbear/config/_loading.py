@@ -64,6 +64,41 @@ _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 log = logging.getLogger("kbear.config")
 
 
+class UnsetVariableError(KeyError):
+    """A ``${NAME}`` placeholder whose environment variable is not set.
+
+    Attributes:
+        name: the variable's name.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"environment variable {self.name} is not set"
+
+
+def resolve_placeholders(value: str, environ: Mapping[str, str]) -> str:
+    """``value`` with each ``${NAME}`` replaced by ``environ[NAME]`` and ``$${`` by a
+    literal ``${`` (the rule of cluster meta in ``clusters.yaml``).
+
+    Raises:
+        UnsetVariableError: a placeholder names a variable ``environ`` does not hold
+            (the first one); nothing is ever half resolved.
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "${"
+        if name not in environ:
+            raise UnsetVariableError(name)
+        return environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
 def _entry_id(item: Mapping[str, Any]) -> str | None:
     """The entry's ``id`` as the loader will read it, when it is a non-empty scalar."""
     value = _scalar_to_str(item.get("id"))
@@ -189,16 +224,11 @@ class _Loader:
         if environ is None:
             return value
 
-        def sub(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name is None:
-                return "${"
-            if name not in environ:
-                self.problem(CLUSTERS_FILE, label, f"key '{key}': environment variable {name} is not set")
-                return ""
-            return environ[name]
-
-        return _ENV_REF.sub(sub, value)
+        try:
+            return resolve_placeholders(value, environ)
+        except UnsetVariableError as exc:
+            self.problem(CLUSTERS_FILE, label, f"key '{key}': {exc}")
+            return ""
 
     def clusters(self) -> dict[str, ClusterConfig]:
         out: dict[str, ClusterConfig] = {}

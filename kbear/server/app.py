@@ -49,15 +49,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kbear.server import service
-from kbear.server._limits_sqlite import SQLiteStorage
-from kbear.server.auth import BearerAuth
-from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
-from kbear.server.fleet import FleetRecorder
-from kbear.server.fleet_api import FleetEndpoints
-from kbear.server.holder import ConfigHolder, Served
-from kbear.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
-from kbear.server.protocol import (
+from kbear._meta_protocol import (
     Ack,
     ClustersRequest,
     ConsumerGroupsRequest,
@@ -70,6 +62,14 @@ from kbear.server.protocol import (
     StatusResponse,
     TopicsRequest,
 )
+from kbear.server import service
+from kbear.server._limits_sqlite import SQLiteStorage
+from kbear.server.auth import BearerAuth
+from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
+from kbear.server.fleet import FleetRecorder
+from kbear.server.fleet_api import FleetEndpoints
+from kbear.server.holder import ConfigHolder, Served
+from kbear.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "OPEN_PATHS", "create_app"]
 

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from kbear._meta_protocol import Ack, ErrorCode, ResponseError, ResponseStatus
 from kbear.server._move_counts import Lookup, MoveQuery, MovingLookup
 from kbear.server.fleet import FleetEntry, FleetRecorder
 from kbear.server.holder import ConfigHolder
@@ -39,7 +40,6 @@ from kbear.server.moves import (
     rules_test_client_id,
     topic_moves,
 )
-from kbear.server.protocol import Ack, ErrorCode, ResponseError, ResponseStatus
 
 __all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
 

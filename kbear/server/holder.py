@@ -1,8 +1,9 @@
 """The configuration ``kbear serve`` answers from: the last good one of a watched directory.
 
 The directory is read with ``${NAME}`` left as written (``load_config(...,
-resolve_env=False)``): the server never reads secrets from its own
-environment; clients resolve the placeholders from theirs. A change is applied
+resolve_env=False)``): kbear's clients resolve the placeholders from their
+own environment; only a client that is not kbear's gets them resolved from the
+server's, in its answer (:mod:`kbear.server.service`). A change is applied
 only once it validated (:class:`kbear.reload.ConfigWatcher`: content digest,
 settle time); a refused change keeps the last good configuration in force and
 is reported by :attr:`ConfigHolder.refused` until the files are fixed or back

@@ -15,7 +15,8 @@ the spec is silent):
   ``Route.ruleId`` names the rule that won (a kbear field: the reference's
   answer does not say, and clients that do not know it ignore it).
 - ``clusters`` holds every cluster named by a route, meta as written
-  (``${NAME}`` unresolved); ``topics`` every physical topic named by a route, with
+  (``${NAME}`` unresolved: kbear's clients resolve them from their environment);
+  ``topics`` every physical topic named by a route, with
   its topics.yaml meta (empty when not listed); ``consumerGroups`` one entry per
   answered group, with its consumer-groups.yaml meta (empty when not listed).
 - ``/route/rules`` and ``/meta/*``: an empty id list asks for everything
@@ -23,21 +24,30 @@ the spec is silent):
   ``not_found`` when some are not.
 - Repeated items in one request are answered once; the status compares the
   answers with the distinct items asked.
+- A client whose ``Client.meta`` lacks ``kbear.client`` (:data:`KBEAR_CLIENT_KEY`:
+  KBear's Java client, ``curl``) cannot resolve placeholders nor apply a remap:
+  its clusters' meta comes with ``${NAME}`` resolved from the server's
+  environment, and only the route's cluster (no standbys: failing over is
+  kbear's); an item whose cluster names a variable the server does not hold is
+  left out (``partial_fail``, ``unresolved_placeholder`` naming the variable:
+  never a partial address), and so is an item whose route is a remap
+  (``remap_not_applicable`` naming the rule and the physical topic: such a
+  client would use the requested topic's name on the route's cluster).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kbear._identity import Client
-from kbear._route import NoRouteError
-from kbear.config import KBearConfig, RouteRule
-from kbear.server.holder import Served
 
 # Messages built here from a validated configuration skip pydantic's validation
 # (model_construct): a 1,000-topic answer would otherwise spend most of its time
 # re-checking strings the loader already checked.
-from kbear.server.protocol import (
+from kbear._meta_protocol import (
+    KBEAR_CLIENT_KEY,
     Ack,
     ClientMessage,
     ClusterMessage,
@@ -63,12 +73,16 @@ from kbear.server.protocol import (
     TopicsRequest,
     TopicsResponse,
 )
+from kbear._route import NoRouteError, Route
+from kbear.config import KBearConfig, RouteRule, UnsetVariableError, resolve_placeholders
+from kbear.server.holder import Served
 
 __all__ = [
     "bad_request",
     "clusters",
     "consumer_groups",
     "consumer_route",
+    "is_kbear_client",
     "producer_route",
     "route_rules",
     "topics",
@@ -95,6 +109,85 @@ def _partial(code: ErrorCode, what: str, missing: Sequence[str]) -> ResponseStat
 def _client(message: ClientMessage) -> Client:
     # The reference adds client.id only when the id is not blank.
     return Client(message.id or None, message.meta)
+
+
+def is_kbear_client(message: ClientMessage) -> bool:
+    """Whether the client says it is kbear's (its meta holds :data:`KBEAR_CLIENT_KEY`):
+    it resolves ``${NAME}`` itself and applies remaps."""
+    return KBEAR_CLIENT_KEY in message.meta
+
+
+@dataclass
+class _Answering:
+    """What one route answer collects: the clusters and topics it names, the items
+    left out (no route) and those refused to this client (code, reason)."""
+
+    config: KBearConfig
+    kbear_client: bool
+    environ: Mapping[str, str]
+    clusters: dict[str, ClusterMessage] = field(default_factory=dict)
+    topics: dict[str, TopicMessage] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    refused: list[tuple[ErrorCode, str]] = field(default_factory=list)
+
+    def take(self, item: str, route: Route) -> bool:
+        """Add what ``route`` names; False (the item noted as refused) when this
+        client cannot use it."""
+        config = self.config
+        if self.kbear_client:
+            _add_cluster(config, self.clusters, route.cluster_id)
+        else:
+            if route.remapped:
+                self.refused.append(
+                    (
+                        ErrorCode.REMAP_NOT_APPLICABLE,
+                        f"{item}: rule '{route.rule_id}' routes it to topic '{route.topic}' on cluster "
+                        f"'{route.cluster_id}', a remap this client does not apply "
+                        f"(kbear's clients send Client.meta '{KBEAR_CLIENT_KEY}')",
+                    )
+                )
+                return False
+            if route.cluster_id not in self.clusters:
+                try:
+                    self.clusters[route.cluster_id] = _resolved_cluster(
+                        config, route.cluster_id, self.environ
+                    )
+                except UnsetVariableError as exc:
+                    self.refused.append(
+                        (
+                            ErrorCode.UNRESOLVED_PLACEHOLDER,
+                            f"{item}: cluster '{route.cluster_id}': {exc} on the server",
+                        )
+                    )
+                    return False
+        if route.topic not in self.topics:
+            self.topics[route.topic] = _topic(config, route.topic)
+        return True
+
+    def status(self, what: str) -> ResponseStatus:
+        """``success``, or ``partial_fail`` naming what was left out and why."""
+        if self.refused:
+            code = self.refused[0][0]
+            reasons = [reason for _, reason in self.refused[:_NAMED_AT_MOST]]
+            if self.missing:
+                reasons.append(_partial(ErrorCode.NO_ROUTE, what, self.missing).error.message)  # type: ignore[union-attr]
+            message = f"{len(self.refused)} item(s) not answered to this client: " + "; ".join(reasons)
+            return ResponseStatus(ack=Ack.PARTIAL_FAIL, error=ResponseError(code=code, message=message))
+        return _partial(ErrorCode.NO_ROUTE, what, self.missing) if self.missing else _SUCCESS
+
+
+def _answering(config: KBearConfig, client: ClientMessage, environ: Mapping[str, str] | None) -> _Answering:
+    return _Answering(config, is_kbear_client(client), os.environ if environ is None else environ)
+
+
+def _resolved_cluster(config: KBearConfig, cluster_id: str, environ: Mapping[str, str]) -> ClusterMessage:
+    """The cluster's message with every ``${NAME}`` of its meta resolved from ``environ``.
+
+    Raises:
+        UnsetVariableError: a placeholder names a variable ``environ`` lacks.
+    """
+    meta = {k: resolve_placeholders(v, environ) for k, v in config.clusters[cluster_id].meta.items()}
+    return ClusterMessage.model_construct(id=cluster_id, meta=meta)
 
 
 def _cluster(config: KBearConfig, cluster_id: str) -> ClusterMessage:
@@ -127,73 +220,82 @@ def _group_label(group_id: ConsumerGroupIdMessage) -> str:
     return f"{group_id.group_name}@{group_id.topic_id}"
 
 
-def producer_route(served: Served, request: ProducerRouteRequest) -> ProducerRouteResponse:
-    """The answer to ``/route/producer``: the route of each requested topic."""
+def producer_route(
+    served: Served, request: ProducerRouteRequest, environ: Mapping[str, str] | None = None
+) -> ProducerRouteResponse:
+    """The answer to ``/route/producer``: the route of each requested topic.
+
+    Args:
+        environ: where a client that is not kbear's gets ``${NAME}`` resolved from
+            (``os.environ`` when None).
+    """
     if not request.topic_ids:
         return ProducerRouteResponse(status=bad_request("topicIds is empty"))
-    config, router = served.config, served.router
+    router = served.router
     client = _client(request.client)
+    answering = _Answering(
+        served.config, is_kbear_client(request.client), os.environ if environ is None else environ
+    )
     routes: dict[str, RouteMessage] = {}
-    clusters: dict[str, ClusterMessage] = {}
-    topics: dict[str, TopicMessage] = {}
-    missing: list[str] = []
     for topic_id in dict.fromkeys(request.topic_ids):
         if not topic_id:
-            missing.append("''")
+            answering.missing.append("''")
             continue
         try:
             route = router.route_producer(topic_id, client)
         except NoRouteError:
-            missing.append(topic_id)
+            answering.missing.append(topic_id)
             continue
-        routes[topic_id] = RouteMessage.model_construct(
-            cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
-        )
-        _add_cluster(config, clusters, route.cluster_id)
-        if route.topic not in topics:
-            topics[route.topic] = _topic(config, route.topic)
-    status = _partial(ErrorCode.NO_ROUTE, "topic(s) without a route", missing) if missing else _SUCCESS
-    return ProducerRouteResponse(status=status, topic_id_routes=routes, clusters=clusters, topics=topics)
+        if answering.take(f"topic '{topic_id}'", route):
+            routes[topic_id] = RouteMessage.model_construct(
+                cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
+            )
+    return ProducerRouteResponse(
+        status=answering.status("topic(s) without a route"),
+        topic_id_routes=routes,
+        clusters=answering.clusters,
+        topics=answering.topics,
+    )
 
 
-def consumer_route(served: Served, request: ConsumerRouteRequest) -> ConsumerRouteResponse:
-    """The answer to ``/route/consumer``: the route of each requested (group, topic)."""
+def consumer_route(
+    served: Served, request: ConsumerRouteRequest, environ: Mapping[str, str] | None = None
+) -> ConsumerRouteResponse:
+    """The answer to ``/route/consumer``: the route of each requested (group, topic).
+
+    Args:
+        environ: as for :func:`producer_route`.
+    """
     if not request.consumer_group_ids:
         return ConsumerRouteResponse(status=bad_request("consumerGroupIds is empty"))
     config, router = served.config, served.router
     client = _client(request.client)
+    answering = _Answering(
+        config, is_kbear_client(request.client), os.environ if environ is None else environ
+    )
     answered: list[ConsumerGroupIdRoute] = []
-    clusters: dict[str, ClusterMessage] = {}
-    topics: dict[str, TopicMessage] = {}
     groups: list[ConsumerGroupMessage] = []
-    missing: list[str] = []
     for group_id in dict.fromkeys(request.consumer_group_ids):
         if not group_id.group_name or not group_id.topic_id:
-            missing.append(_group_label(group_id))
+            answering.missing.append(_group_label(group_id))
             continue
         try:
             route = router.route_consumer(group_id.topic_id, group_id.group_name, client)
         except NoRouteError:
-            missing.append(_group_label(group_id))
+            answering.missing.append(_group_label(group_id))
+            continue
+        if not answering.take(f"group '{_group_label(group_id)}'", route):
             continue
         message = RouteMessage.model_construct(
             cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
         )
         answered.append(ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
-        _add_cluster(config, clusters, route.cluster_id)
-        if route.topic not in topics:
-            topics[route.topic] = _topic(config, route.topic)
         groups.append(_group(config, group_id))
-    status = (
-        _partial(ErrorCode.NO_ROUTE, "consumer group(s) without a route (group@topic)", missing)
-        if missing
-        else _SUCCESS
-    )
     return ConsumerRouteResponse(
-        status=status,
+        status=answering.status("consumer group(s) without a route (group@topic)"),
         consumer_group_id_routes=answered,
-        clusters=clusters,
-        topics=topics,
+        clusters=answering.clusters,
+        topics=answering.topics,
         consumer_groups=groups,
     )
 

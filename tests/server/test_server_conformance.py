@@ -78,7 +78,9 @@ route-rules:
 """
 
 UAT = {"id": "100000001", "meta": {"env": "UAT", "idc": "sha"}}
-PROD = {"id": "100000002", "meta": {"env": "PROD"}}
+# a kbear client: it says so (Client.meta kbear.client), and is answered remaps (orders)
+PROD = {"id": "100000002", "meta": {"env": "PROD", "kbear.client": "python/test"}}
+KBEAR_UAT = {"id": "100000001", "meta": {"env": "UAT", "idc": "sha", "kbear.client": "python/test"}}
 EXAMPLE_GROUP = {"groupName": "fx.hellobom.string.consumer", "topicId": "fx.kafka.demo.hello.run"}
 CLUSTER_UAT = {"id": "uat", "meta": {"bootstrap.servers": "10.2.27.123:9092"}}
 CLUSTER_FWS = {
@@ -167,7 +169,7 @@ def test_producer_remap_is_keyed_by_the_requested_topic(client: TestClient) -> N
 
 
 def test_producer_batch_of_several_topics(client: TestClient) -> None:
-    body = {"client": UAT, "topicIds": ["orders", "fx.kafka.demo.hello.run", "unknown.topic", "orders"]}
+    body = {"client": KBEAR_UAT, "topicIds": ["orders", "fx.kafka.demo.hello.run", "unknown.topic", "orders"]}
     answer = post(client, "/route/producer", body)
     assert answer["status"] == SUCCESS
     assert answer["topicIdRoutes"] == {

@@ -61,12 +61,14 @@ BAD_EDITS = (
     CLUSTERS + CLUSTERS.removeprefix("clusters:\n"),
 )
 AUTH = {"authorization": f"Bearer {TOKEN}"}
+KBEAR_PROD = {"env": "prod", "kbear.client": "python/test"}
 REQUESTS = [
-    ("POST", "/route/producer", {"client": {"meta": {"env": "prod"}}, "topicIds": ["orders"]}),
+    # kbear's clients (Client.meta kbear.client) resolve ${NAME} themselves: never the server
+    ("POST", "/route/producer", {"client": {"meta": KBEAR_PROD}, "topicIds": ["orders"]}),
     (
         "POST",
         "/route/consumer",
-        {"client": {"meta": {"env": "prod"}}, "consumerGroupIds": [{"groupName": "g", "topicId": "orders"}]},
+        {"client": {"meta": KBEAR_PROD}, "consumerGroupIds": [{"groupName": "g", "topicId": "orders"}]},
     ),
     ("POST", "/meta/clusters", {"clusterIds": ["prod"]}),
     ("POST", "/route/rules", {}),

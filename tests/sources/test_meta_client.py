@@ -8,6 +8,7 @@ RoutedProducer).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
@@ -41,6 +42,10 @@ def service(tmp_path: Path) -> FakeService:
     return FakeService(Router.from_path(kbear_copy(tmp_path)))
 
 
+#: what kbear's clients add to their Client.meta (the service tells them from other clients by it)
+KBEAR_MARK = {"kbear.client": f"python/{importlib.metadata.version('kbear')}"}
+
+
 def source(service: FakeService, tmp_path: Path, client: Client = APP, **options: Any) -> MetaServiceSource:
     options.setdefault("cache_file", tmp_path / "cache.json")
     options.setdefault("backoff_s", 0.001)
@@ -61,7 +66,10 @@ def test_producer_lookup_asks_the_service_for_its_client(service: FakeService, t
     }
     assert router.config.clusters["prod"].meta["zookeeper.connect"].startswith("10.8.113.113")
     assert service.requests == [
-        ("/route/producer", {"client": {"id": "100000001", "meta": {"env": "FWS"}}, "topicIds": [HELLO]})
+        (
+            "/route/producer",
+            {"client": {"id": "100000001", "meta": {"env": "FWS", **KBEAR_MARK}}, "topicIds": [HELLO]},
+        )
     ]
     router.route_producer(HELLO)  # the anonymous client is the router's client
     assert len(service.requests) == 1
@@ -83,14 +91,14 @@ def test_refresh_is_one_request_per_endpoint(service: FakeService, tmp_path: Pat
         (
             "/route/producer",
             {
-                "client": {"id": "app-2", "meta": {"env": "FWS"}},
+                "client": {"id": "app-2", "meta": {"env": "FWS", **KBEAR_MARK}},
                 "topicIds": [HELLO, "fx.hellobom.string", "other.topic"],
             },
         ),
         (
             "/route/consumer",
             {
-                "client": {"id": "app-2", "meta": {"env": "FWS"}},
+                "client": {"id": "app-2", "meta": {"env": "FWS", **KBEAR_MARK}},
                 "consumerGroupIds": [{"groupName": GROUP, "topicId": HELLO}],
             },
         ),
