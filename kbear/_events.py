@@ -154,6 +154,16 @@ class ClusterHealthChanged:
 
 
 @dataclass(frozen=True)
+class ClusterUnanswered:
+    """A ``kind`` reader (``"spark"``: the kbear source, at a micro-batch) asked
+    ``cluster`` for its topics' end offsets and got no answer: those topics get no
+    new offsets in that batch."""
+
+    kind: str
+    cluster: str
+
+
+@dataclass(frozen=True)
 class ClusterIdMismatch:
     """A ``kind`` client refused cluster ``cluster``: its brokers reported the cluster
     id ``reported`` (None: none), ``clusters.yaml`` declares ``expected``
@@ -250,6 +260,7 @@ Event = (
     | DrainFinished
     | MessagesResent
     | ClusterHealthChanged
+    | ClusterUnanswered
     | ClusterIdMismatch
     | FailedOver
     | MirroredStart

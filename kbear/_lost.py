@@ -191,6 +191,25 @@ class LostWatch:
         _events.emit(_events.FailedOver("client", cluster_id, standby))
         return standby
 
+    def since(self, cluster_id: str) -> tuple[datetime | None, datetime]:
+        """(the operator's ``kbear.failover.decided`` then, the wall time) at this
+        client's failover of ``cluster_id`` (one of :attr:`failed`).
+
+        Raises:
+            KeyError: the cluster is not failed over by this client.
+        """
+        with self._lock:
+            return self._since[cluster_id]
+
+    def restore(self, cluster_id: str, decided: datetime | None, at: datetime) -> None:
+        """Take up a failover of ``cluster_id`` this client decided before (a restarted
+        Spark query reads it from its checkpoint): ``decided``, the operator's
+        ``kbear.failover.decided`` then; ``at``, when (wall time). No event: it was
+        reported when decided."""
+        with self._lock:
+            self.failed.add(cluster_id)
+            self._since[cluster_id] = (decided, at)
+
     def release(self, config: KBearConfig) -> list[str]:
         """End the failovers of this client that the operator decided about since:
         a cluster of :attr:`failed` whose ``kbear.failover.decided`` in ``config`` (the

@@ -36,7 +36,7 @@ key                                  default       meaning
 ``kbear.chunking.expire.ms``         60000         consumer: incomplete chunked message expiry
 ``kbear.chunking.max.pending``       10            consumer: chunked messages held at once
 ``kbear.delay.enable``               False         producer: ``deliver_after`` / ``deliver_at``
-``kbear.failover.enable``            False         producer, consumer: fail a lost cluster over
+``kbear.failover.enable``            False         producer, consumer, Spark source: fail over
 ``kbear.failover.after.ms``          30000         clients: unreachable this long = lost, ms
 ==================================== ============= ==========================================
 
@@ -353,7 +353,15 @@ CLIENT_KEYS = frozenset(set(DEFAULTS) - {"kbear.group", "kbear.cluster"} | {"kbe
 #: the kbear keys the Spark source takes (and ``kbear.client.meta.<k>``), compared
 #: case-insensitively (Spark lowercases option keys)
 SPARK_SOURCE_KEYS = frozenset(
-    {"kbear.config", "kbear.client.id", "kbear.group", "kbear.cluster", "kbear.switch.start"}
+    {
+        "kbear.config",
+        "kbear.client.id",
+        "kbear.group",
+        "kbear.cluster",
+        "kbear.switch.start",
+        "kbear.failover.enable",
+        "kbear.failover.after.ms",
+    }
 )
 #: former Spark source option -> its name now; still read, with a DeprecationWarning
 DEPRECATED_SOURCE_KEYS = {"kbear.switch.startingOffsets": "kbear.switch.start"}
@@ -433,7 +441,8 @@ def parse_source_options(options: Mapping[str, str]) -> KBearSettings:
 
     Returns:
         The settings: ``config_dir``, ``client``, ``group``, ``cluster`` and
-        ``switch_start`` from the options; the clients-only fields keep their
+        ``switch_start``, ``failover_enable`` and ``failover_after_ms`` from the
+        options; the clients-only fields keep their
         defaults.
 
     Raises:

@@ -103,6 +103,13 @@ class KBearMetrics(Collector):
             ["observer", "cluster"],
             registry=registry,
         )
+        self.clusters_unanswered = Counter(
+            "kbear_clusters_unanswered",
+            "Micro-batches of the Spark kbear source planned without a cluster that did not "
+            "answer (its topics got no new offsets), by kind and cluster",
+            ["kind", "cluster"],
+            registry=registry,
+        )
         self.clusters_recovered = Counter(
             "kbear_clusters_recovered",
             "Lost clusters reachable again for as long (the policy's hysteresis), by observer",
@@ -168,6 +175,7 @@ class KBearMetrics(Collector):
             self.drain_seconds,
             self.messages_resent,
             self.clusters_lost,
+            self.clusters_unanswered,
             self.clusters_recovered,
             self.failovers,
             self.mirrored_starts,
@@ -221,6 +229,8 @@ class KBearMetrics(Collector):
             ).inc()
             if event.lost:  # a series at 0: recovered, not yet
                 self.clusters_recovered.labels(event.observer, event.cluster)
+        elif isinstance(event, _events.ClusterUnanswered):
+            self.clusters_unanswered.labels(event.kind, event.cluster).inc()
         elif isinstance(event, _events.ClusterIdMismatch):
             self.cluster_id_mismatches.labels(event.kind, event.cluster).inc()
         elif isinstance(event, _events.FailedOver):

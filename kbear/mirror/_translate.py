@@ -132,6 +132,19 @@ class OffsetSyncIndex:
                 break
         return None
 
+    def at_or_after(self, topic: str, partition: int, upstream: int) -> OffsetSync | None:
+        """The oldest sync of source ``topic``/``partition`` at or after ``upstream``:
+        every record up to its upstream offset is on the target, at or before its
+        downstream offset (None: no sync that far yet)."""
+        got = self._syncs.get((topic, partition))
+        if not got:
+            return None
+        ups, downs = got
+        at = bisect.bisect_left(ups, upstream)
+        if at == len(ups):
+            return None
+        return OffsetSync(topic, partition, ups[at], downs[at])
+
     def translate(self, topic: str, partition: int, upstream: int) -> tuple[int, int] | None:
         """Source ``topic``/``partition`` offset ``upstream`` on the target, as
         (downstream offset, upstream offset of the sync used); None when no sync is

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
 from kbear._secrets import redact
+from kbear.config import Failover, MirrorKind
+from kbear.mirror import read_mirror
 
 log = logging.getLogger("kbear.spark")
 
@@ -23,6 +25,31 @@ READER_CONF = {
     "enable.partition.eof": False,
     "auto.offset.reset": "earliest",
 }
+
+
+#: librdkafka errors (``error_cb``) saying the cluster does not answer: _TRANSPORT, _ALL_BROKERS_DOWN
+_DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+#: Bound of each read of a mirror's topics by a task (seconds).
+MIRROR_TIMEOUT_S = 10.0
+
+
+class StandbyRead:
+    """Where a range may be finished when its cluster stops answering during the read:
+    ``cluster``'s standby (``properties``), the topic's copy there (``topic``), the
+    mirror (``failover``: the old cluster's declaration), after ``after_s`` seconds
+    without an answer (``kbear.failover.after.ms``)."""
+
+    def __init__(
+        self, cluster: str, properties: dict[str, str], topic: str, failover: Failover, after_s: float
+    ):
+        self.cluster = cluster
+        self.properties = properties
+        self.topic = topic
+        self.failover = failover
+        self.after_s = after_s
+
+    def __repr__(self) -> str:
+        return f"StandbyRead(cluster={self.cluster!r}, topic={self.topic!r}, after_s={self.after_s})"
 
 
 class RangePart(InputPartition):
@@ -39,6 +66,7 @@ class RangePart(InputPartition):
         end: int,
         include_headers: bool,
         timeout_s: float,
+        standby: StandbyRead | None = None,
     ) -> None:
         super().__init__((cluster, topic, partition, start, end))
         self.cluster = cluster
@@ -50,6 +78,7 @@ class RangePart(InputPartition):
         self.end = end
         self.include_headers = include_headers
         self.timeout_s = timeout_s
+        self.standby = standby
 
     def __repr__(self) -> str:
         return (
@@ -66,24 +95,59 @@ def _timestamp(ts: tuple[int, int]) -> tuple[datetime | None, int]:
 
 
 def read_range(part: RangePart) -> Iterator[tuple[Any, ...]]:
-    """Rows of ``part``: offsets [start, end) of one partition, read with an assigned Consumer."""
-    consumer = Consumer({**part.properties, **READER_CONF})
+    """Rows of ``part``: offsets [start, end) of one partition, read with an assigned Consumer.
+
+    When the cluster stops answering during the read (every broker down) for
+    ``part.standby.after_s`` and the range is on its standby already (the standby
+    declared mirrored: the same offsets for ``identical``; for MirrorMaker 2, an
+    offset sync at or past the range's last offset), the rest of the range is read
+    there (:func:`_standby_rows`): a superset of it, the rows labelled with the
+    standby. Else the read waits for the cluster, up to ``part.timeout_s``.
+    """
+    yield from _rows(part, part.cluster, part.properties, part.topic, part.start, part.end, part.standby)
+
+
+def _rows(
+    part: RangePart,
+    cluster: str,
+    properties: dict[str, str],
+    topic: str,
+    start: int,
+    end: int,
+    standby: StandbyRead | None,
+) -> Iterator[tuple[Any, ...]]:
+    down = [False]
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() in _DOWN:
+            down[0] = True
+
+    consumer = Consumer({**properties, **READER_CONF, "error_cb": on_error})
+    fallback: Iterator[tuple[Any, ...]] | None = None
     try:
-        tp = TopicPartition(part.topic, part.partition, part.start)
-        consumer.assign([tp])
+        consumer.assign([TopicPartition(topic, part.partition, start)])
         deadline = time.monotonic() + part.timeout_s
-        next_offset = part.start
-        while next_offset < part.end:
-            if time.monotonic() > deadline:
+        progress_at = time.monotonic()
+        next_offset = start
+        while next_offset < end:
+            now = time.monotonic()
+            if now > deadline:
                 raise TimeoutError(
-                    f"kbear source: {part.cluster}/{part.topic}[{part.partition}] offsets "
-                    f"{next_offset}..{part.end} not read within {part.timeout_s} s"
+                    f"kbear source: {cluster}/{topic}[{part.partition}] offsets "
+                    f"{next_offset}..{end} not read within {part.timeout_s} s"
                 )
-            batch = consumer.consume(min(10_000, part.end - next_offset), 0.5)
+            if standby is not None and down[0] and now - progress_at >= standby.after_s:
+                fallback = _standby_rows(part, standby, next_offset)
+                if fallback is not None:
+                    break
+                progress_at = now  # not on the standby yet: ask again later
+            batch = consumer.consume(min(10_000, end - next_offset), 0.5)
             if not batch:
                 # the range's tail may be gone (retention, compaction, control records)
-                position = consumer.position([TopicPartition(part.topic, part.partition)])[0].offset
-                if position >= part.end:
+                if down[0]:
+                    continue
+                position = consumer.position([TopicPartition(topic, part.partition)])[0].offset
+                if position >= end:
                     break
                 continue
             for msg in batch:
@@ -91,28 +155,60 @@ def read_range(part: RangePart) -> Iterator[tuple[Any, ...]]:
                 if err is not None:
                     if err.fatal():
                         raise KafkaException(err)
-                    log.warning("kbear source: %s: %s", part.cluster, err)
+                    log.warning("kbear source: %s: %s", cluster, err)
                     continue
                 offset = msg.offset()
                 if offset is None:
                     continue
-                if offset >= part.end:
-                    next_offset = part.end
+                if offset >= end:
+                    next_offset = end
                     break
                 next_offset = offset + 1
-                ts, ts_type = _timestamp(msg.timestamp())
-                row: tuple[Any, ...] = (
-                    msg.key(),
-                    msg.value(),
-                    part.logical,
-                    part.partition,
-                    offset,
-                    ts,
-                    ts_type,
-                )
-                if part.include_headers:
-                    headers: Any = msg.headers() or []
-                    row += ([(k, v) for k, v in headers],)
-                yield (*row, part.cluster)
+                progress_at = time.monotonic()
+                down[0] = False
+                yield _row(part, msg, offset, cluster)
     finally:
         consumer.close()
+    if fallback is not None:
+        yield from fallback
+
+
+def _row(part: RangePart, msg: Any, offset: int, cluster: str) -> tuple[Any, ...]:
+    ts, ts_type = _timestamp(msg.timestamp())
+    row: tuple[Any, ...] = (msg.key(), msg.value(), part.logical, part.partition, offset, ts, ts_type)
+    if part.include_headers:
+        headers: Any = msg.headers() or []
+        row += ([(k, v) for k, v in headers],)
+    return (*row, cluster)
+
+
+def _standby_rows(
+    part: RangePart, standby: StandbyRead, next_offset: int
+) -> Iterator[tuple[Any, ...]] | None:
+    """The rest of ``part`` from ``next_offset`` on, read on its standby; None when the
+    standby is not known to hold it yet."""
+    failover = standby.failover
+    if failover.mirror is MirrorKind.IDENTICAL:
+        start, stop = next_offset, part.end
+    else:
+        view = read_mirror(failover, standby.properties, None, timeout_s=MIRROR_TIMEOUT_S)
+        last = view.syncs.at_or_after(part.topic, part.partition, part.end - 1)
+        if last is None:
+            return None
+        first = view.syncs.translate(part.topic, part.partition, next_offset)
+        start, stop = (0 if first is None else first[0]), last.downstream_offset + 1
+    log.warning(
+        "kbear source: cluster %r stopped answering while %s[%d] offsets %d..%d were read: read on its "
+        "standby %r, %s[%d] offsets %d..%d (its mirror's copy)",
+        part.cluster,
+        part.topic,
+        part.partition,
+        next_offset,
+        part.end,
+        standby.cluster,
+        standby.topic,
+        part.partition,
+        start,
+        stop,
+    )
+    return _rows(part, standby.cluster, standby.properties, standby.topic, start, stop, None)

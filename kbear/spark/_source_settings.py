@@ -26,7 +26,8 @@ class SourceSettings:
 
     Attributes:
         topics: the ``subscribe`` topics (logical names when routed), in order, once each.
-        config_dir, group, client, cluster, switch_start: the kbear keys, parsed by
+        config_dir, group, client, cluster, switch_start, failover_enable,
+            failover_after_ms: the kbear keys, parsed by
             :func:`kbear.settings.parse_source_options` (defaults there, the
             ``kbear.switch.start`` default being ``SPARK_SWITCH_START``, earliest).
         bootstrap: ``kafka.bootstrap.servers`` (one cluster) or None (routed).
@@ -66,6 +67,8 @@ class SourceSettings:
         self.client = keys.client
         self.cluster = keys.cluster
         self.switch_start = keys.switch_start
+        self.failover_enable = keys.failover_enable
+        self.failover_after_ms = keys.failover_after_ms
         # librdkafka properties for every cluster (kafka.<property>), the bootstrap excepted
         self.extra = {
             k[len("kafka.") :]: v

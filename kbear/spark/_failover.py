@@ -1,0 +1,248 @@
+"""The ``kbear`` source's failovers, driver side: a cluster that does not answer, the
+lost-cluster policy, and the start on a standby translated through its mirror.
+
+- A cluster that does not answer a micro-batch's questions (metadata, end offsets)
+  gives its topics no new offsets in that batch: a warning when it stops (and when it
+  answers again), the ``kbear_clusters_unanswered_total`` metric while it does not
+  (:class:`~kbear._events.ClusterUnanswered`), not a query failure.
+- The same observations feed the clients' lost-cluster policy
+  (:class:`kbear._lost.LostWatch`, ``kbear.failover.enable`` /
+  ``kbear.failover.after.ms``): a cluster lost with failover enabled has its routes
+  sent to its standby (:func:`kbear._standby.standby_route`), as the operator's
+  ``kbear failover`` (``kbear.failover.active``) does through the router.
+- A move from a failed-over cluster to the standby it is mirrored to (``kbear.mirror``
+  ``mm2`` or ``identical``, the topic being the mirror's copy) is not drained: the
+  standby is read from this source's positions on the lost cluster, translated
+  (:func:`mirror_start`): MirrorMaker 2's offset syncs (never past the true position:
+  what was mirrored after the sync used is read again, nothing is skipped), the same
+  offsets for an identical mirror. A partition without a translation starts at the
+  standby's earliest offset (nothing lost), or its latest with ``kbear.switch.start:
+  latest``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kbear import _events
+from kbear._lost import LostWatch
+from kbear._route import Route
+from kbear._standby import standby_route
+from kbear.config import KBearConfig, MirrorKind
+from kbear.mirror import CheckpointIndex, StartSource, read_mirror, translate_group
+
+__all__ = ["META_TIMEOUT_S", "PROBE_TIMEOUT_S", "SourceFailover", "mirror_start"]
+
+log = logging.getLogger("kbear.spark")
+
+#: Bound of a metadata or end-offsets question to a cluster that answers (seconds).
+META_TIMEOUT_S = 10.0
+#: The same, to a cluster that did not answer its last question (seconds): a batch
+#: does not wait long on a cluster known down.
+PROBE_TIMEOUT_S = 2.0
+#: Bound of each read of a mirror's topics at a translated start (seconds).
+MIRROR_TIMEOUT_S = 10.0
+
+
+class SourceFailover:
+    """The lost-cluster policy of one ``kbear`` source reader (driver side; see the module).
+
+    Args:
+        enabled: ``kbear.failover.enable``.
+        after_ms: ``kbear.failover.after.ms``.
+        config: the configuration in force (None: not routed, no standby).
+    """
+
+    def __init__(self, enabled: bool, after_ms: int, config: Callable[[], KBearConfig] | None) -> None:
+        self._config = config
+        self._watch = (
+            None if config is None else LostWatch("spark", enabled, after_ms, config, log, wall=time.time)
+        )
+        #: clusters that did not answer their last question
+        self.down: set[str] = set()
+
+    @property
+    def failed(self) -> set[str]:
+        """The clusters this source failed over itself (``kbear.failover.enable``)."""
+        return set() if self._watch is None else self._watch.failed
+
+    def timeout(self, cluster: str) -> float:
+        """How long to wait for ``cluster``'s answer (seconds)."""
+        return PROBE_TIMEOUT_S if cluster in self.down else META_TIMEOUT_S
+
+    def answered(self, cluster: str) -> None:
+        """``cluster`` answered a question."""
+        if cluster in self.down:
+            self.down.discard(cluster)
+            log.warning("kbear source: cluster %r answers again", cluster)
+        if self._watch is not None:
+            self._watch.observe(cluster, True)
+
+    def unanswered(self, cluster: str, topics: list[str], error: Exception) -> None:
+        """``cluster`` did not answer a batch's question about ``topics`` (physical
+        names): they get no new offsets in this batch."""
+        if cluster not in self.down:
+            log.warning(
+                "kbear source: cluster %r does not answer (%s): micro-batches go on without its "
+                "topics %s until it answers or is failed over",
+                cluster,
+                error,
+                topics,
+                extra=_events.fields("cluster_unanswered", None, cluster=cluster),
+            )
+        self.down.add(cluster)
+        _events.emit(_events.ClusterUnanswered("spark", cluster))
+        if self._watch is not None:
+            self._watch.observe(cluster, False)
+
+    def tick(self) -> None:
+        """Let time pass: a cluster the policy declares lost now is failed over (with
+        ``kbear.failover.enable`` and a standby): its routes go to the standby from
+        the next lookup on."""
+        if self._watch is not None:
+            for cluster, standby in self._watch.tick():
+                log.warning("kbear source: cluster %r failed over to %r by this query", cluster, standby)
+
+    def release(self, config: KBearConfig) -> None:
+        """End this source's own failovers the operator decided about since
+        (:meth:`kbear._lost.LostWatch.release`)."""
+        if self._watch is not None and self._watch.failed:
+            self._watch.release(config)
+
+    def route(self, route: Route, config: KBearConfig) -> Route:
+        """``route``, or the same route to its standby when this source failed its cluster over."""
+        failed = self.failed
+        return standby_route(route, config, failed) if failed else route
+
+    def recorded(self) -> dict[str, dict[str, Any]]:
+        """This source's own failovers, for the offsets: cluster -> ``{"at": wall-clock
+        seconds, "decided": the operator's kbear.failover.decided then (ISO) or None}``."""
+        if self._watch is None:
+            return {}
+        out = {}
+        for cluster in sorted(self._watch.failed):
+            decided, at = self._watch.since(cluster)
+            out[cluster] = {"at": at.timestamp(), "decided": None if decided is None else decided.isoformat()}
+        return out
+
+    def restore(self, recorded: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take up the failovers recorded in the offsets (a restarted query)."""
+        if self._watch is None:
+            return
+        for cluster, what in recorded.items():
+            if cluster in self._watch.failed:
+                continue
+            decided = what.get("decided")
+            self._watch.restore(
+                cluster,
+                None if decided is None else datetime.fromisoformat(str(decided)),
+                datetime.fromtimestamp(float(what.get("at", 0.0)), UTC),
+            )
+
+    def mirror_move(self, config: KBearConfig, old: Route, new: Route) -> bool:
+        """Whether a move from ``old`` to ``new`` is a failover to the standby that
+        ``old``'s cluster is mirrored to (``mm2`` or ``identical``), to the mirror's
+        copy of the topic, the cluster failed over by this source or by the operator
+        (``kbear.failover.active``)."""
+        cluster = config.clusters.get(old.cluster_id)
+        if cluster is None:
+            return False
+        failover = cluster.failover
+        if failover.mirror is MirrorKind.NONE or failover.standby != new.cluster_id:
+            return False
+        if new.topic != failover.remote_topic(old.topic):
+            return False
+        return failover.active or old.cluster_id in self.failed
+
+
+def mirror_start(
+    config: KBearConfig,
+    old: Route,
+    new: Route,
+    upstream: Mapping[str, int],
+    marks: Mapping[int, tuple[int, int]],
+    properties: Callable[[str], dict[str, str]],
+    old_answers: bool,
+    fallback: str,
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """Where the standby ``new`` is read from after a failover from ``old``.
+
+    Args:
+        config: the configuration (``old``'s cluster's mirror declaration).
+        old, new: the routes before and after the failover.
+        upstream: partition (str) -> this source's next offset on ``old``.
+        marks: partition -> (low, high) watermarks of ``new``'s topic.
+        properties: cluster id -> librdkafka properties to reach it.
+        old_answers: whether ``old``'s cluster answers (its offset syncs are read
+            there too when the standby holds none).
+        fallback: ``earliest`` or ``latest``: where a partition without a
+            translation starts (``kbear.switch.start``).
+
+    Returns:
+        (positions on ``new``: partition (str) -> offset, the translation for the
+        offsets: ``{"from": {...}, "to": {...}, "mirror": kind, "partitions":
+        {p: {"from": upstream or None, "to": offset, "by": checkpoint | offset-sync
+        | identical | none}}}``).
+    """
+    failover = config.clusters[old.cluster_id].failover
+    known = {int(p): int(o) for p, o in upstream.items() if int(o) >= 0}
+    positions: dict[str, int] = {}
+    by: dict[int, tuple[str, int | None]] = {}
+    if failover.mirror is MirrorKind.IDENTICAL:
+        for p in marks:
+            by[p] = ("identical", known[p]) if p in known else ("none", None)
+    else:
+        view = read_mirror(
+            failover,
+            properties(new.cluster_id),
+            properties(old.cluster_id) if old_answers else None,
+            timeout_s=MIRROR_TIMEOUT_S,
+        )
+        starts = translate_group(
+            "", old.topic, new.topic, marks, upstream=known, checkpoints=CheckpointIndex(), syncs=view.syncs
+        )
+        for p, s in starts.items():
+            by[p] = ("none", None) if s.source is StartSource.NONE else (s.source.value, s.offset)
+        if not view.complete:
+            log.warning(
+                "kbear source: the mirror's offset syncs of %r were not read to their end", old.cluster_id
+            )
+    for p, (low, high) in marks.items():
+        offset = by[p][1]
+        if offset is None:
+            offset = low if fallback == "earliest" else high
+        positions[str(p)] = min(max(offset, low), high)
+    missing = sorted(p for p, (how, _) in by.items() if how == "none")
+    log.warning(
+        "kbear source: %r fails over from %s/%s to %s/%s at %s (translated by %s)%s",
+        old.requested_topic,
+        old.cluster_id,
+        old.topic,
+        new.cluster_id,
+        new.topic,
+        positions,
+        failover.mirror.value,
+        f"; partitions {missing} without a translation start at the {fallback} offset" if missing else "",
+    )
+    for decided_by, count in sorted(
+        Counter("committed" if h == "none" else h for h, _ in by.values()).items()
+    ):
+        _events.emit(
+            _events.MirroredStart(
+                "spark", old.requested_topic, new.cluster_id, old.cluster_id, decided_by, count
+            )
+        )
+    record = {
+        "from": {"cluster": old.cluster_id, "topic": old.topic},
+        "to": {"cluster": new.cluster_id, "topic": new.topic},
+        "mirror": failover.mirror.value,
+        "partitions": {
+            str(p): {"from": known.get(p), "to": positions[str(p)], "by": by[p][0]} for p in sorted(marks)
+        },
+    }
+    return positions, record
