@@ -4,12 +4,38 @@
 RoutedConsumer.poll()/consume() over several clusters, and (kbear/_pending.c) the
 record a RoutedProducer keeps of a message for the take-back of #27 item 3, and
 (kbear/_counted.c) the count of the messages a consumer returns, with metrics on. It is
-optional: without a working C compiler (or Python headers) the build warns and goes
-on, and kbear uses its pure-Python code (kbear.dispatcher() says which one is active).
+optional: without a working C compiler (or Python headers) the build says so in one
+line and goes on, and kbear uses its pure-Python code (kbear.dispatcher() says which
+one is active).
 """
 
+import sys
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 SOURCES = ["kbear/_dispatch.c", "kbear/_pending.c", "kbear/_counted.c"]
 
-setup(ext_modules=[Extension("kbear._cdispatch", SOURCES, optional=True)])
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to kbear's pure-Python code in one line of output
+    when the extension cannot be compiled (setuptools' own optional=True prints
+    the compiler's whole command line)."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # no compiler, no Python.h, a compile error: all mean the same here
+            text = str(exc)
+            reason = "the C compiler is missing or failed" if text.startswith("Command") else text[:100]
+            print(
+                f"kbear: the compiled dispatcher ({ext.name}) was not built: {reason} "
+                f"({type(exc).__name__}); kbear will run its pure-Python dispatcher",
+                file=sys.stderr,
+            )
+
+
+setup(
+    ext_modules=[Extension("kbear._cdispatch", SOURCES, optional=True)],
+    cmdclass={"build_ext": OptionalBuildExt},
+)

@@ -20,6 +20,8 @@ does not serve them) and prints the service's route. ``validate`` and
 /meta/clusters/all``, ``/meta/topics/all``, ``/meta/consumer-groups/all``,
 ``/route/rules/all``); without served rules, the cluster checks only (said on
 stderr). See :mod:`kbear._cli_config`.
+    kbear init     DIR [--cluster ID[=SERVERS] ...] [--force]
+    kbear dev      [--config DIR] [--env-file FILE] [--serve] [--port N] [--brokers N]
     kbear demo     [--messages N] [--keep-config DIR] [--metrics-port N]
     kbear assignments --config DIR --group G [--registry-topic T] [--timeout S]
     kbear move     --config DIR|URL --topic T [--group G ...] --to CLUSTER [--create] [--apply]
@@ -89,6 +91,8 @@ from kbear._cli_config import (
     load,
     load_config_of,
 )
+from kbear._cli_dev import add_dev_arguments
+from kbear._cli_init import add_init_arguments, cmd_init
 from kbear._cli_move import DESCRIPTION, add_arguments, use_service
 from kbear._cli_move import run as run_move
 from kbear.balanced import run_assignments
@@ -186,6 +190,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(lint)
     lint.add_argument("--json", action="store_true", help="print one JSON object (the warnings)")
     lint.set_defaults(handler=cmd_lint)
+
+    init = sub.add_parser(
+        "init",
+        help="write a configuration directory to start from",
+        description=(
+            "Write the four files of a configuration directory, commented: clusters.yaml (the --cluster "
+            "options, or east and west with ${KBEAR_<ID>_BOOTSTRAP_SERVERS} placeholders), topics.yaml, "
+            "consumer-groups.yaml, route-rules.yaml. Exit 0 written, 2 refused."
+        ),
+    )
+    add_init_arguments(init)
+    init.set_defaults(handler=cmd_init)
+
+    dev = sub.add_parser(
+        "dev",
+        help="run local Kafka clusters for a configuration directory until Ctrl+C",
+        description=(
+            "Start an embedded Kafka cluster (in this process, on 127.0.0.1) for each cluster of DIR whose "
+            "bootstrap.servers is an unset ${NAME}, print the export lines for them, optionally run "
+            "kbear serve over DIR, and run until Ctrl+C. DIR is written by kbear init when missing."
+        ),
+    )
+    add_dev_arguments(dev)
+    dev.set_defaults(handler=_cmd_dev)
 
     demo = sub.add_parser(
         "demo",
@@ -372,6 +400,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
     return run_demo(messages=args.messages, config_dir=args.keep_config, metrics_port=args.metrics_port)
+
+
+def _cmd_dev(args: argparse.Namespace) -> int:
+    from kbear._cli_dev import cmd_dev  # lazily: it pulls in the embedded clusters
+
+    return cmd_dev(args)
 
 
 def _cmd_assignments(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ for name in REPOSITORY_FILES:
         raise FileNotFoundError(f"scripts/docs_pages.py publishes {name}, which does not exist")
     if source.is_file():
         files = [source]
-    else:  # examples/demo-config is a link to kbear/_demo_config: followed
+    else:  # a directory (kbear/_demo_config is a link to examples/demo-config: followed)
         files = sorted(Path(d) / f for d, _dirs, names in os.walk(source, followlinks=True) for f in names)
     for file in files:
         relative = file.relative_to(ROOT).as_posix()

@@ -59,6 +59,11 @@ _TOP_KEYS = {
     CONSUMER_GROUPS_FILE: "consumer-groups",
     ROUTE_RULES_FILE: "route-rules",
 }
+#: What an unset ``${NAME}`` in ``bootstrap.servers`` (a placeholder of ``kbear init``) asks for.
+_BOOTSTRAP_HINT = (
+    " (export {name}=HOST:PORT[,HOST:PORT...] or write the brokers' addresses in clusters.yaml; "
+    "for local clusters: kbear dev --config DIR)"
+)
 _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 log = logging.getLogger("kbear.config")
@@ -227,7 +232,8 @@ class _Loader:
         try:
             return resolve_placeholders(value, environ)
         except UnsetVariableError as exc:
-            self.problem(CLUSTERS_FILE, label, f"key '{key}': {exc}")
+            hint = _BOOTSTRAP_HINT.format(name=exc.name) if key == "bootstrap.servers" else ""
+            self.problem(CLUSTERS_FILE, label, f"key '{key}': {exc}{hint}")
             return ""
 
     def clusters(self) -> dict[str, ClusterConfig]:
@@ -432,11 +438,22 @@ def load_config(
     """
     directory = Path(path)
     if not directory.is_dir():
-        raise ConfigError(
-            [ConfigProblem(str(directory), None, "not a directory (kbear configuration expected)")]
-        )
+        raise ConfigError([ConfigProblem(str(directory), None, _why_not_a_directory(directory))])
     with collector_paused():
         return _load(directory, None if not resolve_env else os.environ if environ is None else environ)
+
+
+def _why_not_a_directory(path: Path) -> str:
+    """What is at ``path`` instead of a configuration directory, in words a user can act on."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        return (
+            f"a symbolic link to '{target}', which does not exist (a copy of a link? copy the "
+            "files, e.g. cp -rL, or run kbear init DIR to write a new configuration directory)"
+        )
+    if path.exists():
+        return "a file, not a directory (a configuration directory holds clusters.yaml, route-rules.yaml...)"
+    return "no such directory (kbear init DIR writes a configuration directory to start from)"
 
 
 def _load(directory: Path, environ: Mapping[str, str] | None) -> KBearConfig:

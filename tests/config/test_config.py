@@ -596,14 +596,25 @@ def test_wrong_top_level_key(tmp_path: Path) -> None:
     assert "top-level key 'topics'" in problem.message
 
 
-@pytest.mark.parametrize("kind", ["missing", "file"])
-def test_not_a_directory(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("missing", "no such directory (kbear init DIR writes"),
+        ("file", "a file, not a directory"),
+        ("dangling link", "a symbolic link to '../gone', which does not exist (a copy of a link?"),
+    ],
+)
+def test_not_a_directory_says_what_is_there(tmp_path: Path, kind: str, says: str) -> None:
+    """A missing path, a file and a copied relative link that points nowhere (what
+    ``cp -r`` of a link to a directory makes) each get their own words."""
     target = tmp_path / "conf"
     if kind == "file":
         target.write_text("clusters: []\n")
+    elif kind == "dangling link":
+        target.symlink_to("../gone")
     problem, text = only_problem(target)
     assert problem.file == str(target)
-    assert "not a directory" in problem.message
+    assert says in problem.message
     assert str(target) in text
 
 
