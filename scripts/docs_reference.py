@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 # The docs' own import of kbear: the generator runs inside ``mkdocs build``.
@@ -51,9 +53,50 @@ def _cell(text: str) -> str:
 _ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc|obj):`~?([^`]+)`")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+#: a page of the site named by its path in a docstring: docs/concepts/failover.md,
+#: in double backticks or not, with an optional #anchor
+_PAGE_PATH = re.compile(r"(?P<q>``)?\bdocs/(?P<page>(?:[\w-]+/)*[\w-]+)\.md(?P<anchor>#[\w-]+)?(?(q)``)")
+#: the generated pages (not under docs/ in the repository): path -> title
+_GENERATED_TITLES = {
+    "reference/settings": "Settings",
+    "reference/cli": "The kbear command",
+    "reference/metrics": "Metrics catalogue",
+    "contributing/modules": "Module map",
+}
+
+
+def _slug(title: str) -> str:
+    """The anchor Python-Markdown's toc extension gives a heading (its default slugify)."""
+    text = re.sub(r"[^\w\s-]", "", unicodedata.normalize("NFKD", title)).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def page_links(text: str) -> str:
+    """Paths of pages in a docstring (``docs/concepts/failover.md``) -> links to the page,
+    by its title (``[Failover and mirrors][failover-and-mirrors]``): mkdocs-autorefs
+    resolves the heading's anchor on whichever page the docstring is shown."""
+
+    def link(match: re.Match[str]) -> str:
+        page, anchor = match.group("page"), match.group("anchor")
+        source = ROOT / "docs" / f"{page}.md"
+        if page in _GENERATED_TITLES:
+            title = _GENERATED_TITLES[page]
+        elif source.is_file():
+            title = source.read_text(encoding="utf-8").split("\n", 1)[0].lstrip("# ").strip()
+        else:
+            raise ValueError(f"a docstring names docs/{page}.md, which does not exist")
+        target = anchor[1:] if anchor else _slug(title)
+        return f"[{title.replace('`', '')}][{target}]"
+
+    return _PAGE_PATH.sub(link, text)
+
+
 def sphinx_roles_to_markdown(text: str) -> str:
     """``:class:`~kbear.Client``` -> ```Client``` (a code span of the name as Sphinx
-    would show it: the last part after ``~``); double backticks become single ones."""
+    would show it: the last part after ``~``); double backticks become single ones;
+    a page's path (``docs/guides/spark.md``) becomes a link to it."""
+    text = page_links(text)
 
     def code(match: re.Match[str]) -> str:
         whole = match.group(0)

@@ -5,6 +5,7 @@ documentation fails here (and the strict docs build in scripts/test.sh)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -127,3 +128,18 @@ def test_module_map_lists_every_module() -> None:
     listed = {path for path, _text in docs_reference.module_rows()}
     assert listed == {p.relative_to(package.parent).as_posix() for p in package.rglob("*.py")}
     assert all(text.strip() for _path, text in docs_reference.module_rows())
+
+
+def test_pages_named_in_docstrings_become_links_to_pages_that_exist() -> None:
+    # a docstring names a page by its path (docs/concepts/failover.md); the site shows a
+    # link to it by title, and a path to no page fails here (and the docs build)
+    named = set()
+    for module in Path(kbear.settings.__file__).parent.rglob("*.py"):
+        named |= set(docs_reference._PAGE_PATH.findall(module.read_text(encoding="utf-8")))
+    assert named, "no docstring names a page: the pattern no longer matches"
+    for quote, page, anchor in named:
+        shown = docs_reference.page_links(f"{quote}docs/{page}.md{anchor}{quote}")
+        assert re.fullmatch(r"\[[^\]`]+\]\[[\w-]+\]", shown), shown
+    assert docs_reference.page_links("see docs/concepts/failover.md.") == (
+        "see [Failover and mirrors][failover-and-mirrors]."
+    )
