@@ -19,17 +19,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka._serde_builder import (
-    maybe_await,
-)
-from confluent_kafka._util.asyncinit import asyncinit
 from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
-from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
+from kbear._serdes import kafka_cluster_id
 from kbear.aio._consumer import RoutedAIOConsumer
-from kbear.aio._serdes import open_serdes
+from kbear.aio._serdes import asyncinit, maybe_await, open_serdes
 from kbear.config import KBearConfig
 from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
 from kbear.router import Router
@@ -38,8 +35,6 @@ __all__ = ["RoutedAsyncDeserializingConsumer"]
 
 _KEY = MessageField.KEY
 _VALUE = MessageField.VALUE
-#: Seconds a Kafka cluster id may take (confluent-kafka's CLUSTER_ID_TIMEOUT).
-_CLUSTER_ID_TIMEOUT_S = 60.0
 
 Read = tuple[Any, str]  # (message or None, id of the cluster it was read from)
 
@@ -96,10 +91,7 @@ class _Engine(RoutedDeserializingConsumer):
         Raises:
             SerializationError: no client of that cluster yet.
         """
-        client = self._cluster_client(cluster_id)
-        if client is None:
-            raise SerializationError(f"kbear: cluster {cluster_id!r} has no client yet")
-        return str(client.cluster_id(timeout=_CLUSTER_ID_TIMEOUT_S))
+        return kafka_cluster_id(self._cluster_client(cluster_id), cluster_id)
 
 
 @asyncinit

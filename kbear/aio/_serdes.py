@@ -1,46 +1,87 @@
-"""The key and value serdes of a routed asyncio serializing client, per cluster (no I/O of its own).
+"""The key and value serdes of a routed asyncio serializing client, per cluster.
 
-The asyncio counterpart of :class:`kbear._serdes.ClusterSerdes`, for
+:class:`AsyncClusterSerdes` is :class:`kbear._serdes.SerdesCore` (the core the
+blocking clients share) on the event loop, for
 :class:`~kbear.aio.RoutedAsyncSerializingProducer` and
 :class:`~kbear.aio.RoutedAsyncDeserializingConsumer`:
 
-- a serde given as is serves every cluster; confluent-kafka's asyncio serdes
-  that resolve subject names through the Kafka cluster id
-  (``set_async_cluster_id_resolver``) are told the id of the cluster of the
-  message being handled (:attr:`AsyncClusterSerdes.current`, a context variable:
-  each task its own);
+- confluent-kafka's asyncio serdes that resolve subject names through the Kafka
+  cluster id (``set_async_cluster_id_resolver``) are told the id of the cluster
+  of the message being handled (:attr:`AsyncClusterSerdes.current`, a context
+  variable: each task its own); blocking serdes get no resolver, as with
+  confluent-kafka's asyncio clients;
 - a :class:`~kbear.schema_registry.PerCluster` factory is called once per cluster
   with that cluster's ``AsyncSchemaRegistryClient``
   (:func:`~kbear.schema_registry.async_registry_client`), and what it returns is
-  awaited when awaitable (``AsyncAvroSerializer(...)`` is); the serde built is
-  told its own cluster's Kafka id;
-- the builders (``*.serializer.builder``) are run by confluent-kafka's own code
-  (``confluent_kafka._serde_builder.async_build_serdes``), as its asyncio clients do.
+  awaited when awaitable (``AsyncAvroSerializer(...)`` is);
+- builders (``*.serializer.builder``) may return their ``(serde, conf)`` pair
+  through an awaitable, as confluent-kafka's asyncio registry builders do;
+- :func:`asyncinit` makes a client class built with ``await Cls(conf)``.
 
 Everything here runs on the event loop; the Kafka cluster id comes from
-``kafka_id(cluster_id)``, a coroutine the client runs in its executor.
+``kafka_id(cluster_id)``, a coroutine the client runs in an executor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka._serde_builder import (
-    async_build_serdes,
-    async_close_serdes,
-    maybe_await,
-    pop_serde_props,
-)
 from confluent_kafka.serialization import SerializationError
 
-from kbear._serdes import NoRegistry, cluster_meta
+from kbear._serdes import Built, CloseErrors, SerdesCore, cluster_meta
 from kbear.config import KBearConfig
-from kbear.schema_registry import PerCluster, async_registry_client, registry_config, stale_registries
+from kbear.schema_registry import async_registry_client
 
-__all__ = ["AsyncClusterSerdes", "open_serdes"]
+__all__ = ["AsyncClusterSerdes", "async_close_serdes", "asyncinit", "maybe_await", "open_serdes"]
+
+T = TypeVar("T")
+
+
+async def maybe_await(result: Any) -> Any:
+    """``result``, awaited when awaitable (the asyncio clients take both asyncio serdes,
+    whose calls return coroutines, and blocking ones)."""
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def asyncinit(cls: type[T]) -> type[T]:
+    """Make ``cls(...)`` a coroutine that runs ``cls``'s ``async def __init__`` and returns
+    the instance: ``obj = await cls(...)``, as confluent-kafka's asyncio serializing
+    clients are built."""
+    plain_new = cls.__new__
+
+    async def init(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        await obj.__init__(*args, **kwargs)
+        return obj
+
+    def new(klass: type[T], *args: Any, **kwargs: Any) -> Coroutine[Any, Any, T]:
+        return init(plain_new(klass), args, kwargs)
+
+    cls.__new__ = new  # type: ignore[assignment,method-assign]
+    return cls
+
+
+async def async_close_serdes(serdes: list[Any]) -> None:
+    """Close each serde through its ``aclose()`` coroutine, else its ``close()`` (awaited
+    when it returns an awaitable), as confluent-kafka's asyncio clients.
+
+    Raises:
+        BaseException: the first a close raised, after all were tried.
+    """
+    errors = CloseErrors()
+    for serde in serdes:
+        close = getattr(serde, "aclose", None)
+        if not callable(close):
+            close = getattr(serde, "close", None)
+        if callable(close):
+            with errors.closing(serde):
+                await maybe_await(close())
+    errors.raise_first()
 
 
 async def open_serdes(
@@ -63,70 +104,45 @@ async def open_serdes(
 
     Raises:
         ValueError: a setting and its ``.builder`` are both given, or a builder
-            returned something else than ``(serde, dict)`` (confluent-kafka's words).
+            returned something else than ``(serde, dict)`` (confluent-kafka's words);
+            the serdes built before are closed.
     """
-    key = value = None
-    owned: list[Any] = []
-    rest = conf
-    if isinstance(conf, Mapping):
-        specs, rest = pop_serde_props(dict(conf), key_prop, value_prop)
-        (key, value), owned, rest = await async_build_serdes(specs, rest)
-    serdes = AsyncClusterSerdes(
-        key, value, key_prop, value_prop, meta=cluster_meta(config), kafka_id=kafka_id, owned=owned
-    )
-    return serdes, rest
+    built = Built(conf, key_prop, value_prop)
+    try:
+        for spec, result in built.calls():
+            built.add(spec, await maybe_await(result))
+    except BaseException:
+        await async_close_serdes(built.owned)
+        raise
+    return AsyncClusterSerdes(built, meta=cluster_meta(config), kafka_id=kafka_id), built.rest()
 
 
-class AsyncClusterSerdes:
-    """Which key and value serde a message of each cluster goes through (asyncio).
+class AsyncClusterSerdes(SerdesCore):
+    """:class:`~kbear._serdes.SerdesCore` on the event loop.
 
     Args:
-        key, value: the configured serdes (a callable, an asyncio serde, a
-            :class:`~kbear.schema_registry.PerCluster`, or None).
-        key_prop, value_prop: their settings' names (for error messages).
-        meta: ``meta(cluster_id)``: the cluster's ``clusters.yaml`` meta in force,
-            None when the cluster is not (or no longer) configured.
+        built, meta: as :class:`~kbear._serdes.SerdesCore` (a serde may be an
+            asyncio one).
         kafka_id: ``await kafka_id(cluster_id)``: that cluster's Kafka cluster id.
-        owned: serdes the client's builders made (closed by :meth:`close`).
 
     Attributes:
         current: the cluster of the message being (de)serialized in this task, set
-            by the caller when :attr:`tracks_cluster`.
-        tracks_cluster: a serde given as is asks for the Kafka cluster id.
-        varies: the bytes of a message depend on its cluster.
-        pairs: cluster id -> (key serde, value serde) built so far (:meth:`get`
-            builds a missing one).
+            by the caller when ``tracks_cluster``.
     """
+
+    RESOLVER_SETTER = "set_async_cluster_id_resolver"
 
     def __init__(
         self,
-        key: Any,
-        value: Any,
-        key_prop: str,
-        value_prop: str,
+        built: Built,
         *,
         meta: Callable[[str], Mapping[str, str] | None],
         kafka_id: Callable[[str], Awaitable[str]],
-        owned: list[Any] | None = None,
     ) -> None:
-        self._owned = [] if owned is None else owned
-        self._specs = ((key, key_prop), (value, value_prop))
-        self._meta = meta
         self._kafka_id = kafka_id
-        self.pairs: dict[str, tuple[Any, Any]] = {}
-        self._confs: dict[str, dict[str, Any] | None] = {}
-        self._built: list[Any] = []
         self._lock = asyncio.Lock()
-        self._generation = 0  # reloads seen (refresh)
         self.current: contextvars.ContextVar[str | None] = contextvars.ContextVar("kbear_serde_cluster")
-        self.tracks_cluster = False
-        for serde, _ in self._specs:
-            if serde is not None and not isinstance(serde, PerCluster) and _offer(serde, self._current_id):
-                self.tracks_cluster = True
-        #: a message's bytes may differ by cluster (a ``per_cluster`` serde, or one
-        #: told the Kafka cluster id): a message moved to another cluster is
-        #: serialized again; otherwise the bytes serve every cluster
-        self.varies = self.tracks_cluster or any(isinstance(s, PerCluster) for s, _ in self._specs)
+        super().__init__(built, meta)
 
     async def get(self, cluster_id: str) -> tuple[Any, Any]:
         """(key serde, value serde) of ``cluster_id``, built at its first use.
@@ -142,69 +158,33 @@ class AsyncClusterSerdes:
             pair = self.pairs.get(cluster_id)
             if pair is not None:
                 return pair
-            generation = self._generation
-            conf = registry_config(self._meta(cluster_id))
-            key = await self._one(*self._specs[0], cluster_id, conf)
-            value = await self._one(*self._specs[1], cluster_id, conf)
-            pair = (key, value)
-            if generation != self._generation and registry_config(self._meta(cluster_id)) != conf:
-                return pair  # a reload changed the registry meanwhile: not kept
-            self._confs[cluster_id] = conf
-            self.pairs[cluster_id] = pair
-            return pair
-
-    async def _one(self, serde: Any, prop: str, cluster_id: str, conf: dict[str, Any] | None) -> Any:
-        if not isinstance(serde, PerCluster):
-            return serde
-        if conf is None:
-            return serde.default if serde.default is not None else NoRegistry(cluster_id, prop)
-        built = await maybe_await(serde.factory(async_registry_client(conf)))
-        self._built.append(built)
-        _offer(built, self._resolver(cluster_id))
-        return built
-
-    def refresh(self) -> None:
-        """After a reload (in the reloading thread): forget the serdes of clusters whose
-        registry settings changed (rebuilt at their next message); a cluster gone from
-        ``clusters.yaml`` keeps its serdes (its messages may still be in flight).
-        Only dictionary entries are dropped (atomic); a :meth:`get` building meanwhile
-        does not keep what it built with the old settings."""
-        self._generation += 1
-        for cluster_id in stale_registries(self._confs, self._meta):
-            self._confs.pop(cluster_id, None)
-            self.pairs.pop(cluster_id, None)
+            generation, conf, plan = self._plan(cluster_id)
+            made = []
+            for serde, registry in plan:
+                if registry is not None:
+                    built = await maybe_await(serde.factory(async_registry_client(registry)))
+                    serde = self._made(built, cluster_id)
+                made.append(serde)
+            return self._keep(cluster_id, generation, conf, (made[0], made[1]))
 
     async def close(self) -> None:
         """Close the serdes the factories and the builders made, each once (registry
         clients are shared, see :func:`~kbear.schema_registry.async_registry_client`;
         serdes given ready-made stay the application's)."""
-        built, self._built = self._built, []
-        owned, self._owned = self._owned, []
-        self.pairs.clear()
-        self._confs.clear()
+        built, owned = self._release()
         try:
             await async_close_serdes(built)
         finally:
             await async_close_serdes(owned)
 
     def _resolver(self, cluster_id: str) -> Callable[[], Awaitable[str]]:
-        async def kafka_cluster_id() -> str:
+        async def resolve() -> str:
             return await self._kafka_id(cluster_id)
 
-        return kafka_cluster_id
+        return resolve
 
     async def _current_id(self) -> str:
         cluster_id = self.current.get(None)
         if cluster_id is None:
             raise SerializationError("kbear: no message being handled in this task")
         return await self._kafka_id(cluster_id)
-
-
-def _offer(serde: Any, resolver: Callable[[], Awaitable[str]]) -> bool:
-    """Hand ``resolver`` to an asyncio serde that takes one (``set_async_cluster_id_resolver``;
-    blocking serdes get none, as with confluent-kafka's asyncio clients)."""
-    setter = getattr(serde, "set_async_cluster_id_resolver", None)
-    if callable(setter):
-        setter(resolver)
-        return True
-    return False

@@ -28,19 +28,16 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka._serde_builder import (
-    maybe_await,
-)
-from confluent_kafka._util.asyncinit import asyncinit
 from confluent_kafka.error import KeySerializationError, ValueSerializationError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
+from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
 from kbear.aio._calls import blocking_callback
 from kbear.aio._producer import RoutedAIOProducer
-from kbear.aio._serdes import open_serdes
+from kbear.aio._serdes import asyncinit, maybe_await, open_serdes
 from kbear.config import KBearConfig
 from kbear.producer import RoutedProducer
 from kbear.router import Router
@@ -55,8 +52,6 @@ _VALUE = MessageField.VALUE
 _ORIGIN = "kbear.origin"
 #: Key of a buffered message's dict: the error its re-serialization raised.
 _FAILED = "kbear.failed"
-#: Seconds a Kafka cluster id may take (confluent-kafka's CLUSTER_ID_TIMEOUT).
-_CLUSTER_ID_TIMEOUT_S = 60.0
 
 
 class _Engine(RoutedProducer):
@@ -92,9 +87,7 @@ class _Engine(RoutedProducer):
             SerializationError: no client of that cluster yet.
         """
         entry = self._clients.get(cluster_id)
-        if entry is None:
-            raise SerializationError(f"kbear: cluster {cluster_id!r} has no client yet")
-        return str(entry.producer.cluster_id(timeout=_CLUSTER_ID_TIMEOUT_S))
+        return kafka_cluster_id(None if entry is None else entry.producer, cluster_id)
 
 
 async def serialize(

@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
+from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._facade import RoutedConsumer
@@ -78,15 +78,12 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         client: Client | None = None,
         **kwargs: Any,
     ) -> None:
-        key, value, owned, rest = split_serdes(config, "key.deserializer", "value.deserializer")
-        self._owned_serdes = owned
         self._fast: tuple[Callable[..., Any], str] | None = None
         #: the one cluster's own ``consume`` with its cluster id (kbear.aio's consume)
         self._fast_batch: tuple[Callable[..., Any], str] | None = None
         self._source = _Source()
-        self._serdes = ClusterSerdes(
-            key,
-            value,
+        self._serdes, rest = open_serdes(
+            config,
             "key.deserializer",
             "value.deserializer",
             meta=cluster_meta(lambda: self.router.config),
@@ -101,8 +98,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             super().__init__(rest, router=router, client=client, **kwargs)
             self._loop.tap = self._source.tap
         except BaseException:
-            self._owned_serdes = []
-            close_owned(owned)
+            self._serdes.close()
             raise
 
     def _cluster_client(self, cluster_id: str) -> Any:
@@ -187,9 +183,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         built: the ``per_cluster`` ones and those of ``*.deserializer.builder``
         (deserializers given ready-made stay the application's). Later calls do nothing."""
         super().close()
-        owned, self._owned_serdes = self._owned_serdes, []
         self._serdes.close()
-        close_owned(owned)
 
     def __exit__(self, *exc: object) -> None:
         self.close()

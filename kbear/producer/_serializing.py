@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
+from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._facade import RoutedProducer
@@ -69,11 +69,8 @@ class RoutedSerializingProducer(RoutedProducer):
         topics: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        key, value, owned, rest = split_serdes(config, "key.serializer", "value.serializer")
-        self._owned_serdes = owned
-        self._serdes = ClusterSerdes(
-            key,
-            value,
+        self._serdes, rest = open_serdes(
+            config,
             "key.serializer",
             "value.serializer",
             meta=cluster_meta(lambda: self.router.config),
@@ -82,8 +79,7 @@ class RoutedSerializingProducer(RoutedProducer):
         try:
             super().__init__(rest, router=router, client=client, topics=topics, **kwargs)
         except BaseException:
-            self._owned_serdes = []
-            close_owned(owned)
+            self._serdes.close()
             raise
 
     def _cluster_client(self, cluster_id: str) -> Any:
@@ -206,9 +202,7 @@ class RoutedSerializingProducer(RoutedProducer):
             True.
         """
         result = super().close(timeout)
-        owned, self._owned_serdes = self._owned_serdes, []
         self._serdes.close()
-        close_owned(owned)
         return result
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import ClusterSerdes, close_owned, cluster_meta, split_serdes
+from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
 from kbear.router import Router
 from kbear.share._facade import RoutedShareConsumer
@@ -61,23 +61,19 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         if isinstance(config, Mapping) or (config is NO_CONFIG and kwargs):
             merged = {**(config if isinstance(config, Mapping) else {}), **kwargs}
             kwargs = {}
-        key, value, owned, rest = split_serdes(merged, KEY_DESERIALIZER, VALUE_DESERIALIZER)
-        #: the deserializers as configured (confluent-kafka's attribute names)
-        self._key_deserializer, self._value_deserializer = key, value
-        self._owned_serdes = owned
-        self._serdes = ClusterSerdes(
-            key,
-            value,
+        self._serdes, rest = open_serdes(
+            merged,
             KEY_DESERIALIZER,
             VALUE_DESERIALIZER,
             meta=cluster_meta(lambda: self.router.config),
             cluster_client=self._kafka_id_of,
         )
+        #: the deserializers as configured (confluent-kafka's attribute names)
+        self._key_deserializer, self._value_deserializer = self._serdes.configured
         try:
             super().__init__(rest, router=router, client=client, **kwargs)
         except BaseException:
-            self._owned_serdes = []
-            close_owned(owned)
+            self._serdes.close()
             raise
 
     def _kafka_id_of(self, cluster_id: str) -> Any:
@@ -154,6 +150,4 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         try:
             super().close()
         finally:
-            owned, self._owned_serdes = self._owned_serdes, []
             self._serdes.close()
-            close_owned(owned)
