@@ -443,7 +443,12 @@ class RoutedProducer:
             # A reload not yet applied is dropped, not applied: closing needs no new
             # client, and the drain it would do is this flush, within ``timeout``.
             state.pending = False
-            close_producers([e.producer for e in self._clients.all()], timeout)
+            unfinished = self._txn.init_unfinished()
+            close_producers(
+                [e.producer for e in self._clients.all()],
+                timeout,
+                init_unfinished=[e.producer for e in self._clients.all() if e.cluster_id in unfinished],
+            )
             if self._owns_router:
                 self._core.router.close()
             return True

@@ -62,6 +62,8 @@ class Transactions:
         self.route = route
         self._pin = rebind
         self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
+        #: clusters whose init_transactions raised (timed out: librdkafka goes on with it)
+        self._txn_init_unfinished: set[str] = set()
         self._txn_init_called = False
         self._txn_init_timeout: float | None = None
         self._txn_cluster: str | None = None  # the cluster the open transaction runs on
@@ -92,8 +94,7 @@ class Transactions:
         if self._txn_cluster is None:
             entry = self._clients.client(route)
             if route.cluster_id not in self._txn_initialized:
-                entry.producer.init_transactions(*self._timeout_args(self._txn_init_timeout))
-                self._txn_initialized.add(route.cluster_id)
+                self._init(route.cluster_id, entry, self._txn_init_timeout)
             entry.producer.begin_transaction()
             self._txn_cluster = route.cluster_id
         elif self._txn_cluster != route.cluster_id:
@@ -140,10 +141,21 @@ class Transactions:
                 self._require_transactional_id()
             for cluster_id, entry in self._clients.items():
                 if cluster_id not in self._txn_initialized:
-                    entry.producer.init_transactions(*self._timeout_args(timeout))
-                    self._txn_initialized.add(cluster_id)
+                    self._init(cluster_id, entry, timeout)
             self._txn_init_called = True
             self._txn_init_timeout = timeout
+
+    def _init(self, cluster_id: str, entry: ClusterProducer, timeout: float | None) -> None:
+        self._txn_init_unfinished.add(cluster_id)
+        entry.producer.init_transactions(*self._timeout_args(timeout))
+        self._txn_init_unfinished.discard(cluster_id)
+        self._txn_initialized.add(cluster_id)
+
+    def init_unfinished(self) -> set[str]:
+        """The clusters whose client's ``init_transactions`` raised (a timeout: librdkafka
+        goes on with it in the background) and has not been seen to finish since. No
+        transaction can be open on them (``begin_transaction`` needs a finished init)."""
+        return set(self._txn_init_unfinished)
 
     def begin_transaction(self) -> None:
         """Begin a transaction: on the one cluster of a one-cluster configuration,
@@ -162,6 +174,7 @@ class Transactions:
             if home is not None and self._txn_cluster in (None, home.cluster_id):
                 home.producer.begin_transaction()  # librdkafka answers for its state
                 self._txn_initialized.add(home.cluster_id)
+                self._txn_init_unfinished.discard(home.cluster_id)  # (its init finished)
                 self._txn_open = True
                 self._txn_cluster = home.cluster_id
                 self._pin()
