@@ -29,7 +29,7 @@ stderr). See :mod:`kbear._cli_config`.
     kbear failover --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear failback --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
-                   [--failover-after-ms MS]
+                   [--failover-after-ms MS] [--probe-interval S]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -317,6 +317,14 @@ def _add_serve(sub: Any) -> None:
         help="watch the clusters that have a standby (kbear.failover.to) and fail one over, for every "
         "client, once none of its bootstrap servers took a TCP connection for MS ms (writes "
         "kbear.failover.active into DIR's clusters.yaml; default: no watch)",
+    )
+    serve.add_argument(
+        "--probe-interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between two TCP probes of each cluster (GET /clusters, the console, the failover "
+        "watch; default: 2)",
     )
     serve.add_argument(
         "--workers",

@@ -19,6 +19,8 @@ Endpoints (``docs/reference/meta-service-protocol.md``; request and response sha
 ``GET /metrics``                         Prometheus text (:mod:`kbear.server.metrics`)
 ``GET /fleet``, ``GET /fleet/moves``     the recorded fleet and a move's progress
                                          (:mod:`kbear.server.fleet_api`)
+``GET /clusters``                        each cluster's address, reachability and
+                                         failover state (:mod:`kbear.server.clusters`)
 ``GET /``, ``/login``, ``POST /login``,  the console (:mod:`kbear.server.console`);
 ``POST /logout``, ``/console/static/*``  the login form and its assets need no token
 =======================================  ==========================================
@@ -65,6 +67,7 @@ from kbear._meta_protocol import (
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
 from kbear.server.auth import BearerAuth
+from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import FleetEndpoints
@@ -268,6 +271,7 @@ def create_app(
     watch: bool = True,
     fleet: FleetRecorder | None = None,
     login_failures_db: str | os.PathLike[str] | None = None,
+    clusters: ClusterBoard | None = None,
 ) -> Starlette:
     """The meta-service ASGI application over ``holder``.
 
@@ -285,6 +289,9 @@ def create_app(
         login_failures_db: the SQLite file where the console's failed sign-ins are
             counted, shared by every process that opens it (``kbear serve --workers
             N``); None: in this process's memory.
+        clusters: what probes the clusters (``GET /clusters``, the console's clusters);
+            it probes with the application's lifespan. None: a board that does not
+            probe (reachability unknown).
 
     Returns:
         A Starlette application (run it with uvicorn, or test it with
@@ -301,14 +308,24 @@ def create_app(
     ]
     with_all = [entry for entry in protocol if entry[0] not in ("/route/producer", "/route/consumer")]
     probes = ["/healthz", "/readyz", "/health", "/metrics"]
-    console_paths = ["/fleet", "/fleet/moves", "/", "/login", "/logout"]
+    console_paths = ["/fleet", "/fleet/moves", "/clusters", "/", "/login", "/logout"]
     paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes + console_paths
     metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
     endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
     fleet_endpoints = FleetEndpoints(holder, fleet)
+    probing = clusters is not None
+    board = clusters if clusters is not None else ClusterBoard(lambda: holder.served.config)
     console = Console(
-        holder, fleet, tokens, None if login_failures_db is None else SQLiteStorage(path=login_failures_db)
+        holder,
+        fleet,
+        tokens,
+        None if login_failures_db is None else SQLiteStorage(path=login_failures_db),
+        board,
     )
+
+    async def clusters_answer(request: Request) -> Response:
+        return JSONResponse(board.clusters_json(holder.served.config))
+
     routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
     routes += [
         Route(f"{p}/all", endpoints.get_all(model, answer), methods=["GET"]) for p, model, answer in with_all
@@ -320,6 +337,7 @@ def create_app(
         Route("/metrics", endpoints.metrics_text, methods=["GET"]),
         Route("/fleet", fleet_endpoints.fleet, methods=["GET"]),
         Route("/fleet/moves", fleet_endpoints.moves, methods=["GET"]),
+        Route("/clusters", clusters_answer, methods=["GET"]),
         Route("/", console.page, methods=["GET"]),
         Route("/login", console.login_form, methods=["GET"]),
         Route("/login", console.login, methods=["POST"]),
@@ -333,9 +351,13 @@ def create_app(
             holder.start()
         if fleet is not None:
             fleet.start()
+        if probing:
+            board.start()
         try:
             yield
         finally:
+            if probing:
+                board.stop()
             if fleet is not None:
                 fleet.stop()
             if watch:

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from kbear.config import ConfigError
 from kbear.server.app import create_app
 from kbear.server.auth import TOKEN_ENV, read_tokens
+from kbear.server.clusters import ClusterBoard
 from kbear.server.failover import FailoverWatch
 from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             ``ssl_keyfile``, ``ssl_ca_certs``, ``watch_interval`` (seconds),
             ``workers``, ``fleet``, ``fleet_db``, ``fleet_ttl``, ``fleet_max_entries``,
             ``failover_after_ms`` (None: no failover watch, :mod:`kbear.server.failover`),
+            ``probe_interval`` (seconds, :mod:`kbear.server.clusters`),
             ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
 
     Returns:
@@ -74,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--ssl-ca-certs needs --ssl-certfile and --ssl-keyfile")
     if args.fleet_ttl <= 0:
         return _fail(f"--fleet-ttl must be > 0, got {args.fleet_ttl}")
+    if args.probe_interval <= 0:
+        return _fail(f"--probe-interval must be > 0, got {args.probe_interval}")
     try:
         holder = ConfigHolder(args.config, args.watch_interval)
     except ConfigError as exc:
@@ -117,8 +121,12 @@ def run(args: argparse.Namespace) -> int:
         "required" if tokens else f"not required (set --token-file or {TOKEN_ENV})",
     )
     with contextlib.ExitStack() as cleanup:
+        # the failover watch probes through the board the console and GET /clusters show
+        board = ClusterBoard(lambda: holder.served.config, args.probe_interval)
         if args.failover_after_ms is not None:
-            watch = FailoverWatch(args.config, lambda: holder.served.config, args.failover_after_ms)
+            watch = FailoverWatch(
+                args.config, lambda: holder.served.config, args.failover_after_ms, probe=board.probe
+            )
             watch.start()
             cleanup.callback(watch.stop)
             log.info("kbear serve: failing over clusters lost for %d ms", args.failover_after_ms)
@@ -143,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                     tokens=tokens,
                     fleet=None if fleet is None else FleetRecorder(**fleet),
                     login_failures_db=logins,
+                    clusters=board,
                 )
                 uvicorn.Server(uvicorn.Config(app, **options)).run()
             else:
@@ -155,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
                         "log_level": args.log_level,
                         "fleet": fleet,
                         "logins": logins,
+                        "probe_interval": args.probe_interval,
                     }
                 )
                 if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
@@ -194,4 +204,5 @@ def worker_app() -> Starlette:
         tokens=read_tokens(settings["token_file"], os.environ),
         fleet=fleet,
         login_failures_db=settings["logins"],
+        clusters=ClusterBoard(lambda: holder.served.config, settings["probe_interval"]),
     )

@@ -5,7 +5,8 @@ move's progress bar and stragglers (``GET /fleet/moves``), the fleet table with
 its filters (``GET /fleet``), an explain form (client id and meta, topic, group:
 the chain with each rule's verdict, from :meth:`kbear.router.Router.explain_producer`
 / ``explain_consumer``), the topics with their producer routes, the clusters
-(``bootstrap.servers`` only: no other cluster property is ever shown), the rules.
+(``GET /clusters``: addresses with placeholders resolved, secrets masked,
+reachability, failover state), the rules.
 
 No build step and no external asset: Jinja2 templates and one stylesheet and
 one script shipped in ``kbear/server/console_files``; every value is escaped
@@ -48,6 +49,7 @@ from kbear._identity import Client
 from kbear._route import Explanation, NoRouteError
 from kbear.config import RuleKind
 from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, session_cookie
+from kbear.server.clusters import ClusterBoard
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import fleet_json, moves_answer
 from kbear.server.holder import ConfigHolder, Served
@@ -184,6 +186,7 @@ class Console:
         tokens: the accepted bearer tokens (empty: the server needs none).
         login_failures: where failed sign-ins are counted (a ``limits`` storage with
             the moving window); None: in this process's memory.
+        clusters: the clusters' probes (None: a board that does not probe).
     """
 
     def __init__(
@@ -192,8 +195,10 @@ class Console:
         fleet: FleetRecorder | None,
         tokens: Collection[str],
         login_failures: Storage | None = None,
+        clusters: ClusterBoard | None = None,
     ) -> None:
         self.holder = holder
+        self.clusters = clusters if clusters is not None else ClusterBoard(lambda: holder.served.config)
         self.fleet = fleet
         self._tokens = tuple(tokens)
         self._login_limit = parse(LOGIN_FAILURES_ALLOWED)
@@ -228,10 +233,7 @@ class Console:
             "loaded_at": served_iso(served.loaded_at),
             "session": bool(self._tokens),
             "refused": None if refused is None else [str(p) for p in refused.problems] or [str(refused)],
-            "clusters": [
-                {"id": cid, "servers": c.meta.get("bootstrap.servers", "")}
-                for cid, c in config.clusters.items()
-            ],
+            "clusters": self.clusters.clusters_json(config)["clusters"],
             "topics": topics,
             "topics_more": topics_more,
             "rules": _rules(served),

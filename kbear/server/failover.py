@@ -3,8 +3,10 @@ and fails a lost one over for the whole fleet (issue #27 item 2c).
 
 :class:`FailoverWatch` probes, every ``interval_s``, each cluster of the served
 configuration that has a standby (``kbear.failover.to``) and is not failed over:
-a TCP connection to one of its bootstrap servers (the service holds no
-credentials: placeholders stay unresolved). The lost-cluster policy
+a TCP connection to one of its bootstrap servers (no credentials needed; ``kbear
+serve`` probes through :class:`kbear.server.clusters.ClusterBoard`, which resolves
+``${NAME}`` in the address from the server's environment and shows the answers at
+``GET /clusters``). The lost-cluster policy
 (:mod:`kbear._health`, ``after_ms``) decides; a lost cluster is failed over the way
 ``kbear failover --apply`` does it -- ``kbear.failover.active: "true"`` written into
 the served directory's ``clusters.yaml``, atomically, once the standby answers --
