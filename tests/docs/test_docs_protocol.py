@@ -61,6 +61,20 @@ def test_the_pages_examples_are_the_servers_answers(client: TestClient, endpoint
     assert response.json() == answer
 
 
+def test_the_java_client_example_is_the_servers_answer(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KBEAR_DEMO_EAST", "localhost:9092")
+    section = _section(PAGE.read_text(), "## Clients that are not kbear's")
+    blocks = re.findall(r"```json\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2, "a request and its answer"
+    request, answer = (json.loads(block) for block in blocks)
+    assert "kbear.client" not in request["client"]["meta"]
+    response = client.post("/route/producer", json=request)
+    assert response.status_code == 200
+    assert response.json() == answer
+
+
 @pytest.mark.parametrize(
     ("request_kwargs", "status"),
     [
