@@ -13,6 +13,8 @@ echo "== docs"
 # mkdocs-material and mkdocs print notices about MkDocs 2.0 on every build: not ours.
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir "${TMPDIR:-/tmp}/kbear-site.$$"
 rm -rf "${TMPDIR:-/tmp}/kbear-site.$$"
+echo "== docs extra alone (scripts/docs_alone.sh: a fresh venv with pip install -e '.[docs]' only, mkdocs build --strict; ~1 min)"
+bash scripts/docs_alone.sh
 echo "== wheel (scripts/wheel.sh: sdist and wheel built, the wheel installed outside the tree, kbear demo there)"
 bash scripts/wheel.sh
 echo "== browser (tests/server/test_server_console_browser.py: the kbear serve console in headless Chromium)"
