@@ -1,4 +1,4 @@
-"""A Schema Registry per cluster for the serializing clients (issue #28).
+"""A Schema Registry per cluster for the serializing clients.
 
 Schema ids are local to one registry: a message sent to a cluster must carry an
 id that cluster's registry knows, and a message read from a cluster is decoded

@@ -179,13 +179,13 @@ class KBearSettings(BaseModel):
             takes ``deliver_after`` / ``deliver_at`` (its one-cluster fast path
             is then a Python function). Default False. Producer only.
         failover_enable: ``kbear.failover.enable`` (bool): the producer or consumer
-            declares a cluster lost itself (:mod:`kbear._health`) and sends (reads)
-            the topics routed there to (on) its standby (``kbear.failover.to``,
-            docs/concepts/failover.md). Default False (issue #27). Producers and
+            declares a cluster lost itself (docs/concepts/failover.md#when-is-a-cluster-lost)
+            and sends (reads) the topics routed there to (on) its standby
+            (``kbear.failover.to``, docs/concepts/failover.md). Default False. Producers and
             consumers (not the share consumers).
         failover_after_ms: ``kbear.failover.after.ms`` (int, ms, >= 0): how long no
             broker of a cluster must be reachable before it is lost (and as long
-            reachable again before it is recovered). Default 30000 (issue #27).
+            reachable again before it is recovered). Default 30000.
 
     Raises:
         pydantic.ValidationError: a bad value, at validation; :func:`parse_settings`

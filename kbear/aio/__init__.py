@@ -1,6 +1,6 @@
 """asyncio clients over routed topics: :class:`RoutedAIOProducer` and
 :class:`RoutedAIOConsumer`, twins of ``confluent_kafka.aio.AIOProducer`` /
-``AIOConsumer`` (issue #14).
+``AIOConsumer``.
 
 They drive the blocking :class:`kbear.RoutedProducer` / :class:`kbear.RoutedConsumer`
 from an executor, so a topic move is the blocking clients' own switch (drain,
@@ -13,7 +13,7 @@ commits, starts), never a second copy of it, and never runs on the event loop.
 - ``_notify``: ``on_route_change`` callbacks on the loop;
 - ``_serializing`` / ``_deserializing``: :class:`RoutedAsyncSerializingProducer` /
   :class:`RoutedAsyncDeserializingConsumer`, twins of confluent-kafka's
-  ``AsyncSerializingProducer`` / ``AsyncDeserializingConsumer`` (issue #28), with
+  ``AsyncSerializingProducer`` / ``AsyncDeserializingConsumer``, with
   ``_serdes``: their serdes per cluster.
 """
 

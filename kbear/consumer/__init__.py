@@ -32,7 +32,7 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_manual``: :class:`AssignedConsumer`, the routed consumer under
   :class:`~kbear.ClientBalancedConsumer` (exported with what it takes and
   gives: :class:`ClusterRegistry`, ``SwitchedHook``; not re-exported by ``kbear``);
-- message-level acknowledgement (``kbear.ack.mode=individual``, issue #15):
+- message-level acknowledgement (``kbear.ack.mode=individual``):
   ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
   the settings' check), ``_individual`` (the layer: verdicts, letters, stores) and
   ``_delivering`` (its poll/consume: tracking, redelivery, holds; the state both

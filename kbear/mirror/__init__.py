@@ -1,5 +1,5 @@
 """MirrorMaker 2 for kbear: its records byte for byte, and a group's offsets
-translated from a mirror's source to its target (issue #27 item 4).
+translated from a mirror's source to its target.
 
 - :mod:`kbear.mirror._codec` (pure): checkpoints and offset syncs decoded and
   encoded as MirrorMaker 2 writes them (:func:`decode_checkpoint`, ...).

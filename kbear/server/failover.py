@@ -1,5 +1,5 @@
 """``kbear serve --failover-after-ms MS``: the service watches the clusters it serves
-and fails a lost one over for the whole fleet (issue #27 item 2c).
+and fails a lost one over for the whole fleet.
 
 :class:`FailoverWatch` probes, every ``interval_s``, each cluster of the served
 configuration that has a standby (``kbear.failover.to``) and is not failed over:
