@@ -56,4 +56,7 @@ if [ "$status" -ne 0 ] && grep -q "most recent call first" "$KBEAR_TEST_WATCHDOG
     echo "== the watchdog ended pytest (a test hung): $KBEAR_TEST_WATCHDOG_LOG"
     tail -n 200 "$KBEAR_TEST_WATCHDOG_LOG"
 fi
+echo "== confluent-kafka: the oldest supported and the newest release (scripts/confluent_versions.sh)"
+# ~2 s (a PyPI look-up) while both are .venv's version; ~1-3 min for each that is not.
+bash scripts/confluent_versions.sh || status=1
 exit "$status"
