@@ -317,9 +317,15 @@ def _fleet_progress(out: TextIO) -> Callable[[FleetState], None]:
 def _fleet_line(plan: MovePlan, fleet: FleetWatch) -> str:
     state = fleet.state
     if fleet.done_at is not None:
+        gone = ""
+        if state.not_seen_listed:
+            listed = ", ".join(
+                f"{cid or '(no id)'} ({address}, {seen})" for cid, address, seen in state.not_seen_listed[:20]
+            )
+            gone = f"; not seen since, not waited for: {listed}"
         return (
-            f"fleet: every client that asked for '{plan.topic}' got the new route "
-            f"({state.moved}/{state.clients} client(s) on it; reported by kbear serve)"
+            f"fleet: every live client that asked for '{plan.topic}' got the new route "
+            f"({state.moved}/{state.clients - state.not_seen} client(s) on it; reported by kbear serve){gone}"
         )
     listed = ", ".join(f"{cid or '(no id)'} ({address})" for cid, address in state.stragglers[:20])
     more = f" and {len(state.stragglers) - 20} more" if len(state.stragglers) > 20 else ""

@@ -3,8 +3,10 @@
 ``kbear serve`` records which client got which route (``GET /fleet/moves``,
 :mod:`kbear.server.moves`). After the rule write, the move is done for the
 fleet when every service named serves the new configuration (its digest) and
-none of them has a client of the topic still holding the old route: not one
-answered the old route since the change, not one that has not asked since.
+none of them has a live client of the topic still holding the old route: not one
+answered the old route since the change, not one that has not asked since. A
+client the service says is not seen since (it asked once long enough ago, or
+it is overdue: :mod:`kbear.server.moves`) is listed apart and not waited for.
 A topic no client asked for is done once the new configuration is served.
 
 Several services (replicas on several hosts, each recording the clients it
@@ -33,9 +35,12 @@ class FleetState:
 
     Attributes:
         served: services serving the new configuration; services: how many were asked.
-        clients, moved, on_old, not_asked: clients of the topic whose route changes,
-            on the new route, still answered the old one, not asked since the change.
+        clients, moved, on_old, not_asked, not_seen: clients of the topic whose route
+            changes, on the new route, still answered the old one, not asked since the
+            change (waited for), not seen since (one-off lookups and overdue clients:
+            not waited for).
         stragglers: (client id, address) of the clients not moved yet (up to 100 per service).
+        not_seen_listed: (client id, address, last seen) of the clients not seen since.
         error: why a service could not be read ('' when every one was).
     """
 
@@ -45,7 +50,9 @@ class FleetState:
     moved: int = 0
     on_old: int = 0
     not_asked: int = 0
+    not_seen: int = 0
     stragglers: list[tuple[str, str]] = field(default_factory=list)
+    not_seen_listed: list[tuple[str, str, str]] = field(default_factory=list)
     error: str = ""
 
     @property
@@ -62,6 +69,7 @@ class FleetState:
         return (
             f"fleet: {self.moved}/{self.clients} client(s) on the new route, {self.on_old} still on the old, "
             f"{self.not_asked} not asked since"
+            + (f", {self.not_seen} not seen since (not waited for)" if self.not_seen else "")
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -72,7 +80,9 @@ class FleetState:
             "on_new_route": self.moved,
             "on_old_route": self.on_old,
             "not_asked_since": self.not_asked,
+            "not_seen_since": self.not_seen,
             "stragglers": [{"id": i, "address": a} for i, a in self.stragglers],
+            "not_seen": [{"id": i, "address": a, "last_seen": t} for i, a, t in self.not_seen_listed],
             "error": self.error or None,
         }
 
@@ -108,7 +118,12 @@ def read_fleet(clients: Sequence[Any], topic: str, digest: str) -> FleetState:
             state.moved += move["onNewRoute"]
             state.on_old += move["onOldRoute"]
             state.not_asked += move["notAskedSince"]
-            state.stragglers += [(s["id"], s["address"]) for s in move["stragglers"]]
+            state.not_seen += move.get("notSeenSince", 0)
+            for s in move["stragglers"]:
+                if s.get("state") == "notSeenSince":
+                    state.not_seen_listed.append((s["id"], s["address"], s["lastSeen"]))
+                else:
+                    state.stragglers.append((s["id"], s["address"]))
     return state
 
 

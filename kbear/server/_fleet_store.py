@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS fleet (
     digest TEXT NOT NULL,
     first_seen REAL NOT NULL,
     seen REAL NOT NULL,
+    prev_seen REAL,
     lookup_hash INTEGER NOT NULL,
     client_hash INTEGER NOT NULL
 );
@@ -51,7 +52,7 @@ CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER 
 """
 #: The schema's version (``PRAGMA user_version``): a file of an older one has its
 #: entries dropped at open (they are a cache of the last ``--fleet-ttl`` seconds).
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 
 _UPSERT = """
 INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
@@ -59,7 +60,8 @@ INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluste
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) DO UPDATE SET
     address = excluded.address, cluster = excluded.cluster, route_topic = excluded.route_topic,
-    digest = excluded.digest, seen = excluded.seen, lookup_hash = excluded.lookup_hash
+    digest = excluded.digest, seen = excluded.seen, lookup_hash = excluded.lookup_hash,
+    prev_seen = CASE WHEN excluded.seen > fleet.seen THEN fleet.seen ELSE fleet.prev_seen END
 WHERE excluded.seen >= fleet.seen
 """
 
@@ -76,7 +78,10 @@ def _refresh_sql(count: int) -> str:
     address or digest (the route of an entry's lookup and client under one digest is
     one)."""
     keys = ", ".join("?" * count)
-    return f"UPDATE fleet SET seen = max(seen, ?) WHERE key IN ({keys}) AND address = ? AND digest = ?"
+    return (
+        "UPDATE fleet SET prev_seen = CASE WHEN ? > seen THEN seen ELSE prev_seen END, seen = max(seen, ?) "
+        f"WHERE key IN ({keys}) AND address = ? AND digest = ?"
+    )
 
 
 _COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
@@ -285,7 +290,9 @@ class FleetStore:
             for start in range(0, len(group), _REFRESHED_AT_MOST):
                 rows = group[start : start + _REFRESHED_AT_MOST]
                 seen, address, digest = rows[0][12], rows[0][7], rows[0][10]
-                by_count.setdefault(len(rows), []).append((seen, *(row[0] for row in rows), address, digest))
+                by_count.setdefault(len(rows), []).append(
+                    (seen, seen, *(row[0] for row in rows), address, digest)
+                )
         updated = sum(db.executemany(_refresh_sql(n), params).rowcount for n, params in by_count.items())
         if updated < sum(map(len, refreshes)):
             db.executemany(_UPSERT, [(*row, *self._hashes(row)) for group in refreshes for row in group])

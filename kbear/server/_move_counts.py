@@ -23,16 +23,35 @@ Lookup = tuple[int, str, str, str, str, str, str, str, str, int]
 #: A lookup whose route changed: its hash, client id (as in :data:`Lookup`), topic,
 #: and 1 when its entries hold the new route, else 0.
 MovingLookup = tuple[int, str, str, int]
-#: A straggler: topic, rank (1 on the old route, 2 not asked since), client id, address,
+#: A straggler: topic, rank (1 on the old route, 2 not asked since, 3 not seen since), client id, address,
 #: kind, group, cluster, physical topic, last seen (Unix time, seconds).
 StragglerRow = tuple[str, int, str, str, str, str, str, str, float]
 
+#: An entry not asked since the change whose client is not expected to ask again
+#: (not seen since): one that asked once (no earlier request recorded) longer than
+#: ``:once`` seconds ago, or one that is overdue: silent for more than ``:misses``
+#: times its last interval between two requests plus ``:grace`` seconds.
+_GONE = (
+    "(:now - f.seen > CASE WHEN f.prev_seen IS NULL THEN :once "
+    "ELSE :misses * (f.seen - f.prev_seen) + :grace END)"
+)
 #: Each client's least advanced entry per topic, as one number so that SQLite's
 #: ``MAX`` picks its row: rank x 1e11 - last seen (seen < 1e11 s, i.e. until year
-#: 5138). The highest is the highest rank (1 on the old route, 2 not asked since; 0
-#: on the new), then the least recently seen; ``CAST(w / 1e11 + 1 AS INTEGER)`` is
-#: the rank again.
-_WORST = "MAX(CASE WHEN m.moved THEN 0 WHEN f.seen >= :at THEN 1 ELSE 2 END * 1e11 - f.seen)"
+#: 5138). The highest is the highest rank (1 on the old route, 2 not asked since,
+#: 3 not seen since; 0 on the new), then the least recently seen;
+#: ``CAST(w / 1e11 + 1 AS INTEGER)`` is the rank again.
+_WORST = (
+    f"MAX(CASE WHEN m.moved THEN 0 WHEN f.seen >= :at THEN 1 WHEN {_GONE} THEN 3 ELSE 2 END * 1e11 - f.seen)"
+)
+
+#: A client that asked once, and not since the change, is not waited for once its
+#: lookup is this old (seconds): KBear's Java client refreshes every 60 s by default.
+ONE_OFF_S = 75.0
+#: A client that asked more than once is not waited for once silent for this many
+#: times its last interval between two requests ...
+MISSED_REFRESHES = 2.0
+#: ... plus this many seconds.
+GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +65,9 @@ class MoveQuery:
         classify: given the distinct lookups of ``topics``, answers those whose
             route changed (:data:`MovingLookup`).
         changed_at: when the change was applied (Unix time, seconds): an entry not on
-            the new route is on the old one when seen since, else not asked since.
+            the new route is on the old one when seen since, else not asked since,
+            or not seen since when its client is not expected to ask again (``_GONE``).
+        now: the time the progress is read at (Unix time, seconds).
         listed: most stragglers listed per topic; listed_in_all: in all.
     """
 
@@ -56,6 +77,7 @@ class MoveQuery:
     changed_at: float
     listed: int
     listed_in_all: int
+    now: float = 0.0
 
 
 def move_progress(
@@ -65,7 +87,8 @@ def move_progress(
     transaction; temporary tables are made in it).
 
     Returns:
-        (topic, rank, clients) per rank held (0 new route, 1 old, 2 not asked since;
+        (topic, rank, clients) per rank held (0 new route, 1 old, 2 not asked since,
+        3 not seen since;
         a client counts once per topic, by its least advanced entry), and the
         stragglers least recently seen, each by its least advanced entry, sorted by
         topic then last seen.
@@ -97,7 +120,7 @@ def move_progress(
     db.execute(
         f"CREATE TEMP TABLE clients AS SELECT m.t AS t, f.rowid AS r, {_WORST} AS w "
         f"FROM fleet f JOIN moving m ON {on} GROUP BY m.t, f.client_hash",
-        {"at": changed_at},
+        {"at": changed_at, "now": query.now, "once": ONE_OFF_S, "misses": MISSED_REFRESHES, "grace": GRACE_S},
     )
     counts = [
         (names[t], rank, n)
@@ -105,12 +128,12 @@ def move_progress(
             "SELECT t, CAST(w / 1e11 + 1 AS INTEGER) AS rank, COUNT(*) FROM clients GROUP BY t, rank"
         )
     ]
-    chosen: dict[int, int] = {}  # entry rowid -> topic number
+    chosen: dict[int, tuple[int, int]] = {}  # entry rowid -> topic number, rank
     per_topic = [0] * len(names)
-    for t, r in db.execute("SELECT t, r FROM clients WHERE w > 0 ORDER BY w DESC"):
+    for t, r, w in db.execute("SELECT t, r, w FROM clients WHERE w > 0 ORDER BY w DESC"):
         if per_topic[t] < query.listed:
             per_topic[t] += 1
-            chosen[r] = t
+            chosen[r] = (t, int(w / 1e11 + 1))
             if len(chosen) >= query.listed_in_all:
                 break
     stragglers: list[StragglerRow] = []
@@ -122,9 +145,7 @@ def move_progress(
             f"WHERE rowid IN ({', '.join('?' * len(part))})",
             part,
         ):
-            rank = 1 if seen >= changed_at else 2
-            stragglers.append(
-                (names[chosen[r]], rank, client_id, address, kind, group, cluster, route_topic, seen)
-            )
+            t, rank = chosen[r]
+            stragglers.append((names[t], rank, client_id, address, kind, group, cluster, route_topic, seen))
     stragglers.sort(key=lambda s: (s[0], s[8]))
     return counts, stragglers

@@ -19,6 +19,7 @@ in a worker thread, not in the event loop.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -156,6 +157,7 @@ def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | Non
         changed_at=current.loaded_at,
         listed=STRAGGLERS_LISTED,
         listed_in_all=STRAGGLERS_LISTED_IN_ALL,
+        now=time.time(),
     )
     counts, stragglers = recorder.move_progress(query)
     moves = topic_moves(routes, counts, stragglers)

@@ -11,10 +11,18 @@ of its topic; it is, at its client's last request:
 - on the new route: answered the new route;
 - on the old route: asked since the change, still answered otherwise (a
   worker that had not applied the change yet);
-- not asked since: its last request came before the change.
+- not asked since: its last request came before the change, and its client is
+  expected to ask again;
+- not seen since: its last request came before the change, and its client is not
+  expected to ask again: it asked once (a ``curl``, a short-lived job) more than
+  :data:`~kbear.server._move_counts.ONE_OFF_S` seconds ago (75), or it is silent
+  for more than twice its last interval between two requests plus 5 s. Listed
+  apart and not waited for (``kbear move --apply --meta-service`` returns
+  without it); it counts again as soon as it asks.
 
-A client counts once per topic, by its least advanced entry (not asked since,
-then old, then new). ``remaining`` = on the old route + not asked since.
+A client counts once per topic, by its least advanced entry (not seen since,
+not asked since, then old, then new). ``remaining`` = on the old route + not
+asked since; ``progress`` = on the new route / the clients but those not seen since.
 
 Only the topics the change can have moved are read (:func:`changed_topics`):
 those whose topic or consumer-group rules, ``topics.yaml`` meta or
@@ -44,6 +52,7 @@ from kbear.server.holder import Served
 __all__ = [
     "MOVED",
     "NOT_ASKED",
+    "NOT_SEEN",
     "ON_OLD",
     "STRAGGLERS_LISTED",
     "STRAGGLERS_LISTED_IN_ALL",
@@ -55,9 +64,9 @@ __all__ = [
     "topic_moves",
 ]
 
-MOVED, ON_OLD, NOT_ASKED = "onNewRoute", "onOldRoute", "notAskedSince"
+MOVED, ON_OLD, NOT_ASKED, NOT_SEEN = "onNewRoute", "onOldRoute", "notAskedSince", "notSeenSince"
 #: The states by rank, as the fleet's store ranks them (0 the most advanced).
-_STATES = (MOVED, ON_OLD, NOT_ASKED)
+_STATES = (MOVED, ON_OLD, NOT_ASKED, NOT_SEEN)
 #: Most stragglers listed per topic, and in one answer.
 STRAGGLERS_LISTED, STRAGGLERS_LISTED_IN_ALL = 100, 1000
 
@@ -71,7 +80,8 @@ class TopicMove:
     Attributes:
         topic: the requested topic.
         routes: (old route, new route) -> entries, routes as (cluster, physical topic).
-        states: state (:data:`MOVED`, :data:`ON_OLD`, :data:`NOT_ASKED`) -> clients in it.
+        states: state (:data:`MOVED`, :data:`ON_OLD`, :data:`NOT_ASKED`, :data:`NOT_SEEN`)
+            -> clients in it.
         stragglers: the least advanced entry of at most :data:`STRAGGLERS_LISTED`
             clients not moved yet, least recently seen first.
     """
@@ -196,7 +206,7 @@ def topic_moves(
     Args:
         routes: per topic, (old route, new route) -> entries (from :func:`classify`).
         counts: (topic, rank, clients): clients by their least advanced entry, rank
-            0 on the new route, 1 on the old, 2 not asked since.
+            0 on the new route, 1 on the old, 2 not asked since, 3 not seen since.
         stragglers: the listed stragglers, least recently seen first per topic.
     """
     moves = {topic: TopicMove(topic, dict(by_route)) for topic, by_route in routes.items()}
@@ -222,7 +232,9 @@ def moves_json(
     topics = []
     for move in moves:
         moved, on_old, not_asked = move.count(MOVED), move.count(ON_OLD), move.count(NOT_ASKED)
-        total = moved + on_old + not_asked
+        not_seen = move.count(NOT_SEEN)
+        live = moved + on_old + not_asked
+        total = live + not_seen
         topics.append(
             {
                 "topic": move.topic,
@@ -234,8 +246,9 @@ def moves_json(
                 MOVED: moved,
                 ON_OLD: on_old,
                 NOT_ASKED: not_asked,
+                NOT_SEEN: not_seen,
                 "remaining": on_old + not_asked,
-                "progress": round(moved / total, 4) if total else 1.0,
+                "progress": round(moved / live, 4) if live else 1.0,
                 "stragglers": [
                     {
                         "id": cid,

@@ -483,7 +483,7 @@ def test_stragglers_are_listed_100_per_topic_and_1000_in_all(tmp_path: Path, con
     digest, now = holder.served.config.digest, time.time()
     for t in range(12):  # topic t0's entries the least recently seen, then t1's...
         for i in range(120):
-            at = now - 250 + 10 * t + 0.05 * i
+            at = now - 60 + 4 * t + 0.02 * i  # asked once, less than 75 s ago: waited for
             fleet.record(
                 f"app-{i}", {}, f"10.0.0.{i}:1", "producer", digest, [(f"t{t}", "", "blue", f"t{t}")], at=at
             )
