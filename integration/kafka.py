@@ -228,7 +228,6 @@ class KafkaCluster(Cluster):
         self.log_level = log_level
         self.timeout_s = timeout_s
         self.cluster_id = random_cluster_id()
-        self.keeps_data_when_down = True
         self.nodes = [
             KafkaNode(i, self.directory / f"node-{i}", controller=i == 1, listeners=self.listeners)
             for i in range(1, brokers + 1)

@@ -1,9 +1,9 @@
 """RoutedAdminClient on real brokers: topics and consumer groups created, described,
 altered and deleted across two clusters, one topic remapped.
 
-Runs where the backend's brokers answer the admin requests (noida, docker); the
-mock cluster lacks most of them (``tests/admin/test_admin.py`` covers what it has) and
-Tansu lacks CreatePartitions and DeleteRecords.
+Runs where the backend's brokers answer the admin requests (Apache Kafka: kafka,
+docker); the mock cluster lacks most of them (``tests/admin/test_admin.py`` covers
+what it has).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from integration.conftest import Harness
 from integration.helpers import global_rule, settled, topic_rule
 from kbear import RoutedAdminClient
 
-ADMIN_BACKENDS = ("noida", "docker", "kafka")
+ADMIN_BACKENDS = ("docker", "kafka")
 T = 20  # seconds for a future
 
 
@@ -225,7 +225,7 @@ def test_a_member_assignment_of_a_remapped_topic_carries_the_logical_name(
 def test_acl_calls_go_to_every_cluster_with_confluent_kafkas_errors(
     admin_it: Harness, admin: RoutedAdminClient
 ) -> None:
-    """noida has no authorizer: each cluster refuses CreateAcls; the routed future
+    """No authorizer is configured: each cluster refuses CreateAcls; the routed future
     raises the same code as a plain client's; DescribeAcls answers every cluster's (empty) list."""
     from confluent_kafka.admin import (
         AclBinding,

@@ -3,8 +3,8 @@ partition-count mismatch (exit 1), ``--create`` fixes both (source's partitions 
 configuration), ``--apply`` moves a topic under load with nothing lost and reports
 the switch time.
 
-``--create`` needs CreateTopics, CreatePartitions and DescribeConfigs (noida,
-docker); ``--apply`` runs on every backend (``tests/admin/test_move.py`` also runs it
+``--create`` needs CreateTopics, CreatePartitions and DescribeConfigs (Apache
+Kafka: kafka, docker); ``--apply`` runs on every backend (``tests/admin/test_move.py`` also runs it
 on the mock cluster).
 """
 
@@ -26,7 +26,7 @@ from integration.helpers import ConfigDir, global_rule
 from kbear.cli import main
 from kbear.testing import Traffic
 
-ADMIN_BACKENDS = ("noida", "docker", "kafka")
+ADMIN_BACKENDS = ("docker", "kafka")
 
 
 def move(conf: ConfigDir, *args: str) -> tuple[int, dict[str, Any]]:

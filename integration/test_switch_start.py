@@ -1,6 +1,6 @@
 """Where a moved topic starts on its new cluster: ``kbear.switch.start=timestamp``
-against a broker that answers ListOffsets by timestamp (noida, Kafka; librdkafka's
-mock cluster and Tansu do not: the test skips there)."""
+against a broker that answers ListOffsets by timestamp (Apache Kafka; librdkafka's
+mock cluster does not: the test skips there)."""
 
 from __future__ import annotations
 
@@ -28,10 +28,6 @@ def produce_at(bootstrap: str, topic: str, label: str, timestamps_ms: list[int])
 def test_timestamp_start_skips_what_is_older_than_the_last_consumed(it: Harness) -> None:
     if it.backend.name == "mock":
         pytest.skip("librdkafka's mock cluster answers ListOffsets by timestamp with -1")
-    if it.backend.name == "tansu":
-        # seen with Tansu 0.6.0: offsets_for_times(t) answers offset 0 for a t that
-        # the sixth message of the partition carries
-        pytest.skip("Tansu answers ListOffsets by timestamp with the first offset")
     topic = it.create_topic(it.name("ts"), 1)
     base = int(time.time() * 1000) - 120_000  # two minutes ago, in seconds steps
     early_on_b = produce_at(it.bootstrap("B"), topic, "b-early", [base + i * 1000 for i in range(6)])

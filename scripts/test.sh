@@ -35,13 +35,14 @@ echo "== integration backend (KBEAR_IT_BACKEND=${KBEAR_IT_BACKEND:-auto})"
 # auto runs the integration suite on Apache Kafka (the kafka backend, integration/kafka.py)
 # when Java 17 and Maven are here: Maven resolves the broker's, MirrorMaker 2's and Spark's
 # connector's jars first (~/.m2 is the cache: a fresh machine downloads them once). Without
-# them auto falls back to the stand-ins (noida, then tansu, then mock). The run's summary
+# them auto falls back to librdkafka's mock clusters (the mock backend: no Java; the tests
+# that need what only a real broker does skip, saying why). The run's summary
 # ("kbear integration backend") names the backend and version that ran.
 case "${KBEAR_IT_BACKEND:-auto}" in
 auto|kafka)
     if ! .venv/bin/python -m integration.kafka resolve; then
         echo "WARNING: the integration suite will NOT run on Apache Kafka here (above: why);" \
-            "auto falls back to noida (else tansu, else mock)"
+            "auto falls back to librdkafka's mock clusters (tests needing a real broker skip)"
     fi
     ;;
 *) echo "the integration suite runs on ${KBEAR_IT_BACKEND} (asked for by name)" ;;

@@ -4,7 +4,8 @@ there, all through a :class:`~kbear.admin.RoutedAdminClient` addressing the clus
 by id (``cluster=``, names as they are there).
 
 Metadata is read with a listing of every topic: a metadata request naming an
-unknown topic makes some brokers create it (noida, Tansu, the mock cluster).
+unknown topic makes some brokers create it (Apache Kafka with
+``auto.create.topics.enable``, its default; the mock cluster).
 Committed offsets are read with a ``Consumer`` (:class:`CommittedOffsets`), not
 ``AdminClient.list_consumer_group_offsets`` (librdkafka 2.16 crashes there on a
 cluster whose group coordinator is not ready yet).

@@ -6,9 +6,9 @@ the topic, the new cluster's with it); with the classic (eager) group protocol
 each resubscription rebalances the whole group on that cluster, once per member
 as the members switch one after the other. The next owner of a partition starts
 at the group's committed offset. Brokers differ in what they accept while a
-group prepares a rebalance: Apache Kafka and Tansu accept the commit a member
-makes in ``on_revoke``; noida (``ILLEGAL_GENERATION``) and librdkafka's mock
-cluster (``REBALANCE_IN_PROGRESS``) refuse it, and everything a member read
+group prepares a rebalance: Apache Kafka accepts the commit a member makes in
+``on_revoke``; others refuse it (librdkafka's mock cluster: ``REBALANCE_IN_PROGRESS``;
+noida-db: ``ILLEGAL_GENERATION``), and everything a member read
 since its last accepted commit (up to ``auto.commit.interval.ms``) was read
 again by the next owner: 15-30 % duplicates measured on a group of 2 or 3.
 

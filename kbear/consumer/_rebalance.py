@@ -13,7 +13,7 @@ callbacks that:
   that gets them next starts where this one stopped, instead of at the last
   auto-commit (the source of duplicates when a group follows a move). Topics
   whose drain already committed their end offsets are left out. When the group
-  refuses that commit (it is rebalancing; noida and librdkafka's mock do) and the
+  refuses that commit (it is rebalancing; librdkafka's mock does) and the
   next assignment gives the partitions back (eager protocols), the member goes
   on from its own positions instead of the older committed offsets, and commits
   them all in the new generation (those of the partitions that went to other

@@ -2,7 +2,7 @@
 group start at the group's latest committed offsets (issue #25 item 4).
 
 On brokers that refuse the commit a member makes as its partitions leave it while
-the group rebalances (noida, librdkafka's mock cluster with the classic protocol),
+the group rebalances (librdkafka's mock cluster with the classic protocol),
 that member commits its positions of the partitions that went to other members in
 the new generation's ``on_assign`` (:mod:`kbear.consumer._rebalance`). Their new
 owner fetches the group's committed offsets at the same moment, as its own

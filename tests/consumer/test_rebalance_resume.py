@@ -4,7 +4,7 @@ driven without a cluster through the rebalance callbacks kbear hands to a cluste
 client.
 
 What a user relies on (issue #11): on brokers that refuse the commit made in
-``on_revoke`` while the group rebalances (noida, librdkafka's mock), a member that
+``on_revoke`` while the group rebalances (librdkafka's mock), a member that
 keeps its partitions across the rebalance does not read again what it read before
 it (the group's committed offset is older); nothing is skipped either: it starts
 exactly after the last message it read.

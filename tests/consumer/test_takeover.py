@@ -4,7 +4,7 @@ group's committed offsets as they are a moment after the assignment
 and a fake clock, then once on a librdkafka mock cluster.
 
 What a user relies on (issue #25 item 4, group moves on brokers that refuse the
-commit made in ``on_revoke``: noida, librdkafka's mock with the classic protocol):
+commit made in ``on_revoke``: librdkafka's mock with the classic protocol):
 the member that held a partition commits its position in the new generation; the
 member taking the partition over must start there, not at the older offset the
 group had when the assignment began (else it reads again what the other read:
