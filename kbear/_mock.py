@@ -1,16 +1,11 @@
 """Private backends for :class:`kbear.testing.EmbeddedCluster`.
 
-Two ways to run librdkafka's in-process mock Kafka cluster (librdkafka
-``src/rdkafka_mock.h``; an experimental API with no ABI stability guarantee):
-
-* :class:`NativeMockCluster` calls the mock-cluster C API through :mod:`ctypes`
-  in the librdkafka shared library bundled with the confluent-kafka wheel
-  (``site-packages/confluent_kafka.libs/librdkafka-*.so*``). It gives exact
-  partition counts, ``group.initial.rebalance.delay.ms`` and brokers up/down.
-* :class:`PropertyMockCluster` is the fallback when the library or one of the
-  required symbols is missing: a ``Producer`` with ``test.mock.num.brokers``
-  owns the cluster. Topics can only be auto-created (4 partitions), the group
-  join delay is librdkafka's built-in 3000 ms, and there is no fault injection.
+librdkafka's in-process mock Kafka cluster (librdkafka ``src/rdkafka_mock.h``; an
+experimental API with no ABI stability guarantee): :class:`NativeMockCluster` calls
+the mock-cluster C API through :mod:`ctypes` in the librdkafka shared library
+bundled with the confluent-kafka wheel
+(``site-packages/confluent_kafka.libs/librdkafka-*.so*``). It gives exact
+partition counts, ``group.initial.rebalance.delay.ms`` and brokers up/down.
 
 All ctypes access lives in this module. The library and every symbol are
 checked once, at import; :data:`NATIVE_API` is ``None`` (and
@@ -26,19 +21,17 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 
 __all__ = [
     "MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS",
     "MOCK_DEFAULT_PARTITIONS",
     "NATIVE_API",
     "NATIVE_UNAVAILABLE_REASON",
-    "MockBackend",
     "NativeApi",
     "NativeMockCluster",
-    "PropertyMockCluster",
     "check_broker_id",
     "check_topic_args",
 ]
@@ -205,26 +198,6 @@ def _raise_for(err: int) -> None:
         raise KafkaException(KafkaError(err))
 
 
-class MockBackend(Protocol):
-    """What :class:`kbear.testing.EmbeddedCluster` needs from a backend."""
-
-    native: bool
-    num_brokers: int
-    group_initial_rebalance_delay_ms: int
-
-    @property
-    def bootstrap_servers(self) -> str: ...
-    @property
-    def closed(self) -> bool: ...
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None: ...
-    def set_share_group(self, settings: dict[str, int]) -> None: ...
-    def set_broker_down(self, broker_id: int) -> None: ...
-    def set_broker_up(self, broker_id: int) -> None: ...
-    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None: ...
-    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None: ...
-    def close(self) -> None: ...
-
-
 class _NativeHandles:
     """Owns ``rd_kafka_t`` + ``rd_kafka_mock_cluster_t``; destroys them once, in order.
 
@@ -271,8 +244,6 @@ def _new_owner(api: NativeApi) -> int:
 
 class NativeMockCluster:
     """A mock cluster created with ``rd_kafka_mock_cluster_new()`` through ctypes."""
-
-    native = True
 
     def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
         api = NATIVE_API
@@ -360,87 +331,3 @@ class NativeMockCluster:
 
     def close(self) -> None:
         self._finalizer()  # runs at most once
-
-
-class PropertyMockCluster:
-    """Fallback: a ``Producer`` with ``test.mock.num.brokers`` owns the cluster."""
-
-    native = False
-    group_initial_rebalance_delay_ms = MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
-
-    def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
-        del group_initial_rebalance_delay_ms  # cannot be set without the C API
-        self.num_brokers = num_brokers
-        self._lock = threading.Lock()
-        self._owner: Producer | None = Producer(
-            {
-                "test.mock.num.brokers": num_brokers,
-                "bootstrap.servers": "unused:1",  # replaced by the mock's listeners
-                "client.id": "kbear-embedded-cluster",
-                "log_level": 4,  # hide the NOTICE "Mock cluster enabled: ..."
-            }
-        )
-        brokers = self._owner.list_topics(timeout=5).brokers
-        # The mock brokers listen on 127.0.0.1 only.
-        self._bootstrap = ",".join(f"127.0.0.1:{brokers[i].port}" for i in sorted(brokers))
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self._bootstrap
-
-    @property
-    def closed(self) -> bool:
-        return self._owner is None
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None:
-        check_topic_args(name, num_partitions, replication_factor, self.num_brokers)
-        if num_partitions != MOCK_DEFAULT_PARTITIONS:
-            raise NotImplementedError(
-                f"num_partitions={num_partitions}: without librdkafka's mock C API "
-                f"({_why_not_native()}) topics can only be auto-created with "
-                f"{MOCK_DEFAULT_PARTITIONS} partitions"
-            )
-        with self._lock:
-            if self._owner is None:
-                raise RuntimeError("EmbeddedCluster is closed")
-            if name in self._owner.list_topics(timeout=5).topics:
-                raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS))
-            # A producer's metadata request for a missing topic auto-creates it.
-            topic = self._owner.list_topics(topic=name, timeout=5).topics.get(name)
-            if topic is not None and topic.error is not None:
-                raise KafkaException(topic.error)
-            if topic is None or len(topic.partitions) != MOCK_DEFAULT_PARTITIONS:
-                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-
-    def _no_fault_injection(self, what: str) -> None:
-        raise NotImplementedError(
-            f"{what} needs librdkafka's mock C API (rd_kafka_mock_broker_set_down/up/rtt), "
-            f"which is unavailable: {_why_not_native()}"
-        )
-
-    def set_share_group(self, settings: dict[str, int]) -> None:
-        raise NotImplementedError(
-            f"set_share_group needs librdkafka's mock C API, which is unavailable: {_why_not_native()}"
-        )
-
-    def set_broker_down(self, broker_id: int) -> None:
-        self._no_fault_injection("set_broker_down")
-
-    def set_broker_up(self, broker_id: int) -> None:
-        self._no_fault_injection("set_broker_up")
-
-    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
-        self._no_fault_injection("set_broker_rtt")
-
-    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
-        self._no_fault_injection("push_request_errors")
-
-    def close(self) -> None:
-        with self._lock:
-            owner, self._owner = self._owner, None
-        if owner is not None:
-            # rd_kafka_destroy() of the owner also destroys the mock cluster.
-            # Producer.close() is recent; older confluent-kafka frees on last reference.
-            close = getattr(owner, "close", None)
-            if close is not None:
-                close()

@@ -231,10 +231,6 @@ def _describe_target(rule: RouteRule) -> str:
     return f"cluster '{cluster}'" + (f", topic '{topic}'" if topic is not None else "")
 
 
-def _kind_name(rule: RouteRule) -> str:
-    return rule.kind.name.lower().replace("_", "-")
-
-
 def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarning]:
     seen: dict[str, _Seen] = {rule.id: _Seen() for rule in config.rules}
     order_pairs: dict[tuple[str, str], tuple[RouteRule, RouteRule]] = {}

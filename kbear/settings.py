@@ -50,8 +50,6 @@ problems of one configuration are reported at once, separated by ``"; "``.
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,7 +70,6 @@ from kbear._suggest import did_you_mean
 __all__ = [
     "CLIENT_KEYS",
     "DEFAULTS",
-    "DEPRECATED_SOURCE_KEYS",
     "SPARK_SOURCE_KEYS",
     "SPARK_SWITCH_START",
     "SPARK_SWITCH_STARTS",
@@ -83,8 +80,6 @@ __all__ = [
     "parse_settings",
     "parse_source_options",
 ]
-
-log = logging.getLogger("kbear.settings")
 
 #: every kbear key starts with it
 KBEAR_PREFIX = "kbear."
@@ -363,8 +358,6 @@ SPARK_SOURCE_KEYS = frozenset(
         "kbear.failover.after.ms",
     }
 )
-#: former Spark source option -> its name now; still read, with a DeprecationWarning
-DEPRECATED_SOURCE_KEYS = {"kbear.switch.startingOffsets": "kbear.switch.start"}
 
 
 def _validate(values: Mapping[str, Any], client: Client) -> tuple[KBearSettings | None, list[str]]:
@@ -429,15 +422,7 @@ def parse_source_options(options: Mapping[str, str]) -> KBearSettings:
     (Spark's); ``kbear.switch.start`` is also trimmed and lowercased.
 
     ``kbear.switch.start`` takes :data:`SPARK_SWITCH_STARTS` only and defaults to
-    :data:`SPARK_SWITCH_START` (why: see there). The former name
-    ``kbear.switch.startingOffsets`` (:data:`DEPRECATED_SOURCE_KEYS`) is still read
-    when the new one is absent, with a ``DeprecationWarning`` pointing at the
-    caller of ``KBearDataSource.streamReader`` (``stacklevel=4``: this function,
-    the source's settings, ``streamReader``, its caller). Spark runs
-    ``streamReader`` in a Python worker of its own, where the default filters hide
-    a DeprecationWarning and no line of the job is on the stack, so the same text
-    is also logged at WARNING on ``kbear.settings`` (the worker's stderr reaches
-    the driver's log).
+    :data:`SPARK_SWITCH_START` (why: see there).
 
     Returns:
         The settings: ``config_dir``, ``client``, ``group``, ``cluster`` and
@@ -447,24 +432,13 @@ def parse_source_options(options: Mapping[str, str]) -> KBearSettings:
 
     Raises:
         ValueError: a ``kbear.*`` key not in :data:`SPARK_SOURCE_KEYS` (nor
-            ``kbear.client.meta.<k>`` or a deprecated name), or a bad value;
+            ``kbear.client.meta.<k>``), or a bad value;
             every problem is listed, separated by ``"; "``.
     """
     kbear = {str(k): v for k, v in options.items() if str(k).lower().startswith(KBEAR_PREFIX)}
     meta_prefix = CLIENT_META_PREFIX.lower()
     meta = {k[len(meta_prefix) :]: str(v) for k, v in kbear.items() if k.lower().startswith(meta_prefix)}
     lowered = {k.lower(): v for k, v in kbear.items() if not k.lower().startswith(meta_prefix)}
-    for old, new in DEPRECATED_SOURCE_KEYS.items():
-        if old.lower() not in lowered:
-            continue
-        value = lowered.pop(old.lower())
-        message = f"the kbear source option {old!r} is deprecated: use {new!r}"
-        if new in lowered:
-            message += f" ({new!r} is set too and wins)"
-        else:
-            lowered[new] = value
-        warnings.warn(message, DeprecationWarning, stacklevel=4)
-        log.warning("%s", message)
     problems = []
     unknown = [k for k in kbear if k.lower() in lowered and k.lower() not in SPARK_SOURCE_KEYS]
     if unknown:

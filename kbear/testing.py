@@ -66,15 +66,11 @@ mount_clients = mount
 class EmbeddedCluster:
     """An in-process Kafka cluster (librdkafka mock cluster) for tests and the demo.
 
-    When librdkafka's mock-cluster C API is available (the ``librdkafka`` shared
-    library bundled in the confluent-kafka wheel exports it), the cluster is made
-    with ``rd_kafka_mock_cluster_new()`` through :mod:`ctypes` and :attr:`native`
-    is ``True``: partition counts are exact, the consumer-group join delay is
-    ``group_initial_rebalance_delay_ms`` and brokers can be taken down and up.
-    Otherwise it falls back to the ``test.mock.num.brokers`` client property
-    (:attr:`native` is ``False``): topics can only be created with 4 partitions,
-    the group join delay is librdkafka's default 3000 ms and
-    :meth:`set_broker_down` / :meth:`set_broker_up` raise ``NotImplementedError``.
+    The cluster is made with librdkafka's mock-cluster C API
+    (``rd_kafka_mock_cluster_new()``), through :mod:`ctypes` in the ``librdkafka``
+    shared library bundled in the confluent-kafka wheel: partition counts are
+    exact, the consumer-group join delay is ``group_initial_rebalance_delay_ms``
+    and brokers can be taken down and up.
 
     The cluster lives until :meth:`close` (also called by ``with``, when the
     object is garbage-collected and at interpreter exit). Close the clients
@@ -90,12 +86,13 @@ class EmbeddedCluster:
             how long the group coordinator waits for more members before the
             first rebalance of a classic consumer group. The default 0 makes
             the first message of a subscribed consumer arrive in about 0.1 s
-            instead of about 3.1 s. Ignored by the fallback (always 3000 ms;
-            see :attr:`group_initial_rebalance_delay_ms`).
+            instead of about 3.1 s (see :attr:`group_initial_rebalance_delay_ms`).
 
     Raises:
         ValueError: ``num_brokers`` < 1 or ``group_initial_rebalance_delay_ms`` < 0.
-        RuntimeError: librdkafka could not create the client or the cluster.
+        RuntimeError: librdkafka could not create the client or the cluster, or
+            its library does not export the mock-cluster C API (the message says
+            why).
     """
 
     def __init__(self, num_brokers: int = 1, *, group_initial_rebalance_delay_ms: int = 0) -> None:
@@ -105,21 +102,7 @@ class EmbeddedCluster:
             raise ValueError(
                 f"group_initial_rebalance_delay_ms must be >= 0, got {group_initial_rebalance_delay_ms}"
             )
-        backend: _mock.MockBackend
-        if _mock.NATIVE_API is not None:
-            backend = _mock.NativeMockCluster(num_brokers, group_initial_rebalance_delay_ms)
-        else:
-            backend = _mock.PropertyMockCluster(num_brokers, group_initial_rebalance_delay_ms)
-        self._backend = backend
-
-    @property
-    def native(self) -> bool:
-        """``True`` when the cluster uses librdkafka's mock C API through ctypes.
-
-        ``False`` for the ``test.mock.num.brokers`` fallback (no exact partition
-        counts, fixed 3000 ms group join delay, no broker up/down).
-        """
-        return self._backend.native
+        self._backend = _mock.NativeMockCluster(num_brokers, group_initial_rebalance_delay_ms)
 
     @property
     def num_brokers(self) -> int:
@@ -131,7 +114,7 @@ class EmbeddedCluster:
         """The ``group.initial.rebalance.delay.ms`` in effect, in milliseconds (``int``).
 
         The value passed to the constructor, or 3000 (librdkafka's mock default)
-        when it could not be applied (fallback, or no
+        when it could not be applied (no
         ``rd_kafka_mock_group_initial_rebalance_delay_ms`` in the library).
         """
         return self._backend.group_initial_rebalance_delay_ms
@@ -160,12 +143,8 @@ class EmbeddedCluster:
 
         Args:
             name: topic name (``str``), 1-249 characters from ``[A-Za-z0-9._-]``.
-            num_partitions: number of partitions (``int`` >= 1). The fallback
-                (``native`` is ``False``) only supports 4, librdkafka's
-                auto-create default.
-            replication_factor: replicas per partition (``int``,
-                ``1..num_brokers``). The fallback ignores it and uses
-                ``min(3, num_brokers)``.
+            num_partitions: number of partitions (``int`` >= 1).
+            replication_factor: replicas per partition (``int``, ``1..num_brokers``).
 
         Raises:
             ValueError: invalid name, ``num_partitions`` < 1, or
@@ -173,7 +152,6 @@ class EmbeddedCluster:
             confluent_kafka.KafkaException: the cluster refused; e.g. its
                 ``args[0].code()`` is ``KafkaError.TOPIC_ALREADY_EXISTS`` when
                 the topic exists (also when it was auto-created by a client).
-            NotImplementedError: fallback only, ``num_partitions`` is not 4.
             RuntimeError: the cluster is closed.
         """
         self._backend.create_topic(name, num_partitions, replication_factor)
@@ -190,7 +168,6 @@ class EmbeddedCluster:
 
         Raises:
             ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``.
-            NotImplementedError: the C API is unavailable (``native`` is ``False``).
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
@@ -207,7 +184,6 @@ class EmbeddedCluster:
 
         Raises:
             ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``.
-            NotImplementedError: the C API is unavailable (``native`` is ``False``).
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
@@ -275,7 +251,6 @@ class EmbeddedCluster:
         Raises:
             ValueError: ``broker_id`` is not ``-1`` nor in ``1..num_brokers``, or
                 ``rtt_ms`` < 0.
-            NotImplementedError: the C API is unavailable (``native`` is ``False``).
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
@@ -295,7 +270,8 @@ class EmbeddedCluster:
 
         Raises:
             ValueError: ``api_key`` is not an API key, or ``errors`` is empty.
-            NotImplementedError: the C API is unavailable (``native`` is ``False``).
+            NotImplementedError: the library does not export
+                ``rd_kafka_mock_push_request_errors_array``.
             RuntimeError: the cluster is closed.
         """
         self._backend.push_request_errors(api_key, errors)
@@ -325,5 +301,4 @@ class EmbeddedCluster:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.bootstrap_servers
-        kind = "native" if self.native else "fallback"
-        return f"<EmbeddedCluster {kind} brokers={self.num_brokers} {state}>"
+        return f"<EmbeddedCluster brokers={self.num_brokers} {state}>"

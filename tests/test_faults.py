@@ -46,12 +46,6 @@ FAST_FAIL = {"message.timeout.ms": 2000, "reconnect.backoff.ms": 50, "reconnect.
 NO_WATCH = {"kbear.reload.interval.ms": 0}
 
 
-@pytest.fixture(autouse=True)
-def _native(two_clusters: Clusters) -> None:
-    if not all(c.native for c in two_clusters):
-        pytest.skip("needs librdkafka's mock C API (broker down/up)")
-
-
 def on(cluster: str, topic: str) -> list[dict[str, Any]]:
     """``topic`` on ``cluster``, everything else on A."""
     return [

@@ -52,8 +52,7 @@ class KBearDataSource(DataSource):
     - ``maxOffsetsPerTrigger``: most offsets per micro-batch over all
       partitions (Spark >= 4.2; earlier versions read all available).
     - ``includeHeaders``: ``true`` adds the ``headers`` column.
-    - ``kbear.switch.start`` (formerly ``kbear.switch.startingOffsets``, still
-      read with a DeprecationWarning): where a topic starts on a cluster it
+    - ``kbear.switch.start``: where a topic starts on a cluster it
       moves to and was never read there: ``earliest`` (default, nothing lost)
       or ``latest``.
     - ``kafkaConsumer.pollTimeoutMs``: longest wait for a task's records, ms

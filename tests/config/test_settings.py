@@ -3,7 +3,6 @@ model, is checked in tests/docs/test_docs_reference.py)."""
 
 from __future__ import annotations
 
-import logging
 import re
 import warnings
 from pathlib import Path
@@ -14,7 +13,6 @@ from kbear import Client, RoutedConsumer, RoutedProducer
 from kbear.settings import (
     CLIENT_KEYS,
     DEFAULTS,
-    DEPRECATED_SOURCE_KEYS,
     SPARK_SOURCE_KEYS,
     SPARK_SWITCH_START,
     SPARK_SWITCH_STARTS,
@@ -29,7 +27,6 @@ from kbear.settings import (
 def test_every_key_belongs_to_a_reader() -> None:
     assert set(DEFAULTS) | {"kbear.client.id"} == CLIENT_KEYS | SPARK_SOURCE_KEYS
     assert {"kbear.group", "kbear.cluster"}.isdisjoint(CLIENT_KEYS)
-    assert set(DEPRECATED_SOURCE_KEYS.values()) <= SPARK_SOURCE_KEYS
     assert all(k == k.lower() for k in SPARK_SOURCE_KEYS)  # Spark lowercases option keys
 
 
@@ -154,6 +151,11 @@ def test_source_options_defaults_and_case_insensitive_keys() -> None:
         ({"kbear.switch.start": "timestamp"}, "earliest' or 'latest' for the kbear source"),
         ({"kbear.reload.interval.ms": "0"}, "unknown kbear source option(s) ['kbear.reload.interval.ms']"),
         ({"kbear.switch.mode": "drain"}, "unknown kbear source option(s) ['kbear.switch.mode']"),
+        # the name the option had before kbear.switch.start, never released
+        (
+            {"kbear.switch.startingOffsets": "latest"},
+            "unknown kbear source option(s) ['kbear.switch.startingOffsets']",
+        ),
     ],
 )
 def test_source_options_refuse_what_the_source_does_not_do(options: dict[str, str], message: str) -> None:
@@ -162,25 +164,7 @@ def test_source_options_refuse_what_the_source_does_not_do(options: dict[str, st
     assert all(v in SwitchStart for v in SPARK_SWITCH_STARTS)
 
 
-def test_deprecated_source_name_warns_logs_and_works(caplog: pytest.LogCaptureFixture) -> None:
-    with (
-        caplog.at_level(logging.WARNING, logger="kbear.settings"),
-        pytest.warns(
-            DeprecationWarning,
-            match=re.escape("'kbear.switch.startingOffsets' is deprecated: use 'kbear.switch.start'"),
-        ),
-    ):
-        s = parse_source_options({"kbear.switch.startingoffsets": "latest"})
-    assert s.switch_start is SwitchStart.LATEST
-    assert "use 'kbear.switch.start'" in caplog.text
-    with pytest.warns(DeprecationWarning, match="'kbear.switch.start' is set too and wins"):
-        s = parse_source_options({"kbear.switch.startingOffsets": "latest", "kbear.switch.start": "earliest"})
-    assert s.switch_start is SwitchStart.EARLIEST
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="for the kbear source"):
-        parse_source_options({"kbear.switch.startingOffsets": "committed"})
-
-
-def test_spark_source_takes_the_same_name_and_the_old_one_with_a_warning() -> None:
+def test_spark_source_takes_the_same_name() -> None:
     pytest.importorskip("pyspark")
     from kbear.spark._options import SparkOptionsError
     from kbear.spark._source import KBearDataSource
@@ -196,8 +180,5 @@ def test_spark_source_takes_the_same_name_and_the_old_one_with_a_warning() -> No
         SourceSettings({**base, "kbear.switch.start": "committed"})
     with pytest.raises(SparkOptionsError, match="unknown kbear source option"):
         SourceSettings({**base, "kbear.switch.drain.idle.ms": "5"})
-    # the warning points at the line that asked the (public) source for its reader
-    with pytest.warns(DeprecationWarning, match="use 'kbear.switch.start'") as caught:
-        reader = KBearDataSource({**base, "kbear.switch.startingOffsets": "latest"}).streamReader(None)  # type: ignore[arg-type]
+    reader = KBearDataSource({**base, "kbear.switch.start": "latest"}).streamReader(None)  # type: ignore[arg-type]
     assert reader._s.switch_start == "latest"
-    assert caught[0].filename == __file__

@@ -97,8 +97,6 @@ def test_no_call_outlives_its_timeout_while_the_old_cluster_is_slow_or_down(
     switch: str,
 ) -> None:
     a, b = two_clusters
-    if not a.native:
-        pytest.skip("needs librdkafka's mock C API (broker RTT and down)")
     topic = unique("deadline")
     for cluster in (a, b):
         cluster.create_topic(topic, 3)

@@ -314,33 +314,32 @@ def test_the_dashboard_queries_only_metrics_a_run_exports(
     # ... and a failover: B (standby: A) down, a producer that fails over itself
     # sends to A what B's client held (the failover panels)
     b = two_clusters[1]
-    if b.native:
-        clusters_yaml = conf_dir / "clusters.yaml"
-        clusters_yaml.write_text(
-            clusters_yaml.read_text().replace(
-                f"bootstrap.servers: {b.bootstrap_servers}",
-                f"bootstrap.servers: {b.bootstrap_servers}\n    kbear.failover.to: A",
-            )
+    clusters_yaml = conf_dir / "clusters.yaml"
+    clusters_yaml.write_text(
+        clusters_yaml.read_text().replace(
+            f"bootstrap.servers: {b.bootstrap_servers}",
+            f"bootstrap.servers: {b.bootstrap_servers}\n    kbear.failover.to: A",
         )
-        router.reload()
-        failing = closing(
-            RoutedProducer(
-                {**NO_WATCH, "kbear.failover.enable": True, "kbear.failover.after.ms": 300}, router=router
-            )
+    )
+    router.reload()
+    failing = closing(
+        RoutedProducer(
+            {**NO_WATCH, "kbear.failover.enable": True, "kbear.failover.after.ms": 300}, router=router
         )
-        other = unique("other")  # on B (the global rule)
-        for cluster in two_clusters:
-            cluster.create_topic(other, 1)
-        failing.produce(other, b"warm")
-        assert failing.flush(10) == 0
-        b.set_broker_down(-1)
-        try:
-            reports: list[Any] = []
-            failing.produce(other, b"stuck", callback=lambda err, msg: reports.append(err))
-            assert failing.flush(10) == 0  # failed over to A inside: taken back, delivered there
-            assert failing.route(other).cluster_id == "A" and reports == [None]
-        finally:
-            b.set_broker_up(-1)
+    )
+    other = unique("other")  # on B (the global rule)
+    for cluster in two_clusters:
+        cluster.create_topic(other, 1)
+    failing.produce(other, b"warm")
+    assert failing.flush(10) == 0
+    b.set_broker_down(-1)
+    try:
+        reports: list[Any] = []
+        failing.produce(other, b"stuck", callback=lambda err, msg: reports.append(err))
+        assert failing.flush(10) == 0  # failed over to A inside: taken back, delivered there
+        assert failing.route(other).cluster_id == "A" and reports == [None]
+    finally:
+        b.set_broker_up(-1)
 
     def exported(s: Samples) -> set[str]:
         return {n for n, _ in s}

@@ -53,7 +53,6 @@ def test_bundled_library_gives_the_native_api() -> None:
     if not _mock._library_candidates():
         pytest.skip("confluent-kafka without a bundled librdkafka")
     assert _mock.NATIVE_API is not None, _mock.NATIVE_UNAVAILABLE_REASON
-    assert EmbeddedCluster().native is True
 
 
 def test_bootstrap_servers_are_loopback_one_per_broker(cluster: EmbeddedCluster) -> None:
@@ -203,31 +202,11 @@ def test_library_without_mock_symbols_means_fallback(monkeypatch: pytest.MonkeyP
     assert reason is not None and "rd_kafka_mock_cluster_new" in reason
 
 
-@pytest.fixture
-def fallback(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedCluster]:
+def test_without_the_mock_api_the_cluster_is_refused_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_mock, "NATIVE_API", None)
-    with EmbeddedCluster(num_brokers=2) as c:
-        yield c
-
-
-def test_fallback_creates_four_partition_topics_only(fallback: EmbeddedCluster) -> None:
-    assert fallback.native is False
-    assert fallback.group_initial_rebalance_delay_ms == 3000
-    fallback.create_topic("t", num_partitions=4)
-    assert _partition_count(fallback, "t") == 4
-    with pytest.raises(KafkaException):
-        fallback.create_topic("t")
-    with pytest.raises(NotImplementedError, match="4 partitions"):
-        fallback.create_topic("u", num_partitions=3)
-
-
-def test_fallback_has_no_fault_injection(fallback: EmbeddedCluster) -> None:
-    with pytest.raises(NotImplementedError):
-        fallback.set_broker_down(1)
-    with pytest.raises(NotImplementedError):
-        fallback.set_broker_up(1)
-    with pytest.raises(NotImplementedError):
-        fallback.set_broker_rtt(1, 100)
+    monkeypatch.setattr(_mock, "NATIVE_UNAVAILABLE_REASON", "no rd_kafka_mock_cluster_new in libX")
+    with pytest.raises(RuntimeError, match="mock C API unavailable: no rd_kafka_mock_cluster_new in libX"):
+        EmbeddedCluster()
 
 
 @pytest.mark.asyncio
