@@ -29,7 +29,7 @@ class OptionalBuildExt(build_ext):
             text = str(exc)
             reason = "the C compiler is missing or failed" if text.startswith("Command") else text[:100]
             print(
-                f"kbear: the compiled dispatcher ({ext.name}) was not built: {reason} "
+                f"kbear: the compiled dispatcher was not built: {reason} "
                 f"({type(exc).__name__}); kbear will run its pure-Python dispatcher",
                 file=sys.stderr,
             )

@@ -194,7 +194,8 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"  {line}", file=out)
         if env_file is not None:
             _write_env_file(env_file, exports)
-            print(f"  (or: source {env_file})", file=out)
+            shown = str(env_file) if os.sep in str(env_file) else f".{os.sep}{env_file}"
+            print(f"  (or: source {shown})", file=out)
         print("running until Ctrl+C", file=out, flush=True)
         while not stop.wait(1.0):
             if serve is not None and serve.poll() is not None:

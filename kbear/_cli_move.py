@@ -30,8 +30,10 @@ from kbear.admin import (
     RoutedAdminClient,
     apply_move,
     create_on_target,
+    error_text,
     plan_move,
     service_directory,
+    unanswered,
 )
 from kbear.config import ConfigError
 from kbear.router import Router
@@ -241,10 +243,37 @@ def run(args: argparse.Namespace, router: Router, client: Client) -> int:
         print(f"kbear: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except KafkaException as exc:
-        print(f"kbear: a cluster did not answer: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        print_unanswered(router, _involved(args, router, client), args.request_timeout, exc)
         return EXIT_NOT_READY
     finally:
         admin.close()
+
+
+def _involved(args: argparse.Namespace, router: Router, client: Client) -> list[str]:
+    """The clusters of the move: the target and those the topic's routes name now."""
+    ids = [args.to]
+    for group in [None, *args.group]:
+        try:
+            ids.append(router.route(args.topic, group, client).cluster_id)
+        except (NoRouteError, ConfigError):
+            continue
+    return ids
+
+
+def print_unanswered(router: Router, cluster_ids: list[str], timeout_s: float, exc: KafkaException) -> None:
+    """After ``exc`` from a cluster: one line on stderr per cluster of ``cluster_ids``
+    that does not answer now (asked again, each within ``timeout_s`` seconds), naming
+    it and its bootstrap servers; ``exc``'s text when every one answers."""
+    config = router.config
+    down = unanswered(config, cluster_ids, timeout_s)
+    for cluster_id, why in down.items():
+        servers = config.clusters[cluster_id].bootstrap_servers
+        print(
+            f"kbear: cluster '{cluster_id}' ({servers}) did not answer within {timeout_s:g} s: {why}",
+            file=sys.stderr,
+        )
+    if not down:
+        print(f"kbear: a cluster did not answer: {error_text(exc)}", file=sys.stderr)
 
 
 def _plan(args: argparse.Namespace, router: Router, admin: RoutedAdminClient, client: Client) -> MovePlan:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -247,6 +248,30 @@ def confluent_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) 
     if kind == "share_consumer":
         return ShareConsumer(config)
     raise ValueError(f"unknown client kind {kind!r}")
+
+
+class DebugLog:
+    """A confluent-kafka ``logger`` (its ``logger`` configuration key) that passes
+    librdkafka's own log lines to the Python logger ``kbear.librdkafka`` at DEBUG
+    level, whatever their syslog level, instead of librdkafka's default of printing
+    each on stderr (a cluster that does not answer: a ``FAIL`` line every few tens
+    of milliseconds). confluent-kafka hands them over when the client is polled.
+    """
+
+    def __init__(self) -> None:
+        self._logger = logging.getLogger("kbear.librdkafka")
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """Called by confluent-kafka with a ``logging`` level and ``%``-style arguments."""
+        self._logger.debug(msg, *args)
+
+
+def quiet_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
+    """A :class:`ClientFactory`: :func:`confluent_client` with librdkafka's log lines
+    at DEBUG level (:class:`DebugLog`) unless ``config`` has a ``logger`` of its own;
+    what the ``kbear`` commands that talk to clusters mount, so that a cluster that
+    does not answer is said once, by name, not in librdkafka's lines."""
+    return confluent_client(kind, cluster_id, {"logger": DebugLog(), **config})
 
 
 _mounted: list[ClientFactory] = []

@@ -95,6 +95,7 @@ from kbear._cli_dev import add_dev_arguments
 from kbear._cli_init import add_init_arguments, cmd_init
 from kbear._cli_move import DESCRIPTION, add_arguments, use_service
 from kbear._cli_move import run as run_move
+from kbear._clients import mount, quiet_client
 from kbear.balanced import run_assignments
 from kbear.router import Router
 from kbear.sources import is_url
@@ -438,13 +439,15 @@ def _cmd_move(args: argparse.Namespace) -> int:
     router = _load(args.config)
     if isinstance(router, int):
         return router
-    return run_move(args, router, client_of(args))
+    with mount(quiet_client):  # a cluster that does not answer: one line naming it, no librdkafka lines
+        return run_move(args, router, client_of(args))
 
 
 def _cmd_failover(args: argparse.Namespace, back: bool) -> int:
     from kbear.admin import run_failover
 
-    return run_failover(args, back)
+    with mount(quiet_client):
+        return run_failover(args, back)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ clusters the routes name.
 
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._failover_cli import DESCRIPTION as FAILOVER_DESCRIPTION
-from kbear.admin._failover_cli import FailoverPlan, tcp_probe
+from kbear.admin._failover_cli import FailoverPlan, error_text, tcp_probe, unanswered
 from kbear.admin._failover_cli import add_arguments as add_failover_arguments
 from kbear.admin._failover_cli import apply as apply_failover
 from kbear.admin._failover_cli import plan as plan_failover
@@ -38,9 +38,11 @@ __all__ = [
     "apply_failover",
     "apply_move",
     "create_on_target",
+    "error_text",
     "plan_failover",
     "plan_move",
     "run_failover",
     "service_directory",
     "tcp_probe",
+    "unanswered",
 ]

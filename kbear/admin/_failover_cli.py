@@ -34,14 +34,17 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
+from kbear._clients import DebugLog
 from kbear._standby import topics_note
 from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
@@ -140,12 +143,31 @@ def probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
     """None when ``cluster``'s brokers answer a metadata request within ``timeout_s``,
     else the error's text."""
     conf: dict[str, Any] = {**cluster.client_properties, "socket.timeout.ms": max(100, int(timeout_s * 1000))}
-    conf["error_cb"] = lambda err: None  # the answer (or its absence) says it; no log lines
+    conf["error_cb"] = lambda err: None  # the answer (or its absence) says it
+    conf["logger"] = DebugLog()  # librdkafka's lines at debug level, not on stderr
     try:
         AdminClient(conf).list_topics(timeout=timeout_s)
     except Exception as exc:  # KafkaException (timed out, transport), or a refused property
-        return str(exc)
+        return error_text(exc)
     return None
+
+
+def unanswered(config: KBearConfig, cluster_ids: list[str], timeout_s: float) -> dict[str, str]:
+    """Cluster id -> why it did not answer (:func:`probe`, all at once, each within
+    ``timeout_s`` seconds), for those of ``cluster_ids`` that did not; ids absent
+    from ``config`` are skipped."""
+    ids = [c for c in dict.fromkeys(cluster_ids) if c in config.clusters]
+    with ThreadPoolExecutor(max_workers=max(1, len(ids))) as pool:
+        answers = dict(zip(ids, pool.map(lambda c: probe(config.clusters[c], timeout_s), ids), strict=True))
+    return {c: why for c, why in answers.items() if why is not None}
+
+
+def error_text(exc: BaseException) -> str:
+    """What went wrong, in words: a KafkaException's error string (``Failed to get
+    metadata: Local: Broker transport failure``), not the ``KafkaError{...}`` repr."""
+    first = exc.args[0] if exc.args else None
+    text = first.str() if isinstance(first, KafkaError) else str(exc)
+    return text or type(exc).__name__
 
 
 def tcp_probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
