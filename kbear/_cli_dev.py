@@ -132,7 +132,7 @@ def _start_serve(directory: Path, port: int, env: dict[str, str], out: TextIO) -
                 break
         except OSError:
             time.sleep(0.2)
-    print(f"kbear serve: {url} (kbear.config={url}; the console: {url}/console)", file=out)
+    print(f"kbear serve: {url} (kbear.config={url}; the console: {url}/)", file=out)
     return child
 
 

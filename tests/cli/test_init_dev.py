@@ -5,11 +5,14 @@ started, from another process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -192,3 +195,37 @@ def test_dev_starts_only_the_unset_placeholders(tmp_path: Path) -> None:
         child.terminate()  # SIGTERM ends it as Ctrl+C does
         out = child.communicate(timeout=30)[0]
     assert child.returncode == 0, out
+
+
+def test_dev_serve_answers_route_requests_over_the_directory(tmp_path: Path) -> None:
+    """``kbear dev --serve``: kbear serve over the directory, in an environment holding
+    the started clusters' addresses; Ctrl+C stops both."""
+    pytest.importorskip("starlette", reason="the server extra")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    child = _start_dev(["--config", "r", "--env-file", "e", "--serve", "--port", str(port)], tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(tmp_path / "e", child)
+        with urllib.request.urlopen(f"{url}/health", timeout=10) as answer:
+            health = json.load(answer)
+        assert health["status"] == "ok" and health["config"]["routeRules"] == 2
+        exports = dict(
+            line.removeprefix("export ").split("=", 1) for line in (tmp_path / "e").read_text().splitlines()
+        )
+        request = json.dumps({"client": {"meta": {"env": "uat"}}, "topicIds": ["orders"]}).encode()
+        post = urllib.request.Request(f"{url}/route/producer", request, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(post, timeout=10) as answer:
+            routes = json.load(answer)
+        west = routes["clusters"][routes["topicIdRoutes"]["orders"]["clusterId"]]
+        assert west["id"] == "west"
+        # a client that is not kbear's gets the address from kbear serve's environment: kbear dev's
+        assert west["meta"]["bootstrap.servers"] == exports["KBEAR_WEST_BOOTSTRAP_SERVERS"]
+    finally:
+        child.send_signal(signal.SIGINT)
+        out = child.communicate(timeout=30)[0]
+    assert child.returncode == 0, out
+    assert f"kbear.config={url}" in out
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/health", timeout=2)
