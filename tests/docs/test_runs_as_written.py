@@ -40,6 +40,19 @@ LIMIT_S = 300
 _FENCE = re.compile(r"^(`{3,})\s*([\w-]*)")
 _ANOTHER_TERMINAL = re.compile(r"^#.*\bin another terminal\b", re.I)
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
+#: what a clone does not hold (built or installed here), when the tree is not a git checkout
+_NOT_CLONED = (
+    ".git",
+    ".venv",
+    "__pycache__",
+    "build",
+    "dist",
+    "site",
+    "target",
+    "*.so",
+    "*.egg-info",
+    ".*_cache",
+)
 #: what a new terminal starts with (the session's own exports are not in it)
 _TERMINAL_ENV = ("HOME", "PATH", "USER", "LANG", "LC_ALL", "TMPDIR", "PIP_CACHE_DIR", "XDG_CACHE_HOME")
 
@@ -91,9 +104,11 @@ def fresh_copy(target: Path) -> Path:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
         capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in sorted(set(filter(None, listed.split("\0")))):
+    )
+    if listed.returncode != 0:  # not a git checkout (an unpacked archive): the files but what is built
+        shutil.copytree(ROOT, target, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_CLONED))
+        return target
+    for name in sorted(set(filter(None, listed.stdout.decode().split("\0")))):
         source, dest = ROOT / name, target / name
         if not source.exists() and not source.is_symlink():
             continue  # deleted in the working tree
