@@ -2,12 +2,14 @@
 records it writes, decoded.
 
 :class:`MirrorMaker2` runs ``org.apache.kafka.connect.mirror.MirrorMaker`` (the
-``connect-mirror`` jars of ``jvm/mirror/pom.xml``, resolved by Maven) with an
-``mm2.properties`` that mirrors ``source`` to ``target`` (one direction): topics
-become ``<source alias>.<topic>`` on the target, the consumer groups' committed
-offsets come back as checkpoints in ``<source alias>.checkpoints.internal`` on the
-target, and the offset syncs (upstream offset -> downstream offset) go to
-``mm2-offset-syncs.<source alias>.internal`` on the target here
+``connect-mirror`` jars of ``jvm/mirror/pom.xml``, resolved by Maven) with the
+``mm2.properties`` users copy (``examples/mirrormaker2/mm2.properties``, only the
+addresses, aliases, topics and groups changed): it mirrors ``source`` to ``target``
+(one direction): topics become ``<source alias>.<topic>`` on the target (the
+topic itself under the identity policy), the consumer groups' committed offsets
+come back as checkpoints in ``<source alias>.checkpoints.internal`` on the target,
+and the offset syncs (upstream offset -> downstream offset) go to
+``mm2-offset-syncs.<source alias>.internal`` on the target
 (``offset-syncs.topic.location=target``).
 
 Those records are decoded by kbear's own codec (:mod:`kbear.mirror`: ``OffsetSync``
@@ -27,37 +29,64 @@ from integration.jvm import JvmUnavailable, classpath, java
 from kbear.mirror import Checkpoint, OffsetSync, decode_checkpoint, decode_offset_sync
 
 __all__ = [
-    "BASE_MM2_PROPERTIES",
+    "EXAMPLE",
+    "IDENTITY",
     "Checkpoint",
     "MirrorMaker2",
     "OffsetSync",
     "decode_checkpoint",
     "decode_offset_sync",
     "mirror_classpath",
+    "mm2_properties",
 ]
 
-#: mm2.properties settings before the caller's ``properties``: one broker per cluster
-#: (replication factors 1), checkpoints every second, no group offset sync to the
-#: target (the tests read the checkpoints themselves), topics and groups looked up
-#: every second, an offset sync for every record (``offset.lag.max=0``).
-BASE_MM2_PROPERTIES: dict[str, str] = {
-    "replication.factor": "1",
-    "checkpoints.topic.replication.factor": "1",
-    "heartbeats.topic.replication.factor": "1",
-    "offset-syncs.topic.replication.factor": "1",
-    "offset.storage.replication.factor": "1",
-    "status.storage.replication.factor": "1",
-    "config.storage.replication.factor": "1",
-    "offset-syncs.topic.location": "target",
-    "emit.checkpoints.interval.seconds": "1",
-    "emit.heartbeats.interval.seconds": "1",
-    "sync.group.offsets.enabled": "false",
-    "sync.topic.configs.enabled": "false",
-    "sync.topic.acls.enabled": "false",
-    "refresh.topics.interval.seconds": "1",
-    "refresh.groups.interval.seconds": "1",
-    "offset.lag.max": "0",
-}
+#: The MirrorMaker 2 configuration users copy (docs/guides/mirrormaker2.md), run as
+#: written: :func:`mm2_properties` changes only what its header names as the user's.
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "mirrormaker2" / "mm2.properties"
+IDENTITY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+
+
+def mm2_properties(
+    source: str,
+    target: str,
+    *,
+    aliases: tuple[str, str] = ("east", "west"),
+    topics: str = ".*",
+    groups: str = ".*",
+    identity: bool = False,
+) -> str:
+    """The text of :data:`EXAMPLE` for clusters at ``source`` / ``target`` (bootstrap
+    servers) named ``aliases``, mirroring ``topics`` and checkpointing ``groups``
+    (regular expressions); ``identity``: the example's IdentityReplicationPolicy line
+    instead of its DefaultReplicationPolicy. Every other line stays as written.
+
+    Raises:
+        ValueError: the example lacks one of the lines replaced (it changed: so must this).
+    """
+    east, west = aliases
+    lines = {  # the example's key: (the key here, its value here)
+        "clusters": ("clusters", f"{east}, {west}"),
+        "east.bootstrap.servers": (f"{east}.bootstrap.servers", source),
+        "west.bootstrap.servers": (f"{west}.bootstrap.servers", target),
+        "east->west.enabled": (f"{east}->{west}.enabled", "true"),
+        "east->west.topics": (f"{east}->{west}.topics", topics),
+        "east->west.groups": (f"{east}->{west}.groups", groups),
+        "west->east.enabled": (f"{west}->{east}.enabled", "false"),
+    }
+    if identity:
+        lines["replication.policy.class"] = ("replication.policy.class", IDENTITY)
+    out, seen = [], set()
+    for line in EXAMPLE.read_text().splitlines():
+        key = line.partition("=")[0].strip()
+        if line.lstrip().startswith("#") or key not in lines:
+            out.append(line)
+        else:
+            seen.add(key)
+            out.append("{} = {}".format(*lines[key]))
+    missing = set(lines) - seen
+    if missing:
+        raise ValueError(f"{EXAMPLE}: no line for {sorted(missing)}")
+    return "\n".join(out) + "\n"
 
 
 def mirror_classpath(version: str | None = None) -> str:
@@ -74,10 +103,13 @@ def mirror_classpath(version: str | None = None) -> str:
 class MirrorMaker2:
     """A dedicated MirrorMaker 2 process mirroring ``source`` to ``target``.
 
-    ``topics``/``groups``: regular expressions of the topics mirrored and the groups
-    checkpointed; ``aliases``: the cluster aliases (``source.topic`` becomes
-    ``<aliases[0]>.<topic>`` on the target); ``properties``: ``mm2.properties``
-    settings over :data:`BASE_MM2_PROPERTIES`. Logs (log4j2, WARN) go to
+    Its ``mm2.properties`` is :data:`EXAMPLE`, the file users copy
+    (:func:`mm2_properties`): ``topics``/``groups``: regular expressions of the topics
+    mirrored and the groups checkpointed; ``aliases``: the cluster aliases;
+    ``identity``: IdentityReplicationPolicy (``source.topic`` stays ``topic`` on the
+    target) instead of the default (``<aliases[0]>.<topic>``). ``bench_overrides``:
+    settings appended after the example's (a later key wins), for benchmarks only: the
+    integration tests run the example as written. Logs (log4j2, WARN) go to
     ``directory/mm2.log``. :meth:`close` stops it by PID (SIGTERM, SIGKILL after 15 s).
     """
 
@@ -90,26 +122,25 @@ class MirrorMaker2:
         topics: str = ".*",
         groups: str = ".*",
         aliases: tuple[str, str] = ("east", "west"),
-        properties: Mapping[str, str] | None = None,
+        identity: bool = False,
+        bench_overrides: Mapping[str, str] | None = None,
         heap: str = "384m",
     ) -> None:
         self.aliases = aliases
+        self.identity = identity
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        east, west = aliases
-        props = {
-            "clusters": f"{east}, {west}",
-            f"{east}.bootstrap.servers": source.bootstrap_servers,
-            f"{west}.bootstrap.servers": target.bootstrap_servers,
-            f"{east}->{west}.enabled": "true",
-            f"{east}->{west}.topics": topics,
-            f"{east}->{west}.groups": groups,
-            f"{west}->{east}.enabled": "false",
-            **BASE_MM2_PROPERTIES,
-            **(properties or {}),
-        }
+        text = mm2_properties(
+            source.bootstrap_servers,
+            target.bootstrap_servers,
+            aliases=aliases,
+            topics=topics,
+            groups=groups,
+            identity=identity,
+        )
+        text += "".join(f"{k} = {v}\n" for k, v in (bench_overrides or {}).items())
         self.config = directory / "mm2.properties"
-        self.config.write_text("".join(f"{k} = {v}\n" for k, v in props.items()))
+        self.config.write_text(text)
         self.log_path = directory / "mm2.log"
         log4j2 = directory / "log4j2.xml"
         log4j2.write_text(
@@ -128,7 +159,7 @@ class MirrorMaker2:
             "org.apache.kafka.connect.mirror.MirrorMaker",
             str(self.config),  # before --clusters, which takes one or more names
             "--clusters",
-            west,
+            aliases[1],
         ]
         with open(directory / "stdout.log", "ab") as out:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -141,8 +172,8 @@ class MirrorMaker2:
         _LIVE.add(self)  # stopped by the atexit hook of the brokers too
 
     def remote_topic(self, topic: str) -> str:
-        """The mirrored topic's name on the target (DefaultReplicationPolicy)."""
-        return f"{self.aliases[0]}.{topic}"
+        """The mirrored topic's name on the target."""
+        return topic if self.identity else f"{self.aliases[0]}.{topic}"
 
     @property
     def checkpoints_topic(self) -> str:

@@ -34,7 +34,6 @@ KEYS = 8
 #: before the loss (mirrored and read), held by east only (never mirrored), produced
 #: while east is lost, produced after the fail-back
 MIRRORED, UNMIRRORED, DURING, AFTER = 200, 50, 100, 50
-IDENTITY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 
 
 class Delivery:
@@ -91,7 +90,7 @@ def test_failover_to_the_mirror_and_failback_lose_nothing(
             tmp_path / "mm2",
             topics=topic,
             groups=group,
-            properties={"replication.policy.class": IDENTITY},
+            identity=True,
         )
     except BackendUnavailable as exc:
         pytest.skip(str(exc))
