@@ -14,6 +14,7 @@ is not active.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -30,9 +31,10 @@ def main(root: Path, compiler: bool) -> int:
         problems.append(f"kbear was imported from the source tree ({installed}), not the install")
     source = root / "kbear"
     skipped = []
-    for path in sorted(source.rglob("*")):
+    files = (Path(d) / f for d, _dirs, names in os.walk(source, followlinks=True) for f in names)
+    for path in sorted(files):  # followlinks: kbear/_demo_config links to examples/demo-config
         relative = path.relative_to(source)
-        if "__pycache__" in relative.parts or path.is_dir() or path.suffix in {".so", ".pyd"}:
+        if "__pycache__" in relative.parts or path.suffix in {".so", ".pyd"}:
             continue
         if path.suffix == ".c":
             continue
