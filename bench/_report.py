@@ -113,6 +113,28 @@ FINDINGS = """
   Per kind of chain the cost is flat: 17.3 -> 18.8 us for topics with their own
   rule, 11.7 -> 12.1 us for topics under global rules only, from 1,000 to 10,000
   rules (a one-off check, same generator, 5,000 lookups each).
+- **the take-back record on producers that never fail over** (2026-11-28, #40):
+  `python bench/produce_calls.py --no-record` (one embedded cluster, no standby,
+  15 rounds of 50,000 calls, CPU time, the producers alternating; load average
+  11-24 from other work) against a RoutedProducer whose clients' send is their own
+  `produce` (no record: what skipping it would be), throughput x confluent-kafka:
+
+  | call | compiled record | no record | pure-Python record (`KBEAR_PURE_PYTHON=1`) | no record, same run |
+  |---|---|---|---|---|
+  | `produce(t, v)` (never recorded) | 0.99 | 0.96 | 0.77 | 0.95 |
+  | `produce(t, v, callback=cb)` | 1.12 | 1.00 | 0.51 | 0.94 |
+  | `produce(t, value=, key=, headers=)`, no `on_delivery` (not recorded) | 1.35 | 0.95 | 0.54 | 0.95 |
+  | the same with an `on_delivery` configured (recorded) | 0.88 | 0.91 | 0.42 | 0.88 |
+
+  The compiled record costs nothing on these calls (it hands produce() its
+  arguments by position, which confluent-kafka reads faster than keywords), and
+  3-8 % with headers and an `on_delivery` (the throughputs' ratio / the median of
+  the rounds' time ratios, 1.084); the pure-Python one halves throughput. No
+  producer skips the record: any producer's routes may change at a reload (an
+  operator's move, also of a producer with one cluster and no standby), and a move
+  off a dead cluster takes back what its client holds, which needs the record of
+  each message with a callback. The compiled record (kbear/_pending.c, `PlainCall`)
+  stays; the pure-Python one is the fallback when the extension is not built.
 """
 
 
