@@ -38,7 +38,7 @@ from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._startlater import LaterStarts
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
-from kbear.consumer._takeover import TakeOvers
+from kbear.consumer._takeover import committed_look_up
 from kbear.consumer._translated import TRANSLATION_TIMEOUT_S, MirrorStarts
 from kbear.router import Router
 from kbear.settings import KBearSettings
@@ -141,9 +141,7 @@ def assemble(
     driver.engine.ends_when_dead = failover.lost
     driver.engine.mirror_start = failover.mirror_start
     if rebalancer.commit_on_revoke and not rebalancer.incremental:
-        guard.takeovers = TakeOvers(
-            driver.submit, registry.watcher, registry.get, give_up_s=session_s, clock=time.monotonic
-        )
+        guard.takeover = committed_look_up(driver.submit, registry.watcher)
         rebalancer.taken_hook = guard.taken
         rebalancer.revoking_hook = guard.revoked
     registry.built_hook = lambda cluster_id, built: check_cluster_id(

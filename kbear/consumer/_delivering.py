@@ -12,7 +12,6 @@ verdicts (ack, nack, letters) and the stores are
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -20,16 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 
 from kbear._clients import Deadline
 from kbear.consumer._acks import AckTracker, PartitionKey
 from kbear.consumer._chunks import ChunkAssembler, chunk_of
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._holding import pause_quietly, resume_quietly
 from kbear.consumer._letters import DELIVER_AT, REAL_TOPIC, LetterSender, header, int_header
 from kbear.consumer._redelivery import AckTimer, Schedule
-
-log = logging.getLogger("kbear.consumer")
 
 #: Longest single wait on the clusters while nothing is due (seconds): a nack made
 #: from another thread is served within it.
@@ -313,12 +311,8 @@ class DeliveryLoop:
 
     def _pause(self, key: PartitionKey) -> None:
         entry = self._registry.get(key[0])
-        if entry is not None:
-            try:
-                entry.consumer.pause([TopicPartition(key[1], key[2])])
-                self._state.paused.add(key)
-            except KafkaException as exc:
-                log.debug("kbear: pause of %s for a delayed message failed: %s", key, exc)
+        if entry is not None and pause_quietly(entry, [TopicPartition(key[1], key[2])]):
+            self._state.paused.add(key)
 
     def _resume(self, key: PartitionKey) -> None:
         if key not in self._state.paused:
@@ -326,7 +320,4 @@ class DeliveryLoop:
         self._state.paused.discard(key)
         entry = self._registry.get(key[0])
         if entry is not None:
-            try:
-                entry.consumer.resume([TopicPartition(key[1], key[2])])
-            except KafkaException as exc:
-                log.debug("kbear: resume of %s failed: %s", key, exc)
+            resume_quietly(entry, [TopicPartition(key[1], key[2])])

@@ -28,6 +28,7 @@ switch rebalances the group again):
 
 With an eager protocol it also holds the partitions this member takes over from
 another until their committed offsets were read again (:mod:`kbear.consumer._takeover`).
+Both pauses are holds of :class:`kbear.consumer._holding.Holds`.
 
 Only with ``enable.auto.commit`` on: kbear commits on the application's behalf
 only when the application lets librdkafka commit. No broker call waits here: the
@@ -44,7 +45,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
-from kbear.consumer._takeover import TakeOvers
+from kbear.consumer._holding import Hold, Holds
+from kbear.consumer._takeover import RECHECK_AFTER_S, TakeOverLookUp
 
 log = logging.getLogger("kbear.consumer")
 
@@ -73,7 +75,10 @@ class MoveGuard:
 
     Calls come from the polling thread (:meth:`tick`, :meth:`read`), from the
     clients' ``on_commit`` callbacks (:meth:`commit_answered`, which calls no
-    client) and from ``on_assign`` (:meth:`assigned`).
+    client) and from the rebalance callbacks (:meth:`assigned`, :meth:`taken`,
+    :meth:`revoked`). ``takeover``: eager protocols, the look-up of the committed
+    offsets of partitions taken over from other members during a move
+    (:func:`kbear.consumer._takeover.committed_look_up`); None: not held.
     """
 
     def __init__(
@@ -93,11 +98,12 @@ class MoveGuard:
         self._until = 0.0
         self._read: set[str] = set()  # cluster ids that returned messages since their last commit
         self._last_commit: dict[str, float] = {}
-        #: cluster id -> (partitions paused after a refused commit, when to resume at the latest)
-        self._paused: dict[str, tuple[list[TopicPartition], float]] = {}
+        #: the partitions paused after a refused commit, and those taken over
+        self.holds = Holds(clock)
+        #: cluster id -> its hold after a refused commit
+        self._paused: dict[str, Hold] = {}
         self._refused: set[str] = set()  # cluster ids whose commit was refused, to pause
-        #: eager protocols: the partitions taken over from other members during a move
-        self.takeovers: TakeOvers | None = None
+        self.takeover: TakeOverLookUp | None = None
 
     @property
     def active(self) -> bool:
@@ -128,11 +134,11 @@ class MoveGuard:
             return False
         for cluster_id in list(self._refused):
             self._refused.discard(cluster_id)
-            if cluster_id not in self._paused:
-                self._pause(cluster_id, now)
+            if not self._is_paused(cluster_id):
+                self._pause(cluster_id)
         for cluster_id in list(self._read):
             entry = self._registry.get(cluster_id)
-            if entry is None or cluster_id in self._paused:
+            if entry is None or self._is_paused(cluster_id):
                 self._read.discard(cluster_id)
                 continue
             if now - self._last_commit.get(cluster_id, 0.0) < COMMIT_EVERY_S:
@@ -144,13 +150,9 @@ class MoveGuard:
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError._NO_OFFSET:
                     log.debug("kbear: commit on cluster %r during a move: %s", cluster_id, exc)
-        for cluster_id, (_, deadline) in list(self._paused.items()):
-            if now >= deadline:
-                self._resume(cluster_id)
-        takeovers = self.takeovers
-        if takeovers is not None and takeovers.pending:
-            takeovers.tick()
-        if now > self._until and not self._paused and not (takeovers is not None and takeovers.pending):
+        if self.holds.pending:
+            self.holds.tick()
+        if now > self._until and not self.holds.pending:
             self._until = 0.0
             self._read.clear()
             return False
@@ -161,7 +163,7 @@ class MoveGuard:
         is rebalancing is noted; the next :meth:`tick` pauses the client's partitions.
         No client call here: the callback may be served inside any call on that
         client, ``close()`` included (a call on the client from there hangs)."""
-        if not self.active or cluster_id in self._paused:
+        if not self.active or self._is_paused(cluster_id):
             return
         codes = {tp.error.code() for tp in partitions if tp.error is not None}
         if err is not None:
@@ -169,19 +171,21 @@ class MoveGuard:
         if codes & REFUSED_IN_REBALANCE:
             self._refused.add(cluster_id)
 
-    def _pause(self, cluster_id: str, now: float) -> None:
+    def _is_paused(self, cluster_id: str) -> bool:
+        return self.holds.holding(self._paused.get(cluster_id))
+
+    def _pause(self, cluster_id: str) -> None:
         entry = self._registry.get(cluster_id)
         if entry is None:
             return
         try:
             mine = entry.consumer.assignment()
-            if mine:
-                entry.consumer.pause(mine)
         except (KafkaException, RuntimeError) as exc:
             log.debug("kbear: pause on cluster %r after a refused commit failed: %s", cluster_id, exc)
             return
-        if mine:
-            self._paused[cluster_id] = (mine, now + self._pause_s)
+        hold = self.holds.hold(entry, mine, give_up_s=self._pause_s)
+        if hold is not None:
+            self._paused[cluster_id] = hold
             log.info(
                 "kbear: cluster %r refused a commit while its group rebalances: %d partitions paused "
                 "until the next assignment",
@@ -193,37 +197,46 @@ class MoveGuard:
         """``entry``'s client got its next assignment (``on_assign``): resume what
         the guard paused there."""
         self._refused.discard(entry.cluster_id)  # refused in the generation that ended
-        if entry.cluster_id in self._paused:
-            self._resume(entry.cluster_id)
+        self.holds.release(entry)
+        self._paused.pop(entry.cluster_id, None)
 
     def taken(self, entry: ClusterClient, parts: list[TopicPartition]) -> None:
         """``on_assign`` of ``entry``'s client (eager protocols): ``parts`` were held by
         other members and start at the group's committed offsets; during a move they
-        wait for those offsets to be read again (:meth:`TakeOvers.taken`)."""
-        if self._until and self.takeovers is not None:
-            self.takeovers.taken(entry, parts)
+        are held until those offsets were read again (:mod:`kbear.consumer._takeover`)."""
+        if not self._until or self.takeover is None:
+            return
+        hold = self.holds.hold(
+            entry,
+            parts,
+            give_up_s=self._pause_s,
+            look_up=self.takeover(entry, parts),
+            after_s=RECHECK_AFTER_S,
+            ended=_taken_over,
+        )
+        if hold is not None:
+            log.info(
+                "kbear: %d partitions taken over on cluster %r start at the group's committed offsets "
+                "as read again in %.1f s",
+                len(parts),
+                entry.cluster_id,
+                RECHECK_AFTER_S,
+            )
 
     def revoked(self, entry: ClusterClient) -> None:
-        """``on_revoke`` of ``entry``'s client: what was taken over there is no longer waited for."""
-        if self.takeovers is not None:
-            self.takeovers.revoked(entry)
+        """``on_revoke`` of ``entry``'s client (eager protocols: all its partitions):
+        what is held there is resumed and no longer waited for."""
+        self.holds.release(entry)
 
     def close(self) -> None:
         """The consumer closes: the guard does nothing more (its clients are closing)."""
-        if self.takeovers is not None:
-            self.takeovers.close()
+        self.holds.close()
         self._enabled = False
         self._until = 0.0
         self._read.clear()
         self._refused.clear()
         self._paused.clear()
 
-    def _resume(self, cluster_id: str) -> None:
-        parts, _ = self._paused.pop(cluster_id)
-        entry = self._registry.get(cluster_id)
-        if entry is None:
-            return
-        try:
-            entry.consumer.resume(parts)
-        except (KafkaException, RuntimeError) as exc:
-            log.debug("kbear: resume on cluster %r failed: %s", cluster_id, exc)
+
+def _taken_over(hold: Hold, _sought: list[TopicPartition], how: str, _fell_back: bool) -> None:
+    log.info("kbear: taken-over partitions on cluster %r resumed (%s)", hold.entry.cluster_id, how)

@@ -88,7 +88,7 @@ def test_partitions_that_went_to_other_members_are_committed_in_the_new_generati
     the new generation (on_assign) it commits them, so that the new owner of a
     partition that went to another member starts there, not at the older committed
     offset (that owner reads the group's offsets again a moment after its
-    assignment: tests/consumer/test_takeover.py)."""
+    assignment: tests/consumer/test_holding.py)."""
     rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
     rebalance(rebalancer, entry, revoked=[0, 1, 2], assigned=[0])
     assert len(consumer.sent) == 1

@@ -1,7 +1,12 @@
-"""Partitions a member takes over from another member during a move start at the
-group's committed offsets as they are a moment after the assignment
-(kbear.consumer._takeover), driven without a cluster through the rebalance callbacks
-and a fake clock, then once on a librdkafka mock cluster.
+"""Partitions held paused until their start is known (kbear.consumer._holding), by
+its two users in the rebalance callbacks: the take-overs (kbear.consumer._takeover)
+and the translated starts read in the background (kbear.consumer._startlater), driven
+without a cluster through the rebalance callbacks and a fake clock, then once on a
+librdkafka mock cluster. (The move guard's pause after a refused commit:
+tests/consumer/test_move_guard.py.)
+
+Take-overs: partitions a member takes over from another member during a move start
+at the group's committed offsets as they are a moment after the assignment.
 
 What a user relies on (issue #25 item 4, group moves on brokers that refuse the
 commit made in ``on_revoke``: librdkafka's mock with the classic protocol):
@@ -12,6 +17,17 @@ group had when the assignment began (else it reads again what the other read:
 moves). Nothing is skipped: where nothing newer is committed, reading starts where
 librdkafka starts it; a partition this member kept reads on at once; outside moves
 nothing waits.
+
+Translated starts: what a user relies on (issue #27, "done when": ``poll()`` keeps its timeout during a
+failover): the call serving the new cluster's assignment does not wait for the
+mirror's topics to be read; meanwhile nothing of the moved topic is read (its
+partitions are paused: no message from the committed offsets or
+``auto.offset.reset``); then each partition starts at its translated start, which is
+committed (the group's position on the new cluster). A revocation before the
+translation answered leaves nothing paused and the translation is made again at the
+next assignment; a failed translation starts from the committed offsets.
+(The same on librdkafka's mock clusters, with a slow mirror:
+tests/consumer/test_translated_start.py.)
 """
 
 from __future__ import annotations
@@ -23,10 +39,13 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from kbear._route import Route
+from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._guard import MoveGuard
-from kbear.consumer._rebalance import Rebalancer
-from kbear.consumer._takeover import RECHECK_AFTER_S, TakeOvers
+from kbear.consumer._rebalance import Rebalancer, commit_async
+from kbear.consumer._startlater import LaterStarts
+from kbear.consumer._takeover import RECHECK_AFTER_S, committed_look_up
 from kbear.testing import EmbeddedCluster
 
 GIVE_UP_S = 6.0
@@ -67,8 +86,8 @@ class FakeConsumer:
     def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in parts]
 
-    def commit(self, offsets: Any = None, asynchronous: bool = True) -> None:
-        self.calls.append(("commit", asynchronous))
+    def commit(self, offsets: list[TopicPartition] | None = None, asynchronous: bool = True) -> None:
+        self.calls.append(("commit", sorted((tp.partition, tp.offset) for tp in offsets or [])))
 
 
 class Background:
@@ -106,9 +125,7 @@ def member(
     guard = MoveGuard(registry, enabled=True, linger_s=20.0, pause_s=GIVE_UP_S, clock=clock)  # type: ignore[arg-type]
     rebalancer = Rebalancer(owner=None, native=native)
     if not rebalancer.incremental:
-        guard.takeovers = TakeOvers(
-            background.submit, background.watcher, registry.get, give_up_s=GIVE_UP_S, clock=clock
-        )
+        guard.takeover = committed_look_up(background.submit, background.watcher)
         rebalancer.taken_hook = guard.taken
         rebalancer.revoking_hook = guard.revoked
     if moving:
@@ -137,8 +154,16 @@ def test_partitions_taken_over_during_a_move_start_at_the_offsets_committed_mean
     assert background.asked == [[0, 1]]
     background.answer()
     after(clock, guard, 0.01)
-    assert consumer.calls[2:] == [("seek", (0, 75)), ("seek", (1, 40)), ("resume", [0, 1])]
-    assert guard.takeovers is not None and not guard.takeovers.pending
+    # each resumed and sought at once (a partition sought while paused is fetched a
+    # second late), then all resumed
+    assert consumer.calls[2:] == [
+        ("resume", [0]),
+        ("seek", (0, 75)),
+        ("resume", [1]),
+        ("seek", (1, 40)),
+        ("resume", [0, 1]),
+    ]
+    assert not guard.holds.pending
 
 
 def test_a_seek_before_librdkafka_started_the_partition_is_tried_again() -> None:
@@ -149,9 +174,10 @@ def test_a_seek_before_librdkafka_started_the_partition_is_tried_again() -> None
     background.answer()
     after(clock, guard, 0.01)
     after(clock, guard, 0.01)
-    assert ("resume", [0]) not in consumer.calls
+    # paused again after each refused seek: nothing read from elsewhere meanwhile
+    assert consumer.calls[-2:] == [("resume", [0]), ("pause", [0])]
     after(clock, guard, 0.01)
-    assert consumer.calls[-2:] == [("seek", (0, 75)), ("resume", [0])]
+    assert consumer.calls[-3:] == [("resume", [0]), ("seek", (0, 75)), ("resume", [0])]
 
 
 def test_without_a_committed_offset_reading_starts_where_librdkafka_starts_it() -> None:
@@ -276,17 +302,18 @@ def test_on_librdkafka_a_taken_over_partition_starts_at_the_offset_committed_aft
                 jobs.append(future)
                 return future
 
-            takeovers = TakeOvers(
-                submit, lambda _e: watcher, {"A": entry}.get, give_up_s=GIVE_UP_S, clock=time.monotonic
-            )
+            registry: Any = {"A": entry}
+            guard = MoveGuard(registry, enabled=True, linger_s=20.0, pause_s=GIVE_UP_S, clock=time.monotonic)
+            guard.takeover = committed_look_up(submit, lambda _e: watcher)
+            guard.route_changed()
             parts = [TopicPartition(TOPIC, 0, OFFSET_INVALID)]
             taker.assign(parts)
-            takeovers.taken(entry, parts)
+            guard.taken(entry, parts)
             former.commit(offsets=[TopicPartition(TOPIC, 0, 40)], asynchronous=False)
             first = None
             deadline = time.monotonic() + 15
             while first is None and time.monotonic() < deadline:
-                takeovers.tick()
+                guard.tick()
                 msg = taker.poll(0.05)
                 if msg is not None and msg.error() is None:
                     first = int(msg.value())
@@ -297,3 +324,141 @@ def test_on_librdkafka_a_taken_over_partition_starts_at_the_offset_committed_aft
                 c.close()
     finally:
         cluster.close()
+
+
+# --------------------------------------------------------------------------- translated starts
+
+MOVED = "east.orders"
+TRANSLATION_GIVE_UP_S = 40.0
+
+
+class Translations:
+    """The consumer's background thread, run by hand: each translation asked waits
+    for :meth:`answer` or :meth:`fail`."""
+
+    def __init__(self) -> None:
+        self.futures: list[Future[Any]] = []
+        self.calls: list[tuple[Any, ...]] = []
+
+    def submit(self, _cluster_id: str | None, call: Any, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.futures.append(future)
+        self.calls.append((call, args))
+        return future
+
+    def answer(self) -> None:
+        call, args = self.calls[-1]
+        self.futures[-1].set_result(call(*args))
+
+    def fail(self) -> None:
+        self.futures[-1].set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+
+
+def translate(starts: dict[int, int]) -> Any:
+    def call(_entry: ClusterClient, parts: list[TopicPartition], _plan: StartPlan) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, starts.get(tp.partition, OFFSET_INVALID)) for tp in parts
+        ]
+
+    return call
+
+
+def translating_member(
+    starts: dict[int, int],
+) -> tuple[Rebalancer, ClusterClient, FakeConsumer, LaterStarts, Translations, Clock]:
+    consumer = FakeConsumer()
+    entry = ClusterClient("west", {}, consumer)
+    clock = Clock()
+    background = Translations()
+    rebalancer = Rebalancer(owner=None, native={"enable.auto.commit": False})
+    rebalancer.translate = translate(starts)
+    later = LaterStarts(
+        background.submit, rebalancer.translate, commit_async, give_up_s=TRANSLATION_GIVE_UP_S, clock=clock
+    )
+    rebalancer.later = later
+    moved(rebalancer)
+    return rebalancer, entry, consumer, later, background, clock
+
+
+def moved(rebalancer: Rebalancer) -> None:
+    """The topic was just switched to west with a translated start."""
+    source = Route("east", "orders", "orders", "localhost:9092", "global", {})
+    rebalancer.start_at[("west", MOVED)] = StartPlan(translated=True, source=source, upstream={0: 10, 1: 20})
+
+
+def given_moved(partitions: list[int]) -> list[TopicPartition]:
+    """An assignment of the moved topic as librdkafka hands it to on_assign."""
+    return [TopicPartition(MOVED, p, OFFSET_INVALID) for p in partitions]
+
+
+def test_the_assignment_returns_at_once_and_the_partitions_start_at_their_translation() -> None:
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7, 1: 12})
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0, 1, 2]))
+    # assigned where librdkafka would start them, and paused: nothing read meanwhile
+    assert consumer.calls == [
+        ("assign", [(0, OFFSET_INVALID), (1, OFFSET_INVALID), (2, OFFSET_INVALID)]),
+        ("pause", [0, 1, 2]),
+    ]
+    later.tick()
+    assert consumer.calls[2:] == []  # the mirror is still being read
+    background.answer()
+    later.tick()
+    # partition 2 has no translation: it starts from the committed offset (resumed only)
+    assert consumer.calls[2:] == [
+        ("resume", [0]),
+        ("seek", (0, 7)),
+        ("resume", [1]),
+        ("seek", (1, 12)),
+        ("resume", [0, 1, 2]),
+        ("commit", [(0, 7), (1, 12)]),
+    ]
+    assert not later.pending
+
+
+def test_a_partition_not_started_yet_is_sought_at_a_later_call_and_waits_meanwhile() -> None:
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7})
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0]))
+    background.answer()
+    consumer.not_started = 1
+    later.tick()
+    assert consumer.calls[2:] == [("resume", [0]), ("pause", [0])]  # paused again: not read from elsewhere
+    later.tick()
+    assert consumer.calls[4:] == [("resume", [0]), ("seek", (0, 7)), ("resume", [0]), ("commit", [(0, 7)])]
+
+
+def test_a_revocation_before_the_translation_answered_resumes_and_translates_again_next_time() -> None:
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7, 1: 12})
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_assign"](consumer, given_moved([0, 1]))
+    callbacks["on_revoke"](consumer, given_moved([0, 1]))
+    # resumed while still assigned (one assigned again must not stay paused), never sought
+    assert consumer.calls[2:] == [("resume", [0, 1])]
+    assert not later.pending
+    assert background.futures[0].cancelled()
+    # the next assignment of the topic on west translates again
+    callbacks["on_assign"](consumer, given_moved([1]))
+    assert consumer.calls[3:] == [("assign", [(1, OFFSET_INVALID)]), ("pause", [1])]
+    background.answer()
+    later.tick()
+    assert consumer.calls[5:] == [("resume", [1]), ("seek", (1, 12)), ("resume", [1]), ("commit", [(1, 12)])]
+
+
+def test_a_failed_translation_starts_from_the_committed_offsets_and_commits_nothing() -> None:
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7})
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0]))
+    background.fail()
+    later.tick()
+    assert consumer.calls[2:] == [("resume", [0])]
+    assert not later.pending
+
+
+def test_a_translation_that_does_not_answer_is_given_up() -> None:
+    rebalancer, entry, consumer, later, _background, clock = translating_member({0: 7})
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0]))
+    clock.now += TRANSLATION_GIVE_UP_S - 1
+    later.tick()
+    assert later.pending
+    clock.now += 1
+    later.tick()
+    assert consumer.calls[2:] == [("resume", [0])]
+    assert not later.pending
