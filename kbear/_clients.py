@@ -266,12 +266,17 @@ class DebugLog:
         self._logger.debug(msg, *args)
 
 
-def quiet_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
-    """A :class:`ClientFactory`: :func:`confluent_client` with librdkafka's log lines
-    at DEBUG level (:class:`DebugLog`) unless ``config`` has a ``logger`` of its own;
-    what the ``kbear`` commands that talk to clusters mount, so that a cluster that
-    does not answer is said once, by name, not in librdkafka's lines."""
-    return confluent_client(kind, cluster_id, {"logger": DebugLog(), **config})
+def quieted(factory: ClientFactory) -> ClientFactory:
+    """``factory`` (a :class:`ClientFactory`) giving its clients librdkafka's log lines
+    at DEBUG level (:class:`DebugLog`) unless their ``config`` has a ``logger`` of its
+    own: what the ``kbear`` commands that talk to clusters mount over the mounted
+    factory, so that a cluster that does not answer is said once, by name, not in
+    librdkafka's lines."""
+
+    def build(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
+        return factory(kind, cluster_id, {"logger": DebugLog(), **config})
+
+    return build
 
 
 _mounted: list[ClientFactory] = []

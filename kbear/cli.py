@@ -95,7 +95,7 @@ from kbear._cli_dev import add_dev_arguments
 from kbear._cli_init import add_init_arguments, cmd_init
 from kbear._cli_move import DESCRIPTION, add_arguments, use_service
 from kbear._cli_move import run as run_move
-from kbear._clients import mount, quiet_client
+from kbear._clients import current_factory, mount, quieted
 from kbear.balanced import run_assignments
 from kbear.router import Router
 from kbear.sources import is_url
@@ -439,14 +439,15 @@ def _cmd_move(args: argparse.Namespace) -> int:
     router = _load(args.config)
     if isinstance(router, int):
         return router
-    with mount(quiet_client):  # a cluster that does not answer: one line naming it, no librdkafka lines
+    # a cluster that does not answer: one line naming it, none of librdkafka's
+    with mount(quieted(current_factory())):
         return run_move(args, router, client_of(args))
 
 
 def _cmd_failover(args: argparse.Namespace, back: bool) -> int:
     from kbear.admin import run_failover
 
-    with mount(quiet_client):
+    with mount(quieted(current_factory())):
         return run_failover(args, back)
 
 

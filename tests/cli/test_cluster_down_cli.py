@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kbear.cli import main
-from kbear.testing import EmbeddedCluster
+from kbear.testing import ClientKind, EmbeddedCluster, confluent_client, mount_clients
 
 #: nothing listens there (port 1 needs root to bind)
 DOWN = "127.0.0.1:1"
@@ -66,3 +67,18 @@ def test_failover_with_its_clusters_down_prints_no_librdkafka_lines(
     assert captured.err == ""
     assert "  east: does not answer: Failed to get metadata: Local: Broker transport failure" in captured.out
     assert "not ready: cluster 'west' does not answer: Failed to get metadata" in captured.out
+
+
+def test_move_keeps_the_mounted_client_factory(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``kbear.cli.main`` run inside an application's ``mount_clients`` still builds its
+    clients with that factory; only librdkafka's log lines are redirected."""
+    built: list[tuple[str, bool]] = []
+
+    def factory(kind: ClientKind, cluster_id: str, config: dict[str, Any]) -> Any:
+        built.append((cluster_id, "logger" in config))
+        return confluent_client(kind, cluster_id, config)
+
+    with mount_clients(factory):
+        code, err = _move(tmp_path, capfd, DOWN, "127.0.0.1:2", "1")
+    assert code == 1 and "did not answer" in err
+    assert built and all(has_logger for _, has_logger in built)
