@@ -107,11 +107,6 @@ class AckTracker:
             return None
         return part.point()
 
-    def unacked(self, key: PartitionKey) -> list[int]:
-        """The offsets of ``key`` read and not acknowledged, in order."""
-        part = self._parts.get(key)
-        return sorted(part.open) if part is not None else []
-
     def forget(self, key: PartitionKey) -> None:
         """Stop tracking ``key`` (its partition left this member: the next owner
         reads again from the committed offset)."""

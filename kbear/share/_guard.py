@@ -76,7 +76,6 @@ class CallGuard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._owner: int | None = None
-        self._depth = 0
         self.closed = True
 
     @contextmanager
@@ -90,12 +89,8 @@ class CallGuard:
         if check_closed and self.closed:
             raise IllegalStateException(CLOSED)
         me = threading.get_ident()
-        if self._owner == me:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
+        if self._owner == me:  # a callback of the call calling again
+            yield
             return
         if not self._lock.acquire(blocking=False):
             raise ConcurrentModificationException(CONFLICT.format(me=me, other=self._owner))
