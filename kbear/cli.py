@@ -40,10 +40,12 @@ without ``=``, is a usage error.
 Exit codes:
 
 - 0: success (a route was found, the configuration is valid, ``lint`` found
-  nothing, the demo passed);
+  nothing, the demo passed, ``init`` wrote the directory, ``dev`` was stopped by
+  Ctrl+C or SIGTERM);
 - 1: ``lint`` printed warnings (the configuration is valid);
 - 2: a configuration error (every problem is printed on stderr), or a usage
-  error (argparse);
+  error (argparse); ``init``: DIR already holds the files (``--force``
+  overwrites); ``dev``: no unset placeholder to start a cluster for;
 - 3: no rule of the chain routes the request (``route``, ``explain``);
 - 4: the meta-service of ``--config URL`` cannot be reached (``route`` and
   ``explain``: it has not answered the lookup; ``validate``, ``lint``:
@@ -52,7 +54,7 @@ Exit codes:
   found no live node of the group (see :func:`kbear.balanced.run_assignments`);
   ``failover`` / ``failback`` are not ready (the standby, or the cluster coming
   back, does not answer; see :mod:`kbear.admin._failover_cli`);
-- 130: interrupted.
+- 130: interrupted (``dev`` excepted: Ctrl+C is how it ends).
 
 ``lint`` prints one line per warning on stdout (``FILE: SUBJECT: MESSAGE [CODE]``,
 see :mod:`kbear.lint`) and a count on stderr; with ``--json``, one object
