@@ -107,7 +107,9 @@ class MirrorMaker2:
     (:func:`mm2_properties`): ``topics``/``groups``: regular expressions of the topics
     mirrored and the groups checkpointed; ``aliases``: the cluster aliases;
     ``identity``: IdentityReplicationPolicy (``source.topic`` stays ``topic`` on the
-    target) instead of the default (``<aliases[0]>.<topic>``). ``bench_overrides``:
+    target) instead of the default (``<aliases[0]>.<topic>``); ``properties``: settings
+    the file already has (or the identity policy), anything else is refused: the
+    file is what users copy. ``bench_overrides``:
     settings appended after the example's (a later key wins), for benchmarks only: the
     integration tests run the example as written. Logs (log4j2, WARN) go to
     ``directory/mm2.log``. :meth:`close` stops it by PID (SIGTERM, SIGKILL after 15 s).
@@ -123,9 +125,18 @@ class MirrorMaker2:
         groups: str = ".*",
         aliases: tuple[str, str] = ("east", "west"),
         identity: bool = False,
+        properties: Mapping[str, str] | None = None,
         bench_overrides: Mapping[str, str] | None = None,
         heap: str = "384m",
     ) -> None:
+        for key, value in (properties or {}).items():  # what the file already says, or identity
+            if key == "replication.policy.class" and value == IDENTITY:
+                identity = True
+            elif f"\n{key} = {value}\n" not in EXAMPLE.read_text():
+                raise ValueError(
+                    f"MirrorMaker2: {key} = {value}: the integration tests run {EXAMPLE} as written; "
+                    "change the file (and docs/guides/mirrormaker2.md) instead"
+                )
         self.aliases = aliases
         self.identity = identity
         self.directory = directory
