@@ -13,7 +13,9 @@ fatal and retriable flags whose text starts with ``cluster '<id>':``, and the
 text carries none, and no property value other than those two is read). Other
 errors reach the application's ``error_cb`` unchanged; without one, they are
 logged on ``kbear.client`` at ERROR with the cluster named, where librdkafka
-would have logged them itself.
+would have logged them itself. The records (the warnings too) are rate-limited per
+cluster client (:class:`kbear._outage_log.OutageLog`: the first at once, then one
+summary a minute, one when the outage is over); ``counted`` sees every error.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from confluent_kafka import KafkaError
+
+from kbear._outage_log import OutageLog
 
 log = logging.getLogger("kbear.client")
 
@@ -57,10 +61,16 @@ def _named(err: KafkaError, cluster_id: str) -> KafkaError:
     )
 
 
-def name_cluster_errors(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> None:
+def name_cluster_errors(
+    kind: str,
+    cluster_id: str,
+    conf: MutableMapping[str, Any],
+    counted: Callable[[KafkaError], None] | None = None,
+) -> None:
     """Wrap ``conf``'s ``error_cb`` (the configuration of ``kind``'s client of cluster
     ``cluster_id``) as the module docstring says; a configuration with an ``oauth_cb``
-    and no ``error_cb`` is left as it is (its errors are not named after the cluster)."""
+    and no ``error_cb`` is left as it is (its errors are not named after the cluster).
+    ``counted(err)`` is called with every error (kbear's metrics count them)."""
     app: Callable[[KafkaError], Any] | None = conf.get("error_cb")
     if app is not None and not callable(app):
         return  # confluent-kafka refuses it, with its own message
@@ -79,20 +89,22 @@ def name_cluster_errors(kind: str, cluster_id: str, conf: MutableMapping[str, An
     protocol = str(conf.get("security.protocol", "plaintext")).upper()
     mechanism = conf.get("sasl.mechanism", conf.get("sasl.mechanisms"))
     how = protocol if mechanism is None else f"{protocol} {str(mechanism).upper()}"
+    outage = OutageLog(log, f"kbear {kind}: cluster '{cluster_id}'")
 
     def error_cb(err: KafkaError) -> None:
+        if counted is not None:
+            counted(err)
         if refused(err):
-            log.warning(
-                "kbear %s: cluster '%s' (%s) refused the connection: %s",
-                kind,
-                cluster_id,
+            outage.failure(
+                logging.WARNING,
+                " (%s) refused the connection: %s",
                 how,
                 err.str(),
                 extra={"event": "authentication_failed", "cluster": cluster_id, "reason": err.name()},
             )
             err = _named(err, cluster_id)
         elif app is None:
-            log.error("kbear %s: cluster '%s': %s", kind, cluster_id, err.str())
+            outage.failure(logging.ERROR, ": %s", err.str())
         if app is not None:
             app(err)
 

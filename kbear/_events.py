@@ -88,6 +88,18 @@ class ClientOpened:
 
 
 @dataclass(frozen=True)
+class ClusterError:
+    """librdkafka reported an error (``error``: ``KafkaError.name()``, such as
+    ``_TRANSPORT``) to the ``error_cb`` of a ``kind`` client of cluster ``cluster``:
+    every one, also those kbear's log does not write one by one
+    (:mod:`kbear._outage_log`)."""
+
+    kind: str
+    cluster: str
+    error: str
+
+
+@dataclass(frozen=True)
 class RouteChanged:
     """``topic`` of a routed client of ``kind`` (``"producer"``, ``"consumer"``) and
     confluent-kafka ``client.id`` ``client_id`` left ``old`` for ``new`` (None: no route)."""
@@ -255,6 +267,7 @@ class MetaServiceState:
 
 Event = (
     ClientOpened
+    | ClusterError
     | RouteChanged
     | DrainStarted
     | DrainFinished
@@ -341,8 +354,14 @@ def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> Mut
     """``conf``, the configuration of the confluent-kafka client of ``kind``
     (``"producer"``, ``"consumer"``) for cluster ``cluster_id``, as every configurer
     leaves it, its ``error_cb`` first made to name the cluster in authentication and
-    TLS errors (:mod:`kbear._cluster_errors`); returned for chaining."""
-    name_cluster_errors(kind, cluster_id, conf)
+    TLS errors (:mod:`kbear._cluster_errors`; every error it sees emitted as a
+    :class:`ClusterError` while a listener is subscribed); returned for chaining."""
+
+    def counted(err: Any) -> None:
+        if _listeners:
+            emit(ClusterError(kind, cluster_id, err.name()))
+
+    name_cluster_errors(kind, cluster_id, conf, counted)
     for configurer in list(_configurers):
         try:
             configurer(kind, cluster_id, conf)

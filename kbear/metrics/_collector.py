@@ -132,6 +132,14 @@ class KBearMetrics(Collector):
             ["kind", "cluster", "topic", "source", "start", "decided_by"],
             registry=registry,
         )
+        self.cluster_errors = Counter(
+            "kbear_cluster_errors",
+            "Errors librdkafka reported to the error_cb of a routed client's cluster client "
+            "(connections refused, brokers down...), by client kind, cluster and error name: every "
+            "one, while kbear's log writes the first of an outage, then a summary a minute",
+            ["kind", "cluster", "error"],
+            registry=registry,
+        )
         self.cluster_id_mismatches = Counter(
             "kbear_cluster_id_mismatches",
             "Clusters refused because their brokers reported another cluster id than "
@@ -179,6 +187,7 @@ class KBearMetrics(Collector):
             self.clusters_recovered,
             self.failovers,
             self.mirrored_starts,
+            self.cluster_errors,
             self.cluster_id_mismatches,
             self.reloads,
             self.meta_requests,
@@ -231,6 +240,8 @@ class KBearMetrics(Collector):
                 self.clusters_recovered.labels(event.observer, event.cluster)
         elif isinstance(event, _events.ClusterUnanswered):
             self.clusters_unanswered.labels(event.kind, event.cluster).inc()
+        elif isinstance(event, _events.ClusterError):
+            self.cluster_errors.labels(event.kind, event.cluster, event.error).inc()
         elif isinstance(event, _events.ClusterIdMismatch):
             self.cluster_id_mismatches.labels(event.kind, event.cluster).inc()
         elif isinstance(event, _events.FailedOver):

@@ -1,0 +1,185 @@
+"""Rate-limited log records about a cluster's outage, per client and cluster (private).
+
+While a cluster is down, librdkafka reports every failed connection attempt to
+the client's ``error_cb`` (measured: ~2 a second for a producer, ~20 for a
+consumer, 40 a second for a group of 2 on Apache Kafka), and kbear logs what
+the application's own ``error_cb`` does not take (:mod:`kbear._cluster_errors`).
+One :class:`OutageLog` per cluster client turns that into:
+
+- the first failure of an outage, logged at once (as before: the text names the
+  cluster and carries librdkafka's words);
+- then one summary per ``interval_s`` (60 s) while failures go on: ``cluster
+  'east': 312 connection failures in the last 60 s (last: ...)``;
+- one record (INFO) when the outage is over: ``quiet_s`` (30 s) passed without
+  a failure (librdkafka retries a connection at least every
+  ``reconnect.backoff.max.ms``, 10 s by default, and reports each failure; a
+  client that stopped asking the cluster, a producer with nothing to send
+  there, reports none either).
+
+Every failure is counted exactly for kbear's metrics all the same
+(:class:`kbear._events.ClusterErrors`, ``kbear_cluster_errors_total``). The
+summaries and the end of an outage are written by one daemon thread
+(``kbear-outage-log``), running only while some outage is open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+#: seconds between two summaries of one outage
+INTERVAL_S = 60.0
+#: seconds without a failure after which an outage is over (librdkafka retries a
+#: connection at least every ``reconnect.backoff.max.ms``, 10 s by default)
+QUIET_S = 30.0
+#: how often the thread looks at the open outages (seconds)
+_TICK_S = 1.0
+
+
+class OutageLog:
+    """The log records of one cluster client's outages.
+
+    Args:
+        logger: where the records go.
+        prefix: what each record starts with, naming the client and the cluster
+            (``"kbear consumer: cluster 'east'"``).
+        interval_s: seconds between two summaries.
+        quiet_s: seconds without a failure that end an outage.
+        clock: monotonic seconds (tests give theirs).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        prefix: str,
+        *,
+        interval_s: float = INTERVAL_S,
+        quiet_s: float = QUIET_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = logger
+        self._prefix = prefix
+        self._interval_s = interval_s
+        self._quiet_s = quiet_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: when the open outage began (None: no outage open)
+        self._since: float | None = None
+        self._window_start = 0.0
+        self._last_at = 0.0
+        #: failures since the last record, the level and text of the last one
+        self._unlogged = 0
+        self._level = logging.ERROR
+        self._last_text = ""
+        #: every failure of the open outage
+        self._total = 0
+
+    @property
+    def open(self) -> bool:
+        """Whether an outage is open (a failure seen, not yet over)."""
+        return self._since is not None
+
+    def failure(self, level: int, text: str, *args: object, extra: dict[str, object] | None = None) -> None:
+        """A failure of the cluster (a connection refused, brokers down...): logged at
+        ``level`` (the prefix followed by ``text % args``: ``text`` starts with its
+        separator, ``": %s"``) when it opens an outage, else counted for the next
+        summary."""
+        now = self._clock()
+        with self._lock:
+            self._total += 1
+            self._last_at = now
+            if self._since is not None:
+                self._unlogged += 1
+                self._level = max(self._level, level)
+                self._last_text = (text % args if args else text).lstrip(": ")
+                if now - self._window_start < self._interval_s:
+                    return
+                self._summary(now)
+                return
+            self._since = self._window_start = now
+            self._unlogged = 0
+            self._level = level
+        self._log.log(level, f"{self._prefix}{text}", *args, extra=extra)
+        _watch(self)
+
+    def tick(self) -> bool:
+        """What the thread does every second: a summary when ``interval_s`` passed,
+        the end of the outage when ``quiet_s`` passed without a failure. Returns
+        whether the outage is still open."""
+        now = self._clock()
+        with self._lock:
+            if self._since is None:
+                return False
+            if now - self._last_at >= self._quiet_s:
+                self._over(now)
+                return False
+            if self._unlogged and now - self._window_start >= self._interval_s:
+                self._summary(now)
+            return True
+
+    def _summary(self, now: float) -> None:
+        """One record for the failures since the last one (under the lock)."""
+        self._log.log(
+            self._level,
+            "%s: %d connection failures in the last %.0f s (last: %s)",
+            self._prefix,
+            self._unlogged,
+            now - self._window_start,
+            self._last_text,
+            extra={"event": "cluster_outage", "failures": self._unlogged},
+        )
+        self._unlogged = 0
+        self._level = logging.ERROR
+        self._window_start = now
+
+    def _over(self, now: float) -> None:
+        """The end of the open outage (under the lock): one record at INFO."""
+        assert self._since is not None
+        self._log.info(
+            "%s: no failure for %.0f s, outage over: %d failures in %.0f s",
+            self._prefix,
+            now - self._last_at,
+            self._total,
+            self._last_at - self._since,
+            extra={"event": "cluster_outage_over", "failures": self._total},
+        )
+        self._since = None
+        self._unlogged = 0
+        self._total = 0
+
+
+# ---------------------------------------------------------------------- the thread
+
+_open: weakref.WeakSet[OutageLog] = weakref.WeakSet()
+_thread: threading.Thread | None = None
+_thread_lock = threading.Lock()
+
+
+def _watch(outage: OutageLog) -> None:
+    """Have the thread look after ``outage`` (started if not running)."""
+    global _thread
+    with _thread_lock:
+        _open.add(outage)
+        if _thread is None or not _thread.is_alive():
+            _thread = threading.Thread(target=_run, name="kbear-outage-log", daemon=True)
+            _thread.start()
+
+
+def _run() -> None:
+    """Tick every open outage each second; end when none is open."""
+    global _thread
+    while True:
+        time.sleep(_TICK_S)
+        with _thread_lock:
+            outages = list(_open)
+        for outage in outages:
+            if not outage.tick():
+                with _thread_lock:
+                    _open.discard(outage)
+        with _thread_lock:
+            if not _open:
+                _thread = None
+                return
