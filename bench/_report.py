@@ -3,7 +3,12 @@ against their targets, the machine, and what profiling found (FINDINGS)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+#: bench/close_lost.py's figures, rendered as a section of their own when present
+CLOSE_RESULTS = Path(__file__).resolve().parent / "results-close.json"
 
 FINDINGS = """
 ## What profiling found (cProfile), and what was done
@@ -347,4 +352,48 @@ def render_markdown(r: dict[str, Any]) -> str:
             "",
         ]
         return "\n".join([*head, *rows])
-    return "\n".join([*head, *rows, FINDINGS])
+    return "\n".join([*head, *rows, *close_section(), FINDINGS])
+
+
+def close_section() -> list[str]:
+    """The lines of the ``close()`` section (bench/close_lost.py), none without its results."""
+    if not CLOSE_RESULTS.exists():
+        return []
+    c = json.loads(CLOSE_RESULTS.read_text())
+    h, f = c["healthy"], c["after_failover"]
+    lines = [
+        "",
+        "## close()",
+        "",
+        f"Written by `PYTHONPATH=. .venv/bin/python bench/close_lost.py` ({c['machine']}); "
+        "embedded clusters, a group of one member (`group.protocol=consumer`) that read 20 messages "
+        "and committed.",
+        "",
+        "| close() | target | measured | |",
+        "|---|---|---|---|",
+        _row(
+            f"healthy, RoutedConsumer vs confluent-kafka Consumer (median of {h['rounds']} rounds taking turns)",
+            "<= 1 ms more than confluent-kafka's",
+            f"{h['routed_ms']:.2f} ms vs {h['plain_ms']:.2f} ms, ratio {h['ratio']:.2f} "
+            f"(routed {h['routed_range_ms'][0]:.2f}-{h['routed_range_ms'][1]:.2f} ms, "
+            f"plain {h['plain_range_ms'][0]:.2f}-{h['plain_range_ms'][1]:.2f} ms; the difference is "
+            "kbear's leave-before-close, bench/RESULTS-close-hang.md)",
+            h["routed_ms"] - h["plain_ms"] <= 1.0,
+        ),
+        _row(
+            f"RoutedConsumer after failing over a lost cluster ({f['rounds']} runs)",
+            "<= 2 s",
+            f"median {f['routed_ms']:.1f} ms, longest {f['routed_max_ms']:.1f} ms",
+            f["routed_max_ms"] <= 2000,
+        ),
+    ]
+    if "plain_dead_s" in c:
+        lines.append(
+            _row(
+                "confluent-kafka Consumer whose cluster went down (for comparison)",
+                "(none)",
+                f"{c['plain_dead_s']:.1f} s",
+                None,
+            )
+        )
+    return lines

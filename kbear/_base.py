@@ -5,8 +5,15 @@ alike (private), as parts a facade builds, never a base class:
   configuration later clients are built from) and who hears of its route changes
   (``on_route_change`` hooks); SASL credentials; its metrics snapshot;
 - :class:`ReloadSubscription`: the subscription to the router's reloads, held
-  weakly: a client dropped without ``close()`` is freed (and its clients with
-  it), as confluent-kafka's;
+  weakly, and what is released when a client dropped without ``close()`` is
+  freed (its cluster clients closed), as confluent-kafka's clients are at their
+  last reference;
+- :func:`weak_method`: a facade's bound method as its parts hold it (no
+  reference cycle between a facade and its parts);
+- the construction every facade begins with (:func:`refuse_calls`,
+  :func:`open_client`, :func:`open_core`): the configuration argument checked,
+  kbear keys split from the confluent-kafka configuration (:func:`split_config`),
+  the router opened (:func:`open_router`);
 - :class:`Uninitialized`: what an instance whose ``__init__`` never ran (a subclass
   not calling it) has in place of its parts: every call refuses with
   ``RuntimeError``, as confluent-kafka's clients;
@@ -30,6 +37,7 @@ from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.config import KBearConfig
 from kbear.router import Router
+from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
 
 RouteChangeCallback = Callable[[Route, Route | None], None]
 
@@ -108,6 +116,166 @@ class Uninitialized:
         raise RuntimeError(self.message)
 
 
+_FORBIDDEN = ("bootstrap.servers", "metadata.broker.list")
+
+
+def split_config(
+    config: Mapping[str, Any] | None, kwargs: Mapping[str, Any], client: Client | None, kind: str
+) -> tuple[dict[str, Any], KBearSettings]:
+    """Separate kbear keys from the confluent-kafka configuration.
+
+    Raises:
+        ValueError: ``bootstrap.servers`` (or ``metadata.broker.list``) is
+            present, a kbear key is unknown or has a bad value, or a client is
+            given both as ``client=`` and as ``kbear.client.*`` keys.
+    """
+    merged: dict[str, Any] = dict(config or {})
+    merged.update(kwargs)
+    for key in _FORBIDDEN:
+        if key in merged:
+            raise ValueError(
+                f"{kind}: '{key}' must not be set: kbear takes the bootstrap servers from the "
+                "route of each topic (clusters.yaml); remove it and set 'kbear.config' or pass "
+                "router="
+            )
+    kbear_conf = {k: v for k, v in merged.items() if k.startswith(KBEAR_PREFIX)}
+    native = {k: v for k, v in merged.items() if not k.startswith(KBEAR_PREFIX)}
+    settings = parse_settings(kbear_conf, client, kind)
+    if settings.metrics_enable:
+        from kbear.metrics import instrument  # the optional extra, imported only when asked for
+
+        instrument()
+    return native, settings
+
+
+def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tuple[Router, bool]:
+    """The router to use and whether the routed client owns it (and must close it).
+
+    Starts the router's watcher when ``kbear.reload.interval.ms`` > 0.
+
+    ``kbear.config`` is a configuration directory or a meta-service ``http(s)://``
+    URL (asked on behalf of the settings' client, see :mod:`kbear.meta`).
+
+    Raises:
+        ValueError: neither ``router=`` nor ``kbear.config`` is given.
+        ConfigError: the configuration is invalid (or a meta-service unreachable
+            with no cached answer to start from).
+    """
+    owned = router is None
+    if router is None:
+        if settings.config_dir is None:
+            raise ValueError(f"{kind}: set 'kbear.config' (a configuration directory) or pass router=")
+        # A meta-service is told who asks: the kbear.client.* keys, else the
+        # environment (Client.from_environment); a directory ignores it.
+        given = settings.client.id is not None or bool(settings.client.meta)
+        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
+    if settings.reload_interval_ms > 0 and router.source is not None:
+        router.watch(settings.reload_interval_ms / 1000.0)
+    return router, owned
+
+
+def refuse_calls(instance: object, parts: Iterable[str], message: str) -> None:
+    """Set each attribute of ``parts`` on ``instance`` (a routed client whose
+    ``__init__`` has not run yet) to an :class:`Uninitialized` refusing with
+    ``message``: what a facade's ``__new__`` does, so that an instance of a subclass
+    that never calls ``__init__`` refuses every call as a closed confluent-kafka client."""
+    refusing = Uninitialized(message)
+    for part in parts:
+        setattr(instance, part, refusing)
+
+
+def open_client(
+    instance: object,
+    config: Any,
+    kwargs: Mapping[str, Any],
+    client: Client | None,
+    router: Router | None,
+    kind: str,
+) -> tuple[dict[str, Any], KBearSettings]:
+    """The first steps of every routed client's constructor: the configuration
+    argument checked (:func:`check_config_argument`), the client announced to kbear's
+    observers (:class:`~kbear._events.ClientOpened`), kbear keys split off.
+
+    Args:
+        instance: the routed client being constructed.
+        config, kwargs, client, router: the constructor's arguments.
+        kind: the class name used in error messages (``"RoutedProducer"``).
+
+    Returns:
+        (confluent-kafka configuration, kbear settings).
+
+    Raises:
+        TypeError: as :func:`check_config_argument`.
+        ValueError: as :func:`split_config`.
+    """
+    checked = check_config_argument(config, kwargs, router)
+    _events.emit(_events.ClientOpened(instance))  # type: ignore[arg-type]
+    return split_config(checked, kwargs, client, kind)
+
+
+def open_core(
+    kind: str,
+    native: dict[str, Any],
+    settings: KBearSettings,
+    router: Router | None,
+    name: str,
+    log: logging.Logger,
+) -> tuple[ClientCore, bool]:
+    """The router (``router``, or one opened from ``kbear.config``) and the
+    :class:`ClientCore` of a routed client of ``kind`` (as :class:`ClientCore`)
+    named ``name`` in errors.
+
+    Returns:
+        (the core, whether the client owns the router and must close it).
+
+    Raises:
+        ValueError, ConfigError: as :func:`open_router`.
+    """
+    used, owned = open_router(router, settings, name)
+    return ClientCore(kind, native, used, settings.client, log), owned
+
+
+def weak_method(method: Callable[..., Any], gone: Callable[[], Any] | None = None) -> Callable[..., Any]:
+    """``method``, a bound method of a routed client, as one of its parts holds it:
+    called through a weak reference to the client, so that no part keeps the
+    client alive (a client dropped without ``close()`` is freed at its last
+    reference, as confluent-kafka's).
+
+    Args:
+        method: a bound method (``client._store_fast_path``).
+        gone: called (and its result returned) instead once the client is gone;
+            None: the call does nothing and returns None.
+    """
+    ref = weakref.ref(method.__self__)  # type: ignore[attr-defined]
+    func = method.__func__  # type: ignore[attr-defined]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        owner = ref()
+        if owner is None:
+            return None if gone is None else gone()
+        return func(owner, *args, **kwargs)
+
+    call.__doc__ = func.__doc__
+    call.__name__ = getattr(func, "__name__", "call")
+    return call
+
+
+def config_in_force(client: Any) -> Callable[[], KBearConfig]:
+    """A function returning the configuration in force of ``client`` (a routed
+    client: ``client.router.config``) at each call, holding ``client`` weakly (as
+    :func:`weak_method`): what a serializing client's serdes read cluster
+    properties from."""
+    ref = weakref.ref(client)
+
+    def config() -> KBearConfig:
+        owner = ref()
+        if owner is None:
+            raise RuntimeError("the routed client is gone")
+        return owner.router.config  # type: ignore[no-any-return]
+
+    return config
+
+
 def _release(router: Router, listener: Callable[..., None], owned: bool) -> None:
     """At a routed client's collection: stop its reload listener (and its router if owned)."""
     router.unsubscribe(listener)
@@ -115,20 +283,35 @@ def _release(router: Router, listener: Callable[..., None], owned: bool) -> None
         router.close()
 
 
+def _run_release(release: Callable[[], None]) -> None:
+    """A collected client's ``release`` (:class:`ReloadSubscription`); its error logged."""
+    try:
+        release()
+    except Exception:
+        logging.getLogger("kbear").exception(
+            "kbear: releasing the clients of a routed client dropped unclosed failed"
+        )
+
+
 class ReloadSubscription:
     """A routed client's subscription to its router's reloads, held weakly.
 
     ``on_change(old, new)`` (a bound method of the routed client or of one of its
     parts) is called in the reloading thread through a weak reference: a routed
-    client dropped without ``close()`` is freed, and at its collection the
-    listener is removed (and the router closed when ``owns_router``), which stops
-    the router's watcher thread.
+    client dropped without ``close()`` is freed, and at its collection ``release``
+    runs (its cluster clients closed: their threads and connections end, as a
+    confluent-kafka client's at its last reference), the listener is removed (and
+    the router closed when ``owns_router``), which stops the router's watcher thread.
 
     Args:
         owner: the routed client (its collection ends the subscription).
         router: the router whose reloads are followed.
         on_change: called as ``on_change(old_config, new_config)``.
         owns_router: close ``router`` when ``owner`` is collected unclosed.
+        release: called once when ``owner`` is collected unclosed (in the thread
+            that dropped its last reference; not at interpreter exit), before the
+            router is closed; refers to the client's parts, never to ``owner``.
+            What it raises is logged.
     """
 
     def __init__(
@@ -137,6 +320,7 @@ class ReloadSubscription:
         router: Router,
         on_change: Callable[[KBearConfig, KBearConfig], None],
         owns_router: bool,
+        release: Callable[[], None] | None = None,
     ) -> None:
         ref = weakref.WeakMethod(on_change)
 
@@ -149,9 +333,15 @@ class ReloadSubscription:
         self.listener: Callable[[KBearConfig, KBearConfig], None] | None = listener
         router.subscribe(listener)
         self._finalizer = weakref.finalize(owner, _release, router, listener, owns_router)
+        # Registered after the subscription's: finalizers run last registered first.
+        self._releaser = None if release is None else weakref.finalize(owner, _run_release, release)
+        if self._releaser is not None:
+            self._releaser.atexit = False  # at exit, clients are left as confluent-kafka's are
 
     def stop(self) -> None:
         """Stop following reloads (``close()``); the router is left to the caller. Idempotent."""
+        if self._releaser is not None:
+            self._releaser.detach()
         if self.listener is not None:
             self._finalizer.detach()
             self._router.unsubscribe(self.listener)

@@ -3,9 +3,6 @@
 - the per-cluster client registry (:class:`ClientRegistry`) and the factory that
   builds confluent-kafka's clients (:data:`ClientFactory`; tests and
   :mod:`kbear.testing` put theirs in with :func:`mount`);
-- splitting the application's configuration into kbear keys and the
-  confluent-kafka configuration;
-- the router and client each routed client uses;
 - merging a cluster's properties into the configuration of its client;
 - proving from the configuration alone that a client uses one cluster only.
 """
@@ -27,65 +24,6 @@ from kbear import _events
 from kbear._identity import Client
 from kbear._standby import standby_cluster
 from kbear.config import ClusterConfig, KBearConfig, RuleKind
-from kbear.router import Router
-from kbear.settings import KBEAR_PREFIX, KBearSettings, parse_settings
-
-_FORBIDDEN = ("bootstrap.servers", "metadata.broker.list")
-
-
-def split_config(
-    config: Mapping[str, Any] | None, kwargs: Mapping[str, Any], client: Client | None, kind: str
-) -> tuple[dict[str, Any], KBearSettings]:
-    """Separate kbear keys from the confluent-kafka configuration.
-
-    Raises:
-        ValueError: ``bootstrap.servers`` (or ``metadata.broker.list``) is
-            present, a kbear key is unknown or has a bad value, or a client is
-            given both as ``client=`` and as ``kbear.client.*`` keys.
-    """
-    merged: dict[str, Any] = dict(config or {})
-    merged.update(kwargs)
-    for key in _FORBIDDEN:
-        if key in merged:
-            raise ValueError(
-                f"{kind}: '{key}' must not be set: kbear takes the bootstrap servers from the "
-                "route of each topic (clusters.yaml); remove it and set 'kbear.config' or pass "
-                "router="
-            )
-    kbear_conf = {k: v for k, v in merged.items() if k.startswith(KBEAR_PREFIX)}
-    native = {k: v for k, v in merged.items() if not k.startswith(KBEAR_PREFIX)}
-    settings = parse_settings(kbear_conf, client, kind)
-    if settings.metrics_enable:
-        from kbear.metrics import instrument  # the optional extra, imported only when asked for
-
-        instrument()
-    return native, settings
-
-
-def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tuple[Router, bool]:
-    """The router to use and whether the routed client owns it (and must close it).
-
-    Starts the router's watcher when ``kbear.reload.interval.ms`` > 0.
-
-    ``kbear.config`` is a configuration directory or a meta-service ``http(s)://``
-    URL (asked on behalf of the settings' client, see :mod:`kbear.meta`).
-
-    Raises:
-        ValueError: neither ``router=`` nor ``kbear.config`` is given.
-        ConfigError: the configuration is invalid (or a meta-service unreachable
-            with no cached answer to start from).
-    """
-    owned = router is None
-    if router is None:
-        if settings.config_dir is None:
-            raise ValueError(f"{kind}: set 'kbear.config' (a configuration directory) or pass router=")
-        # A meta-service is told who asks: the kbear.client.* keys, else the
-        # environment (Client.from_environment); a directory ignores it.
-        given = settings.client.id is not None or bool(settings.client.meta)
-        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
-    if settings.reload_interval_ms > 0 and router.source is not None:
-        router.watch(settings.reload_interval_ms / 1000.0)
-    return router, owned
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,11 @@ class LostWatch:
                 return  # up, as nothing said otherwise
             self._board.observe(cluster_id, reachable, self._clock() * 1000)
 
+    def lost(self) -> frozenset[str]:
+        """The clusters the policy holds for lost now (declared lost, not recovered)."""
+        with self._lock:
+            return self._board.lost()
+
     @property
     def watching(self) -> bool:
         """Whether a cluster was seen down and not back yet (:meth:`tick` has work)."""

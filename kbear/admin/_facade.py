@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kbear import _events
-from kbear._base import NO_CONFIG, ClientCore, RouteChangeCallback, Uninitialized, check_config_argument
-from kbear._clients import open_router, poll_clients, split_config
+from kbear._base import NO_CONFIG, RouteChangeCallback, open_client, open_core, refuse_calls
+from kbear._clients import poll_clients
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear.admin._cluster_calls import ClusterCalls
@@ -73,9 +73,7 @@ class RoutedAdminClient:
         # What an instance whose __init__ never ran (a subclass not calling it) has:
         # every call refuses as a closed confluent-kafka AdminClient.
         self._initialized = False
-        refusing: Any = Uninitialized(CLOSED)
-        for part in _PARTS:
-            setattr(self, part, refusing)
+        refuse_calls(self, _PARTS, CLOSED)
         return self
 
     def __init__(
@@ -86,11 +84,9 @@ class RoutedAdminClient:
         client: Client | None = None,
         **kwargs: Any,
     ) -> None:
-        config = check_config_argument(config, kwargs, router)
-        _events.emit(_events.ClientOpened(self))
-        native, settings = split_config(config, kwargs, client, "RoutedAdminClient")
-        used, owns_router = open_router(router, settings, "RoutedAdminClient")
-        self._core = ClientCore("client", native, used, settings.client, log)
+        native, settings = open_client(self, config, kwargs, client, router, "RoutedAdminClient")
+        self._core, owns_router = open_core("client", native, settings, router, "RoutedAdminClient", log)
+        used = self._core.router
         self._clusters = clusters = AdminClusters(used, settings.client, native)
         self._topics = TopicCalls(clusters)
         self._groups = GroupCalls(clusters)

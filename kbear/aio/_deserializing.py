@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, config_in_force, weak_method
 from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._consumer import RoutedAIOConsumer
@@ -135,8 +135,8 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
             conf,
             "key.deserializer",
             "value.deserializer",
-            config=lambda: self.router.config,
-            kafka_id=self._kafka_id,
+            config=config_in_force(self),
+            kafka_id=weak_method(self._kafka_id),
         )
         #: (message, cluster) pairs a cancelled poll()/consume() took: handed out first
         self._held: collections.deque[Read] = collections.deque()

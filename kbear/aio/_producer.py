@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.aio._batch import Batch, MessageBuffer
@@ -88,7 +88,10 @@ class RoutedAIOProducer:
         self._poller: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         if buffer_timeout > 0:
-            self._timer = keep_task(self._calls.loop.create_task(self._flush_when_idle()))
+            interval = max(0.1, min(1.0, buffer_timeout / 2))
+            self._timer = keep_task(
+                self._calls.loop.create_task(_flush_when_idle(weak_method(self._send_if_idle), interval))
+            )
 
     def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedProducer:
         """The blocking routed producer this one drives (a subclass may drive a subclass)."""
@@ -262,16 +265,18 @@ class RoutedAIOProducer:
                 return
             self._buffer.settle()
 
-    async def _flush_when_idle(self) -> None:
-        interval = max(0.1, min(1.0, self._buffer_timeout / 2))
-        while not self._is_closed:
-            await asyncio.sleep(interval)
-            if len(self._buffer) and time.monotonic() - self._last_activity >= self._buffer_timeout:
-                try:
-                    await self._send_buffer()
-                except Exception:
-                    log.exception("kbear: sending the buffer after buffer_timeout failed")
-                self._last_activity = time.monotonic()
+    async def _send_if_idle(self) -> bool:
+        """Send the buffer when nothing was produced for ``buffer_timeout`` seconds;
+        False once closed (the buffer timeout's task ends)."""
+        if self._is_closed:
+            return False
+        if len(self._buffer) and time.monotonic() - self._last_activity >= self._buffer_timeout:
+            try:
+                await self._send_buffer()
+            except Exception:
+                log.exception("kbear: sending the buffer after buffer_timeout failed")
+            self._last_activity = time.monotonic()
+        return True
 
     async def poll(self, timeout: float = 0, *args: Any, **kwargs: Any) -> int:
         """Serve delivery reports (``timeout`` in seconds: 0 does not wait, -1 waits
@@ -337,3 +342,15 @@ class RoutedAIOProducer:
         """Flush the buffer, then abort, as ``AIOProducer.abort_transaction``."""
         await self.flush()
         await self._calls.call(self._producer.abort_transaction, *args, **kwargs)
+
+
+async def _flush_when_idle(send_if_idle: Callable[[], Any], interval: float) -> None:
+    """The buffer timeout's task, given the producer's ``_send_if_idle`` through a
+    weak reference (:func:`kbear._base.weak_method`; as confluent-kafka's
+    ``BufferTimeoutManager``): a producer dropped unclosed is freed at its last
+    reference, and the task ends then, or once the producer is closed."""
+    while True:
+        await asyncio.sleep(interval)
+        step = send_if_idle()  # None: the producer is gone
+        if step is None or not await step:
+            return

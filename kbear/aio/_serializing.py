@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka.error import KeySerializationError, ValueSerializationError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, config_in_force, weak_method
 from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
@@ -156,8 +156,8 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
             conf,
             "key.serializer",
             "value.serializer",
-            config=lambda: self.router.config,
-            kafka_id=self._kafka_id,
+            config=config_in_force(self),
+            kafka_id=weak_method(self._kafka_id),
         )
         #: the serdes depend on the cluster: a message moved to another is serialized again
         self._per_cluster = self._serdes.varies

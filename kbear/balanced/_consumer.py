@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.balanced._assignment import (
@@ -111,7 +111,7 @@ class ClientBalancedConsumer(ConsumerCalls):
             registry_topic = str(conf.pop(REGISTRY_KEY, DEFAULT_REGISTRY_TOPIC))
         self._interval_s = interval_ms / 1000.0
         self._consumer = AssignedConsumer(conf, router=router, client=client, **kwargs)
-        self._consumer.switched_hook = self._switched
+        self._consumer.switched_hook = weak_method(self._switched)
         self._lock = self._consumer.lock
         self._topics: list[str] = []
         self._registered: dict[PartitionKey, int] = {}

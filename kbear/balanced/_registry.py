@@ -79,14 +79,18 @@ class Reporter:
         return producer
 
     def _delivered(self, cluster_id: str) -> Any:
+        # Refers to the set of failed clusters, never to the Reporter: librdkafka holds
+        # the callback of a report in flight, where Python's cycle collector cannot see
+        # it (a reference back to the Reporter, which holds the producer, would keep
+        # the producer alive for good when its cluster never answers).
+        failed, topic = self._failed, self.topic
+
         def on_delivery(err: Any, _msg: Any) -> None:
             if err is None:
-                self._failed.discard(cluster_id)
-            elif cluster_id not in self._failed:  # once per outage, not per report
-                self._failed.add(cluster_id)
-                log.warning(
-                    "kbear: ownership report to %r on cluster %r failed: %s", self.topic, cluster_id, err
-                )
+                failed.discard(cluster_id)
+            elif cluster_id not in failed:  # once per outage, not per report
+                failed.add(cluster_id)
+                log.warning("kbear: ownership report to %r on cluster %r failed: %s", topic, cluster_id, err)
 
         return on_delivery
 

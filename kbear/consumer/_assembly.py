@@ -66,6 +66,7 @@ class Parts:
     loop: PollLoop
     binding: PollBinding
     acks: AckLayer | None
+    failover: ConsumerFailover
 
 
 def assemble(
@@ -254,6 +255,7 @@ def assemble(
         loop=loop,
         binding=binding,
         acks=acks,
+        failover=failover,
     )
 
 

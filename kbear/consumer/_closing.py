@@ -23,6 +23,7 @@ closes), and a close took 1.24 ms instead of 1.06 ms (p50).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -79,3 +80,29 @@ def close_consumer(consumer: Any) -> None:
         leave_group(consumer)
     finally:
         consumer.close()
+
+
+def close_consumer_later(consumer: Any, cluster_id: str) -> None:
+    """Close ``consumer``, a client of cluster ``cluster_id`` that kbear holds for
+    lost, without waiting for the cluster: :func:`leave_group` here (the rebalance
+    callbacks run in the calling thread, as in ``close()``), then ``close()`` in a
+    daemon thread of its own (``kbear-close-<cluster>``), where librdkafka waits
+    for a coordinator that does not answer (``session.timeout.ms``, 45 s by
+    default) instead of the application's ``close()``. What the close raises there
+    is logged on ``kbear.consumer``; at interpreter exit the thread is abandoned.
+
+    Raises:
+        Exception: what a rebalance callback served while leaving raised (the
+            close goes on in the background).
+    """
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except Exception as exc:
+            log.info("kbear: closing the client of lost cluster %r: %s", cluster_id, exc)
+
+    try:
+        leave_group(consumer)
+    finally:
+        threading.Thread(target=close, name=f"kbear-close-{cluster_id}", daemon=True).start()

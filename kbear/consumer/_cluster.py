@@ -240,11 +240,13 @@ class ClusterRegistry:
         self._watchers[target.cluster_id] = (props, client)
         return client
 
-    def clear(self) -> list[Any]:
-        """Forget every client (closing): returns the confluent-kafka clients to close,
-        group members first, then the background ones."""
-        clients = [entry.consumer for entry in self.clients.values()]
-        clients += [c for _, c in self._watchers.values()] + self._old_watchers
+    def clear(self) -> list[tuple[str | None, Any]]:
+        """Forget every client (closing): returns the confluent-kafka clients to close
+        with their cluster ids (None: a background client replaced since), group
+        members first, then the background ones."""
+        clients: list[tuple[str | None, Any]] = [(c, e.consumer) for c, e in self.clients.items()]
+        clients += [(c, client) for c, (_, client) in self._watchers.items()]
+        clients += [(None, client) for client in self._old_watchers]
         self.clients = {}
         self._watchers = {}
         self._old_watchers = []

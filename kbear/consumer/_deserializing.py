@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, config_in_force, weak_method
 from kbear._identity import Client
 from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
@@ -86,8 +86,8 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             config,
             "key.deserializer",
             "value.deserializer",
-            meta=cluster_meta(lambda: self.router.config),
-            cluster_client=self._cluster_client,
+            meta=cluster_meta(config_in_force(self)),
+            cluster_client=weak_method(self._cluster_client),
         )
         try:
             if isinstance(rest, Mapping) and str(rest.get("kbear.ack.mode", "")).lower() == "individual":

@@ -22,28 +22,34 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, ClassVar
 
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
-    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
-    Uninitialized,
-    check_config_argument,
+    open_client,
+    open_core,
+    refuse_calls,
     rename_metadata,
+    weak_method,
 )
-from kbear._clients import cluster_target, open_router, single_cluster, split_config
+from kbear._clients import cluster_target, single_cluster
 from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
 from kbear.consumer._ackcalls import AckCalls, check_ack_settings, with_retry_topics
-from kbear.consumer._assembly import assemble
-from kbear.consumer._closing import close_consumer
+from kbear.consumer._assembly import Parts, assemble
+from kbear.consumer._binding import PollBinding
+from kbear.consumer._closing import close_consumer, close_consumer_later
+from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._clusterwide import ClusterCalls
+from kbear.consumer._guard import MoveGuard
+from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._polling import PollLoop
 from kbear.consumer._subscribing import SubscriptionCalls
@@ -145,9 +151,7 @@ class RoutedConsumer:
         # every call refuses as a closed confluent-kafka Consumer.
         self._initialized = False
         self._closed = True
-        refusing: Any = Uninitialized(_CLOSED)
-        for part in _PARTS:
-            setattr(self, part, refusing)
+        refuse_calls(self, _PARTS, _CLOSED)
         return self
 
     def __init__(
@@ -158,9 +162,7 @@ class RoutedConsumer:
         client: Client | None = None,
         **kwargs: Any,
     ) -> None:
-        config = check_config_argument(config, kwargs, router)
-        _events.emit(_events.ClientOpened(self))
-        native, self._settings = split_config(config, kwargs, client, "RoutedConsumer")
+        native, self._settings = open_client(self, config, kwargs, client, router, "RoutedConsumer")
         group = native.get("group.id")
         if not group:
             # confluent-kafka's wording first; kbear checks it before librdkafka does
@@ -178,13 +180,15 @@ class RoutedConsumer:
                 "RoutedConsumer: topic.metadata.refresh.interval.ms must be an integer number of ms, "
                 f"got {native['topic.metadata.refresh.interval.ms']!r}"
             ) from None
-        s = self._settings
-        used, self._owns_router = open_router(router, s, "RoutedConsumer")
-        self._core = ClientCore("consumer", native, used, s.client, log)
+        self._core, self._owns_router = open_core(
+            "consumer", native, self._settings, router, "RoutedConsumer", log
+        )
         self._closed = False
         self._initialized = True
-        self._build(native, refresh_ms / 1000.0, individual)
-        self._reloads = ReloadSubscription(self, used, self._on_config_change, self._owns_router)
+        parts = self._build(native, refresh_ms / 1000.0, individual)
+        self._reloads = ReloadSubscription(
+            self, self._core.router, self._on_config_change, self._owns_router, partial(_release, parts)
+        )
         try:
             self._open_home_cluster()
         except BaseException:
@@ -192,9 +196,12 @@ class RoutedConsumer:
                 self.close()
             raise
 
-    def _build(self, native: dict[str, Any], refresh_s: float, individual: bool) -> None:
+    def _build(self, native: dict[str, Any], refresh_s: float, individual: bool) -> Parts:
         """Build the parts (:func:`~kbear.consumer._assembly.assemble`) and keep each
-        one the facade's methods delegate to."""
+        one the facade's methods delegate to. No part refers to the consumer but
+        through a weak reference (:func:`kbear._base.weak_method`): a consumer
+        dropped unclosed is freed at its last reference."""
+        check_open = weak_method(self._check_open, _refuse)
         parts = assemble(
             self,
             self._settings,
@@ -204,10 +211,11 @@ class RoutedConsumer:
             group=self._group,
             refresh_s=refresh_s,
             notify=self._core.notify,
-            check_open=self._check_open,
-            store=self._store_fast_paths,
+            check_open=check_open,
+            store=weak_method(self._store_fast_paths),
             individual=individual,
         )
+        self._parts = parts
         self._lock = parts.lock
         self._state = parts.state
         self._sub = parts.state.sub
@@ -221,11 +229,12 @@ class RoutedConsumer:
         self._subscriber = parts.subscriber
         self._loop = parts.loop
         self._ack_calls = AckCalls(parts.acks)
-        self._cluster_calls = ClusterCalls(parts.registry, self._check_open)
+        self._cluster_calls = ClusterCalls(parts.registry, check_open)
         self._acks = parts.acks
         self._binding = parts.binding
         if parts.acks is not None and self._settings.retry_enable:
             self.__dict__["subscribe"] = with_retry_topics(parts.subscriber.subscribe, parts.acks)
+        return parts
 
     def _open_home_cluster(self) -> None:
         """As confluent-kafka's client exists from construction on (``oauth_cb`` and
@@ -391,17 +400,9 @@ class RoutedConsumer:
             if self._closed:
                 return
             self._closed = True
-            self._binding.close()
             self._reloads.stop()
-            self._guard.close()
-            self._driver.close()
-            clients = self._registry.clear()
-        errors: list[BaseException] = []
-        for consumer in clients:
-            try:
-                close_consumer(consumer)  # leaves the group first: librdkafka's close hang
-            except Exception as exc:  # a callback's error too: close the rest first
-                errors.append(exc)
+            clients = _stop(self._binding, self._guard, self._driver, self._registry)
+        errors = _close_clients(clients, self._parts)
         if self._owns_router:
             self._core.router.close()
         if errors:
@@ -418,6 +419,58 @@ class RoutedConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _refuse() -> None:
+    """``check_open`` of a consumer that is gone."""
+    raise RuntimeError(_CLOSED)
+
+
+def _stop(
+    binding: PollBinding, guard: MoveGuard, driver: SwitchDriver, registry: ClusterRegistry
+) -> list[Any]:
+    """Stop the parts that work between calls (the fast paths unbound, the move
+    guard, the switch driver's background work) and take the cluster clients out of
+    the registry: the confluent-kafka consumers to close (under the consumer's lock)."""
+    binding.close()
+    guard.close()
+    driver.close()
+    return registry.clear()
+
+
+def _close_clients(clients: list[tuple[str | None, Any]], parts: Parts) -> list[BaseException]:
+    """Close each consumer (leaving its group first: librdkafka's close hang); the
+    errors raised (a callback's too), each client closed anyway. The client of a
+    cluster the consumer holds for lost (failed over, declared lost by the policy,
+    or every broker down and none seen since: :meth:`kbear.consumer._failover.ConsumerFailover.held_lost`,
+    the switch engine's ``down``) commits asynchronously at its revocation and is
+    closed in the background (:func:`close_consumer_later`): close() does not wait
+    for a cluster that does not answer."""
+    lost = parts.failover.held_lost() | parts.driver.engine.down
+    errors: list[BaseException] = []
+    for cluster_id, consumer in clients:
+        try:
+            if cluster_id is not None and cluster_id in lost:
+                parts.rebalancer.unresponsive.add(cluster_id)
+                close_consumer_later(consumer, cluster_id)
+            else:
+                close_consumer(consumer)
+        except Exception as exc:
+            errors.append(exc)
+    return errors
+
+
+def _release(parts: Parts) -> None:
+    """A consumer dropped unclosed (:class:`~kbear._base.ReloadSubscription`): its
+    clients leave their groups and close, as a confluent-kafka Consumer's at its last
+    reference (committing with ``enable.auto.commit``; the application's rebalance
+    callbacks are not called: the consumer they would receive is gone)."""
+    if parts.acks is not None:
+        parts.acks.close()
+    with parts.lock:
+        clients = _stop(parts.binding, parts.guard, parts.driver, parts.registry)
+    for error in _close_clients(clients, parts):
+        log.warning("kbear: closing a cluster client of a consumer dropped unclosed: %s", error)
 
 
 #: poll() and consume() are compiled method descriptors (kbear._cdispatch.FastMethod)

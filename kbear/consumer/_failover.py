@@ -73,6 +73,11 @@ class ConsumerFailover:
         """The clusters this consumer failed over itself."""
         return self._watch.failed
 
+    def held_lost(self) -> frozenset[str]:
+        """The clusters this consumer holds for lost: failed over by it, or declared
+        lost by the policy (:mod:`kbear._health`) and not recovered."""
+        return self._watch.lost() | self._watch.failed
+
     def observe(self, cluster_id: str, reachable: bool) -> None:
         """What a member client of ``cluster_id`` says of its brokers (``error_cb``:
         False; statistics: either). Runs in the thread serving the client's callbacks."""

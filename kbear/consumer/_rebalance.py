@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +66,10 @@ class Rebalancer:
 
     Args:
         owner: what the application's callbacks receive as their consumer (the
-            RoutedConsumer), handed to them as it is, never used here.
+            RoutedConsumer), handed to them as it is, never used here; held weakly
+            (the consumer is freed at its last reference): once it is gone, the
+            application's callbacks are not called (as confluent-kafka's, at a
+            consumer's collection).
         native: the application's confluent-kafka configuration (for
             ``enable.auto.commit``, ``group.protocol``, ``partition.assignment.strategy``).
 
@@ -87,7 +91,10 @@ class Rebalancer:
     """
 
     def __init__(self, owner: object, native: Mapping[str, Any]) -> None:
-        self.owner = owner
+        try:
+            self._owner: Callable[[], object] = weakref.ref(owner)
+        except TypeError:  # not weakly referable (None): held as it is
+            self._owner = lambda: owner
         self.commit_on_revoke = _auto_commit(native)
         self.incremental = str(native.get("group.protocol", "classic")) == "consumer" or "cooperative" in str(
             native.get("partition.assignment.strategy", "")
@@ -127,6 +134,16 @@ class Rebalancer:
         #: when set, ``translate`` runs in the background: the moved topic's partitions
         #: are assigned paused and sought once it answered (:mod:`kbear.consumer._startlater`)
         self.later: LaterStarts | None = None
+
+    @property
+    def owner(self) -> object:
+        """The consumer the application's callbacks receive (None once it is gone)."""
+        return self._owner()
+
+    @property
+    def owner_gone(self) -> bool:
+        """Whether the consumer was collected: the application's callbacks are not called."""
+        return isinstance(self._owner, weakref.ref) and self._owner() is None
 
     @property
     def current(self) -> ClusterClient | None:
@@ -172,7 +189,8 @@ class Rebalancer:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
             outer = self._enter(entry)
             try:
-                user_cb(self.owner, entry.to_logical(partitions))
+                if not self.owner_gone:
+                    user_cb(self.owner, entry.to_logical(partitions))
             finally:
                 self._leave(outer)
 
@@ -187,7 +205,7 @@ class Rebalancer:
                 self._start_again(entry, partitions)
                 positions = self._positions_to_commit(entry, partitions)
                 user_cb = self.callbacks.get("on_revoke")
-                if user_cb is not None:
+                if user_cb is not None and not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(partitions))
                 why = "before its partitions leave this member"
                 if positions and entry.cluster_id in self.unresponsive:
@@ -262,7 +280,7 @@ class Rebalancer:
                 waiting = {(tp.topic, tp.partition) for parts, _ in later.values() for tp in parts}
                 taken = self._taken(entry, started, waiting)
                 user_cb = self.callbacks.get("on_assign")
-                if user_cb is not None:
+                if user_cb is not None and not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(started))
                 if (started is not partitions or taken) and not self.assigned_in_callback:
                     # assigned here (not by librdkafka after the callback): taken-over

@@ -20,13 +20,14 @@ from typing import Any
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
-    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
-    Uninitialized,
-    check_config_argument,
+    open_client,
+    open_core,
+    refuse_calls,
+    weak_method,
 )
-from kbear._clients import Deadline, open_router, poll_clients, split_config
+from kbear._clients import ClientRegistry, Deadline, poll_clients
 from kbear._cluster_id import check_cluster_id
 from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
@@ -35,6 +36,7 @@ from kbear._route import Route
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._cluster import (
+    ClusterProducer,
     close_producers,
     produce_batch,
     producer_registry,
@@ -54,6 +56,8 @@ log = logging.getLogger("kbear.producer")
 #: The RuntimeError message of a call on a closed (or never initialized) producer
 #: (confluent-kafka's).
 _CLOSED = "Producer has been closed"
+#: the parts a call goes to: in an instance whose __init__ never ran, each refuses
+_PARTS = ("_core", "_state", "_routing", "_lock", "_clients", "_txn", "_meta", "_failover")
 
 
 class RoutedProducer:
@@ -109,15 +113,7 @@ class RoutedProducer:
         # What an instance whose __init__ never ran (a subclass not calling it) has:
         # every call refuses as a closed confluent-kafka Producer.
         self._fast_produce = None
-        refusing: Any = Uninitialized(_CLOSED)
-        self._core = refusing
-        self._state = refusing
-        self._routing = refusing
-        self._lock = refusing
-        self._clients = refusing
-        self._txn = refusing
-        self._meta = refusing
-        self._failover = refusing
+        refuse_calls(self, _PARTS, _CLOSED)
         return self
 
     def __init__(
@@ -129,13 +125,10 @@ class RoutedProducer:
         topics: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        config = check_config_argument(config, kwargs, router)
-        _events.emit(_events.ClientOpened(self))
-        native, self._settings = split_config(config, kwargs, client, "RoutedProducer")
+        native, self._settings = open_client(self, config, kwargs, client, router, "RoutedProducer")
         on_delivery = native.pop("on_delivery", None)
-        used, owns_router = open_router(router, self._settings, "RoutedProducer")
-        self._owns_router = owns_router
-        self._core = core = ClientCore("producer", native, used, self._settings.client, log)
+        core, owns_router = open_core("producer", native, self._settings, router, "RoutedProducer", log)
+        self._core, self._owns_router, used = core, owns_router, core.router
         self._lock = threading.RLock()
         # deliver_after / deliver_at, chunking: produce() prepares every call
         self._state = state = ProducerState(
@@ -145,8 +138,8 @@ class RoutedProducer:
         self._clients = clients = producer_registry(
             native,
             on_delivery,
-            self._on_new_client,
-            on_reachable=self._on_reachable,
+            weak_method(self._on_new_client),
+            on_reachable=weak_method(self._on_reachable),
             watch_brokers=self._settings.failover_enable,
         )
         self._table = table = RouteTable(clients)
@@ -157,8 +150,8 @@ class RoutedProducer:
             config_now,
             core.client,
             partial(bool, core.listeners),
-            MethodType(type(self).produce, self),
-            self._store_fast_path,
+            weak_method(MethodType(type(self).produce, self)),
+            weak_method(self._store_fast_path),
         )
         self._failover = ClientFailover(
             self._settings.failover_enable,
@@ -187,7 +180,9 @@ class RoutedProducer:
             state, clients, table.routes, self._lock, native, routing.home, routing.route, self._binding.bind
         )
         self._meta = Metadata(clients, table.routes, routing.route, config_now, core.client)
-        self._subscription = ReloadSubscription(self, used, self._on_config_change, owns_router)
+        self._subscription = ReloadSubscription(
+            self, used, self._on_config_change, owns_router, partial(_release, clients)
+        )
         try:
             if topics is not None:
                 routing.route_all(list(topics))
@@ -483,6 +478,13 @@ class RoutedProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(clients: ClientRegistry[ClusterProducer]) -> None:
+    """A producer dropped unclosed: its clients closed without waiting for delivery
+    (what is queued or in flight is purged), as confluent-kafka's Producer at its
+    last reference."""
+    close_producers([entry.producer for entry in clients.all()], 0)
 
 
 def _config_of(router: Router) -> Callable[[], KBearConfig]:

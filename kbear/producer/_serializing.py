@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka.error import KeySerializationError, ValueSerializationError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, config_in_force, weak_method
 from kbear._identity import Client
 from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
@@ -73,8 +73,8 @@ class RoutedSerializingProducer(RoutedProducer):
             config,
             "key.serializer",
             "value.serializer",
-            meta=cluster_meta(lambda: self.router.config),
-            cluster_client=self._cluster_client,
+            meta=cluster_meta(config_in_force(self)),
+            cluster_client=weak_method(self._cluster_client),
         )
         try:
             super().__init__(rest, router=router, client=client, topics=topics, **kwargs)

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Messages
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbear._base import NO_CONFIG
+from kbear._base import NO_CONFIG, config_in_force, weak_method
 from kbear._identity import Client
 from kbear._serdes import cluster_meta, open_serdes
 from kbear.config import KBearConfig
@@ -65,8 +65,8 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
             merged,
             KEY_DESERIALIZER,
             VALUE_DESERIALIZER,
-            meta=cluster_meta(lambda: self.router.config),
-            cluster_client=self._kafka_id_of,
+            meta=cluster_meta(config_in_force(self)),
+            cluster_client=weak_method(self._kafka_id_of),
         )
         #: the deserializers as configured (confluent-kafka's attribute names)
         self._key_deserializer, self._value_deserializer = self._serdes.configured

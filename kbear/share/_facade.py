@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import IllegalStateException, Messages
@@ -13,12 +14,13 @@ from confluent_kafka import IllegalStateException, Messages
 from kbear import _events
 from kbear._base import (
     NO_CONFIG,
-    ClientCore,
     ReloadSubscription,
     RouteChangeCallback,
-    check_config_argument,
+    open_client,
+    open_core,
+    weak_method,
 )
-from kbear._clients import Deadline, cluster_target, open_router, single_cluster, split_config
+from kbear._clients import Deadline, cluster_target, single_cluster
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
@@ -116,10 +118,10 @@ class RoutedShareConsumer:
     ) -> None:
         if self._initialized:
             raise RuntimeError("ShareConsumer already initialized")
-        config = check_config_argument(config, kwargs, router)
         kind = type(self).__name__
-        check_share_keys({**(config or {}), **kwargs}, kind)
-        native, self._settings = split_config(config, kwargs, client, kind)
+        if isinstance(config, Mapping) or config is NO_CONFIG:  # (else: open_client's TypeError)
+            check_share_keys({**(config if isinstance(config, Mapping) else {}), **kwargs}, kind)
+        native, self._settings = open_client(self, config, kwargs, client, router, kind)
         group = native.get("group.id")
         if not group:
             raise ValueError(
@@ -128,7 +130,6 @@ class RoutedShareConsumer:
             )
         if "on_commit" in native:
             raise ValueError("on_commit is not supported by the share consumer")
-        _events.emit(_events.ClientOpened(self))
         self._group = str(group)
         self._clusters = ShareClusters(native)
         self._acks = ShareAcks(self._guard, self._clusters, acknowledgement_mode(native))
@@ -136,14 +137,22 @@ class RoutedShareConsumer:
         self._routes: dict[str, Route] = {}  # logical topic -> route it is read on now
         self._readers: dict[str, ShareCluster] = {}  # logical topic -> share consumer reading it
         self._turn = 0
-        used, self._owns_router = open_router(router, self._settings, kind)
-        self._core = ClientCore(self._kind, native, used, self._settings.client, log)
+        self._core, self._owns_router = open_core(self._kind, native, self._settings, router, kind, log)
         self._moves = ShareMoves(
-            share_engine(self._settings), self._lookup, self._readers.get, self._switch_topic
+            share_engine(self._settings),
+            weak_method(self._lookup),
+            self._readers.get,
+            weak_method(self._switch_topic),
         )
         self._initialized = True
         self._guard.closed = False
-        self._reloads = ReloadSubscription(self, used, self._on_config_change, self._owns_router)
+        self._reloads = ReloadSubscription(
+            self,
+            self._core.router,
+            self._on_config_change,
+            self._owns_router,
+            partial(_release, self._clusters),
+        )
         try:
             self._open_home_cluster()
         except BaseException:
@@ -393,13 +402,7 @@ class RoutedShareConsumer:
         with self._guard.call():
             self._guard.closed = True
             self._reloads.stop()
-            entries = self._clusters.clear()
-            errors: list[BaseException] = []
-            for entry in entries:
-                try:
-                    entry.client.close()
-                except Exception as exc:
-                    errors.append(exc)
+            errors = _close_clients(self._clusters)
             if self._owns_router:
                 self._core.router.close()
             if errors:
@@ -410,3 +413,22 @@ class RoutedShareConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_clients(clusters: ShareClusters) -> list[BaseException]:
+    """Close every cluster's share consumer (each commits its pending
+    acknowledgements and leaves the share group); the errors raised, each closed anyway."""
+    errors: list[BaseException] = []
+    for entry in clusters.clear():
+        try:
+            entry.client.close()
+        except Exception as exc:
+            errors.append(exc)
+    return errors
+
+
+def _release(clusters: ShareClusters) -> None:
+    """A share consumer dropped unclosed (:class:`~kbear._base.ReloadSubscription`):
+    its share consumers closed, as confluent-kafka's at its last reference."""
+    for error in _close_clients(clusters):
+        log.warning("kbear: closing a cluster client of a share consumer dropped unclosed: %s", error)

@@ -234,6 +234,31 @@ def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_the
     ]
 
 
+def test_close_after_a_failover_does_not_wait_for_the_lost_cluster(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    east_down: Callable[[], None],
+) -> None:
+    """After the consumer failed east over, its client of east (a group member of a
+    cluster that does not answer) is closed in the background: close() returns at
+    once instead of waiting for east's coordinator (tens of seconds, confluent-kafka's
+    own consumer too)."""
+    sent = [f"c-{i}".encode() for i in range(20)]
+    topic, _directory, consumer = identically_mirrored(native_clusters, tmp_path, unique, closing, sent)
+    assert read_some(consumer, 10)
+    east_down()
+    until_on_west(consumer, topic, 20)
+    assert consumer.routes()[topic].cluster_id == "west", "the consumer did not fail over"
+    started = time.monotonic()
+    consumer.close()
+    took = time.monotonic() - started
+    assert took <= 2.0, f"close() took {took:.1f} s after the failover"
+    with pytest.raises(RuntimeError):
+        consumer.poll(0)
+
+
 def test_a_short_outage_is_not_a_loss(
     native_clusters: Clusters,
     tmp_path: Path,
