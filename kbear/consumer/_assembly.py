@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, TopicPartition
 
 from kbear._cluster_id import check_cluster_id
 from kbear._health import reachable_from_error
@@ -28,6 +28,7 @@ from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._binding import PollBinding, Store
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
+from kbear.consumer._gate import CallGate
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
@@ -109,7 +110,12 @@ def assemble(
         clock=time.monotonic,
     )
     if rebalancer.commit_on_revoke:
-        registry.commit_hook = guard.commit_answered
+
+        def commit_answered(cluster_id: str, err: Any, partitions: list[TopicPartition]) -> None:
+            rebalancer.commit_answered(cluster_id, err, partitions)
+            guard.commit_answered(cluster_id, err, partitions)
+
+        registry.commit_hook = commit_answered
         rebalancer.assigned_hook = guard.assigned
 
     def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
@@ -167,6 +173,7 @@ def assemble(
         binding.unbind()  # built below, before any client
 
     later.deferred_hook = unbind
+    gate = CallGate(unbind)
 
     placement = Placement(
         state.sub,
@@ -189,6 +196,7 @@ def assemble(
         driver,
         placement,
         assigned,
+        gate,
         lock=lock,
         check_open=check_open,
         repin=repin,
@@ -217,11 +225,12 @@ def assemble(
         registry,
         driver,
         guard,
+        gate,
         between_calls=subscriber.between_calls,
         check_open=check_open,
         repin=repin,
     )
-    binding = PollBinding(state, registry, driver, guard, loop.poll, loop.consume, store)
+    binding = PollBinding(state, registry, driver, guard, gate, loop.poll, loop.consume, store)
     acks: AckLayer | None = None
     if individual:
         sub = state.sub

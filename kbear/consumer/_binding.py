@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._gate import CallGate
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._subscription import ReadState, SubscriptionKind
@@ -30,6 +31,7 @@ class PollBinding:
     Args:
         state, registry, driver, guard: the consumer's shared state, per-cluster
             clients, switch driver and move guard (what needs kbear per message).
+        gate: the turns of calls from other threads (none is bound while one waits).
         slow_poll, slow_consume: the poll loop's ``poll`` / ``consume`` (the turn
             taking falls back to them).
         store: where the consumer keeps what is bound.
@@ -41,6 +43,7 @@ class PollBinding:
         registry: ClusterRegistry,
         driver: SwitchDriver,
         guard: MoveGuard,
+        gate: CallGate,
         slow_poll: Callable[..., Any],
         slow_consume: Callable[..., list[Any]],
         store: Store,
@@ -49,6 +52,7 @@ class PollBinding:
         self._registry = registry
         self._driver = driver
         self._guard = guard
+        self._gate = gate
         self._slow_poll = slow_poll
         self._slow_consume = slow_consume
         self._store = store
@@ -72,6 +76,7 @@ class PollBinding:
             or state.watching
             or self._driver.busy
             or self._guard.active
+            or self._gate.waiting
             or self._registry.leaving
             or state.sub.kind is SubscriptionKind.PATTERN
             or self._driver.engine.tracks_timestamps

@@ -121,8 +121,9 @@ class RoutedConsumer:
     ``poll(timeout)`` keeps its timeout); then the topic is dropped there and
     subscribed on the new cluster. ``immediate`` switches at once: messages
     produced to the old cluster and not yet read are left behind. With
-    ``enable.auto.commit`` on, positions are committed synchronously before
-    partitions leave this member (rebalance), so the next owner starts there;
+    ``enable.auto.commit`` on, positions are committed (without waiting for the
+    answer) before partitions leave this member (rebalance), so the next owner
+    starts there;
     and during a move (until ``kbear.switch.drain.timeout.ms`` +
     ``session.timeout.ms`` after this member's switch) what was read is committed
     at the next call (asynchronously; ``on_commit`` sees these commits), and a
@@ -131,7 +132,12 @@ class RoutedConsumer:
 
     Thread safety: calls from several threads are serialized by a lock, except
     that ``poll``/``consume`` release it while they wait on librdkafka; ``close()``
-    from another thread ends a waiting ``poll`` within its current slice.
+    from another thread ends a waiting ``poll`` within its current slice. A call
+    from another thread while one polls (``assignment()``, ``position()``...) waits
+    at most for the ``poll``/``consume`` in progress (as long as its timeout), then
+    the polling thread lets it through: confluent-kafka lets such a call reach a
+    client only between two polls of it, and a thread polling in a loop would
+    otherwise always come first.
     """
 
     # ``_fast_poll``, ``_fast_consume``: this instance's fast paths (None: the poll
@@ -443,15 +449,14 @@ def _close_clients(clients: list[tuple[str | None, Any]], parts: Parts) -> list[
     errors raised (a callback's too), each client closed anyway. The client of a
     cluster the consumer holds for lost (failed over, declared lost by the policy,
     or every broker down and none seen since: :meth:`kbear.consumer._failover.ConsumerFailover.held_lost`,
-    the switch engine's ``down``) commits asynchronously at its revocation and is
-    closed in the background (:func:`close_consumer_later`): close() does not wait
+    the switch engine's ``down``; its revocation commits asynchronously, as every
+    revocation does) is closed in the background (:func:`close_consumer_later`): close() does not wait
     for a cluster that does not answer."""
     lost = parts.failover.held_lost() | parts.driver.engine.down
     errors: list[BaseException] = []
     for cluster_id, consumer in clients:
         try:
             if cluster_id is not None and cluster_id in lost:
-                parts.rebalancer.unresponsive.add(cluster_id)
                 close_consumer_later(consumer, cluster_id)
             else:
                 close_consumer(consumer)

@@ -24,7 +24,7 @@ from kbear._route import Route
 from kbear.consumer._assigned import SwitchedHook
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._facade import RoutedConsumer
-from kbear.consumer._rebalance import commit_sync
+from kbear.consumer._rebalance import commit_async
 from kbear.consumer._subscription import SubscriptionKind, route_topics
 
 T = TypeVar("T")
@@ -97,14 +97,14 @@ class AssignedConsumer(RoutedConsumer):
 
     def release(self, tp: TopicPartition, cluster_id: str) -> None:
         """Stop reading ``tp`` (logical name) registered on ``cluster_id``; with
-        ``enable.auto.commit`` on, its position is committed first (synchronously),
-        so the next node starts there."""
+        ``enable.auto.commit`` on, its position is committed first (sent without
+        waiting, before the partition is unassigned), so the next node starts there."""
         entry = self._registry.get(cluster_id)
         if entry is not None and self._rebalancer.commit_on_revoke:
             ((_, _, parts),) = self._placement.split([tp])
             positions = [p for p in entry.consumer.position(parts) if p.offset >= 0]
             if positions:
-                commit_sync(entry, positions, "as the partition is unregistered")
+                commit_async(entry, positions, "as the partition is unregistered")
         self.incremental_unassign([tp])
         if entry is not None and not entry.topics and not entry.consumer.assignment():
             self._registry.deactivate(entry)

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterRegistry
+from kbear.consumer._gate import CallGate
 from kbear.consumer._individual import AckLayer
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._placing import Placement
@@ -36,13 +37,17 @@ def locked(method: F) -> F:
     thread inside a cluster client's ``poll()`` (or ``close()``), and another
     thread holding the lock may be waiting in a call on that very client, which
     confluent-kafka holds until the ``poll()`` returns. The callback's calls
-    address the rebalanced cluster only (:attr:`Rebalancer.current`)."""
+    address the rebalanced cluster only (:attr:`Rebalancer.current`).
+
+    From a thread other than the polling one, the call takes its turn first
+    (:mod:`kbear.consumer._gate`): confluent-kafka lets it reach a client only
+    between two polls of it."""
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self._rebalancer.current is not None:
             return method(self, *args, **kwargs)
-        with self._lock:
+        with self._gate.turn(), self._lock:
             return method(self, *args, **kwargs)
 
     return cast(F, call)
@@ -79,6 +84,7 @@ class PartitionCalls:
             switch driver (the stale commits after a switch).
         placement: where its partitions are read.
         assigned: the route following of a manual assignment.
+        gate: the turns of calls from other threads on the clients.
         lock: the consumer's lock.
         check_open: raises ``RuntimeError`` when the consumer is closed.
         repin: called when the clients read changed.
@@ -95,12 +101,14 @@ class PartitionCalls:
         driver: SwitchDriver,
         placement: Placement,
         assigned: AssignedMoves,
+        gate: CallGate,
         *,
         lock: threading.RLock,
         check_open: Callable[[], None],
         repin: Callable[[], None],
     ) -> None:
         self._sub = sub
+        self._gate = gate
         self._registry = registry
         self._rebalancer = rebalancer
         self._driver = driver

@@ -20,7 +20,7 @@ from kbear._route import Route
 from kbear.consumer._closing import close_consumer
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 from kbear.consumer._mover import SwitchDriver
-from kbear.consumer._rebalance import Rebalancer, commit_sync
+from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._subscription import Subscription
 from kbear.router import Router
 
@@ -149,7 +149,7 @@ class Placement:
     def close_client(self, entry: ClusterClient) -> None:
         """Close ``entry``'s client (its probes ended, what it consumed committed)."""
         self._driver.quiesce(entry.cluster_id)
-        commit_sync(entry, None, "as its client closes")
+        commit_async(entry, None, "as its client closes")  # sent before the close, which waits for it
         close_consumer(entry.consumer)
         self._registry.deactivate(entry)
 

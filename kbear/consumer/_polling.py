@@ -4,12 +4,14 @@ Responsible for: ``poll`` and ``consume`` over several clusters in turn (each
 blocking wait cut in slices of ``_POLL_SLICE_S``, so no call outlives its
 timeout by more than a slice), asking for the work due between slices (a
 pending reload, the switch engine's decisions, a pattern refresh: the
-subscription part's ``between_calls``), the logical names of messages read, and
-the clients still leaving.
+subscription part's ``between_calls``), the logical names of messages read, the
+clients still leaving, and the turns of calls from other threads
+(:mod:`kbear.consumer._gate`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +20,7 @@ from confluent_kafka import Message
 
 from kbear._clients import Deadline
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
+from kbear.consumer._gate import CallGate
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._subscription import ReadState, SubscriptionKind
@@ -34,8 +37,10 @@ class PollLoop:
     Args:
         state: the consumer's shared state (subscription, pending reload).
         registry, driver, guard: its per-cluster clients, switch driver and move guard.
-        between_calls: the work due between calls (the subscription part's; raises
-            ``RuntimeError`` when the consumer is closed).
+        gate: the turns of calls from other threads on the clients.
+        between_calls: the work due between calls (the subscription part's; given
+            the longest wait for the consumer's lock, seconds, None: no limit;
+            raises ``RuntimeError`` when the consumer is closed).
         check_open: raises ``RuntimeError`` when the consumer is closed.
         repin: called when the clients read changed.
 
@@ -51,8 +56,9 @@ class PollLoop:
         registry: ClusterRegistry,
         driver: SwitchDriver,
         guard: MoveGuard,
+        gate: CallGate,
         *,
-        between_calls: Callable[[], None],
+        between_calls: Callable[[float | None], None],
         check_open: Callable[[], None],
         repin: Callable[[], None],
     ) -> None:
@@ -61,6 +67,7 @@ class PollLoop:
         self._registry = registry
         self._driver = driver
         self._guard = guard
+        self._gate = gate
         self._before_call = between_calls
         self._check_open = check_open
         self._repin = repin
@@ -87,10 +94,28 @@ class PollLoop:
         and return what is left of ``timeout`` (seconds; None or negative: infinite):
         that work counts in the call's timeout."""
         started = time.monotonic()
-        self._before_call()
+        self._before_call(None if timeout is None or timeout < 0 else timeout)
         if timeout is None or timeout <= 0:
             return timeout
         return max(0.0, timeout - (time.monotonic() - started))
+
+    def _take_turn(self, timeout: float | None) -> tuple[bool, float | None]:
+        """Entering the poll loop: note the polling thread, let calls from other
+        threads through first (for at most ``timeout`` seconds; None or negative:
+        infinite) and bind the fast paths again. Returns whether no call waits any
+        more, and what is left of ``timeout``."""
+        gate = self._gate
+        if gate.poller == threading.get_ident() and not gate.waiting and not gate.unbound:
+            return True, timeout
+        started = time.monotonic()
+        bounded = timeout is not None and timeout >= 0
+        if not gate.yield_to(timeout if bounded else None):
+            return False, 0.0
+        gate.unbound = False
+        self._repin()
+        if timeout is None or timeout < 0:
+            return True, timeout
+        return True, max(0.0, timeout - (time.monotonic() - started))
 
     def _needs_care(self) -> bool:
         return (
@@ -115,6 +140,9 @@ class PollLoop:
             RuntimeError: the consumer is closed.
             KafkaException: errors of confluent-kafka.
         """
+        through, timeout = self._take_turn(timeout)
+        if not through:
+            return None
         if self._needs_care():
             timeout = self._after_work(timeout)
         if self._registry.leaving:
@@ -127,6 +155,7 @@ class PollLoop:
             and not self._driver.busy
             and not self._guard.active
             and not self._registry.leaving
+            and not self._gate.waiting
         ):
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
@@ -153,6 +182,8 @@ class PollLoop:
             left = deadline.remaining()
             if left is not None and left <= 0:
                 return None
+            if self._gate.waiting and not self._gate.yield_to(left):
+                return None
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
             for i in range(n):
                 entry = active[(start + i) % n]
@@ -160,7 +191,7 @@ class PollLoop:
                 if msg is not None:
                     return self._out(entry, msg)  # type: ignore[no-any-return]
             if self._needs_care() or self._registry.leaving:
-                self._before_call()
+                self._before_call(deadline.remaining())
                 if self._registry.leaving:
                     leftover = self._serve_leaving()
                     if leftover is not None:
@@ -185,6 +216,9 @@ class PollLoop:
             ValueError: ``num_messages`` out of range (as confluent-kafka).
             RuntimeError: the consumer is closed.
         """
+        through, timeout = self._take_turn(timeout)
+        if not through:
+            return []
         if self._needs_care():
             timeout = self._after_work(timeout)
         if self._registry.leaving and 1 <= num_messages <= 1_000_000:
@@ -198,6 +232,7 @@ class PollLoop:
             and not self._driver.busy
             and not self._guard.active
             and not self._registry.leaving
+            and not self._gate.waiting
         ):
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
@@ -225,9 +260,11 @@ class PollLoop:
             left = deadline.remaining()
             if out or (left is not None and left <= 0):
                 return out
+            if self._gate.waiting and not self._gate.yield_to(left):
+                return out
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
             if self._needs_care() or self._registry.leaving:
-                self._before_call()
+                self._before_call(deadline.remaining())
                 if self._registry.leaving:
                     leftover = self._serve_leaving()
                     if leftover is not None:

@@ -9,18 +9,20 @@ callbacks that:
 - apply the start offsets of ``kbear.switch.start`` to the first assignment of
   a topic just moved to the cluster;
 - commit, before partitions leave this member (``on_revoke``), the positions
-  reached on them, synchronously, when ``enable.auto.commit`` is on: the member
-  that gets them next starts where this one stopped, instead of at the last
-  auto-commit (the source of duplicates when a group follows a move). Topics
-  whose drain already committed their end offsets are left out. When the group
-  refuses that commit (it is rebalancing; librdkafka's mock does) and the
-  next assignment gives the partitions back (eager protocols), the member goes
-  on from its own positions instead of the older committed offsets, and commits
-  them all in the new generation (those of the partitions that went to other
-  members, and those it reads on from). On a cluster
-  whose last switch timed out (it did not answer the drain in time) that
-  commit is sent without waiting: a slow or absent cluster must not hold up
-  ``poll()`` (issue #11: ``poll(timeout)`` keeps its timeout during a move).
+  reached on them, when ``enable.auto.commit`` is on: the member that gets them
+  next starts where this one stopped, instead of at the last auto-commit (the
+  source of duplicates when a group follows a move). Topics whose drain already
+  committed their end offsets are left out. The commit is sent without waiting
+  (issue #39: a synchronous commit there held ``poll(0.1)`` for 16 s when a
+  broker of the old cluster died mid-move): librdkafka sends it to the group
+  coordinator before the request that rejoins the group, on the same
+  connection, so the coordinator has it before it hands the partitions to their
+  next owner. When the group refuses it (it is rebalancing; librdkafka's
+  mock does: the answer reaches ``on_commit`` before the next
+  assignment) and the next assignment gives the partitions back (eager
+  protocols), the member goes on from its own positions instead of the older
+  committed offsets, and commits them all in the new generation (those of the
+  partitions that went to other members, and those it reads on from).
 """
 
 from __future__ import annotations
@@ -82,9 +84,6 @@ class Rebalancer:
             that cluster at its next assignment.
         committed_to_end: (cluster id, physical topic) of topics switched away
             after a complete drain: their revocation needs no commit.
-        unresponsive: ids of clusters whose last switch away timed out: their
-            revocations commit asynchronously (until a switch away from them
-            ends with a complete drain again).
         resume_at: cluster id -> (physical topic, partition) -> this member's
             position at a revocation whose commit the group refused (eager
             protocols only): kept for the cluster's next assignment only.
@@ -103,7 +102,8 @@ class Rebalancer:
         self.assigned_in_callback = False
         self.start_at: dict[tuple[str, str], StartPlan] = {}
         self.committed_to_end: set[tuple[str, str]] = set()
-        self.unresponsive: set[str] = set()
+        #: cluster id -> the positions its last revocation committed, until answered
+        self._revoking: dict[str, list[TopicPartition]] = {}
         self.resume_at: dict[str, dict[tuple[str, int], int]] = {}
         #: called with the entry once an ``on_assign`` of its client was served
         self.assigned_hook: Callable[[ClusterClient], None] | None = None
@@ -207,11 +207,10 @@ class Rebalancer:
                 user_cb = self.callbacks.get("on_revoke")
                 if user_cb is not None and not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(partitions))
-                why = "before its partitions leave this member"
-                if positions and entry.cluster_id in self.unresponsive:
-                    commit_async(entry, positions, why)
-                elif positions and not commit_sync(entry, positions, why):
-                    self._remember(entry, positions)
+                if positions:
+                    if not self.incremental:
+                        self._revoking[entry.cluster_id] = positions
+                    commit_async(entry, positions, "before its partitions leave this member")
             finally:
                 if self.revoked_hook is not None:  # also when the application's callback raised
                     self.revoked_hook(entry, partitions)
@@ -227,14 +226,23 @@ class Rebalancer:
             for topic, plan in self.later.revoked(entry, partitions):
                 self.start_at.setdefault((entry.cluster_id, topic), plan)
 
-    def _remember(self, entry: ClusterClient, positions: list[TopicPartition]) -> None:
-        """The group refused the commit of ``positions`` as they leave this member: if
-        the next assignment gives them back, reading goes on from there, not from
-        the group's older committed offset (what this member read already is not
-        read again). Nothing is skipped: the member read everything before them.
-        Eager protocols only (an incremental revocation keeps what stays)."""
-        if not self.incremental:
-            self.resume_at[entry.cluster_id] = {(tp.topic, tp.partition): tp.offset for tp in positions}
+    def commit_answered(self, cluster_id: str, err: Any, partitions: list[TopicPartition]) -> None:
+        """``on_commit`` of ``cluster_id``'s client. When it answers the commit of the
+        last revocation there (eager protocols) with a refusal, the positions are
+        remembered: if the next assignment gives the partitions back, reading goes
+        on from there, not from the group's older committed offset (what this
+        member read already is not read again). Nothing is skipped: the member read
+        everything before them. No client call here (see
+        :meth:`kbear.consumer._guard.MoveGuard.commit_answered`)."""
+        positions = self._revoking.get(cluster_id)
+        if positions is None:
+            return
+        answered = {(tp.topic, tp.partition, tp.offset) for tp in partitions}
+        if answered != {(tp.topic, tp.partition, tp.offset) for tp in positions}:
+            return  # another commit's answer
+        del self._revoking[cluster_id]
+        if err is not None or any(tp.error is not None for tp in partitions):
+            self.resume_at[cluster_id] = {(tp.topic, tp.partition): tp.offset for tp in positions}
 
     def _positions_to_commit(
         self, entry: ClusterClient, partitions: list[TopicPartition]
@@ -268,6 +276,9 @@ class Rebalancer:
             try:
                 resume = self.resume_at.pop(entry.cluster_id, None)
                 self._resumed_at.pop(entry.cluster_id, None)
+                # an answer to the last revocation's commit arriving from now on is ignored:
+                # what it would remember belongs to the generation that just ended
+                self._revoking.pop(entry.cluster_id, None)
                 started, translated, later = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
@@ -426,26 +437,6 @@ def _commit_resumed(entry: ClusterClient, resume: dict[tuple[str, int], int]) ->
     done = [TopicPartition(t, p, off) for (t, p), off in resume.items() if off >= 0]
     if done:
         commit_async(entry, done, "of the positions the group refused as the partitions left")
-
-
-def commit_sync(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> bool:
-    """Commit ``offsets`` (None: the stored offsets) on ``entry``'s cluster and wait.
-
-    Returns whether the commit succeeded (nothing to commit counts as success);
-    a failure is logged on ``kbear.consumer`` with ``why``, never raised: a
-    commit kbear makes on the application's behalf must not break its poll loop.
-    """
-    try:
-        if offsets is None:
-            entry.consumer.commit(asynchronous=False)
-        else:
-            entry.consumer.commit(offsets=offsets, asynchronous=False)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError._NO_OFFSET:
-            return True
-        log.warning("kbear: commit on cluster %r %s failed: %s", entry.cluster_id, why, exc)
-        return False
-    return True
 
 
 def commit_async(entry: ClusterClient, offsets: list[TopicPartition] | None, why: str) -> None:

@@ -251,15 +251,19 @@ class SubscriptionCalls:
 
     # ------------------------------------------------------------------ route changes
 
-    def between_calls(self) -> None:
+    def between_calls(self, wait_s: float | None = None) -> None:
         """The work due before a ``poll()``/``consume()`` goes on (under the lock):
         a pending reload applied, the move guard's and the switch engine's steps,
-        a pattern subscription's refresh. Never waits on a broker.
+        a pattern subscription's refresh. Never waits on a broker; waits for the
+        lock (held by a call from another thread) at most ``wait_s`` seconds (None:
+        no limit), else leaves the work to the next call.
 
         Raises:
             RuntimeError: the consumer is closed.
         """
-        with self._lock:
+        if not self._lock.acquire(timeout=-1 if wait_s is None else max(0.0, wait_s)):
+            return
+        try:
             self._check_open()
             if self._state.watching and self.failover_tick is not None:
                 self.failover_tick()
@@ -276,6 +280,8 @@ class SubscriptionCalls:
                 self._pattern_job is not None or time.monotonic() >= self._sub.next_refresh
             ):
                 self._refresh_patterns()
+        finally:
+            self._lock.release()
 
     def _apply_changes(self) -> None:
         self._state.pending = False
@@ -327,13 +333,10 @@ class SubscriptionCalls:
             old_entry.detach(topic, old)
             if clean:
                 self._rebalancer.committed_to_end.add((old.cluster_id, old.topic))
-                self._rebalancer.unresponsive.discard(old.cluster_id)
-            else:
-                # the drain timed out: the old cluster's revocation must not wait on it
-                self._rebalancer.unresponsive.add(old.cluster_id)
-                if not self._rebalancer.commit_on_revoke:
-                    # the application commits: what it stored is committed as the topic leaves
-                    commit_async(old_entry, None, "at route switch")
+            elif not self._rebalancer.commit_on_revoke:
+                # the drain timed out and the application commits: what it stored is
+                # committed as the topic leaves
+                commit_async(old_entry, None, "at route switch")
             self._placement.resubscribe([old_entry])
         if new is None:
             self._sub.routes.pop(topic, None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, TopicPartition
 
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient
@@ -24,27 +24,34 @@ from kbear.consumer._rebalance import Rebalancer
 
 class Member:
     """A cluster client's calls inside rebalance callbacks: positions reached, and a
-    group that accepts or refuses commits."""
+    group that accepts or refuses commits. Every commit kbear makes here is sent
+    without waiting; :meth:`answer` delivers the answers as librdkafka's
+    ``on_commit`` does (before the next assignment's callback)."""
 
     def __init__(self, positions: dict[tuple[str, int], int], refuse: int | None) -> None:
         self.positions = positions
         self.refuse = refuse
         self.assigned: list[list[tuple[str, int, int]]] = []
-        self.committed: list[list[tuple[str, int, int]]] = []
-        self.sent: list[list[tuple[str, int, int]]] = []  # asynchronous commits (the new generation's)
+        self.committed: list[list[tuple[str, int, int]]] = []  # accepted
+        self.sent: list[list[tuple[str, int, int]]] = []  # sent, not answered yet
 
     def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
         pos = self.positions
         return [TopicPartition(tp.topic, tp.partition, pos[tp.topic, tp.partition]) for tp in parts]
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
-        if asynchronous:  # answered later, through on_commit
-            self.sent.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
-            return offsets
-        if self.refuse is not None:
-            raise KafkaException(KafkaError(self.refuse))
-        self.committed.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
+        assert asynchronous, "kbear's own commits never wait"
+        self.sent.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
         return offsets
+
+    def answer(self, rebalancer: Rebalancer) -> None:
+        """The group answers every commit sent: refused (``refuse``) or accepted."""
+        for sent in self.sent:
+            err = None if self.refuse is None else KafkaError(self.refuse)
+            if err is None:
+                self.committed.append(sent)
+            rebalancer.commit_answered("A", err, [TopicPartition(t, p, o) for t, p, o in sent])
+        self.sent = []
 
     def assign(self, parts: list[TopicPartition]) -> None:
         self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in parts])
@@ -66,6 +73,7 @@ def member(refuse: int | None, **native: Any) -> tuple[Rebalancer, ClusterClient
 def rebalance(rebalancer: Rebalancer, entry: ClusterClient, revoked: list[int], assigned: list[int]) -> None:
     callbacks = rebalancer.callbacks_for(entry)
     callbacks["on_revoke"](entry.consumer, given(revoked))
+    entry.consumer.answer(rebalancer)
     callbacks["on_assign"](entry.consumer, given(assigned))
 
 
@@ -137,6 +145,7 @@ def test_a_start_chosen_for_a_moved_topic_wins() -> None:
     rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
     callbacks = rebalancer.callbacks_for(entry)
     callbacks["on_revoke"](consumer, given([0, 1]))
+    consumer.answer(rebalancer)
     rebalancer.start_at[("A", "orders")] = StartPlan(offset=OFFSET_BEGINNING)
     callbacks["on_assign"](consumer, given([0, 1]))
     assert consumer.assigned == [[("orders", 0, OFFSET_BEGINNING), ("orders", 1, OFFSET_BEGINNING)]]
@@ -159,7 +168,9 @@ def test_a_member_that_read_nothing_since_it_resumed_commits_where_it_resumed() 
     rebalance(rebalancer, entry, revoked=[0, 1], assigned=[0, 1])
     consumer.positions = {("orders", 0): OFFSET_INVALID, ("orders", 1): 80}  # read on 1 only
     consumer.refuse = None
+    consumer.sent.clear()  # the new generation's commit of the positions (answered or not)
     rebalancer.callbacks_for(entry)["on_revoke"](consumer, given([0, 1]))
+    consumer.answer(rebalancer)
     assert consumer.committed == [[("orders", 0, 120), ("orders", 1, 80)]]
 
 
@@ -170,5 +181,39 @@ def test_a_resumed_position_serves_the_next_revocation_only() -> None:
     rebalance(rebalancer, entry, revoked=[0, 1], assigned=[0, 1])  # committed 120, 75 here
     consumer.positions = {("orders", 0): OFFSET_INVALID, ("orders", 1): OFFSET_INVALID}
     consumer.committed.clear()
+    consumer.sent.clear()
     rebalancer.callbacks_for(entry)["on_revoke"](consumer, given([0, 1]))
+    consumer.answer(rebalancer)
     assert consumer.committed == []  # the group's offsets stand: nothing read since
+
+
+def test_the_commit_as_partitions_leave_never_waits() -> None:
+    """The commit a member makes as its partitions leave is sent without waiting
+    (a synchronous one held poll(0.1) for 16 s when a broker of the old cluster
+    died mid-move): on_revoke returns before the group answered it."""
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    rebalancer.callbacks_for(entry)["on_revoke"](consumer, given([0, 1]))
+    assert consumer.sent == [[("orders", 0, 120), ("orders", 1, 75)]] and consumer.committed == []
+
+
+def test_the_answer_of_another_commit_remembers_nothing() -> None:
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_revoke"](consumer, given([0, 1]))
+    # a refusal of a commit of other offsets (the move guard's, sent earlier)
+    rebalancer.commit_answered("A", KafkaError(KafkaError.REBALANCE_IN_PROGRESS), given([0]))
+    callbacks["on_assign"](consumer, given([0, 1]))
+    assert consumer.assigned == []  # the revocation's commit was not answered (refused) yet
+
+
+def test_a_refusal_answered_after_the_next_assignment_is_forgotten() -> None:
+    """The answer to a revocation's commit that arrives once the next assignment was
+    served belongs to the generation that ended: it must not set where a later
+    assignment resumes."""
+    rebalancer, entry, consumer = member(KafkaError.REBALANCE_IN_PROGRESS)
+    callbacks = rebalancer.callbacks_for(entry)
+    callbacks["on_revoke"](consumer, given([0, 1]))
+    callbacks["on_assign"](consumer, given([0, 1]))  # before the answer
+    consumer.answer(rebalancer)
+    callbacks["on_assign"](consumer, given([0, 1]))  # a later generation
+    assert consumer.assigned == []
