@@ -29,7 +29,7 @@ stderr). See :mod:`kbear._cli_config`.
     kbear failover --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear failback --config DIR|URL --cluster ID [--apply] [--json] [--timeout S]
     kbear serve    --config DIR [--host 127.0.0.1] [--port 8080] [--token-file FILE] [--ssl-certfile FILE ...]
-                   [--failover-after-ms MS] [--probe-interval S]
+                   [--operator-token-file FILE] [--failover-after-ms MS] [--probe-interval S]
     kbear --version
 
 ``route`` and ``explain`` do a consumer lookup when ``--group`` is given and a
@@ -294,6 +294,12 @@ def _add_serve(sub: Any) -> None:
     _add_config(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    serve.add_argument(
+        "--operator-token-file",
+        metavar="FILE",
+        help="tokens that may also act (POST /actions/move, /failover, /failback; the console's "
+        "actions), one per line (default: KBEAR_SERVE_OPERATOR_TOKEN; none: no action accepted)",
+    )
     serve.add_argument(
         "--token-file",
         metavar="FILE",

@@ -21,6 +21,10 @@ Endpoints (``docs/reference/meta-service-protocol.md``; request and response sha
                                          (:mod:`kbear.server.fleet_api`)
 ``GET /clusters``                        each cluster's address, reachability and
                                          failover state (:mod:`kbear.server.clusters`)
+``POST /actions/move``, ``/failover``,   plan or apply an action with an operator token
+``/failback``                            (:mod:`kbear.server.actions`)
+``GET /audit``, ``GET /history``         the audit log, JSON and the console's page
+                                         (:mod:`kbear.server.audit`)
 ``GET /``, ``/login``, ``POST /login``,  the console (:mod:`kbear.server.console`);
 ``POST /logout``, ``/console/static/*``  the login form and its assets need no token
 =======================================  ==========================================
@@ -66,6 +70,8 @@ from kbear._meta_protocol import (
 )
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
+from kbear.server.actions import ACTIONS, Actions
+from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit
 from kbear.server.auth import BearerAuth
 from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
@@ -272,6 +278,8 @@ def create_app(
     fleet: FleetRecorder | None = None,
     login_failures_db: str | os.PathLike[str] | None = None,
     clusters: ClusterBoard | None = None,
+    operator_tokens: Collection[str] = (),
+    audit: AuditLog | None = None,
 ) -> Starlette:
     """The meta-service ASGI application over ``holder``.
 
@@ -292,6 +300,10 @@ def create_app(
         clusters: what probes the clusters (``GET /clusters``, the console's clusters);
             it probes with the application's lifespan. None: a board that does not
             probe (reachability unknown).
+        operator_tokens: the tokens that may act (``POST /actions/...``); they may
+            also do all a token of ``tokens`` does. None: no action is accepted.
+        audit: the audit log (configuration changes, actions); None: in this
+            process's memory.
 
     Returns:
         A Starlette application (run it with uvicorn, or test it with
@@ -308,23 +320,48 @@ def create_app(
     ]
     with_all = [entry for entry in protocol if entry[0] not in ("/route/producer", "/route/consumer")]
     probes = ["/healthz", "/readyz", "/health", "/metrics"]
-    console_paths = ["/fleet", "/fleet/moves", "/clusters", "/", "/login", "/logout"]
+    console_paths = ["/fleet", "/fleet/moves", "/clusters", "/audit", "/history", "/", "/login", "/logout"]
+    console_paths += [f"/actions/{a}" for a in ACTIONS]
     paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes + console_paths
     metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
     endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
     fleet_endpoints = FleetEndpoints(holder, fleet)
     probing = clusters is not None
     board = clusters if clusters is not None else ClusterBoard(lambda: holder.served.config)
+    audit_log = audit if audit is not None else AuditLog()
+    config_audit = ConfigAudit(holder, audit_log)
+    actions = Actions(holder, audit_log, tokens, operator_tokens)
+    every_token = (*tokens, *operator_tokens)
     console = Console(
         holder,
         fleet,
-        tokens,
+        every_token,
         None if login_failures_db is None else SQLiteStorage(path=login_failures_db),
         board,
+        actions=actions,
+        audit=(audit_log, config_audit),
     )
 
     async def clusters_answer(request: Request) -> Response:
         return JSONResponse(board.clusters_json(holder.served.config))
+
+    async def audit_answer(request: Request) -> Response:
+        try:
+            limit = int(request.query_params.get("limit", DEFAULT_PAGE))
+            before = request.query_params.get("before")
+            before_id = None if before is None else int(before)
+        except ValueError:
+            body = _status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
+            return _json(body, 400)
+        config_audit.sync()
+        entries = audit_log.page(limit, before_id)
+        more = len(entries) == max(1, min(limit, 500)) and entries[-1].id > 1
+        return JSONResponse(
+            {
+                "entries": [e.as_json() for e in entries],
+                "before": entries[-1].id if entries and more else None,
+            }
+        )
 
     routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
     routes += [
@@ -338,6 +375,12 @@ def create_app(
         Route("/fleet", fleet_endpoints.fleet, methods=["GET"]),
         Route("/fleet/moves", fleet_endpoints.moves, methods=["GET"]),
         Route("/clusters", clusters_answer, methods=["GET"]),
+        Route("/audit", audit_answer, methods=["GET"]),
+        Route("/history", console.history, methods=["GET"]),
+        *(
+            Route(f"/actions/{a}", actions.endpoint(a, console.action_page), methods=["POST"])
+            for a in ACTIONS
+        ),
         Route("/", console.page, methods=["GET"]),
         Route("/login", console.login_form, methods=["GET"]),
         Route("/login", console.login, methods=["POST"]),
@@ -362,14 +405,18 @@ def create_app(
                 fleet.stop()
             if watch:
                 holder.stop()
+            if actions.running is not None:
+                actions.running.join(1.0)
 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.metrics = metrics
     app.state.holder = holder
+    app.state.actions = actions
     # add_middleware puts the last one outermost: every request is measured, 401s included.
     app.add_middleware(
         BearerAuth,
-        tokens=tokens,
+        # an open server (no read token) stays open to look; actions check their own token
+        tokens=every_token if tokens else (),
         open_paths=(*OPEN_PATHS, "/login", "/logout", STATIC_PREFIX),
         page_paths=PAGE_PATHS,
     )

@@ -33,10 +33,12 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "OPERATOR_TOKEN_ENV",
     "SESSION_COOKIE",
     "SESSION_TTL_S",
     "TOKEN_ENV",
     "BearerAuth",
+    "csrf_token",
     "read_tokens",
     "session_cookie",
     "session_valid",
@@ -49,6 +51,9 @@ SESSION_TTL_S = 12 * 3600
 
 #: Environment variable holding the token when no token file is given.
 TOKEN_ENV = "KBEAR_SERVE_TOKEN"
+#: Environment variable holding the operator token (``POST /actions/...``) when no
+#: ``--operator-token-file`` is given.
+OPERATOR_TOKEN_ENV = "KBEAR_SERVE_OPERATOR_TOKEN"
 
 _UNAUTHORIZED = (
     b'{"status":{"ack":"fail","error":{"code":"unauthorized",'
@@ -56,8 +61,11 @@ _UNAUTHORIZED = (
 )
 
 
-def read_tokens(token_file: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The accepted tokens: the lines of ``token_file``, else ``environ[TOKEN_ENV]``, else none.
+def read_tokens(
+    token_file: str | os.PathLike[str] | None, environ: Mapping[str, str], variable: str = TOKEN_ENV
+) -> tuple[str, ...]:
+    """The accepted tokens: the lines of ``token_file``, else ``environ[variable]``
+    (:data:`TOKEN_ENV`, or :data:`OPERATOR_TOKEN_ENV` for the operator tokens), else none.
 
     Raises:
         ValueError: the file holds no token, or the variable is set but blank.
@@ -69,11 +77,11 @@ def read_tokens(token_file: str | os.PathLike[str] | None, environ: Mapping[str,
         if not tokens:
             raise ValueError(f"token file {token_file} holds no token")
         return tokens
-    value = environ.get(TOKEN_ENV)
+    value = environ.get(variable)
     if value is None:
         return ()
     if not value.strip():
-        raise ValueError(f"{TOKEN_ENV} is set but blank")
+        raise ValueError(f"{variable} is set but blank")
     return (value.strip(),)
 
 
@@ -97,6 +105,13 @@ def session_valid(value: str, tokens: Collection[bytes], now: float | None = Non
     expires = int(expires_text)
     matches = [hmac.compare_digest(mac.encode(), _session_mac(t, expires).encode()) for t in tokens]
     return any(matches)
+
+
+def csrf_token(session: str) -> str:
+    """The CSRF token of a console session (its cookie's value): what the console's
+    forms carry and ``POST /actions/...`` checks for a request authenticated by the
+    cookie. A page of another site can send the cookie but not read it, nor this."""
+    return hmac.new(session.encode(), b"kbear-console-csrf", hashlib.sha256).hexdigest()
 
 
 class BearerAuth:

@@ -26,7 +26,8 @@ from starlette.applications import Starlette
 
 from kbear.config import ConfigError
 from kbear.server.app import create_app
-from kbear.server.auth import TOKEN_ENV, read_tokens
+from kbear.server.audit import AuditLog
+from kbear.server.auth import OPERATOR_TOKEN_ENV, TOKEN_ENV, read_tokens
 from kbear.server.clusters import ClusterBoard
 from kbear.server.failover import FailoverWatch
 from kbear.server.fleet import FleetRecorder
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         tokens = read_tokens(args.token_file, os.environ)
+        operator_tokens = read_tokens(args.operator_token_file, os.environ, OPERATOR_TOKEN_ENV)
     except (OSError, ValueError) as exc:
         return _fail(f"cannot read the token: {exc}")
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
@@ -144,6 +146,12 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, sqlite3.Error) as exc:
                 return _fail(f"cannot open the fleet database {path}: {exc}")
             log.info("kbear serve: recording the fleet in %s", path)
+        # the audit log: in the fleet's file when there is one (one table more), else its own
+        audit_path = fleet["path"] if fleet is not None else str(shared / "audit.db")
+        try:
+            AuditLog(audit_path).close()  # its table made before the workers open it
+        except sqlite3.Error as exc:
+            return _fail(f"cannot open the audit log in {audit_path}: {exc}")
         try:
             if args.workers == 1:
                 app = create_app(
@@ -152,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
                     fleet=None if fleet is None else FleetRecorder(**fleet),
                     login_failures_db=logins,
                     clusters=board,
+                    operator_tokens=operator_tokens,
+                    audit=AuditLog(audit_path),
                 )
                 uvicorn.Server(uvicorn.Config(app, **options)).run()
             else:
@@ -165,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
                         "fleet": fleet,
                         "logins": logins,
                         "probe_interval": args.probe_interval,
+                        "operator_token_file": args.operator_token_file,
+                        "audit": audit_path,
                     }
                 )
                 if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
@@ -205,4 +217,6 @@ def worker_app() -> Starlette:
         fleet=fleet,
         login_failures_db=settings["logins"],
         clusters=ClusterBoard(lambda: holder.served.config, settings["probe_interval"]),
+        operator_tokens=read_tokens(settings["operator_token_file"], os.environ, OPERATOR_TOKEN_ENV),
+        audit=AuditLog(settings["audit"]),
     )

@@ -48,7 +48,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from kbear._identity import Client
 from kbear._route import Explanation, NoRouteError
 from kbear.config import RuleKind
-from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, session_cookie
+from kbear.server.actions import Actions, Asked
+from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit
+from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, csrf_token, session_cookie
 from kbear.server.clusters import ClusterBoard
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import fleet_json, moves_answer
@@ -61,7 +63,7 @@ __all__ = ["LOGIN_FAILURES_ALLOWED", "PAGE_PATHS", "STATIC_PREFIX", "Console", "
 LOGIN_FAILURES_ALLOWED = "5/minute"
 
 #: Pages sent to the login form when asked for without a token.
-PAGE_PATHS = ("/",)
+PAGE_PATHS = ("/", "/history")
 #: Where the stylesheet and the script are served (no token needed: they hold no data).
 STATIC_PREFIX = "/console/static/"
 #: Topics listed with their routes, and clients in the fleet table, at most.
@@ -187,6 +189,9 @@ class Console:
         login_failures: where failed sign-ins are counted (a ``limits`` storage with
             the moving window); None: in this process's memory.
         clusters: the clusters' probes (None: a board that does not probe).
+        actions: the action endpoints (the console's forms post to them); None: no form.
+        audit: the audit log and what writes the configuration changes to it (the
+            history page); None: no history.
     """
 
     def __init__(
@@ -196,9 +201,14 @@ class Console:
         tokens: Collection[str],
         login_failures: Storage | None = None,
         clusters: ClusterBoard | None = None,
+        *,
+        actions: Actions | None = None,
+        audit: tuple[AuditLog, ConfigAudit] | None = None,
     ) -> None:
         self.holder = holder
         self.clusters = clusters if clusters is not None else ClusterBoard(lambda: holder.served.config)
+        self.actions = actions
+        self.audit = audit
         self.fleet = fleet
         self._tokens = tuple(tokens)
         self._login_limit = parse(LOGIN_FAILURES_ALLOWED)
@@ -220,7 +230,52 @@ class Console:
     async def page(self, request: Request) -> Response:
         params = request.query_params
         context = await run_in_threadpool(self._context, params)
+        session = request.cookies.get(SESSION_COOKIE)
+        context["csrf"] = csrf_token(session) if session else ""
+        context["operator"] = self.actions is not None and self.actions.session_is_operator(session)
+        context["cluster_ids"] = list(self.holder.served.config.clusters)
         return self._html("console.html", title="console", refresh=True, **context)
+
+    async def history(self, request: Request) -> Response:
+        """The audit log's page (``/history?before=ID``): newest first, 50 a page."""
+        if self.audit is None:
+            return Response(b"not found", 404, media_type="text/plain")
+        log_, config_audit = self.audit
+        before_text = request.query_params.get("before", "")
+        before = int(before_text) if before_text.isdigit() else None
+        await run_in_threadpool(config_audit.sync)
+        entries = await run_in_threadpool(log_.page, DEFAULT_PAGE, before)
+        older = entries[-1].id if len(entries) == DEFAULT_PAGE else None
+        return self._html(
+            "history.html",
+            title="history",
+            refresh=False,
+            session=bool(self._tokens),
+            entries=[e.as_json() for e in entries],
+            older=older,
+        )
+
+    def action_page(
+        self,
+        form: bool,
+        *,
+        status: int,
+        asked: Asked | None = None,
+        fields: Mapping[str, Any] | None = None,
+        **answer: Any,
+    ) -> Response:
+        """The console's page of an action's answer: the plan and, when it is ready,
+        the form that applies it; or where its outcome will be; or why it was refused."""
+        return self._html(
+            "action.html",
+            status=status,
+            title="action",
+            refresh=False,
+            session=bool(self._tokens),
+            asked=asked,
+            fields=dict(fields or {}),
+            answer=answer,
+        )
 
     def _context(self, params: Mapping[str, str]) -> dict[str, Any]:
         served = self.holder.served

@@ -25,6 +25,8 @@ from types import TracebackType
 import uvicorn
 
 from kbear.server.app import create_app
+from kbear.server.audit import AuditLog
+from kbear.server.clusters import ClusterBoard
 from kbear.server.failover import FailoverWatch
 from kbear.server.fleet import FleetRecorder
 from kbear.server.holder import ConfigHolder
@@ -53,6 +55,8 @@ class EmbeddedMetaService:
             in a temporary directory removed by :meth:`close`.
         failover_after_ms: watch the clusters and fail a lost one over (``kbear
             serve --failover-after-ms``, :mod:`kbear.server.failover`); None: no watch.
+        operator_token: a token that may also act (``POST /actions/...``, the
+            console's actions; ``kbear serve --operator-token-file``); None: none.
 
     Raises:
         ConfigError: the directory's configuration is invalid.
@@ -67,6 +71,7 @@ class EmbeddedMetaService:
         token: str | None = None,
         fleet: bool = True,
         failover_after_ms: int | None = None,
+        operator_token: str | None = None,
     ) -> None:
         self.holder = ConfigHolder(directory, watch_interval_s)
         #: the failover watch (None without ``failover_after_ms``)
@@ -81,7 +86,15 @@ class EmbeddedMetaService:
         self._tmp = tempfile.TemporaryDirectory(prefix="kbear-embedded-serve-")
         #: The recorded fleet (None when ``fleet=False``).
         self.fleet = FleetRecorder(Path(self._tmp.name) / "fleet.db") if fleet else None
-        app = create_app(self.holder, tokens=(token,) if token else (), fleet=self.fleet)
+        audit = AuditLog(Path(self._tmp.name) / ("fleet.db" if fleet else "audit.db"))
+        app = create_app(
+            self.holder,
+            tokens=(token,) if token else (),
+            fleet=self.fleet,
+            operator_tokens=(operator_token,) if operator_token else (),
+            audit=audit,
+            clusters=ClusterBoard(lambda: self.holder.served.config, 0.5),
+        )
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
         )

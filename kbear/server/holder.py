@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,7 @@ class ConfigHolder:
         source = DirectorySource(self.directory, resolve_env=False)
         self._watcher = ConfigWatcher(self._primary, source, watch_interval_s)
         self._started = False
+        self._listeners: list[Callable[[KBearConfig, KBearConfig], None]] = []
 
     @property
     def served(self) -> Served:
@@ -129,8 +131,18 @@ class ConfigHolder:
         at the second check that sees it (the watcher's settle rule)."""
         return self._watcher.check()
 
+    def subscribe(self, listener: Callable[[KBearConfig, KBearConfig], None]) -> None:
+        """Call ``listener(old, new)`` after each configuration put in force (in the
+        watcher's thread; an exception is logged)."""
+        self._listeners.append(listener)
+
     def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
         self._pair = (Served(new, Router(new), time.time()), self._pair[0])
+        for listener in self._listeners:
+            try:
+                listener(old, new)
+            except Exception:
+                log.exception("kbear serve: a configuration listener failed")
         log.info(
             "kbear serve: configuration %s applied from %s (%d clusters, %d topics, %d rules)",
             new.digest[:12],

@@ -1,0 +1,246 @@
+"""The audit log of ``kbear serve``: every configuration change it saw and every action.
+
+Kept in a SQLite file (stdlib ``sqlite3``), the fleet's file when the fleet is
+recorded (one table more: ``audit``), so that every worker of one ``kbear serve
+--workers N`` writes to and reads one log. Two kinds of entry:
+
+- ``config``: a configuration the service put in force (``outcome`` ``applied``,
+  with the unified diff of the four files against the one served before, both
+  digests) or refused (``outcome`` ``refused``, the problems as the plan text).
+  Each worker sees each change: a change is written once (its key is the pair
+  of digests, or the refused content's problems).
+- ``action``: a move, failover or fail-back asked for through ``POST /actions/...``:
+  who (the token's fingerprint, or the console session's), the action and its
+  target, the plan text (what the ``kbear`` command printed), and the outcome
+  (``planned``, ``applying``, ``applied``, ``not ready``, ``failed``, or
+  ``refused`` with the reason: a read token, a missing CSRF token).
+
+``GET /audit?limit=N&before=ID``: the entries newest first, ``limit`` (default 50,
+at most 500) per page, ``before`` the id of the last entry of the previous page.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kbear.config import CONFIG_FILES, KBearConfig
+
+if TYPE_CHECKING:
+    from kbear.server.holder import ConfigHolder
+
+log = logging.getLogger("kbear.server")
+
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "AuditEntry", "AuditLog", "ConfigAudit", "files_diff"]
+
+#: Entries per page of ``GET /audit`` by default, and at most.
+DEFAULT_PAGE, MAX_PAGE = 50, 500
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    who TEXT NOT NULL,
+    action TEXT NOT NULL,
+    target TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    previous_digest TEXT NOT NULL,
+    dedupe TEXT UNIQUE
+)
+"""
+_COLUMNS = "id, at, kind, who, action, target, plan, outcome, digest, previous_digest"
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One entry of the audit log (see the module docstring for the kinds).
+
+    Attributes:
+        id: its number (increasing); at: when (Unix time, seconds).
+        kind: ``config`` or ``action``; who: who asked ('' for a configuration change).
+        action: ``change`` (config) or ``move``, ``failover``, ``failback``.
+        target: the topic or cluster acted on ('' for a configuration change).
+        plan: the diff, the problems or the command's output; outcome: see the module.
+        digest, previous_digest: the configuration's digest and the one before.
+    """
+
+    id: int
+    at: float
+    kind: str
+    who: str
+    action: str
+    target: str
+    plan: str
+    outcome: str
+    digest: str
+    previous_digest: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry as ``GET /audit`` answers it (camelCase)."""
+        return {
+            "id": self.id,
+            "at": datetime.fromtimestamp(self.at, UTC).isoformat(timespec="milliseconds"),
+            "kind": self.kind,
+            "who": self.who,
+            "action": self.action,
+            "target": self.target,
+            "plan": self.plan,
+            "outcome": self.outcome,
+            "digest": self.digest,
+            "previousDigest": self.previous_digest,
+        }
+
+
+def files_diff(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    """The unified diff of two sets of files (name -> text), file by file, in name order."""
+    out: list[str] = []
+    for name in sorted(old.keys() | new.keys()):
+        before, after = old.get(name, ""), new.get(name, "")
+        if before != after:
+            out += difflib.unified_diff(
+                before.splitlines(keepends=True), after.splitlines(keepends=True), name, name
+            )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in out)
+
+
+class AuditLog:
+    """The audit log in a SQLite file (``path``; ``:memory:`` for one process only).
+
+    Raises:
+        sqlite3.Error: the file cannot be opened.
+    """
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        if self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+
+    def add(
+        self,
+        kind: str,
+        action: str,
+        *,
+        who: str = "",
+        target: str = "",
+        plan: str = "",
+        outcome: str = "",
+        digest: str = "",
+        previous_digest: str = "",
+        dedupe: str | None = None,
+        at: float | None = None,
+    ) -> int | None:
+        """Write an entry; its id, or None when an entry with the same ``dedupe`` key
+        was written already (by this process or another)."""
+        when = time.time() if at is None else at
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO audit (at, kind, who, action, target, plan, outcome, digest, "
+                "previous_digest, dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (when, kind, who, action, target, plan, outcome, digest, previous_digest, dedupe),
+            )
+            return cursor.lastrowid if cursor.rowcount else None
+
+    def finish(self, entry_id: int, outcome: str, plan: str | None = None) -> None:
+        """Set the outcome (and the plan text) of an action once it is known."""
+        with self._lock:
+            if plan is None:
+                self._db.execute("UPDATE audit SET outcome = ? WHERE id = ?", (outcome, entry_id))
+            else:
+                self._db.execute(
+                    "UPDATE audit SET outcome = ?, plan = ? WHERE id = ?", (outcome, plan, entry_id)
+                )
+
+    def page(self, limit: int = DEFAULT_PAGE, before: int | None = None) -> list[AuditEntry]:
+        """At most ``limit`` entries, newest first, older than entry ``before`` when given."""
+        where = "" if before is None else " WHERE id < ?"
+        count = min(max(1, limit), MAX_PAGE)
+        params: tuple[int, ...] = (count,) if before is None else (before, count)
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM audit{where} ORDER BY id DESC LIMIT ?", params)
+            return [AuditEntry(*row) for row in rows.fetchall()]
+
+    def get(self, entry_id: int) -> AuditEntry | None:
+        """Entry ``entry_id``, or None."""
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM audit WHERE id = ?", (entry_id,)).fetchone()
+        return None if row is None else AuditEntry(*row)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+def _texts(directory: Path) -> dict[str, str]:
+    out = {}
+    for name in CONFIG_FILES:
+        try:
+            out[name] = (directory / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+    return out
+
+
+class ConfigAudit:
+    """Writes the configuration changes a holder applies, and the one it refuses,
+    into an :class:`AuditLog`: an applied change when it is applied (the diff of the
+    files against the texts read when the one before was applied); a refused one
+    when :meth:`sync` sees it (at every change, ``GET /audit`` and console page)."""
+
+    def __init__(self, holder: ConfigHolder, audit: AuditLog) -> None:
+        self._holder = holder
+        self._audit = audit
+        self._texts = _texts(holder.directory)
+        holder.subscribe(self._applied)
+
+    def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
+        texts = _texts(self._holder.directory)
+        diff, self._texts = files_diff(self._texts, texts), texts
+        try:
+            self._audit.add(
+                "config",
+                "change",
+                plan=diff,
+                outcome="applied",
+                digest=new.digest,
+                previous_digest=old.digest,
+                dedupe=f"config:{old.digest}:{new.digest}:{int(time.time() // 60)}",
+            )
+        except sqlite3.Error:
+            log.exception("kbear serve: writing the audit log failed")
+
+    def sync(self) -> None:
+        """Write the refused change the holder reports, once."""
+        refused = self._holder.refused
+        if refused is None:
+            return
+        problems = "\n".join(str(p) for p in refused.problems) or str(refused)
+        key = hashlib.sha256(problems.encode()).hexdigest()[:16]
+        served = self._holder.served.config.digest
+        try:
+            self._audit.add(
+                "config",
+                "change",
+                plan=problems,
+                outcome="refused",
+                digest=served,
+                previous_digest=served,
+                dedupe=f"refused:{served}:{key}",
+            )
+        except sqlite3.Error:
+            log.exception("kbear serve: writing the audit log failed")
