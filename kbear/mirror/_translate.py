@@ -181,6 +181,10 @@ class CheckpointIndex:
         """The latest checkpoint of ``group`` on target ``topic``/``partition``."""
         return self._latest.get((group, topic, partition))
 
+    def all(self) -> list[Checkpoint]:
+        """Every latest checkpoint, by (group, target topic, partition)."""
+        return [self._latest[key] for key in sorted(self._latest)]
+
     def partitions(self, group: str, topic: str) -> set[int]:
         """The partitions of target ``topic`` with a checkpoint of ``group``."""
         return {p for (g, t, p) in self._latest if g == group and t == topic}

@@ -17,6 +17,12 @@ address names an unset variable is shown as written, not probed, with the
 variable named. Only ``bootstrap.servers`` and the non-secret properties are
 shown: a key holding a secret (``sasl.password``, ``sasl.jaas.config``...)
 reads ``***`` and a ``user:password@`` in an address is masked.
+
+For a cluster with ``kbear.mirror: mm2`` and a standby, the mirror's lag per
+consumer group (:mod:`kbear.server.mirror_lag`: MirrorMaker 2's checkpoints on
+the standby against the groups' committed offsets) is read in the background at
+most once per ``mirror_interval_s`` seconds (30), with the properties resolved
+from the server's environment, and shown with the time it was read.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from typing import Any
 
 from kbear._secrets import REDACTED, is_secret
 from kbear.admin import tcp_probe
-from kbear.config import ClusterConfig, KBearConfig, UnsetVariableError, resolve_placeholders
+from kbear.config import ClusterConfig, KBearConfig, MirrorKind, UnsetVariableError, resolve_placeholders
+from kbear.server.mirror_lag import MirrorLag, read_mirror_lag
 
 __all__ = ["DEFAULT_PROBE_INTERVAL_S", "ClusterBoard", "ProbeState", "mask_address"]
 
@@ -42,6 +49,8 @@ log = logging.getLogger("kbear.server")
 
 #: Seconds between two probes of a cluster (``kbear serve --probe-interval``).
 DEFAULT_PROBE_INTERVAL_S = 2.0
+#: Seconds between two reads of a mirror's lag.
+MIRROR_INTERVAL_S = 30.0
 _USERINFO = re.compile(r"(?<=//)[^/@,]*@|^[^/@,]*:[^/@,]*@")
 
 
@@ -84,6 +93,7 @@ class ClusterBoard:
             given the cluster with its placeholders resolved.
         environ: where ``${NAME}`` is resolved (``os.environ`` when None).
         clock: Unix time, seconds.
+        mirror_interval_s: seconds between two reads of a mirror's lag.
     """
 
     def __init__(
@@ -93,6 +103,7 @@ class ClusterBoard:
         probe: Callable[[ClusterConfig, float], str | None] = tcp_probe,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        mirror_interval_s: float = MIRROR_INTERVAL_S,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"probe interval must be > 0, got {interval_s}")
@@ -106,6 +117,9 @@ class ClusterBoard:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.mirror_interval_s = mirror_interval_s
+        self._lags: dict[str, MirrorLag] = {}
+        self._lag_asked: dict[str, float] = {}
 
     @property
     def timeout_s(self) -> float:
@@ -158,11 +172,41 @@ class ClusterBoard:
                 for c in config.clusters.values()
                 if (s := self._states.get(c.id)) is None or now - s.checked >= self.interval_s * 0.9
             ]
-        if not due:
-            return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kbear-probe")
-        list(self._pool.map(lambda c: self.probe(c, self.timeout_s), due))
+        for cluster in config.clusters.values():
+            standby = cluster.failover.standby
+            if (
+                cluster.failover.mirror is not MirrorKind.MM2
+                or standby is None
+                or standby not in config.clusters
+            ):
+                continue
+            if now - self._lag_asked.get(cluster.id, -1e18) >= self.mirror_interval_s:
+                self._lag_asked[cluster.id] = now
+                self._pool.submit(self.read_lag, cluster, config.clusters[standby])
+        if due:
+            list(self._pool.map(lambda c: self.probe(c, self.timeout_s), due))
+
+    def read_lag(self, cluster: ClusterConfig, standby: ClusterConfig) -> MirrorLag | None:
+        """Read ``cluster``'s mirror lag now (blocking, bounded) and keep it for the answer."""
+        try:
+            resolved = [
+                c.model_copy(
+                    update={"meta": {k: resolve_placeholders(v, self._environ) for k, v in c.meta.items()}}
+                )
+                for c in (cluster, standby)
+            ]
+            lag = read_mirror_lag(resolved[0], resolved[1], self.timeout_s * 2)
+        except UnsetVariableError as exc:
+            lag = MirrorLag(self._clock(), error=f"{exc} on the server")
+        except Exception as exc:  # a round that fails is shown; the next one runs
+            log.exception("kbear serve: reading the mirror of %r failed", cluster.id)
+            lag = MirrorLag(self._clock(), error=str(exc))
+        if lag is not None:
+            with self._lock:
+                self._lags[cluster.id] = lag
+        return lag
 
     def state(self, cluster_id: str) -> ProbeState | None:
         """The last probes' state of ``cluster_id`` (None: not probed yet)."""
@@ -231,6 +275,9 @@ class ClusterBoard:
             "failedOver": failover.active,
             "decidedAt": None if failover.decided is None else failover.decided.isoformat(timespec="seconds"),
             "mirror": failover.mirror.value,
+            "mirrorLag": None
+            if (lag := self._lags.get(cluster.id)) is None
+            else {**lag.as_json(), "readAt": _iso(lag.read_at)},
         }
 
     def clusters_json(self, config: KBearConfig) -> dict[str, Any]:
