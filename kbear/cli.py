@@ -354,6 +354,12 @@ def _add_serve(sub: Any) -> None:
         help="the fleet's SQLite file, shared by the workers (default: a temporary file removed at exit)",
     )
     serve.add_argument(
+        "--fleet-store",
+        metavar="URL",
+        help="where the fleet and the audit log are kept: sqlite:///FILE (as --fleet-db) or "
+        "postgresql://USER@HOST:PORT/DB, shared by replicas on several hosts (schema made by kbear)",
+    )
+    serve.add_argument(
         "--fleet-ttl",
         type=float,
         default=300.0,

@@ -275,7 +275,7 @@ class FleetStore:
                 if value:
                     db.execute(
                         "INSERT INTO fleet_counters VALUES (?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+                        "ON CONFLICT (name) DO UPDATE SET value = fleet_counters.value + excluded.value",
                         (name, value),
                     )
             db.execute("COMMIT")
@@ -374,7 +374,8 @@ class FleetStore:
         condition = (" WHERE " + " AND ".join(where)) if where else ""
         with self._connect() as db:
             (count,) = db.execute(
-                f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition})", params
+                f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition}) AS d",
+                params,
             ).fetchone()
         return int(count)
 
@@ -384,7 +385,7 @@ class FleetStore:
         with self._connect() as db:
             (entries,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
             (clients,) = db.execute(
-                "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet)"
+                "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet) AS d"
             ).fetchone()
             counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
         return int(entries), int(clients), counters

@@ -15,7 +15,17 @@ import sqlite3
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-__all__ = ["Lookup", "MoveQuery", "MovingLookup", "StragglerRow", "move_progress"]
+__all__ = [
+    "GONE",
+    "GRACE_S",
+    "MISSED_REFRESHES",
+    "ONE_OFF_S",
+    "Lookup",
+    "MoveQuery",
+    "MovingLookup",
+    "StragglerRow",
+    "move_progress",
+]
 
 #: A distinct lookup held: its hash, client id ('' unless asked by id), kind, topic,
 #: group, meta JSON, digest, cluster, physical topic, and how many entries hold it.
@@ -31,7 +41,7 @@ StragglerRow = tuple[str, int, str, str, str, str, str, str, float]
 #: (not seen since): one that asked once (no earlier request recorded) longer than
 #: ``:once`` seconds ago, or one that is overdue: silent for more than ``:misses``
 #: times its last interval between two requests plus ``:grace`` seconds.
-_GONE = (
+GONE = (
     "(:now - f.seen > CASE WHEN f.prev_seen IS NULL THEN :once "
     "ELSE :misses * (f.seen - f.prev_seen) + :grace END)"
 )
@@ -41,7 +51,8 @@ _GONE = (
 #: 3 not seen since; 0 on the new), then the least recently seen;
 #: ``CAST(w / 1e11 + 1 AS INTEGER)`` is the rank again.
 _WORST = (
-    f"MAX(CASE WHEN m.moved THEN 0 WHEN f.seen >= :at THEN 1 WHEN {_GONE} THEN 3 ELSE 2 END * 1e11 - f.seen)"
+    f"MAX(CASE WHEN m.moved = 1 THEN 0 WHEN f.seen >= :at THEN 1 WHEN {GONE} THEN 3 ELSE 2 END "
+    "* 1e11 - f.seen)"
 )
 
 #: A client that asked once, and not since the change, is not waited for once its

@@ -324,6 +324,8 @@ def create_app(
     console_paths += [f"/actions/{a}" for a in ACTIONS]
     paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes + console_paths
     metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
+    if fleet is not None:
+        metrics.store_up.set_function(lambda: 1.0 if fleet.store_up else 0.0)
     endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
     fleet_endpoints = FleetEndpoints(holder, fleet)
     probing = clusters is not None

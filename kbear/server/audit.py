@@ -1,8 +1,8 @@
 """The audit log of ``kbear serve``: every configuration change it saw and every action.
 
-Kept in a SQLite file (stdlib ``sqlite3``), the fleet's file when the fleet is
-recorded (one table more: ``audit``), so that every worker of one ``kbear serve
---workers N`` writes to and reads one log. Two kinds of entry:
+Kept where the fleet is (one table more: ``audit``): its SQLite file, so that
+every worker of one ``kbear serve --workers N`` writes to and reads one log, or
+its PostgreSQL database (``--fleet-store postgresql://...``), shared by replicas. Two kinds of entry:
 
 - ``config``: a configuration the service put in force (``outcome`` ``applied``,
   with the unified diff of the four files against the one served before, both
@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS audit (
     dedupe TEXT UNIQUE
 )
 """
+_INSERT = (
+    "INSERT OR IGNORE INTO audit (at, kind, who, action, target, plan, outcome, digest, "
+    "previous_digest, dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _COLUMNS = "id, at, kind, who, action, target, plan, outcome, digest, previous_digest"
 
 
@@ -116,19 +120,34 @@ def files_diff(old: Mapping[str, str], new: Mapping[str, str]) -> str:
 
 
 class AuditLog:
-    """The audit log in a SQLite file (``path``; ``:memory:`` for one process only).
+    """The audit log in a SQLite file (``path``, or ``sqlite:///path``; ``:memory:`` for
+    one process only), or in a PostgreSQL database (``postgresql://...``, the fleet's).
 
     Raises:
-        sqlite3.Error: the file cannot be opened.
+        sqlite3.Error: the file cannot be opened; psycopg.Error: the database cannot be reached.
     """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
+        self.path = str(path).removeprefix("sqlite://")
         self._lock = threading.Lock()
+        self._db: Any
+        if self.path.startswith(("postgresql://", "postgres://")):
+            # replicas sharing a PostgreSQL fleet share the log too (the fleet's _Dialect)
+            import psycopg
+
+            from kbear.server._fleet_store_pg import _Dialect
+
+            self._db = _Dialect(psycopg.connect(self.path, autocommit=True, connect_timeout=5))
+            self._db.execute(_SCHEMA.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"))
+            self._insert = (
+                _INSERT.replace("INSERT OR IGNORE", "INSERT") + " ON CONFLICT DO NOTHING RETURNING id"
+            )
+            return
         self._db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
         if self.path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        self._insert = _INSERT + " RETURNING id"
 
     def add(
         self,
@@ -149,11 +168,11 @@ class AuditLog:
         when = time.time() if at is None else at
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO audit (at, kind, who, action, target, plan, outcome, digest, "
-                "previous_digest, dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self._insert,
                 (when, kind, who, action, target, plan, outcome, digest, previous_digest, dedupe),
             )
-            return cursor.lastrowid if cursor.rowcount else None
+            row = cursor.fetchone()
+            return None if row is None else int(row[0])
 
     def finish(self, entry_id: int, outcome: str, plan: str | None = None) -> None:
         """Set the outcome (and the plan text) of an action once it is known."""

@@ -14,7 +14,6 @@ import inspect
 import json
 import logging
 import os
-import sqlite3
 import ssl
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from kbear.server.audit import AuditLog
 from kbear.server.auth import OPERATOR_TOKEN_ENV, TOKEN_ENV, read_tokens
 from kbear.server.clusters import ClusterBoard
 from kbear.server.failover import FailoverWatch
-from kbear.server.fleet import FleetRecorder
+from kbear.server.fleet import FleetRecorder, shown_location
 from kbear.server.holder import ConfigHolder
 
 __all__ = ["run", "worker_app"]
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     Args:
         args: ``config``, ``host``, ``port``, ``token_file``, ``ssl_certfile``,
             ``ssl_keyfile``, ``ssl_ca_certs``, ``watch_interval`` (seconds),
-            ``workers``, ``fleet``, ``fleet_db``, ``fleet_ttl``, ``fleet_max_entries``,
+            ``workers``, ``fleet``, ``fleet_db``, ``fleet_store``, ``fleet_ttl``, ``fleet_max_entries``,
             ``failover_after_ms`` (None: no failover watch, :mod:`kbear.server.failover`),
             ``probe_interval`` (seconds, :mod:`kbear.server.clusters`),
             ``access_log``, ``log_level`` as parsed by :func:`kbear.cli.build_parser`.
@@ -137,21 +136,29 @@ def run(args: argparse.Namespace) -> int:
         logins = str(shared / "logins.db")
         fleet: dict[str, Any] | None = None
         if args.fleet == "on":
-            path = args.fleet_db
+            if args.fleet_store is not None and args.fleet_db is not None:
+                return _fail("--fleet-store and --fleet-db name the same thing: give one")
+            if args.fleet_store is not None and not args.fleet_store.startswith(
+                ("sqlite://", "postgresql://", "postgres://")
+            ):
+                return _fail(
+                    f"--fleet-store: expected sqlite:///FILE or postgresql://..., got {args.fleet_store!r}"
+                )
+            path = args.fleet_store or args.fleet_db
             if path is None:
                 path = str(shared / "fleet.db")
             fleet = {"path": path, "ttl_s": args.fleet_ttl, "max_entries": args.fleet_max_entries}
             try:
                 FleetRecorder(**fleet)  # creates the file and its tables before the workers open it
-            except (OSError, sqlite3.Error) as exc:
-                return _fail(f"cannot open the fleet database {path}: {exc}")
-            log.info("kbear serve: recording the fleet in %s", path)
+            except Exception as exc:  # OSError, sqlite3.Error, psycopg.Error
+                return _fail(f"cannot open the fleet store {shown_location(path)}: {exc}")
+            log.info("kbear serve: recording the fleet in %s", shown_location(path))
         # the audit log: in the fleet's file when there is one (one table more), else its own
         audit_path = fleet["path"] if fleet is not None else str(shared / "audit.db")
         try:
             AuditLog(audit_path).close()  # its table made before the workers open it
-        except sqlite3.Error as exc:
-            return _fail(f"cannot open the audit log in {audit_path}: {exc}")
+        except Exception as exc:  # sqlite3.Error, psycopg.Error
+            return _fail(f"cannot open the audit log in {shown_location(audit_path)}: {exc}")
         try:
             if args.workers == 1:
                 app = create_app(

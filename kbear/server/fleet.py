@@ -10,8 +10,12 @@ Where it is kept: one SQLite file (stdlib ``sqlite3``, WAL journal), shared by
 every worker process of one ``kbear serve --workers N`` (each opens it; SQLite
 serialises their writes), so that any worker answers ``GET /fleet`` for all of
 them. Replicas on several hosts each keep their own file and show the clients
-*they* answered: ask each replica (``kbear move`` takes several
-``--meta-service`` URLs and merges them).
+*they* answered (ask each replica: ``kbear move`` takes several
+``--meta-service`` URLs and merges them), unless they share a PostgreSQL
+database (``kbear serve --fleet-store postgresql://...``): then any replica
+answers for the whole fleet. A store that is down does not fail a lookup: the
+routes are answered, the notes wait (bounded, then dropped and counted), one
+log line says so, and ``kbear_serve_fleet_store_up`` reads 0.
 
 Off the request path: :meth:`FleetRecorder.record_answer` only appends a
 note (a flat tuple of strings) to an in-memory queue, and not even that for a
@@ -34,7 +38,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import sqlite3
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -73,11 +77,19 @@ DEFAULT_SEEN_RESOLUTION_S = 5.0
 _MAINTENANCE_S = 1.0
 
 
+def shown_location(location: object) -> str:
+    """A store's location for a log line: a URL's password hidden."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(location))
+
+
 class FleetRecorder:
     """Records route answers in a SQLite file shared by the processes of one host.
 
     Args:
-        path: the database file (created with its tables when missing).
+        path: the database file (created with its tables when missing), as a path or
+            ``sqlite:///path``; or ``postgresql://...``: a PostgreSQL database shared
+            by replicas (:mod:`kbear.server._fleet_store_pg`, its schema created or
+            migrated here).
         ttl_s: seconds an entry is kept after its last request (> 0).
         max_entries: most entries kept (> 0); past it the least recently seen go.
         flush_interval_s: shortest time between two writes of the pending notes,
@@ -89,6 +101,7 @@ class FleetRecorder:
     Raises:
         ValueError: a bound is not positive.
         sqlite3.Error: the file cannot be opened or is not a fleet database.
+        psycopg.Error: the PostgreSQL database cannot be reached.
     """
 
     def __init__(
@@ -109,7 +122,6 @@ class FleetRecorder:
         ):
             if value <= 0:
                 raise ValueError(f"fleet {name} must be > 0, got {value}")
-        self.path = Path(path)
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.flush_interval_s = flush_interval_s
@@ -135,7 +147,22 @@ class FleetRecorder:
         # set by the request path when a note may be news: wakes the writer
         self._news = threading.Event()
         self._thread: threading.Thread | None = None
-        self._store = FleetStore(self.path)
+        #: whether the last write to the store succeeded (``kbear_serve_fleet_store_up``)
+        self.store_up = True
+        #: writes that failed (``kbear_serve_fleet_store_errors_total``)
+        self.store_errors = 0
+        self._store: FleetStore
+        location = str(path)
+        #: the SQLite file, or the PostgreSQL URL
+        self.path: Path | str
+        if location.startswith(("postgresql://", "postgres://")):
+            from kbear.server._fleet_store_pg import PostgresFleetStore  # psycopg: only then
+
+            self.path = location
+            self._store = PostgresFleetStore(location)
+        else:
+            self.path = Path(location.removeprefix("sqlite://"))
+            self._store = FleetStore(self.path)
 
     # ------------------------------------------------------------------ the request path
 
@@ -265,8 +292,21 @@ class FleetRecorder:
             self._news.clear()
             try:
                 self.flush(news_only=True)
-            except sqlite3.Error:
-                log.exception("kbear serve: writing the fleet to %s failed", self.path)
+            except Exception as exc:  # sqlite3.Error, psycopg.Error: the store is down
+                self.store_errors += 1
+                if self.store_up:  # one line per outage: routes are answered, not recorded
+                    log.error(
+                        "kbear serve: the fleet store %s is unusable, routes are answered without "
+                        "being recorded (up to %d waiting, then dropped and counted): %s",
+                        shown_location(self.path),
+                        self.max_pending,
+                        exc,
+                    )
+                self.store_up = False
+            else:
+                if not self.store_up:
+                    log.warning("kbear serve: the fleet store %s is usable again", shown_location(self.path))
+                self.store_up = True
             flushed = time.monotonic()
 
     def flush(self, now: float | None = None, *, news_only: bool = False) -> int:
@@ -308,6 +348,10 @@ class FleetRecorder:
                 )
             except BaseException:
                 self._written.clear()  # what was not written must not be skipped next time
+                # kept for the next write (a store down): the later notes of an entry win
+                self._staged = {**staged, **self._staged}
+                self._refreshed = [*refreshes, *self._refreshed]
+                self._dropped += dropped
                 raise
             return len(rows) + sum(map(len, refreshes))
 

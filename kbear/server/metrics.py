@@ -81,6 +81,12 @@ class ServerMetrics:
             registry=self.registry,
         )
         loaded_gauge.set_function(loaded_at)
+        self.store_up = Gauge(
+            "kbear_serve_fleet_store_up",
+            "1 while the fleet's store takes writes, 0 while it is down (routes answered, not recorded).",
+            registry=self.registry,
+        )
+        self.store_up.set_function(lambda: 1.0)
 
     def label(self, path: str) -> str:
         """The ``path`` label of a request path."""
