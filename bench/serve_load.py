@@ -31,6 +31,13 @@ run to run on a shared machine. With ``--side-by-side`` each off run runs at the
 same time as an on run (two servers, two load generators, twice the load): the
 machine's changing load falls on both alike.
 
+``--compare-store URL --runs N`` runs the server N times with the fleet in its
+SQLite file (the default) and N times in the PostgreSQL database ``URL``
+(``kbear serve --fleet-store``, a fresh database of that server per run),
+alternately, and prints the medians and the ratio PostgreSQL / SQLite of p50,
+mean, p99 and the server's CPU per request (results-fleet-store.jsonl): what
+the shared store costs per lookup (issue #37: p99 within 10 %).
+
 Needs the server extra (``pip install 'kbear[server]'``) and Linux (``/proc``).
 """
 
@@ -173,7 +180,10 @@ async def _client(
     rng = random.Random(index)
     topics = [_MOVING, *(f"topic.{rng.randrange(args.topic_count)}" for _ in range(args.topics - 1))]
     env = "UAT" if index % 10 == 0 else "PROD"
-    body = {"client": {"id": f"app-{index}", "meta": {"env": env, "idc": "sha"}}, "topicIds": topics}
+    body = {
+        "client": {"id": f"app-{index}", "meta": {"env": env, "idc": "sha", "kbear.client": "python/bench"}},
+        "topicIds": topics,
+    }
     target = "uat" if env == "UAT" else args.move_to
     payload = json.dumps(body).encode()
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -325,7 +335,17 @@ def main(argv: list[str] | None = None) -> int:
         help="with --compare-fleet: each off run at the same time as an on run (two servers, two "
         "load generators: what the machine does to one it does to the other)",
     )
+    parser.add_argument("--fleet-store", default=None, metavar="URL", help="kbear serve --fleet-store")
+    parser.add_argument(
+        "--compare-store",
+        default=None,
+        metavar="URL",
+        help="a PostgreSQL server's URL: --runs runs on SQLite and on it, alternately (results-fleet-store.jsonl)",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="with --compare-store: runs of each store")
     args = parser.parse_args(argv)
+    if args.compare_store:
+        return _compare_store(args)
     if args.compare_fleet:
         return _compare_fleet(args)
     result = _serve_and_load(args)
@@ -406,6 +426,46 @@ def _compare_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fresh_database(url: str, run: int) -> str:
+    """A new database of the PostgreSQL server of ``url``: its URL."""
+    import psycopg
+
+    name = f"kbear_bench_{os.getpid()}_{run}"
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(f"DROP DATABASE IF EXISTS {name}")
+        db.execute(f"CREATE DATABASE {name}")
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def _compare_store(args: argparse.Namespace) -> int:
+    runs: dict[str, list[dict[str, Any]]] = {"sqlite": [], "postgresql": []}
+    for run in range(args.runs):
+        for store in ("sqlite", "postgresql"):
+            args.fleet_store = None if store == "sqlite" else _fresh_database(args.compare_store, run)
+            result = _serve_and_load(args)
+            if result is None:
+                return 1
+            runs[store].append({**result, "store": store})
+            print(json.dumps(runs[store][-1]), flush=True)
+    summary: dict[str, Any] = {"compare_store_runs_each": args.runs, "clients": args.clients}
+    for key in ("p50_ms", "mean_ms", "p99_ms", "server_cpu_ms_per_request"):
+        sqlite_ = statistics.median(float(r[key]) for r in runs["sqlite"])
+        pg = statistics.median(float(r[key]) for r in runs["postgresql"])
+        pairs = [
+            float(b[key]) / float(a[key]) for a, b in zip(runs["sqlite"], runs["postgresql"], strict=True)
+        ]
+        summary[key] = {
+            "sqlite": round(sqlite_, 3),
+            "postgresql": round(pg, 3),
+            "postgresql_vs_sqlite_pct": round(100 * (pg / sqlite_ - 1), 1),
+            "paired_pct": round(100 * (statistics.median(pairs) - 1), 1),
+        }
+    print(json.dumps(summary))
+    with open(Path(__file__).with_name("results-fleet-store.jsonl"), "a", encoding="utf-8") as out:
+        out.write(json.dumps({"summary": summary, "runs": runs}) + "\n")
+    return 0
+
+
 def _serve_and_load(args: argparse.Namespace) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory(prefix="kbear-serve-load-") as tmp:
         directory = Path(tmp)
@@ -429,6 +489,7 @@ def _serve_and_load(args: argparse.Namespace) -> dict[str, Any] | None:
                 str(args.workers),
                 "--fleet",
                 args.fleet,
+                *(["--fleet-store", args.fleet_store] if args.fleet_store else []),
             ],
             stdout=subprocess.DEVNULL,
         )
