@@ -68,12 +68,14 @@ def test_an_operator_plans_applies_and_reads_the_history(
         page.select_option("#move-form select[name=to]", "B")
         page.click("#move-form button[type=submit]", no_wait_after=True)
         plan = page.locator("pre.plan")
-        sync_api.expect(plan).to_contain_text(f"producers: A/{topic} (rule all) -> B/{topic}")
+        sync_api.expect(plan).to_contain_text(
+            f"producers: A/{topic} (rule all) -> B/{topic}", timeout=120_000
+        )
         sync_api.expect(plan).to_contain_text("ready: yes")
         page.screenshot(path=str(artifacts / "move-plan.png"), full_page=True)
         assert "move-" not in (conf / "route-rules.yaml").read_text()
         page.click("#apply", no_wait_after=True)
-        sync_api.expect(page.locator("#action")).to_contain_text("applying")
+        sync_api.expect(page.locator("#action")).to_contain_text("applying", timeout=120_000)
         page.click("text=history")
         row = page.locator("table.history tr", has_text=f"move {topic}")
         for _ in range(120):  # the apply waits until A is quiet: reload until its outcome is written
