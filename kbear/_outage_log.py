@@ -169,11 +169,18 @@ def _watch(outage: OutageLog) -> None:
 
 
 def _run() -> None:
-    """Tick every open outage each second; end when none is open."""
+    """Tick every open outage each second; end when none is open, or once the
+    interpreter is shutting down (the main thread has ended: nothing is written
+    after the application's own last words)."""
     global _thread
+    main = threading.main_thread()
     while True:
         time.sleep(_TICK_S)
         with _thread_lock:
+            if not main.is_alive():
+                _open.clear()
+                _thread = None
+                return
             outages = list(_open)
         for outage in outages:
             if not outage.tick():
