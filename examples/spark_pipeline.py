@@ -14,6 +14,9 @@ uses that configuration (real clusters, e.g. two Apache Kafka clusters) and prod
 nothing itself unless ``--produce`` is given. ``KBEAR_SPARK_JARS`` (comma-separated
 paths) puts Spark's Kafka connector on the session's classpath (``spark.jars``; the
 embedded clusters do not talk to Java clients, so use it with ``KBEAR_CONFIG``).
+``KBEAR_SPARK_MASTER`` (default ``local[2]``) runs it on a cluster manager, e.g. a
+standalone master ``spark://127.0.0.1:7077`` whose workers run on this machine (the
+configuration directory and this interpreter must be where the executors run).
 Exit status 0 when every produced message was counted.
 """
 
@@ -128,7 +131,7 @@ def main() -> int:
     if os.environ.get("KBEAR_SPARK_JARS"):
         builder = builder.config("spark.jars", os.environ["KBEAR_SPARK_JARS"])
     spark = (
-        builder.master("local[2]")
+        builder.master(os.environ.get("KBEAR_SPARK_MASTER", "local[2]"))
         .appName("kbear-spark-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

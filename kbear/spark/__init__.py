@@ -6,8 +6,10 @@ Option helpers (pure Python, no pyspark needed): :func:`kafka_options`,
 options; the table is :data:`TRANSLATION_TABLE`).
 
 With pyspark (>= 4.0, and pyarrow): :func:`read_stream`, :func:`write_stream`,
-:func:`guard`, :func:`register` and the ``kbear`` Python streaming source
-(:class:`KBearDataSource`, imported on first use).
+:func:`guard`, :func:`register`, the ``kbear`` Python streaming source
+(:class:`KBearDataSource`) and :func:`run_query`, a supervisor that restarts a
+query on Spark's connector at route changes and failovers from translated offsets
+(:class:`QuerySupervisor`); the last three imported on first use.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "SOURCE_NAME",
     "TRANSLATION_TABLE",
     "KBearDataSource",
+    "QuerySupervisor",
     "RouteGuard",
     "SparkOptionsError",
     "checkpoint_location",
@@ -42,6 +45,7 @@ __all__ = [
     "kafka_options",
     "read_stream",
     "register",
+    "run_query",
     "translate_properties",
     "write_options",
     "write_stream",
@@ -57,4 +61,8 @@ def __getattr__(name: str) -> Any:
         from kbear.spark._source import KBearDataSource
 
         return KBearDataSource
+    if name in ("run_query", "QuerySupervisor"):
+        from kbear.spark import _supervise
+
+        return getattr(_supervise, name)
     raise AttributeError(f"module 'kbear.spark' has no attribute {name!r}")

@@ -70,8 +70,9 @@ class KBearStreamReader(DataSourceStreamReader):
     task, assigned at the range's start offset (no consumer group joins).
     """
 
-    def __init__(self, settings: SourceSettings) -> None:
+    def __init__(self, settings: SourceSettings, arrow: Any = None) -> None:
         self._s = settings
+        self._arrow = arrow
         self._router = (
             Router.from_source(settings.config_dir, client=settings.client) if settings.config_dir else None
         )
@@ -90,10 +91,11 @@ class KBearStreamReader(DataSourceStreamReader):
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to run read() on executors: the router (locks) and the
         # driver's metadata consumers stay behind; read() needs neither.
-        return {"_s": self._s}
+        return {"_s": self._s, "_arrow": self._arrow}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._s = state["_s"]
+        self._arrow = state.get("_arrow")
         # executors may not see the configuration directory: loaded on first driver-side use
         self._router = None
         self._last = None
@@ -424,6 +426,7 @@ class KBearStreamReader(DataSourceStreamReader):
                             self._s.include_headers,
                             self._s.poll_timeout_s,
                             self._standby(cluster, topic),
+                            self._arrow,
                         )
                     )
         return parts

@@ -8,6 +8,8 @@ so a job can switch between the two; see :class:`KBearDataSource`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
@@ -101,10 +103,23 @@ class KBearDataSource(DataSource):
         return source_schema(option_bool(lowered.get("includeheaders"), False))
 
     def streamReader(self, schema: StructType) -> KBearStreamReader:
-        """A :class:`KBearStreamReader` for the options.
+        """A :class:`KBearStreamReader` for the options; its tasks hand Spark Arrow
+        record batches of ``schema`` (one per fetch) where pyspark takes them.
 
         Raises:
             SparkOptionsError: bad or forbidden options.
             ConfigError: ``kbear.config`` is not a valid configuration.
         """
-        return KBearStreamReader(SourceSettings(self.options))
+        return KBearStreamReader(SourceSettings(self.options), arrow_schema(schema))
+
+
+def arrow_schema(schema: StructType) -> Any:
+    """The Arrow schema Spark expects of record batches from ``read()`` (its own
+    conversion: ``to_arrow_schema``, UTC timestamps), or None where this pyspark
+    does not say (tuples are read then)."""
+    try:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(schema, timezone="UTC")
+    except (ImportError, TypeError):
+        return None

@@ -17,7 +17,7 @@ from kbear.spark._options import (
     SparkOptionsError,
     _router,
     check_options,
-    kafka_options,
+    group_id_prefix,
     route_topics,
     translate_properties,
     write_options,
@@ -169,9 +169,28 @@ def _read_jvm(
     router: Router,
     opts: dict[str, str],
 ) -> DataFrame:
+    routes = route_topics(topics, group=group, client=client, router=router)
+    return jvm_frames(spark, routes, group, opts)
+
+
+def jvm_frames(
+    spark: SparkSession,
+    routes: Mapping[str, Route],
+    group: str | None,
+    opts: Mapping[str, str],
+    per_cluster: Mapping[str, Mapping[str, str]] | None = None,
+) -> DataFrame:
+    """Spark's Kafka connector over ``routes`` (logical topic -> route): one source per
+    cluster (options: the cluster's translated properties, ``subscribe``,
+    ``groupIdPrefix``, ``opts``, then ``per_cluster[cluster]``), the ``topic`` column
+    mapped back to logical names, a ``cluster`` column, unioned by name.
+
+    Raises:
+        SparkOptionsError: ``kafka.group.id`` with topics on several clusters, an
+            untranslatable cluster property.
+    """
     from pyspark.sql import functions as F
 
-    routes = route_topics(topics, group=group, client=client, router=router)
     by_cluster: dict[str, list[str]] = {}
     for logical, route in routes.items():
         by_cluster.setdefault(route.cluster_id, []).append(logical)
@@ -185,9 +204,13 @@ def _read_jvm(
     named = _source_names_enabled(spark)
     frames = []
     for cluster, logicals in sorted(by_cluster.items()):
-        reader = spark.readStream.format("kafka").options(
-            **kafka_options(logicals, group=group, client=client, router=router, **opts)
-        )
+        options = translate_properties(routes[logicals[0]].properties, cluster=cluster)
+        options["subscribe"] = ",".join(dict.fromkeys(routes[t].topic for t in logicals))
+        if "kafka.group.id" not in opts:
+            options["groupIdPrefix"] = group_id_prefix(cluster, group)
+        options.update({k: str(v) for k, v in opts.items()})
+        options.update((per_cluster or {}).get(cluster, {}))
+        reader = spark.readStream.format("kafka").options(**options)
         if named:
             reader = reader.name(f"kbear_{re.sub(r'[^A-Za-z0-9_]', '_', cluster)}")
         df = reader.load()

@@ -1,0 +1,426 @@
+"""A supervisor for queries on Spark's own Kafka connector: it stops the query at a
+route change or a failover and starts it again on the new route, from offsets
+translated from the stopped query's last committed ones (:func:`run_query`).
+
+Spark's connector fixes its clusters when a query starts and keeps its positions in
+the query's checkpoint, keyed by topic and partition only: a query cannot move to
+another cluster. The supervisor runs one query per *generation*, each on its own
+checkpoint (``<checkpoint_root>/<n>``, the routes it was started on beside it in
+``<n>.routes.json``), and starts generation n+1 with ``startingOffsets`` per cluster:
+
+- a topic whose route did not change: the offsets generation n committed;
+- a topic failed over to the standby its cluster is mirrored to (the operator's
+  ``kbear failover``, or the supervisor's own with ``failover_enable``): the
+  committed offsets translated through the mirror (MirrorMaker 2's offset syncs,
+  never past the true position; the same offsets for ``kbear.mirror: identical``);
+  a partition without a translation starts at the standby's earliest offset;
+- a topic moved elsewhere (a rule change): generation n reads the old cluster up to
+  the end offsets seen when the change was noticed (bounded by ``drain_timeout_s``),
+  then the new cluster is read from its earliest offset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kbear._identity import Client
+from kbear._route import NoRouteError, Route
+from kbear.config import ConfigError
+from kbear.router import Router
+from kbear.spark._clusters import EARLIEST, ClusterQuestions
+from kbear.spark._failover import SourceFailover, mirror_start
+from kbear.spark._options import FORBIDDEN_READ_OPTIONS, check_options, route_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+__all__ = ["QuerySupervisor", "committed_offsets", "run_query"]
+
+log = logging.getLogger("kbear.spark")
+
+#: ``build(df, checkpoint)``: the application's query over ``df``, started with
+#: ``checkpointLocation`` ``checkpoint``.
+BuildQuery = Callable[["DataFrame", str], "StreamingQuery"]
+Positions = dict[str, dict[str, dict[str, int]]]  # cluster -> physical topic -> partition -> offset
+
+
+def committed_offsets(checkpoint: str | Path) -> list[dict[str, dict[str, int]]]:
+    """The end offsets of the last micro-batch a query committed, one mapping per source
+    (physical topic -> partition -> next offset, Spark's Kafka offsets), in the order
+    of Spark's offsets log; empty when none was committed. ``checkpoint``: a local path."""
+    root = Path(checkpoint)
+    commits = root / "commits"
+    batches = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not batches:
+        return []
+    lines = (root / "offsets" / str(max(batches))).read_text().splitlines()
+    out: list[dict[str, dict[str, int]]] = []
+    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            parsed = None
+        out.append(
+            {t: {str(p): int(o) for p, o in ps.items()} for t, ps in parsed.items()}
+            if isinstance(parsed, dict)
+            else {}
+        )
+    return out
+
+
+class QuerySupervisor:
+    """Runs the application's query on Spark's connector through route changes and
+    failovers (see the module; made by :func:`run_query`).
+
+    Attributes:
+        query: the query of the current generation.
+        generation: its number (0 first).
+        restarts: one entry per restart: ``{"generation", "reason", "routes",
+            "starting"}`` (``starting``: cluster -> topic -> partition -> offset;
+            ``translated``: topic -> :func:`~kbear.spark._failover.mirror_start`'s record).
+        exception: what ended the supervision with an error (the query's exception
+            when no failover or route change explains it), else None.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        topics: list[str],
+        build: BuildQuery,
+        *,
+        checkpoint_root: str,
+        router: Router,
+        group: str | None,
+        client: Client | None,
+        options: Mapping[str, str],
+        failover_enable: bool,
+        failover_after_ms: int,
+        poll_s: float,
+        drain_timeout_s: float,
+    ) -> None:
+        self._spark, self._topics, self._build = spark, topics, build
+        self._root = Path(checkpoint_root)
+        self._router, self._group, self._client = router, group, client
+        self._options = dict(options)
+        self._poll_s, self._drain_timeout_s = poll_s, drain_timeout_s
+        self._fo = SourceFailover(failover_enable, failover_after_ms, lambda: router.config)
+        self._q = ClusterQuestions(self._properties, lambda: self._fo)
+        self._stop = threading.Event()
+        self.restarts: list[dict[str, Any]] = []
+        self.exception: BaseException | None = None
+        self._root.mkdir(parents=True, exist_ok=True)
+        done = sorted(int(p.name) for p in self._root.iterdir() if p.is_dir() and p.name.isdigit())
+        self.generation = done[-1] if done else 0
+        recorded = self._recorded_routes(self.generation)
+        self._routes = recorded if recorded is not None else self._lookup()
+        self.query = self._start(None)
+        now = self._lookup()
+        if any(not _same(now[t], self._routes[t]) for t in now):
+            self._restart(now, "the routes changed while the application was down")
+        self._thread = threading.Thread(target=self._loop, name="kbear-spark-supervisor", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ routes
+
+    def _properties(self, cluster: str) -> dict[str, str]:
+        return dict(self._router.config.clusters[cluster].client_properties)
+
+    def _lookup(self) -> dict[str, Route]:
+        config = self._router.config
+        routes = route_topics(self._topics, group=self._group, client=self._client, router=self._router)
+        return {t: self._fo.route(r, config) for t, r in routes.items()}
+
+    def _routes_file(self, generation: int) -> Path:
+        return self._root / f"{generation}.routes.json"
+
+    def _recorded_routes(self, generation: int) -> dict[str, Route] | None:
+        path = self._routes_file(generation)
+        if not path.is_file():
+            return None
+        config = self._router.config
+        out = {}
+        for t, r in json.loads(path.read_text()).items():
+            cluster = config.clusters.get(r["cluster"])
+            if cluster is None:
+                return None
+            out[t] = Route(
+                r["cluster"], r["topic"], t, cluster.bootstrap_servers, "", cluster.client_properties
+            )
+        return out
+
+    # ------------------------------------------------------------------ generations
+
+    def _start(self, per_cluster: Mapping[str, Mapping[str, str]] | None) -> StreamingQuery:
+        from kbear.spark._stream import jvm_frames
+
+        checkpoint = self._root / str(self.generation)
+        self._routes_file(self.generation).write_text(
+            json.dumps({t: {"cluster": r.cluster_id, "topic": r.topic} for t, r in self._routes.items()})
+        )
+        df = jvm_frames(self._spark, self._routes, self._group, self._options, per_cluster)
+        return self._build(df, str(checkpoint))
+
+    def _committed(self) -> Positions:
+        """What the current generation committed, by cluster (its sources matched by topic names)."""
+        by_cluster: dict[str, set[str]] = {}
+        for r in self._routes.values():
+            by_cluster.setdefault(r.cluster_id, set()).add(r.topic)
+        out: Positions = {}
+        for source in committed_offsets(self._root / str(self.generation)):
+            for cluster, names in by_cluster.items():
+                if set(source) and set(source) <= names:
+                    out.setdefault(cluster, {}).update(source)
+                    break
+        return out
+
+    def _starting(self, new: Mapping[str, Route]) -> tuple[Positions, dict[str, Any]] | None:
+        """Generation n+1's start offsets and translations; None when a cluster does not answer."""
+        committed = self._committed()
+        config = self._router.config
+        starting: Positions = {}
+        translated: dict[str, Any] = {}
+        self._q.begin()
+        for logical, route in new.items():
+            marks = self._q.answer(route.cluster_id, route.topic)
+            if marks is None:
+                return None
+            old = self._routes[logical]
+            upstream = committed.get(old.cluster_id, {}).get(old.topic, {})
+            if _same(old, route):
+                start = {str(p): upstream.get(str(p), EARLIEST) for p in marks}
+            elif self._fo.mirror_move(config, old, route):
+                start, translated[logical] = mirror_start(
+                    config,
+                    old,
+                    route,
+                    upstream,
+                    marks,
+                    self._properties,
+                    old.cluster_id not in self._fo.down,
+                    "earliest",
+                )
+            else:
+                start = {str(p): EARLIEST for p in marks}
+            starting.setdefault(route.cluster_id, {})[route.topic] = start
+        return starting, translated
+
+    def _restart(self, new: dict[str, Route], reason: str) -> bool:
+        """Stop the current generation (done by the caller when draining) and start the next
+        on ``new`` routes; False when a cluster does not answer (tried again later)."""
+        self._stop_query()
+        planned = self._starting(new)
+        if planned is None:
+            return False
+        starting, translated = planned
+        self._routes = dict(new)
+        self.generation += 1
+        per_cluster = {c: {"startingOffsets": json.dumps(topics)} for c, topics in starting.items()}
+        self.query = self._start(per_cluster)
+        self.restarts.append(
+            {
+                "generation": self.generation,
+                "reason": reason,
+                "routes": {t: f"{r.cluster_id}/{r.topic}" for t, r in new.items()},
+                "starting": starting,
+                "translated": translated,
+            }
+        )
+        log.warning(
+            "kbear supervisor: query restarted (generation %d): %s; from %s",
+            self.generation,
+            reason,
+            starting,
+        )
+        return True
+
+    def _stop_query(self) -> None:
+        """Stop the current generation; a query stuck on a cluster that does not answer
+        may outlast ``spark.sql.streaming.stopTimeout``: it is left to end then."""
+        if not self.query.isActive:
+            return
+        try:
+            self.query.stop()
+        except Exception as exc:
+            log.warning("kbear supervisor: the query did not stop cleanly: %s", exc)
+
+    def _drain(self, moved: Iterable[str]) -> None:
+        """Let the current generation read the old routes of ``moved`` up to their end
+        offsets now (bounded by ``drain_timeout_s``)."""
+        ends: Positions = {}
+        self._q.begin()
+        for t in moved:
+            old = self._routes[t]
+            marks = self._q.answer(old.cluster_id, old.topic)
+            if marks is None:
+                return
+            ends.setdefault(old.cluster_id, {})[old.topic] = {
+                str(p): high for p, (_low, high) in marks.items()
+            }
+        deadline = time.monotonic() + self._drain_timeout_s
+        while time.monotonic() < deadline and self.query.isActive and not self._stop.is_set():
+            committed = self._committed()
+            if all(
+                committed.get(c, {}).get(t, {}).get(p, -1) >= end
+                for c, topics in ends.items()
+                for t, partitions in topics.items()
+                for p, end in partitions.items()
+            ):
+                return
+            time.sleep(min(self._poll_s, 1.0))
+        log.warning(
+            "kbear supervisor: the drain of %s did not end within %.0f s",
+            sorted(moved),
+            self._drain_timeout_s,
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    def _probe(self) -> None:
+        self._q.begin()
+        for route in self._routes.values():
+            self._q.answer(route.cluster_id, route.topic)
+        self._fo.tick()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            try:
+                self._step()
+            except Exception as exc:  # the supervision ends; the application sees it
+                log.exception("kbear supervisor: stopped")
+                self.exception = exc
+                return
+
+    def _step(self) -> None:
+        try:
+            self._router.reload()
+        except ConfigError as exc:
+            log.warning("kbear supervisor: configuration reload refused, keeping the last good one: %s", exc)
+        self._fo.release(self._router.config)
+        self._probe()
+        try:
+            now = self._lookup()
+        except NoRouteError as exc:
+            log.warning("kbear supervisor: %s; the query goes on", exc)
+            return
+        moved = [t for t in now if not _same(now[t], self._routes[t])]
+        if moved:
+            config = self._router.config
+            failover = all(
+                self._fo.mirror_move(config, self._routes[t], now[t])
+                or self._routes[t].cluster_id in self._fo.down
+                for t in moved
+            )
+            if not failover:
+                self._drain(moved)
+            reason = ", ".join(f"{t}: {self._routes[t].cluster_id} -> {now[t].cluster_id}" for t in moved)
+            self._restart(now, ("failover " if failover else "route change ") + reason)
+            return
+        if not self.query.isActive and not self._stop.is_set():
+            error = self.query.exception()
+            down = {r.cluster_id for r in self._routes.values()} & self._fo.down
+            if error is not None and down:
+                log.warning(
+                    "kbear supervisor: the query failed while clusters %s do not answer; waiting for a "
+                    "failover: %s",
+                    sorted(down),
+                    error,
+                )
+                return
+            if error is not None:
+                raise RuntimeError(f"the query failed: {error}")
+            self._stop.set()  # ended on its own (availableNow, or stopped by the application)
+
+    # ------------------------------------------------------------------ API
+
+    def stop(self) -> None:
+        """Stop supervising and stop the current query."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._stop_query()
+        self._q.close()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until the supervision ends (:meth:`stop`, the query's end, or
+        :attr:`exception`); True when it ended within ``timeout_s``."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+
+def _same(a: Route, b: Route) -> bool:
+    return (a.cluster_id, a.topic) == (b.cluster_id, b.topic)
+
+
+def run_query(
+    spark: SparkSession,
+    topics: str | Iterable[str],
+    build: BuildQuery,
+    *,
+    checkpoint_root: str,
+    router: Router | None = None,
+    config: str | None = None,
+    group: str | None = None,
+    client: Client | None = None,
+    options: Mapping[str, str] | None = None,
+    failover_enable: bool = False,
+    failover_after_ms: int = 30_000,
+    poll_s: float = 2.0,
+    drain_timeout_s: float = 60.0,
+) -> QuerySupervisor:
+    """Run a query on Spark's Kafka connector that follows route changes and failovers.
+
+    Args:
+        spark: the session (Spark's Kafka connector on its classpath).
+        topics: logical topic names (iterable, or comma-separated ``str``).
+        build: ``build(df, checkpoint)`` -> the started query over ``df`` (the
+            columns of :func:`kbear.spark.read_stream`), with ``checkpointLocation``
+            ``checkpoint``; called once per generation.
+        checkpoint_root: a local directory for the generations' checkpoints (its own
+            per query; kept across application restarts, which go on with the last
+            generation).
+        router, config: a :class:`~kbear.Router`, or a configuration directory.
+        group, client: the lookups' consumer group and client.
+        options: more source options (``startingOffsets`` for the first generation,
+            ``maxOffsetsPerTrigger``, ``kafka.*``); the forbidden ones are refused.
+        failover_enable, failover_after_ms: ``kbear.failover.enable`` and
+            ``kbear.failover.after.ms``: the supervisor fails a cluster over itself
+            once no broker answered it for that long (the operator's ``kbear
+            failover`` applies either way).
+        poll_s: seconds between two looks at the routes and the clusters.
+        drain_timeout_s: longest wait (seconds) for a query to read its old
+            cluster's end offsets before a route change restarts it.
+
+    Returns:
+        The running :class:`QuerySupervisor` (``query``, ``restarts``, ``stop()``,
+        ``await_termination()``).
+
+    Raises:
+        SparkOptionsError: forbidden options, an untranslatable cluster property.
+        NoRouteError: a topic has no route.
+    """
+    from kbear.spark._options import _router
+
+    opts = {str(k): str(v) for k, v in (options or {}).items()}
+    check_options(opts, FORBIDDEN_READ_OPTIONS)
+    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
+    resolved = _router(router, config, client)
+    return QuerySupervisor(
+        spark,
+        [t for t in dict.fromkeys(names) if t],
+        build,
+        checkpoint_root=checkpoint_root,
+        router=resolved,
+        group=group,
+        client=client,
+        options=opts,
+        failover_enable=failover_enable,
+        failover_after_ms=failover_after_ms,
+        poll_s=poll_s,
+        drain_timeout_s=drain_timeout_s,
+    )
