@@ -23,6 +23,7 @@ import shutil
 import socket
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,15 +131,17 @@ def topic_partitions(bootstrap: str, topic: str, timeout_s: float = 5.0) -> int:
     return len(md.partitions)
 
 
-def admin_create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0) -> None:
-    """Create ``topics`` (name -> partitions) with the AdminClient, retrying (tenacity)
-    transient errors; an existing topic counts as created. Then wait until the
-    metadata shows every topic with its partitions."""
+def admin_create_topics(
+    bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0, replication: int = 1
+) -> None:
+    """Create ``topics`` (name -> partitions, each on ``replication`` brokers) with the
+    AdminClient, retrying (tenacity) transient errors; an existing topic counts as
+    created. Then wait until the metadata shows every topic with its partitions."""
     admin = admin_client(bootstrap)
 
     def create() -> None:
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
+            [NewTopic(name, num_partitions=n, replication_factor=replication) for name, n in topics.items()],
             operation_timeout=10,
             request_timeout=15,
         )
@@ -186,6 +189,19 @@ class Cluster:
         by default the same as :meth:`stop`."""
         self.stop()
 
+    def kill_broker(self, broker_id: int) -> None:
+        """Take one broker of a cluster of several down as a crash would
+        (:attr:`Backend.start_brokers`'s clusters); :meth:`start_broker` brings it back."""
+        raise BackendUnavailable(f"{type(self).__name__}: one cluster, one broker")
+
+    def start_broker(self, broker_id: int) -> None:
+        raise BackendUnavailable(f"{type(self).__name__}: one cluster, one broker")
+
+    def group_coordinated_by(self, prefix: str, broker_id: int) -> str | None:
+        """A consumer group name starting with ``prefix`` whose coordinator is broker
+        ``broker_id``, or None when no group is (a cluster of several brokers)."""
+        raise BackendUnavailable(f"{type(self).__name__}: one cluster, one broker")
+
     def close(self) -> None:
         """Stop for good and free everything (idempotent)."""
         raise NotImplementedError
@@ -208,16 +224,16 @@ def _stop_leftovers() -> None:  # a crashed session must not leave brokers behin
 class MockCluster(Cluster):
     """A librdkafka mock cluster inside this process (:class:`kbear.testing.EmbeddedCluster`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, brokers: int = 1) -> None:
         from kbear.testing import EmbeddedCluster
 
         self.name = name
-        self._cluster = EmbeddedCluster()
+        self._cluster = EmbeddedCluster(num_brokers=brokers)
         self.bootstrap_servers = self._cluster.bootstrap_servers
 
     def create_topic(self, name: str, partitions: int) -> None:
-        try:
-            self._cluster.create_topic(name, partitions)
+        try:  # every partition on min(3, brokers) brokers
+            self._cluster.create_topic(name, partitions, min(3, self._cluster.num_brokers))
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
@@ -228,6 +244,21 @@ class MockCluster(Cluster):
 
     def start(self) -> None:
         self._cluster.set_broker_up(-1)
+
+    def kill_broker(self, broker_id: int) -> None:
+        self._cluster.set_broker_down(broker_id)
+
+    def start_broker(self, broker_id: int) -> None:
+        self._cluster.set_broker_up(broker_id)
+
+    def group_coordinated_by(self, prefix: str, broker_id: int) -> str | None:
+        # the mock coordinates a group on broker crc32(group) % brokers + 1
+        # (librdkafka rd_kafka_mock_cluster_get_coord); it answers no DescribeGroups
+        brokers = self._cluster.num_brokers
+        for n in range(1000):
+            if zlib.crc32(f"{prefix}-{n}".encode()) % brokers == broker_id - 1:
+                return f"{prefix}-{n}"
+        return None
 
     def close(self) -> None:
         self._cluster.close()
@@ -339,6 +370,9 @@ class Backend:
     detail: str = ""
     workdir: Path | None = None
     protocols: dict[str, GroupProtocol] = field(default_factory=lambda: {"classic": GroupProtocol()})
+    #: ``start_brokers(name, n)``: a cluster of ``n`` brokers whose topics are
+    #: replicated on 3 (:meth:`Cluster.kill_broker`), where the backend has them
+    start_brokers: Callable[[str, int], Cluster] | None = None
 
     def close(self) -> None:
         if self.workdir is not None:
@@ -372,6 +406,7 @@ def make_mock() -> Backend:
         # a classic-protocol rebalance after a resubscribe waits ~session.timeout.ms on the mock
         consumer_conf={"group.protocol": "consumer"},
         detail="librdkafka mock clusters in this process (kbear.testing.EmbeddedCluster)",
+        start_brokers=MockCluster,
         protocols={
             "consumer": GroupProtocol(),
             # each classic rebalance waits about session.timeout.ms on the mock: short enough

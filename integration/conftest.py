@@ -116,6 +116,16 @@ class Harness:
         self.clusters[name] = cluster
         return cluster
 
+    def brokers_cluster(self, name: str, brokers: int) -> Cluster:
+        """A cluster of ``brokers`` brokers (topics replicated on 3), only for this test
+        (stopped at teardown); skips the test on a backend without such clusters."""
+        if self.backend.start_brokers is None:
+            pytest.skip(f"{self.backend.name}: no cluster of several brokers")
+        cluster = self.backend.start_brokers(self.name(name).replace(".", "-"), brokers)
+        self._spares.append(cluster)
+        self.clusters[name] = cluster
+        return cluster
+
     # configuration -----------------------------------------------------------
 
     def config(

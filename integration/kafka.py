@@ -43,6 +43,7 @@ from integration.backends import (
     GroupProtocol,
     _workdir,
     admin_client,
+    admin_create_topics,
     free_port,
     retrying,
     wait_until_answers,
@@ -417,6 +418,39 @@ class KafkaCluster(Cluster):
 
         retrying(max(1.0, deadline - time.monotonic()), f"group coordinator, {self.name}")(group_coordinator)
 
+    def create_topic(self, name: str, partitions: int) -> None:
+        """Create ``name`` with every partition on min(3, brokers) brokers."""
+        admin_create_topics(self.bootstrap_servers, {name: partitions}, replication=min(3, len(self.nodes)))
+
+    def kill_broker(self, broker_id: int) -> None:
+        """SIGKILL node ``broker_id`` (a crash); :meth:`start_broker` starts it again on
+        its data. Node 1 is the controller: killing it stops the cluster's metadata."""
+        node = self.nodes[broker_id - 1]
+        if node.proc is not None and node.alive():
+            node.proc.kill()
+            node.proc.wait(timeout=10)
+        node.proc = None
+
+    def start_broker(self, broker_id: int) -> None:
+        self.start()
+
+    def group_coordinated_by(self, prefix: str, broker_id: int) -> str | None:
+        # a group's coordinator leads partition abs(hashCode(group)) % partitions of
+        # __consumer_offsets (Kafka's GroupCoordinator.partitionFor, Java's String.hashCode)
+        md = admin_client(self.bootstrap_servers).list_topics("__consumer_offsets", timeout=10)
+        topic = md.topics.get("__consumer_offsets")
+        if topic is None or not topic.partitions:
+            return None
+        leaders = {p: info.leader for p, info in topic.partitions.items()}
+        for n in range(1000):
+            name = f"{prefix}-{n}"
+            h = 0
+            for ch in name:  # ASCII: one UTF-16 unit each
+                h = (31 * h + ord(ch)) & 0xFFFFFFFF
+            if leaders.get((h & 0x7FFFFFFF) % len(leaders)) == broker_id:
+                return name
+        return None
+
     def _signal(self, sig: int, grace_s: float) -> None:
         procs = [n.proc for n in self.nodes if n.proc is not None]
         for proc in procs:
@@ -501,6 +535,19 @@ def make_backend() -> Backend:
     }
     if int(version.split(".", 1)[0]) >= 4:
         protocols["consumer"] = GroupProtocol({"group.protocol": "consumer"})
+
+    def replicated(name: str, brokers: int) -> KafkaCluster:
+        # internal topics and defaults replicated on 3 (min ISR 2): one broker may die
+        replicas, isr = str(min(3, brokers)), str(min(2, brokers))
+        properties = {
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": isr,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": isr,
+        }
+        return KafkaCluster(name, workdir, version=version, brokers=brokers, properties=properties)
+
     return Backend(
         "kafka",
         lambda name: KafkaCluster(name, workdir, version=version),
@@ -510,6 +557,7 @@ def make_backend() -> Backend:
         detail=f"Apache Kafka {version} (KRaft, JVM processes, data under {workdir})",
         workdir=workdir,
         protocols=protocols,
+        start_brokers=replicated,
     )
 
 
