@@ -222,6 +222,16 @@ class Feed(threading.Thread):
                     time.sleep(0.01)
         except BaseException:
             self.errors.exc("feed")
+        finally:
+            # Serve the delivery reports still due: librdkafka holds the callback of a
+            # message in flight (self.report, which holds the producers) where the cycle
+            # collector cannot see it; left so, the two producers live to the end of the
+            # run and log connection failures once the clusters are gone (the pairs of
+            # producers seen after pytest's summary in CI)
+            for p in self.producers.values():
+                p.flush(5)
+                p.purge()
+                p.flush(0)
 
     def flush(self) -> None:
         for p in self.producers.values():
