@@ -1,0 +1,320 @@
+"""Spark Structured Streaming through a lost cluster, on Apache Kafka with a real
+MirrorMaker 2 (identity replication policy, east -> west). East's broker process is
+killed (SIGKILL) while these queries read a topic each, behind the producers:
+
+- on kbear's Python source, failing east over itself (``kbear.failover.enable``);
+- on kbear's Python source, waiting for the operator's ``kbear failover --apply``
+  (micro-batches go on without east, no exception);
+- on Spark's own connector, supervised by ``kbear.spark.run_query`` (restarted on
+  west from its committed offsets translated), when the connector's jars are here;
+
+Each reads every message (0 lost), without a query exception; what is read twice
+(read on east, then again on west from the translated start) is at most what the
+mirror's last offset sync before each partition's position leaves (MirrorMaker 2 as
+users copy it, ``examples/mirrormaker2/mm2.properties``: a sync about every 100-150
+records). The ``kafka`` backend only (MirrorMaker 2, a broker process to kill). East is
+this test's own cluster (``C``); west is ``B``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from integration.backends import BackendUnavailable, Cluster, Started
+from integration.conftest import Harness
+from integration.helpers import global_rule, read_topic, write_yaml_atomically
+from integration.mirror import MirrorMaker2, OffsetSync, decode_offset_sync
+from integration.test_mirror import records, wait_until
+from integration.test_spark_connector import WAIT_S, wait_for
+from kbear.cli import main as kbear_cli
+from kbear.spark import read_stream, run_query
+
+PARTITIONS = 2
+#: on east, read in part before the kill (all mirrored); on west after the kill
+BEFORE, AFTER = 300, 100
+
+
+@pytest.fixture
+def spark(spark_session: tuple[SparkSession, str | None], started: Started) -> Iterator[SparkSession]:
+    session, _missing = spark_session  # the connector's query is left out without its jars
+    yield session
+    for query in session.streams.active:
+        query.stop()
+
+
+@pytest.fixture
+def east(it: Harness) -> Iterator[Cluster]:
+    if it.backend.name != "kafka":
+        pytest.skip(f"MirrorMaker 2 and a broker process to kill: the kafka backend only ({it.backend.name})")
+    try:
+        yield it.spare_cluster("C")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def produce(bootstrap: str, topic: str, label: str, n: int, rate: float = 200.0) -> list[bytes]:
+    """``n`` keyed messages at ``rate`` per second (MirrorMaker 2 writes offset syncs
+    at a steady production as it would in production, not for a burst)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    values = [f"{label}-{i:04d}".encode() for i in range(n)]
+    started = time.monotonic()
+    for i, value in enumerate(values):
+        producer.produce(topic, value, key=f"k{i % 8}".encode())
+        producer.poll(max(0.0, started + (i + 1) / rate - time.monotonic()))
+    assert producer.flush(30) == 0
+    return values
+
+
+Row = tuple[str, bytes, int, int]  # cluster, value, partition, offset
+
+
+def rows(spark: SparkSession, table: str) -> list[Row]:
+    return [
+        (r["cluster"], bytes(r["value"]), r["partition"], r["offset"]) for r in spark.table(table).collect()
+    ]
+
+
+def sync_lag(syncs: list[OffsetSync], topic: str, read: list[Row]) -> int:
+    """What the mirror's offset syncs leave to read twice, over the partitions.
+
+    - The records between the last sync at or before the position read on east and
+      that position: read on east, then again on west from the translated start.
+    - One interval between syncs (the widest of the partition, its last one ending at
+      the mirrored end): a micro-batch in flight when east died reads its range on
+      the mirror's copy from the sync before its start to the sync after its end
+      (nothing of the range is skipped, should east come back), and the next batch
+      starts on west from the sync before that end.
+    """
+    lag = 0
+    for p in range(PARTITIONS):
+        position = 1 + max((o for c, _, q, o in read if c == "east" and q == p), default=-1)
+        mirrored = len({v for _, v, q, _ in read if q == p and v.startswith(b"east")})
+        ups = sorted(
+            {0, mirrored, *(s.upstream_offset for s in syncs if s.topic == topic and s.partition == p)}
+        )
+        lag += position - max(u for u in ups if u <= position)
+        lag += 1 + max(b - a for a, b in pairwise(ups))
+    return lag
+
+
+@pytest.mark.timeout(1200)  # MirrorMaker 2 takes up to ~100 s to mirror its first record on a busy machine
+def test_python_source_queries_read_every_message_through_a_killed_cluster(
+    it: Harness,
+    east: Cluster,
+    spark: SparkSession,
+    spark_session: tuple[SparkSession, str | None],
+    tmp_path: Path,
+) -> None:
+    topics = {"auto": it.name("spark-auto"), "manual": it.name("spark-operator")}
+    if spark_session[1] is None:
+        topics["connector"] = it.name("spark-connector")
+    for topic in topics.values():
+        east.create_topic(topic, PARTITIONS)
+        it.create_topic(topic, PARTITIONS, "B")
+    try:
+        mm2 = MirrorMaker2(
+            east,
+            it.clusters["B"],
+            tmp_path / "mm2",
+            topics="|".join(topics.values()),
+            identity=True,
+        )
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        _scenario(it, east, mm2, spark, tmp_path, topics)
+    finally:
+        mm2.close()
+
+
+def _scenario(
+    it: Harness,
+    east: Cluster,
+    mm2: MirrorMaker2,
+    spark: SparkSession,
+    tmp_path: Path,
+    topics: dict[str, str],
+) -> None:
+    auto, manual = topics["auto"], topics["manual"]
+    config = it.config([global_rule("east")], {"east": east.bootstrap_servers})
+    east_meta = {
+        "bootstrap.servers": east.bootstrap_servers,
+        "kbear.failover.to": "west",
+        "kbear.mirror": "mm2",
+        "kbear.mirror.replication.policy": "identity",
+    }
+    write_yaml_atomically(
+        config.path / "clusters.yaml",
+        {
+            "clusters": [
+                {"id": "east", "meta": east_meta},
+                {"id": "west", "meta": {"bootstrap.servers": it.bootstrap("B")}},
+            ]
+        },
+    )
+    common = {
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "40",  # the kill lands mid-stream: the queries are behind
+        "kbear.failover.after.ms": "3000",
+    }
+    names = list(topics.values())
+
+    # 1. east serves the topics; MirrorMaker 2 mirrors them
+    sent = {t: produce(east.bootstrap_servers, t, "east", BEFORE) for t in names}
+
+    def mirrored() -> bool | None:
+        syncs = [decode_offset_sync(k, v) for k, v in records(it.bootstrap("B"), mm2.offset_syncs_topic)]
+        for t in names:
+            if len(read_topic(it.bootstrap("B"), t, BEFORE, 5, 0)) < BEFORE:
+                return None
+            covered = sum(
+                1 + max((s.upstream_offset for s in syncs if s.topic == t and s.partition == p), default=-1)
+                for p in range(PARTITIONS)
+            )
+            if covered < BEFORE:
+                return None
+        return True
+
+    wait_until("the topics mirrored, their offset syncs at their ends", mirrored, mm2)
+
+    # the queries start; east is killed while they are behind
+    got: dict[str, Callable[[], list[Row]]] = {}
+    queries: dict[str, StreamingQuery] = {}
+    table = {t: t.replace(".", "_").replace("-", "_") for t in (auto, manual)}
+    for topic, more in ((auto, {"kbear.failover.enable": "true"}), (manual, {})):
+        df = read_stream(spark, [topic], config=str(config.path), source="kbear", options={**common, **more})
+        queries[topic] = (
+            df.select("value", "cluster", "partition", "offset")
+            .writeStream.format("memory")
+            .queryName(table[topic])
+            .option("checkpointLocation", str(tmp_path / f"ckpt-{topic}"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        got[topic] = lambda t=topic: rows(spark, table[t])
+    supervisor = None
+    if "connector" in topics:
+        # Spark's own connector, supervised by kbear: it fails east over itself and
+        # restarts the query on west from its committed offsets translated
+        seen: list[Row] = []
+
+        def build(df: DataFrame, checkpoint: str) -> StreamingQuery:
+            def keep(batch: DataFrame, _batch_id: int) -> None:
+                seen.extend(
+                    (r["cluster"], bytes(r["value"]), r["partition"], r["offset"])
+                    for r in batch.select("cluster", "value", "partition", "offset").collect()
+                )
+
+            return (
+                df.writeStream.foreachBatch(keep)
+                .option("checkpointLocation", checkpoint)
+                .trigger(processingTime="1 second")
+                .start()
+            )
+
+        supervisor = run_query(
+            spark,
+            [topics["connector"]],
+            build,
+            checkpoint_root=str(tmp_path / "supervised"),
+            config=str(config.path),
+            options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "40"},
+            failover_enable=True,
+            failover_after_ms=3000,
+            poll_s=1.0,
+        )
+        got[topics["connector"]] = lambda: list(seen)
+    for t in names:
+        q = queries.get(t) or (
+            supervisor.query if supervisor is not None and t == topics.get("connector") else None
+        )
+        deadline = time.monotonic() + WAIT_S
+        while len(got[t]()) < 40:
+            assert q is None or q.exception() is None, q.exception() if q is not None else None
+            assert time.monotonic() < deadline, f"{t}: not read in part on east within {WAIT_S} s"
+            time.sleep(0.5)
+
+    # 2. east's broker process is killed; the producers write to west
+    east.kill()
+    killed_at = time.monotonic()
+    read_before = {t: len(got[t]()) for t in names}
+    for t in names:
+        sent[t] += produce(it.bootstrap("B"), t, "west", AFTER)
+
+    # 3. the queries with kbear.failover.enable fail east over themselves and read all
+    took: dict[str, float] = {}
+    wait_for(
+        queries[auto], lambda: {v for _, v, *_ in got[auto]()} >= set(sent[auto]), "the automatic failover"
+    )
+    took[auto] = time.monotonic() - killed_at
+    if supervisor is not None:
+        conn = topics["connector"]
+        deadline = time.monotonic() + WAIT_S
+        while not {v for _, v, *_ in got[conn]()} >= set(sent[conn]):
+            assert supervisor.exception is None, supervisor.exception
+            assert time.monotonic() < deadline, f"the supervised query: {supervisor.restarts}"
+            time.sleep(0.5)
+        took[conn] = time.monotonic() - killed_at
+        assert [r["reason"].split()[0] for r in supervisor.restarts] == ["failover"]
+        assert supervisor.restarts[0]["translated"][conn]["to"]["cluster"] == "west"
+    # the other waits for the operator: micro-batches go on, nothing produced on west
+    # read, no exception (a task reading east when it died may have finished its
+    # range on the mirror's copy)
+    assert queries[manual].exception() is None and queries[manual].isActive
+    assert not [v for _, v, *_ in got[manual]() if v.startswith(b"west")]
+
+    # 4. the operator fails east over: the second query reads all too
+    assert kbear_cli(["failover", "--config", str(config.path), "--cluster", "east", "--apply"]) == 0
+    decided_at = time.monotonic()
+    wait_for(
+        queries[manual],
+        lambda: {v for _, v, *_ in got[manual]()} >= set(sent[manual]),
+        "the operator's failover",
+    )
+    took[manual] = time.monotonic() - decided_at
+
+    notes = []
+    what = {
+        auto: "kbear source, automatic",
+        manual: "kbear source, operator (after kbear failover --apply)",
+        topics.get("connector"): "connector supervised by run_query, automatic",
+    }
+    syncs = [decode_offset_sync(k, v) for k, v in records(it.bootstrap("B"), mm2.offset_syncs_topic)]
+    for t in names:
+        counts = Counter(v for _, v, *_ in got[t]())
+        assert set(counts) == set(sent[t]), t  # 0 lost
+        twice = sum(n - 1 for n in counts.values())
+        lag = sync_lag(syncs, t, got[t]())
+        print(f"{what[t]}: {twice} read twice, sync lag {lag}")
+        again = Counter((c, q) for c, v, q, _ in got[t]() if counts[v] > 1)
+        east_at = {
+            q: 1 + max((o for c, _, p, o in got[t]() if c == "east" and p == q), default=-1)
+            for q in range(PARTITIONS)
+        }
+        mine = sorted((s.partition, s.upstream_offset, s.downstream_offset) for s in syncs if s.topic == t)
+        assert twice <= lag, (t, twice, lag, read_before[t], east_at, sorted(again.items()), mine)
+        assert {v for v, n in counts.items() if n > 1} <= set(sent[t][:BEFORE])  # only mirrored ones
+        notes.append(
+            f"{what[t]}: {read_before[t]}/{BEFORE} read on east at the kill, all read in {took[t]:.1f} s, "
+            f"{twice} read twice (sync lag {lag})"
+        )
+    for q in queries.values():
+        assert q.exception() is None and q.isActive
+        q.stop()
+    if supervisor is not None:
+        assert supervisor.query.exception() is None
+        supervisor.stop()
+    it.note(f"Spark through east killed (kbear.failover.after.ms 3000): {'; '.join(notes)}")
