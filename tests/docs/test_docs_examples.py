@@ -55,11 +55,18 @@ def test_there_are_examples() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=str)
-def test_example_runs(example: CodeExample, eval_example: EvalExample, routing: Path) -> None:
+def test_example_runs(
+    example: CodeExample, eval_example: EvalExample, routing: Path, request: pytest.FixtureRequest
+) -> None:
     if example.prefix_settings().get("test") == "spark":
         pytest.importorskip("pyspark")
         if shutil.which("java") is None:
             pytest.skip("no Java here: the Spark examples need Java 17")
+        # The test process's one SparkSession (conftest.py), with Spark's Kafka connector
+        # on its classpath, must be the first: an example's getOrCreate() then gets it.
+        # Were the example first, its JVM would fix a classpath without the connector for
+        # every later test of the process ("Failed to find data source: kafka").
+        request.getfixturevalue("spark_session")
     try:
         eval_example.run(example)
     except Exception as exc:
