@@ -122,7 +122,7 @@ class _Loader:
         self.documents = documents
         self.environ = environ  # None: ``${NAME}`` and ``$${`` kept as written
         self.problems: list[ConfigProblem] = []
-        self.hash: Any = hashlib.sha256()
+        self.hash = hashlib.sha256()
         # Every cluster id written in clusters.yaml (valid entries or not), and
         # whether that file could be read as a list at all: rules are checked
         # against these ids, so an empty cluster list refuses every rule.
@@ -156,27 +156,22 @@ class _Loader:
         _digest_update(self.hash, name, data)
         try:
             text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            self.problem(name, None, f"not UTF-8 text (byte {exc.start})")
-            return False, None
-        try:
             return True, _load_yaml(text)
+        except UnicodeDecodeError as exc:
+            why = f"not UTF-8 text (byte {exc.start})"
         except yaml.MarkedYAMLError as exc:
-            self.problem(name, None, _yaml_problem(text, exc))
-            return False, None
+            why = _yaml_problem(text, exc)
         except yaml.reader.ReaderError as exc:  # a control character YAML does not allow
             line = text.count("\n", 0, exc.position) + 1
             column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
             code = exc.character if isinstance(exc.character, int) else ord(exc.character)
-            where = f"line {line}, column {column}"
-            self.problem(name, None, f"YAML error at {where}: character #x{code:04x} is not allowed")
-            return False, None
+            why = f"YAML error at line {line}, column {column}: character #x{code:04x} is not allowed"
         except yaml.YAMLError as exc:
-            self.problem(name, None, f"YAML error: {exc}")
-            return False, None
+            why = f"YAML error: {exc}"
         except RecursionError:
-            self.problem(name, None, "YAML nested too deeply to read")
-            return False, None
+            why = "YAML nested too deeply to read"
+        self.problem(name, None, why)
+        return False, None
 
     def read_entries(self, name: str) -> list[tuple[str, Any]]:
         """The list under the document's top-level key, each with a label, or []."""
@@ -440,7 +435,8 @@ def load_config(
     if not directory.is_dir():
         raise ConfigError([ConfigProblem(str(directory), None, _why_not_a_directory(directory))])
     with collector_paused():
-        return _load(directory, None if not resolve_env else os.environ if environ is None else environ)
+        environ = None if not resolve_env else os.environ if environ is None else environ
+        return _finish(_Loader(directory, environ), str(directory), None)
 
 
 def _why_not_a_directory(path: Path) -> str:
@@ -456,11 +452,7 @@ def _why_not_a_directory(path: Path) -> str:
     return "no such directory (kbear init DIR writes a configuration directory to start from)"
 
 
-def _load(directory: Path, environ: Mapping[str, str] | None) -> KBearConfig:
-    return _finish(_Loader(directory, environ), str(directory), None)
-
-
-def _finish(loader: _Loader, location: str, origin: str | None) -> KBearConfig:
+def _finish(loader: _Loader, location: str, origin: str | None, digest: str | None = None) -> KBearConfig:
     clusters = loader.clusters()
     topics = loader.topics()
     groups = loader.consumer_groups()
@@ -473,7 +465,7 @@ def _finish(loader: _Loader, location: str, origin: str | None) -> KBearConfig:
         topics=topics,
         consumer_groups=groups,
         rules=rules,
-        digest=loader.hash.hexdigest(),
+        digest=digest or loader.hash.hexdigest(),
         origin=origin,
         ignored_rules=tuple(loader.ignored),
     )
@@ -529,16 +521,5 @@ def load_documents(
         ConfigError: every problem, as :func:`load_config` reports them.
     """
     loader = _Loader(None, os.environ if environ is None else environ, documents)
-    loader.hash = _Preset(documents_digest(documents))
     with collector_paused():
-        return _finish(loader, origin, origin)
-
-
-class _Preset:
-    """A digest already computed, in place of the loader's running hash."""
-
-    def __init__(self, hexdigest: str) -> None:
-        self._hex = hexdigest
-
-    def hexdigest(self) -> str:
-        return self._hex
+        return _finish(loader, origin, origin, documents_digest(documents))

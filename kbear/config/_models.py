@@ -139,27 +139,6 @@ class ConsumerGroupId(_Model):
     topic_id: _Id = Field(alias="topicId")
 
 
-def _flat_group_id(value: Any) -> Any:
-    """KBear's own files write a consumer group's id flat (``groupName: g`` and
-    ``topicId: t`` in the entry, CRRL spec "Where the data lives"): the same as
-    ``id: {groupName: g, topicId: t}``. Both forms in one entry, or only one of
-    the two parts written flat, is an error."""
-    if not isinstance(value, Mapping):
-        return value
-    flat = [k for k in ("groupName", "topicId") if k in value]
-    if not flat:
-        return value
-    if "id" in value:
-        both = ", ".join(repr(k) for k in flat)
-        raise ValueError(f"the id is written twice: 'id' and {both}; use one form")
-    if len(flat) == 1:
-        missing = "topicId" if flat[0] == "groupName" else "groupName"
-        raise ValueError(f"'{flat[0]}' without '{missing}': a consumer group id needs both")
-    out = {k: v for k, v in value.items() if k not in ("groupName", "topicId")}
-    out["id"] = {"groupName": value["groupName"], "topicId": value["topicId"]}
-    return out
-
-
 class ConsumerGroupConfig(_Model):
     """A consumer group of ``consumer-groups.yaml``; ``meta`` feeds ``consumerGroup.<key>`` factors.
 
@@ -173,7 +152,24 @@ class ConsumerGroupConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _flat_id(cls, value: Any) -> Any:
-        return _flat_group_id(value)
+        """KBear's own files write a consumer group's id flat (``groupName: g`` and
+        ``topicId: t`` in the entry, CRRL spec "Where the data lives"): the same as
+        ``id: {groupName: g, topicId: t}``. Both forms in one entry, or only one of
+        the two parts written flat, is an error."""
+        if not isinstance(value, Mapping):
+            return value
+        flat = [k for k in ("groupName", "topicId") if k in value]
+        if not flat:
+            return value
+        if "id" in value:
+            both = ", ".join(repr(k) for k in flat)
+            raise ValueError(f"the id is written twice: 'id' and {both}; use one form")
+        if len(flat) == 1:
+            missing = "topicId" if flat[0] == "groupName" else "groupName"
+            raise ValueError(f"'{flat[0]}' without '{missing}': a consumer group id needs both")
+        out = {k: v for k, v in value.items() if k not in ("groupName", "topicId")}
+        out["id"] = {"groupName": value["groupName"], "topicId": value["topicId"]}
+        return out
 
     @property
     def group_name(self) -> str:

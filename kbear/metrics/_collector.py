@@ -12,9 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from kbear import _events
@@ -50,36 +52,32 @@ class KBearMetrics(Collector):
         self._producer_drains = 0
         #: meta-service location -> (unreachable since, last good answer at), time.time()
         self._meta_state: dict[str, tuple[float | None, float | None]] = {}
-        self.route_changes = Counter(
+        counter = partial(Counter, registry=registry)
+        self.route_changes = counter(
             "kbear_route_changes",
             "Topics that switched clusters (or lost their route) after a reload",
             ["kind", "client", "topic", "old_cluster", "new_cluster"],
-            registry=registry,
         )
-        self.drains_started = Counter(
+        self.drains_started = counter(
             "kbear_drains_started",
             "Drains begun before a topic moves "
             "(producer: a flush; consumer, spark: reading the old cluster out)",
             ["kind", "topic", "cluster"],
-            registry=registry,
         )
-        self.drains_finished = Counter(
+        self.drains_finished = counter(
             "kbear_drains_finished",
             "Drains ended, complete or timed out (kbear.switch.drain.timeout.ms)",
             ["kind", "topic", "cluster", "outcome"],
-            registry=registry,
         )
-        self.drain_messages = Counter(
+        self.drain_messages = counter(
             "kbear_drain_messages",
             "Messages a consumer read from the old cluster during its drains",
             ["kind", "topic", "cluster"],
-            registry=registry,
         )
-        self.switch_timeouts = Counter(
+        self.switch_timeouts = counter(
             "kbear_switch_timeouts",
             "Switches made when kbear.switch.drain.timeout.ms ran out, before the drain was complete",
             ["kind", "topic", "cluster"],
-            registry=registry,
         )
         self.drain_seconds = Histogram(
             "kbear_drain_duration_seconds",
@@ -88,76 +86,66 @@ class KBearMetrics(Collector):
             buckets=DRAIN_BUCKETS,
             registry=registry,
         )
-        self.messages_resent = Counter(
+        self.messages_resent = counter(
             "kbear_messages_resent",
             "Messages a producer took back from a dead cluster's client and sent along the "
             "routes now (reason: queued; in_flight: sent again, at-least-once; failed: could "
             "not be re-sent, reported failed)",
             ["kind", "cluster", "reason"],
-            registry=registry,
         )
-        self.clusters_lost = Counter(
+        self.clusters_lost = counter(
             "kbear_clusters_lost",
             "Clusters declared lost by the lost-cluster policy (no broker reachable for "
             "kbear.failover.after.ms), by observer (producer, consumer, serve)",
             ["observer", "cluster"],
-            registry=registry,
         )
-        self.clusters_unanswered = Counter(
+        self.clusters_unanswered = counter(
             "kbear_clusters_unanswered",
             "Micro-batches of the Spark kbear source planned without a cluster that did not "
             "answer (its topics got no new offsets), by kind and cluster",
             ["kind", "cluster"],
-            registry=registry,
         )
-        self.clusters_recovered = Counter(
+        self.clusters_recovered = counter(
             "kbear_clusters_recovered",
             "Lost clusters reachable again for as long (the policy's hysteresis), by observer",
             ["observer", "cluster"],
-            registry=registry,
         )
-        self.failovers = Counter(
+        self.failovers = counter(
             "kbear_failovers",
             "Routes to a cluster sent to its standby (direction: over) or back (direction: back), "
             "by trigger (client, config, serve)",
             ["trigger", "cluster", "standby", "direction"],
-            registry=registry,
         )
-        self.mirrored_starts = Counter(
+        self.mirrored_starts = counter(
             "kbear_mirrored_starts",
             "Partitions a consumer group started on a cluster after a move from a mirrored "
             "cluster (kbear.switch.start=translated, or a failover): start translated (from a "
             "MirrorMaker 2 checkpoint or offset sync, or an identical mirror's offsets) or "
             "fallback (the group's committed offsets there, else auto.offset.reset)",
             ["kind", "cluster", "topic", "source", "start", "decided_by"],
-            registry=registry,
         )
-        self.cluster_errors = Counter(
+        self.cluster_errors = counter(
             "kbear_cluster_errors",
             "Errors librdkafka reported to the error_cb of a routed client's cluster client "
             "(connections refused, brokers down...), by client kind, cluster and error name: every "
             "one, while kbear's log writes the first of an outage, then a summary a minute",
             ["kind", "cluster", "error"],
-            registry=registry,
         )
-        self.cluster_id_mismatches = Counter(
+        self.cluster_id_mismatches = counter(
             "kbear_cluster_id_mismatches",
             "Clusters refused because their brokers reported another cluster id than "
             "kbear.cluster.id in clusters.yaml, by client kind",
             ["kind", "cluster"],
-            registry=registry,
         )
-        self.reloads = Counter(
+        self.reloads = counter(
             "kbear_config_reloads",
             "Configuration changes applied, or refused (the last good configuration stays)",
             ["result", "reason", "location"],
-            registry=registry,
         )
-        self.meta_requests = Counter(
+        self.meta_requests = counter(
             "kbear_meta_requests",
             "HTTP requests to a meta-service, by outcome (ok, unavailable: retried, refused)",
             ["location", "path", "outcome"],
-            registry=registry,
         )
         self.meta_seconds = Histogram(
             "kbear_meta_request_duration_seconds",
@@ -173,26 +161,7 @@ class KBearMetrics(Collector):
         """Stop following kbear's events and unregister from the registry (clients
         built from now on get no statistics callback)."""
         _events.unsubscribe(self.on_event, self.stats.configure, self.stats.build)
-        for metric in (
-            self,
-            self.route_changes,
-            self.drains_started,
-            self.drains_finished,
-            self.drain_messages,
-            self.switch_timeouts,
-            self.drain_seconds,
-            self.messages_resent,
-            self.clusters_lost,
-            self.clusters_unanswered,
-            self.clusters_recovered,
-            self.failovers,
-            self.mirrored_starts,
-            self.cluster_errors,
-            self.cluster_id_mismatches,
-            self.reloads,
-            self.meta_requests,
-            self.meta_seconds,
-        ):
+        for metric in (self, *(m for m in vars(self).values() if isinstance(m, MetricWrapperBase))):
             self.registry.unregister(metric)
 
     # ------------------------------------------------------------------ events

@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -42,36 +43,23 @@ Names = Mapping[tuple[str, str, str, str], str]
 _COUNTERS = ("msgs", "txmsgs", "txbytes", "rxmsgs", "rxbytes")
 
 
+@dataclass(slots=True, eq=False)
 class _Slot:
     """The latest statistics of one cluster client, and its per-partition counters."""
 
-    __slots__ = (
-        "at",
-        "client_id",
-        "cluster",
-        "counters",
-        "delivered",
-        "interval_s",
-        "kind",
-        "lock",
-        "rtt",
-        "stats",
-    )
-
-    def __init__(self, kind: str, cluster: str, cid: str, interval_s: float) -> None:
-        self.kind = kind
-        self.cluster = cluster
-        self.client_id = cid
-        self.interval_s = interval_s
-        self.stats: dict[str, Any] | None = None
-        self.at = 0.0
-        #: (physical topic, partition, field) -> [counted before a restart, last value]
-        self.counters: dict[tuple[str, str, str], list[float]] = {}
-        #: broker name -> (avg, p99) round-trip time in µs of the last interval that had one
-        self.rtt: dict[str, tuple[float, float]] = {}
-        self.lock = threading.Lock()
-        #: consumer: messages poll()/consume() handed out, by physical topic (None: not counted)
-        self.delivered: Delivered | None = None
+    kind: str
+    cluster: str
+    client_id: str
+    interval_s: float
+    stats: dict[str, Any] | None = None
+    at: float = 0.0
+    #: (physical topic, partition, field) -> [counted before a restart, last value]
+    counters: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+    #: broker name -> (avg, p99) round-trip time in µs of the last interval that had one
+    rtt: dict[str, tuple[float, float]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: consumer: messages poll()/consume() handed out, by physical topic (None: not counted)
+    delivered: Delivered | None = None
 
     def update(self, text: str) -> None:
         """Take the statistics JSON ``text``; unparsable text is ignored."""
@@ -133,7 +121,7 @@ class StatsStore:
         slot = _Slot(kind, cluster, client_id(conf), interval_s)
         with self._lock:
             self._slots.append(slot)
-        conf["stats_cb"] = _callback(slot, user_cb if user_on else None)
+        conf["stats_cb"] = _Callback(slot, user_cb if user_on else None)
 
     def build(self, kind: str, cluster: str, conf: dict[str, Any], factory: Callable[..., Any]) -> Any:
         """A consumer cluster client that counts what its poll()/consume() hand out
@@ -178,10 +166,6 @@ class _Callback:
         self.kbear_slot.update(text)
         if self.user_cb is not None:
             self.user_cb(text)
-
-
-def _callback(slot: _Slot, user_cb: Callable[[str], None] | None) -> Callable[[str], None]:
-    return _Callback(slot, user_cb)
 
 
 class _Family:
