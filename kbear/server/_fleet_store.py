@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,6 +25,8 @@ __all__ = ["FleetEntry", "FleetStats", "FleetStore"]
 #: How long a writer waits for another process's transaction, milliseconds.
 _BUSY_TIMEOUT_MS = 5000
 
+#: The tables, in types SQLite (by their affinity) and PostgreSQL both read; PostgreSQL's
+#: fleet has an ``id`` column more, for SQLite's ``rowid`` (:mod:`kbear.server._fleet_store_pg`).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fleet (
     key TEXT NOT NULL PRIMARY KEY,
@@ -38,17 +40,17 @@ CREATE TABLE IF NOT EXISTS fleet (
     cluster TEXT NOT NULL,
     route_topic TEXT NOT NULL,
     digest TEXT NOT NULL,
-    first_seen REAL NOT NULL,
-    seen REAL NOT NULL,
-    prev_seen REAL,
-    lookup_hash INTEGER NOT NULL,
-    client_hash INTEGER NOT NULL
+    first_seen DOUBLE PRECISION NOT NULL,
+    seen DOUBLE PRECISION NOT NULL,
+    prev_seen DOUBLE PRECISION,
+    lookup_hash BIGINT NOT NULL,
+    client_hash BIGINT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS fleet_seen ON fleet (seen);
 CREATE INDEX IF NOT EXISTS fleet_client ON fleet (client_id, meta, host);
 CREATE INDEX IF NOT EXISTS fleet_topic_lookup ON fleet (topic, lookup_hash);
 CREATE INDEX IF NOT EXISTS fleet_lookup ON fleet (lookup_hash, client_hash, seen);
-CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)
+CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)
 """
 #: The schema's version (``PRAGMA user_version``): a file of an older one has its
 #: entries dropped at open (they are a cache of the last ``--fleet-ttl`` seconds).
@@ -84,7 +86,19 @@ def _refresh_sql(count: int) -> str:
     )
 
 
-_COLUMNS = "client_id, meta, address, kind, topic, grp, cluster, route_topic, digest, first_seen, seen"
+_COLUMNS = (
+    "f.client_id, f.meta, f.address, f.kind, f.topic, f.grp, f.cluster, "
+    "f.route_topic, f.digest, f.first_seen, f.seen"
+)
+
+
+def _where(
+    prefix: str, topic: str | None, group: str | None, cluster: str | None
+) -> tuple[str, list[str | int]]:
+    """The ``WHERE`` clause (with its values) of the filters given (columns named with ``prefix``)."""
+    filters = [(c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None]
+    condition = " AND ".join(f"{prefix}{c} = ?" for c, _ in filters)
+    return (" WHERE " + condition if condition else ""), [v for _, v in filters]
 
 
 @dataclass(frozen=True)
@@ -219,13 +233,8 @@ class FleetStore:
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = self._open()
-        try:
-            yield db
-        finally:
-            db.close()
+    def _connect(self) -> contextlib.closing[sqlite3.Connection]:
+        return contextlib.closing(self._open())
 
     # ------------------------------------------------------------------ writing
 
@@ -316,62 +325,38 @@ class FleetStore:
     ) -> list[FleetEntry]:
         """What :meth:`kbear.server.fleet.FleetRecorder.entries` answers (filters and
         order there)."""
-        filters = [
-            (c, v) for c, v in (("topic", topic), ("grp", group), ("cluster", cluster)) if v is not None
-        ]
-        values: list[str | int] = [v for _, v in filters]
-        inner = " AND ".join(f"{c} = ?" for c, _ in filters)
-        outer = " AND ".join(f"f.{c} = ?" for c, _ in filters)
-        columns = ", ".join("f." + c.strip() for c in _COLUMNS.split(","))
+        inner, values = _where("", topic, group, cluster)
+        outer, _ = _where("f.", topic, group, cluster)
         if clients is None:  # every client: one scan, no join
             sql = (
-                f"SELECT {columns} FROM fleet f{' WHERE ' + outer if outer else ''} "
+                f"SELECT {_COLUMNS} FROM fleet f{outer} "
                 "ORDER BY MAX(f.seen) OVER (PARTITION BY f.client_id, f.meta, f.host) DESC, "
                 "f.client_id, f.meta, f.host, f.seen DESC"
             )
         else:  # the most recently seen clients, then their entries (by the fleet_client index)
             sql = (
                 "WITH c AS (SELECT client_id, meta, host, MAX(seen) AS last FROM fleet"
-                f"{' WHERE ' + inner if inner else ''} GROUP BY client_id, meta, host "
+                f"{inner} GROUP BY client_id, meta, host "
                 "ORDER BY last DESC LIMIT ?) "
-                f"SELECT {columns} FROM c CROSS JOIN fleet f "
+                f"SELECT {_COLUMNS} FROM c CROSS JOIN fleet f "
                 "ON f.client_id = c.client_id AND f.meta = c.meta AND f.host = c.host"
-                f"{' WHERE ' + outer if outer else ''} "
+                f"{outer} "
                 "ORDER BY c.last DESC, f.client_id, f.meta, f.host, f.seen DESC"
             )
         params = values if clients is None else [*values, clients, *values]
         with self._connect() as db:
             rows = db.execute(sql, params).fetchall()
-        metas: dict[str, dict[str, str]] = {}
+        metas = {meta: json.loads(meta) for meta in {row[1] for row in rows}}
         return [
-            FleetEntry(
-                cid,
-                metas.setdefault(meta, json.loads(meta)) if meta not in metas else metas[meta],
-                address,
-                kind,
-                t,
-                g,
-                c,
-                rt,
-                d,
-                first,
-                seen,
-                meta,
-            )
-            for cid, meta, address, kind, t, g, c, rt, d, first, seen in rows
+            FleetEntry(cid, metas[meta], addr, kind, t, g, c, rt, d, first, seen, meta)
+            for cid, meta, addr, kind, t, g, c, rt, d, first, seen in rows
         ]
 
     def count_clients(
         self, *, topic: str | None = None, group: str | None = None, cluster: str | None = None
     ) -> int:
         """How many clients have an entry matching the filters (as :meth:`entries`)."""
-        where: list[str] = []
-        params: list[str] = []
-        for column, value in (("topic", topic), ("grp", group), ("cluster", cluster)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        condition = (" WHERE " + " AND ".join(where)) if where else ""
+        condition, params = _where("", topic, group, cluster)
         with self._connect() as db:
             (count,) = db.execute(
                 f"SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet{condition}) AS d",

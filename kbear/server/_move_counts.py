@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 __all__ = [
-    "GONE",
     "GRACE_S",
     "MISSED_REFRESHES",
     "ONE_OFF_S",
@@ -41,18 +40,17 @@ StragglerRow = tuple[str, int, str, str, str, str, str, str, float]
 #: (not seen since): one that asked once (no earlier request recorded) longer than
 #: ``:once`` seconds ago, or one that is overdue: silent for more than ``:misses``
 #: times its last interval between two requests plus ``:grace`` seconds.
-GONE = (
+_GONE = (
     "(:now - f.seen > CASE WHEN f.prev_seen IS NULL THEN :once "
     "ELSE :misses * (f.seen - f.prev_seen) + :grace END)"
 )
 #: Each client's least advanced entry per topic, as one number so that SQLite's
-#: ``MAX`` picks its row: rank x 1e11 - last seen (seen < 1e11 s, i.e. until year
-#: 5138). The highest is the highest rank (1 on the old route, 2 not asked since,
-#: 3 not seen since; 0 on the new), then the least recently seen;
-#: ``CAST(w / 1e11 + 1 AS INTEGER)`` is the rank again.
+#: ``MAX`` (PostgreSQL's ``DISTINCT ON``) picks its row: rank x 1e11 - last seen
+#: (seen < 1e11 s, i.e. until year 5138). The highest is the highest rank (1 on the
+#: old route, 2 not asked since, 3 not seen since; 0 on the new), then the least
+#: recently seen; the integer part of ``w / 1e11 + 1`` is the rank again.
 _WORST = (
-    f"MAX(CASE WHEN m.moved = 1 THEN 0 WHEN f.seen >= :at THEN 1 WHEN {GONE} THEN 3 ELSE 2 END "
-    "* 1e11 - f.seen)"
+    f"CASE WHEN m.moved = 1 THEN 0 WHEN f.seen >= :at THEN 1 WHEN {_GONE} THEN 3 ELSE 2 END * 1e11 - f.seen"
 )
 
 #: A client that asked once, and not since the change, is not waited for once its
@@ -94,7 +92,8 @@ class MoveQuery:
 def move_progress(
     db: sqlite3.Connection, query: MoveQuery
 ) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
-    """Count a move's clients by state (``db``: a fleet file's connection, in a read
+    """Count a move's clients by state (``db``: a fleet file's connection, or the
+    PostgreSQL store's (:class:`kbear.server._fleet_store_pg._Dialect`), in a read
     transaction; temporary tables are made in it).
 
     Returns:
@@ -105,8 +104,11 @@ def move_progress(
         topic then last seen.
     """
     topics, by_client_id, changed_at = query.topics, query.by_client_id, query.changed_at
-    where = ""
-    if topics is not None:
+    postgres = not isinstance(db, sqlite3.Connection)
+    where, asked = "", {}
+    if topics is not None and postgres:
+        where, asked = " WHERE topic = ANY(:topics)", {"topics": list(topics)}
+    elif topics is not None:
         db.execute("CREATE TEMP TABLE asked (topic TEXT PRIMARY KEY)")
         db.executemany("INSERT OR IGNORE INTO asked VALUES (?)", [(t,) for t in topics])
         where = " WHERE topic IN (SELECT topic FROM asked)"
@@ -114,29 +116,35 @@ def move_progress(
     lookups = db.execute(
         f"SELECT c.h, c.cid, f.kind, f.topic, f.grp, f.meta, f.digest, f.cluster, f.route_topic, c.n "
         f"FROM (SELECT lookup_hash AS h, {cid} AS cid, COUNT(*) AS n, MIN(rowid) AS r FROM fleet{where} "
-        f"GROUP BY lookup_hash, cid) c JOIN fleet f ON f.rowid = c.r"
+        f"GROUP BY 1, 2) c JOIN fleet f ON f.rowid = c.r",
+        asked,
     ).fetchall()
     moving = query.classify(lookups)
     if not moving:
         return [], []
     names = sorted({topic for _, _, topic, _ in moving})
     number = {name: i for i, name in enumerate(names)}
-    db.execute(
-        "CREATE TEMP TABLE moving (h INTEGER, cid TEXT, t INTEGER, moved INTEGER, PRIMARY KEY (h, cid))"
-    )
+    db.execute("CREATE TEMP TABLE moving (h BIGINT, cid TEXT, t INT, moved INT, PRIMARY KEY (h, cid))")
     db.executemany(
         "INSERT INTO moving VALUES (?, ?, ?, ?)", [(h, c, number[t], moved) for h, c, t, moved in moving]
     )
     on = "m.h = f.lookup_hash" + (" AND m.cid = f.client_id" if by_client_id else "")
+    clients = (  # PostgreSQL has no bare column beside MAX
+        f"SELECT DISTINCT ON (m.t, f.client_hash) m.t AS t, f.rowid AS r, {_WORST} AS w "
+        f"FROM fleet f JOIN moving m ON {on} ORDER BY m.t, f.client_hash, w DESC"
+        if postgres
+        else f"SELECT m.t AS t, f.rowid AS r, MAX({_WORST}) AS w FROM fleet f JOIN moving m ON {on} "
+        "GROUP BY m.t, f.client_hash"
+    )
     db.execute(
-        f"CREATE TEMP TABLE clients AS SELECT m.t AS t, f.rowid AS r, {_WORST} AS w "
-        f"FROM fleet f JOIN moving m ON {on} GROUP BY m.t, f.client_hash",
+        "CREATE TEMP TABLE clients AS " + clients,
         {"at": changed_at, "now": query.now, "once": ONE_OFF_S, "misses": MISSED_REFRESHES, "grace": GRACE_S},
     )
+    rank_of = "FLOOR(w / 1e11 + 1)" if postgres else "w / 1e11 + 1"  # PostgreSQL's CAST rounds
     counts = [
         (names[t], rank, n)
         for t, rank, n in db.execute(
-            "SELECT t, CAST(w / 1e11 + 1 AS INTEGER) AS rank, COUNT(*) FROM clients GROUP BY t, rank"
+            f"SELECT t, CAST({rank_of} AS INTEGER), COUNT(*) FROM clients GROUP BY 1, 2"
         )
     ]
     chosen: dict[int, tuple[int, int]] = {}  # entry rowid -> topic number, rank
