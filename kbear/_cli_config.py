@@ -44,25 +44,20 @@ EXIT_META_UNAVAILABLE = 4
 EXIT_INTERRUPTED = 130
 
 
-def _is_unreachable(exc: ConfigError) -> bool:
-    from kbear._meta_http import ServiceUnreachableError
-
-    return isinstance(exc, ServiceUnreachableError)
-
-
 def print_config_error(exc: ConfigError, location: str, out: TextIO | None = None) -> int:
     """Print every problem of ``exc`` on stderr; the exit code (unreachable service or
     configuration error)."""
+    from kbear._meta_http import ServiceUnreachableError
+
     out = out or sys.stderr
-    if is_url(location) and _is_unreachable(exc):
+    unreachable = is_url(location) and isinstance(exc, ServiceUnreachableError)
+    if unreachable:
         print(f"kbear: meta-service unavailable: {location}", file=out)
-        for problem in exc.problems:
-            print(f"  {problem}", file=out)
-        return EXIT_META_UNAVAILABLE
-    print(f"kbear: invalid configuration in {location}: {len(exc.problems)} problem(s)", file=out)
+    else:
+        print(f"kbear: invalid configuration in {location}: {len(exc.problems)} problem(s)", file=out)
     for problem in exc.problems:
         print(f"  {problem}", file=out)
-    return EXIT_CONFIG_ERROR
+    return EXIT_META_UNAVAILABLE if unreachable else EXIT_CONFIG_ERROR
 
 
 def load(location: str, client: Client | None = None) -> Router | int:
@@ -77,9 +72,12 @@ def load(location: str, client: Client | None = None) -> Router | int:
         return print_config_error(exc, location)
 
 
-def _everything(location: str) -> tuple[KBearConfig, str | None] | int:
-    """What the meta-service at ``location`` holds, and why its rules are missing
-    (None: they are there); or the exit code after printing the problems."""
+def load_config_of(location: str) -> tuple[KBearConfig, str | None] | int:
+    """validate / lint: the configuration of a directory or of everything a service
+    holds, and why rules are missing (None: they are checked); or the exit code."""
+    if not is_url(location):
+        router = load(location)
+        return router if isinstance(router, int) else (router.config, None)
     from kbear._meta_http import fetch_everything
 
     try:
@@ -88,15 +86,6 @@ def _everything(location: str) -> tuple[KBearConfig, str | None] | int:
     except ConfigError as exc:
         return print_config_error(exc, location)
     return got.config, got.rules_missing
-
-
-def load_config_of(location: str) -> tuple[KBearConfig, str | None] | int:
-    """validate / lint: the configuration of a directory or of everything a service
-    holds, and why rules are missing (None: they are checked); or the exit code."""
-    if is_url(location):
-        return _everything(location)
-    router = load(location)
-    return router if isinstance(router, int) else (router.config, None)
 
 
 def client_of(args: argparse.Namespace) -> Client:

@@ -30,8 +30,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
@@ -167,7 +166,7 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if env_file is not None:
         env_file.unlink(missing_ok=True)  # never the addresses of an earlier run
     serve: subprocess.Popen[bytes] | None = None
-    previous = signal.signal(signal.SIGTERM, _on_sigterm(stop))
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     try:
         exports = []
         topics = _topics(directory)
@@ -214,10 +213,3 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
             cluster.close()
     print("stopped: the clusters are gone", file=out)
     return EXIT_OK
-
-
-def _on_sigterm(stop: threading.Event) -> Any:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    return handler

@@ -62,6 +62,23 @@ def unreachable(location: str, exc: Unavailable) -> ServiceUnreachableError:
     )
 
 
+def http_client(
+    base: str, timeout_s: float, token: str | None, transport: httpx.BaseTransport | None, verify: Any = True
+) -> httpx.Client:
+    """An HTTP client of the service at ``base``: ``timeout_s`` per request, no
+    redirects followed, ``Authorization: Bearer`` ``token`` (``KBEAR_META_TOKEN``
+    when None; no header when neither is set)."""
+    token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
+    return httpx.Client(
+        base_url=base,
+        transport=transport,
+        timeout=httpx.Timeout(timeout_s),
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+        verify=verify,
+        follow_redirects=False,
+    )
+
+
 def request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: float, max_body: int) -> Any:
     """One request; the decoded JSON answer.
 
@@ -138,12 +155,8 @@ def fetch_everything(
         ServiceUnreachableError: the service cannot be reached (a ConfigError).
         ConfigError: an answer refused, or the documents invalid (every problem).
     """
-    token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     base = url.rstrip("/")
-    with httpx.Client(
-        base_url=base, transport=transport, timeout=httpx.Timeout(timeout_s), headers=headers
-    ) as http:
+    with http_client(base, timeout_s, token, transport) as http:
         return fetch_everything_over(http, base, timeout_s, max_body_bytes, environ)
 
 

@@ -35,7 +35,7 @@ validation ("uses cluster 'x', which is not in clusters.yaml"), like a file.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -92,20 +92,13 @@ class ErrorCode(StrEnum):
     REMAP_NOT_APPLICABLE = "remap_not_applicable"
 
 
-def _none_as_empty_list(value: Any) -> Any:
-    return [] if value is None else value
+def _none_as(empty: Callable[[], Any]) -> BeforeValidator:
+    """A validator reading JSON ``null`` as ``empty()`` ("", [] or {})."""
+    return BeforeValidator(lambda value: empty() if value is None else value)
 
 
-def _none_as_empty_dict(value: Any) -> Any:
-    return {} if value is None else value
-
-
-def _none_as_empty_str(value: Any) -> Any:
-    return "" if value is None else value
-
-
-_Str = Annotated[str, BeforeValidator(_none_as_empty_str)]
-_StrMap = Annotated[dict[str, str], BeforeValidator(_none_as_empty_dict)]
+_Str = Annotated[str, _none_as(str)]
+_StrMap = Annotated[dict[str, str], _none_as(dict)]
 
 
 class _Message(BaseModel):
@@ -189,8 +182,8 @@ class ResponseStatus(_Message):
 
 # --------------------------------------------------------------------------- requests
 
-_Ids = Annotated[list[_Str], BeforeValidator(_none_as_empty_list)]
-_GroupIds = Annotated[list[ConsumerGroupIdMessage], BeforeValidator(_none_as_empty_list)]
+_Ids = Annotated[list[_Str], _none_as(list)]
+_GroupIds = Annotated[list[ConsumerGroupIdMessage], _none_as(list)]
 
 
 class ProducerRouteRequest(_Message):
@@ -233,14 +226,14 @@ class ConsumerGroupsRequest(_Message):
 
 # --------------------------------------------------------------------------- responses
 
-_Clusters = Annotated[dict[str, ClusterMessage], BeforeValidator(_none_as_empty_dict)]
-_Routes = Annotated[dict[str, RouteMessage], BeforeValidator(_none_as_empty_dict)]
-_GroupRoutes = Annotated[list["ConsumerGroupIdRoute"], BeforeValidator(_none_as_empty_list)]
-_Rules = Annotated[list[RouteRuleInfo], BeforeValidator(_none_as_empty_list)]
-_ClusterList = Annotated[list[ClusterMessage], BeforeValidator(_none_as_empty_list)]
-_TopicList = Annotated[list[TopicMessage], BeforeValidator(_none_as_empty_list)]
-_Topics = Annotated[dict[str, TopicMessage], BeforeValidator(_none_as_empty_dict)]
-_Groups = Annotated[list[ConsumerGroupMessage], BeforeValidator(_none_as_empty_list)]
+_Clusters = Annotated[dict[str, ClusterMessage], _none_as(dict)]
+_Routes = Annotated[dict[str, RouteMessage], _none_as(dict)]
+_GroupRoutes = Annotated[list["ConsumerGroupIdRoute"], _none_as(list)]
+_Rules = Annotated[list[RouteRuleInfo], _none_as(list)]
+_ClusterList = Annotated[list[ClusterMessage], _none_as(list)]
+_TopicList = Annotated[list[TopicMessage], _none_as(list)]
+_Topics = Annotated[dict[str, TopicMessage], _none_as(dict)]
+_Groups = Annotated[list[ConsumerGroupMessage], _none_as(list)]
 
 
 class StatusResponse(_Message):
@@ -257,7 +250,6 @@ class ProducerRouteResponse(StatusResponse):
     **requested** topic id (the reference's remap defect fixed), ``topics`` by the
     physical topic of each route."""
 
-    status: ResponseStatus
     topic_id_routes: _Routes = Field(default_factory=dict)
     clusters: _Clusters = Field(default_factory=dict)
     topics: _Topics = Field(default_factory=dict)
@@ -273,10 +265,7 @@ class ConsumerGroupIdRoute(_Message):
 class ConsumerRouteResponse(StatusResponse):
     """``{status, consumerGroupIdRoutes, clusters, topics, consumerGroups}``."""
 
-    status: ResponseStatus
-    consumer_group_id_routes: Annotated[list[ConsumerGroupIdRoute], BeforeValidator(_none_as_empty_list)] = (
-        Field(default_factory=list)
-    )
+    consumer_group_id_routes: _GroupRoutes = Field(default_factory=list)
     clusters: _Clusters = Field(default_factory=dict)
     topics: _Topics = Field(default_factory=dict)
     consumer_groups: _Groups = Field(default_factory=list)
@@ -285,28 +274,24 @@ class ConsumerRouteResponse(StatusResponse):
 class RouteRulesResponse(StatusResponse):
     """``{status, routeRules}``."""
 
-    status: ResponseStatus
     route_rules: _Rules = Field(default_factory=list)
 
 
 class ClustersResponse(StatusResponse):
     """``{status, clusters}``."""
 
-    status: ResponseStatus
     clusters: _ClusterList = Field(default_factory=list)
 
 
 class TopicsResponse(StatusResponse):
     """``{status, topics}``."""
 
-    status: ResponseStatus
     topics: _TopicList = Field(default_factory=list)
 
 
 class ConsumerGroupsResponse(StatusResponse):
     """``{status, consumerGroups}``."""
 
-    status: ResponseStatus
     consumer_groups: _Groups = Field(default_factory=list)
 
 

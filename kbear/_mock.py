@@ -19,7 +19,7 @@ import importlib.util
 import re
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -68,29 +68,6 @@ _REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_broker_set_up": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_rtt": (_I, [_P, _I32, _I]),
 }
-# Exported by librdkafka >= 2.0 (void, takes int32_t delay_ms). Note the name:
-# there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
-_OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
-    "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_P, _I32]),
-    # share groups (KIP-932), librdkafka >= 2.15; each void (mcluster, int), applying
-    # to the share groups of the cluster and to those created later
-    **{
-        f"rd_kafka_mock_sharegroup_set_{name}": (None, [_P, _I])
-        for name in (
-            "auto_offset_reset",
-            "record_lock_duration",
-            "max_delivery_attempts",
-            "session_timeout",
-            "heartbeat_interval",
-        )
-    },
-    # void (mcluster, int16_t ApiKey, size_t cnt, const rd_kafka_resp_err_t *errors)
-    "rd_kafka_mock_push_request_errors_array": (
-        None,
-        [_P, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_I)],
-    ),
-}
-
 #: the share-group settings of the mock cluster (EmbeddedCluster.set_share_group):
 #: keyword -> the setter's name suffix (``rd_kafka_mock_sharegroup_set_<suffix>``)
 SHARE_GROUP_SETTERS: Final = {
@@ -99,6 +76,21 @@ SHARE_GROUP_SETTERS: Final = {
     "max_delivery_attempts": "max_delivery_attempts",
     "session_timeout_ms": "session_timeout",
     "heartbeat_interval_ms": "heartbeat_interval",
+}
+
+
+# Exported by librdkafka >= 2.0 (void, takes int32_t delay_ms). Note the name:
+# there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
+_OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
+    "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_P, _I32]),
+    # share groups (KIP-932), librdkafka >= 2.15; each void (mcluster, int), applying
+    # to the share groups of the cluster and to those created later
+    **{f"rd_kafka_mock_sharegroup_set_{name}": (None, [_P, _I]) for name in SHARE_GROUP_SETTERS.values()},
+    # void (mcluster, int16_t ApiKey, size_t cnt, const rd_kafka_resp_err_t *errors)
+    "rd_kafka_mock_push_request_errors_array": (
+        None,
+        [_P, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_I)],
+    ),
 }
 
 
@@ -159,12 +151,6 @@ NATIVE_UNAVAILABLE_REASON: str | None
 NATIVE_API, NATIVE_UNAVAILABLE_REASON = _load_native()
 
 
-def _why_not_native() -> str:
-    if NATIVE_API is not None:
-        return "not used"
-    return NATIVE_UNAVAILABLE_REASON or "disabled"
-
-
 def check_topic_args(name: str, num_partitions: int, replication_factor: int, brokers: int) -> None:
     """Validate ``create_topic`` arguments the way a real broker would; raise ``ValueError``."""
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
@@ -193,7 +179,7 @@ def check_request_errors(api_key: int, errors: Sequence[int]) -> None:
         raise ValueError("errors must name at least one error code")
 
 
-def _raise_for(err: int) -> None:
+def _raise_for(err: int | None) -> None:
     if err:
         raise KafkaException(KafkaError(err))
 
@@ -248,7 +234,9 @@ class NativeMockCluster:
     def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
         api = NATIVE_API
         if api is None:
-            raise RuntimeError(f"librdkafka mock C API unavailable: {_why_not_native()}")
+            raise RuntimeError(
+                f"librdkafka mock C API unavailable: {NATIVE_UNAVAILABLE_REASON or 'disabled'}"
+            )
         self.num_brokers = num_brokers
         lib = api.lib
         rk = _new_owner(api)
@@ -273,61 +261,48 @@ class NativeMockCluster:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def _call(self, fn: Callable[[ctypes.CDLL, int], int]) -> None:
+    def _call(self, function: str, *args: Any) -> None:
+        """``function(mcluster, *args)`` of the library; raises for an error it returns."""
         h = self._h
         with h.lock:  # close() cannot free the cluster during the call
             if h.mcluster is None:
                 raise RuntimeError("EmbeddedCluster is closed")
-            _raise_for(fn(h.api.lib, h.mcluster))
+            _raise_for(getattr(h.api.lib, function)(h.mcluster, *args))
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None:
         check_topic_args(name, num_partitions, replication_factor, self.num_brokers)
-        self._call(
-            lambda lib, mc: int(
-                lib.rd_kafka_mock_topic_create(mc, name.encode(), num_partitions, replication_factor)
-            )
-        )
+        self._call("rd_kafka_mock_topic_create", name.encode(), num_partitions, replication_factor)
 
     def set_share_group(self, settings: dict[str, int]) -> None:
+        api = self._h.api
         for key, value in settings.items():
             name = f"rd_kafka_mock_sharegroup_set_{SHARE_GROUP_SETTERS[key]}"
-            h = self._h
-            if not hasattr(h.api.lib, name):
-                raise NotImplementedError(f"{name} is not in {h.api.path} (librdkafka {h.api.version})")
-            setter = getattr(h.api.lib, name)
-            with h.lock:
-                if h.mcluster is None:
-                    raise RuntimeError("EmbeddedCluster is closed")
-                setter(h.mcluster, value)
+            if not hasattr(api.lib, name):
+                raise NotImplementedError(f"{name} is not in {api.path} (librdkafka {api.version})")
+            self._call(name, value)
 
     def set_broker_down(self, broker_id: int) -> None:
         check_broker_id(broker_id, self.num_brokers)
-        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_down(mc, broker_id)))
+        self._call("rd_kafka_mock_broker_set_down", broker_id)
 
     def set_broker_up(self, broker_id: int) -> None:
         check_broker_id(broker_id, self.num_brokers)
-        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_up(mc, broker_id)))
+        self._call("rd_kafka_mock_broker_set_up", broker_id)
 
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
         check_broker_id(broker_id, self.num_brokers)
         if rtt_ms < 0:
             raise ValueError(f"rtt_ms must be >= 0, got {rtt_ms}")
-        self._call(lambda lib, mc: int(lib.rd_kafka_mock_broker_set_rtt(mc, broker_id, rtt_ms)))
+        self._call("rd_kafka_mock_broker_set_rtt", broker_id, rtt_ms)
 
     def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
         check_request_errors(api_key, errors)
-        lib = self._h.api.lib
-        if not hasattr(lib, "rd_kafka_mock_push_request_errors_array"):
+        if not hasattr(self._h.api.lib, "rd_kafka_mock_push_request_errors_array"):
             raise NotImplementedError(
                 "this librdkafka does not export rd_kafka_mock_push_request_errors_array"
             )
         codes = (_I * len(errors))(*errors)
-
-        def push(lib: ctypes.CDLL, mc: int) -> int:
-            lib.rd_kafka_mock_push_request_errors_array(mc, api_key, len(errors), codes)
-            return 0
-
-        self._call(push)
+        self._call("rd_kafka_mock_push_request_errors_array", api_key, len(errors), codes)
 
     def close(self) -> None:
         self._finalizer()  # runs at most once

@@ -323,29 +323,27 @@ def _always_routes(ctx: _Context) -> bool:
 
 def _reach_checks(config: KBearConfig, contexts: Mapping[str, _Context]) -> list[LintWarning]:
     warnings = []
-    for topic in config.topics:
-        ctx = contexts[f"producer lookups of topic '{topic}'"]
-        if not _always_routes(ctx):
-            rules = len(ctx.chain)
+    lookups = [
+        (TOPICS_FILE, f"topic '{topic}'", f"producer lookups of topic '{topic}'", "producers")
+        for topic in config.topics
+    ] + [
+        (
+            CONSUMER_GROUPS_FILE,
+            f"consumer group '{g}' on topic '{t}'",
+            f"consumer lookups of topic '{t}' by group '{g}'",
+            "consumers",
+        )
+        for g, t in config.consumer_groups
+    ]
+    for file, subject, context, who in lookups:
+        chain = contexts[context].chain
+        if not _always_routes(contexts[context]):
             warnings.append(
                 LintWarning(
                     "no-route",
-                    TOPICS_FILE,
-                    f"topic '{topic}'",
-                    f"some producers have no route: none of the {rules} rule(s) of its chain "
-                    "always matches (a client without id and meta gets NoRouteError)",
-                )
-            )
-    for group, topic in config.consumer_groups:
-        ctx = contexts[f"consumer lookups of topic '{topic}' by group '{group}'"]
-        if not _always_routes(ctx):
-            rules = len(ctx.chain)
-            warnings.append(
-                LintWarning(
-                    "no-route",
-                    CONSUMER_GROUPS_FILE,
-                    f"consumer group '{group}' on topic '{topic}'",
-                    f"some consumers have no route: none of the {rules} rule(s) of its chain "
+                    file,
+                    subject,
+                    f"some {who} have no route: none of the {len(chain)} rule(s) of its chain "
                     "always matches (a client without id and meta gets NoRouteError)",
                 )
             )

@@ -74,6 +74,7 @@ from kbear._meta_http import (
     ServiceUnreachableError,
     Unavailable,
     fetch_everything_over,
+    http_client,
     load_everything,
     problem,
     request,
@@ -154,16 +155,7 @@ class MetaServiceSource(ConfigSource):
         self._timeout_s = timeout_s
         self._max_body = max_body_bytes
         self._environ = environ
-        token = token if token is not None else os.environ.get("KBEAR_META_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(
-            base_url=self.url,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            verify=verify,
-            follow_redirects=False,
-        )
+        self._http = http_client(self.url, timeout_s, token, transport, verify)
         self._retrying = retry(
             retry=retry_if_exception_type(Unavailable),
             stop=stop_after_attempt(attempts),

@@ -51,7 +51,8 @@ problems of one configuration are reported at once, separated by ``"; "``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from enum import StrEnum
+from typing import Any, cast
 
 from pydantic import (
     BaseModel,
@@ -248,13 +249,17 @@ class KBearSettings(BaseModel):
             raise ValueError(f"{key} must be >= 0, got {number}")
         return number
 
-    @field_validator("ack_mode", mode="before")
+    @field_validator("ack_mode", "switch_mode", "switch_start", mode="before")
     @classmethod
-    def _ack_mode(cls, value: Any) -> AckMode:
+    def _choice(cls, value: Any, info: ValidationInfo) -> StrEnum:
+        field = cls.model_fields[str(info.field_name)]
+        kind = cast(type[StrEnum], field.annotation)
         try:
-            return AckMode(str(value))
+            return kind(str(value))
         except ValueError:
-            raise ValueError(f"kbear.ack.mode must be 'offset' or 'individual', got {str(value)!r}") from None
+            names = [member.value for member in kind]
+            allowed = f"'{names[0]}' or '{names[1]}'" if len(names) == 2 else f"one of {', '.join(names)}"
+            raise ValueError(f"{field.alias} must be {allowed}, got {str(value)!r}") from None
 
     @field_validator("nack_backoff_multiplier", mode="before")
     @classmethod
@@ -311,25 +316,6 @@ class KBearSettings(BaseModel):
         if self.chunking_max_pending == 0:
             raise ValueError("kbear.chunking.max.pending must be >= 1")
         return self
-
-    @field_validator("switch_mode", mode="before")
-    @classmethod
-    def _mode(cls, value: Any) -> SwitchMode:
-        try:
-            return SwitchMode(str(value))
-        except ValueError:
-            raise ValueError(
-                f"kbear.switch.mode must be 'drain' or 'immediate', got {str(value)!r}"
-            ) from None
-
-    @field_validator("switch_start", mode="before")
-    @classmethod
-    def _start(cls, value: Any) -> SwitchStart:
-        try:
-            return SwitchStart(str(value))
-        except ValueError:
-            names = ", ".join(s.value for s in SwitchStart)
-            raise ValueError(f"kbear.switch.start must be one of {names}, got {str(value)!r}") from None
 
     @field_validator("config_dir", "group", "cluster", mode="before")
     @classmethod
