@@ -52,9 +52,7 @@ def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> 
     """The configuration of one cluster's client: the application's keys, then the
     cluster's properties from ``clusters.yaml`` (which win: they are the cluster's own
     connection and security settings)."""
-    merged = dict(native)
-    merged.update(properties)
-    return merged
+    return {**native, **properties}
 
 
 def renamed(tp: TopicPartition, topic: str) -> TopicPartition:
@@ -78,9 +76,7 @@ class Deadline:
 
     def remaining(self) -> float | None:
         """Seconds left (>= 0), or None for infinite."""
-        if self.end is None:
-            return None
-        return max(0.0, self.end - time.monotonic())
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
 
     def expired(self) -> bool:
         return self.end is not None and time.monotonic() >= self.end
@@ -177,15 +173,10 @@ def confluent_client(kind: ClientKind, cluster_id: str, config: dict[str, Any]) 
         KafkaException: confluent-kafka refused ``config``.
         ValueError: an unknown ``kind``.
     """
-    if kind == "producer":
-        return Producer(config)
-    if kind == "consumer":
-        return Consumer(config)
-    if kind == "admin":
-        return AdminClient(config)
-    if kind == "share_consumer":
-        return ShareConsumer(config)
-    raise ValueError(f"unknown client kind {kind!r}")
+    classes = dict(producer=Producer, consumer=Consumer, admin=AdminClient, share_consumer=ShareConsumer)
+    if kind not in classes:
+        raise ValueError(f"unknown client kind {kind!r}")
+    return classes[kind](config)
 
 
 class DebugLog:

@@ -54,7 +54,6 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
 from kbear._modes import SwitchMode, SwitchStart
 from kbear._route import Route
-from kbear._switch_outcomes import DrainBegun, DrainEnded, NoTimestamps, Outcome, ProbeFailed
 
 #: How long after a probe answered "not yet" the next one is sent (seconds).
 PROBE_INTERVAL_S = 0.5
@@ -141,6 +140,61 @@ class Progress:
 
 
 Action = Probe | Switch
+
+
+# --------------------------------------------------------------------------- outcomes
+# What the engine answers happened, for its driver to tell under its own labels
+# (:mod:`kbear._switch_report`): plain values, times on the engine's clock.
+
+
+@dataclass(frozen=True)
+class DrainBegun:
+    """Outcome: a drain of ``topic`` on ``old``'s cluster began at ``started`` (the
+    engine's clock, seconds); ``next_move``: the topic moved again during a drain
+    and this drains the route it had meanwhile."""
+
+    topic: str
+    old: Route
+    started: float
+    next_move: bool = False
+
+
+@dataclass(frozen=True)
+class DrainEnded:
+    """Outcome: the drain of ``topic`` on ``old``'s cluster ended after ``duration_s``
+    seconds (the engine's clock); ``timed_out``: by ``kbear.switch.drain.timeout.ms``
+    or a dead cluster, not complete; ``dead``: ended at once because every broker of
+    the old cluster was unreachable (:meth:`kbear._switch.SwitchEngine.cluster_down`);
+    ``messages``: read from the old cluster during the drain."""
+
+    topic: str
+    old: Route
+    duration_s: float
+    timed_out: bool
+    messages: int
+    dead: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeFailed:
+    """Outcome: a probe of the drain of ``topic`` on ``old``'s cluster could not be
+    completed (``error``); a later probe retries."""
+
+    topic: str
+    old: Route
+    error: str
+
+
+@dataclass(frozen=True)
+class NoTimestamps:
+    """Outcome: ``kbear.switch.start=timestamp``, but nothing of ``topic`` was read on
+    ``old``'s cluster: the topic starts from the committed offsets on the new one."""
+
+    topic: str
+    old: Route
+
+
+Outcome = DrainBegun | DrainEnded | ProbeFailed | NoTimestamps
 
 
 def caught_up(progress: Progress, reset_to_end: bool) -> bool:

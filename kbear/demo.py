@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -82,20 +82,13 @@ def _remove_rule(directory: Path, rule_id: str) -> None:
     replace_file(path, yaml.safe_dump(doc, sort_keys=False))
 
 
-def _on_delivery(tally: _Tally, key: _Key) -> Callable[[Any, Any], None]:
-    def report(err: Any, msg: Any) -> None:
-        if err is None:
-            tally.delivered[key] += 1
-        else:
-            tally.failed[key] += 1
-
-    return report
+def _on_delivery(tally: _Tally, key: _Key, err: Any, msg: Any) -> None:
+    (tally.delivered if err is None else tally.failed)[key] += 1
 
 
 def _produce_round(
     producers: dict[str, RoutedProducer], tally: _Tally, round_no: int, per_topic: int
 ) -> None:
-    reports: dict[_Key, Callable[[Any, Any], None]] = {}
     for env, producer in producers.items():
         for topic in _TOPICS:
             for i in range(per_topic):
@@ -103,8 +96,8 @@ def _produce_round(
                 # watcher may switch the topic in the middle of a round (route() applies
                 # a pending change, so produce() uses the cluster it names).
                 key: _Key = (env, topic, producer.route(topic).cluster_id)
-                report = reports.get(key) or reports.setdefault(key, _on_delivery(tally, key))
                 msg_id = f"{env}/{topic}/{round_no}/{i}"
+                report = partial(_on_delivery, tally, key)
                 producer.produce(topic, value=msg_id.encode(), key=f"k{i % 16}", on_delivery=report)
                 tally.produced[key] += 1
                 tally.sent_ids.add(msg_id)

@@ -157,32 +157,22 @@ def check_location(location: str | os.PathLike[str]) -> None:
             ``http`` or ``https``, an ``http(s)://`` URL without a host or with a
             port that is not a number, or a NUL character (no path holds one).
     """
-    if "\x00" in str(location):
-        raise ConfigError([ConfigProblem(repr(str(location)), None, "contains a NUL character")])
-    if is_url(location):
-        _check_url(str(location))
-        return
+    text = str(location)
+    problem = None
     match = _SCHEME.match(location) if isinstance(location, str) else None
-    if match is not None:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    str(location),
-                    None,
-                    f"unsupported scheme '{match.group(1)}://'; supported: {SUPPORTED_LOCATIONS}",
-                )
-            ]
-        )
-
-
-def _check_url(url: str) -> None:
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
-    except ValueError as exc:
-        raise ConfigError([ConfigProblem(url, None, f"not a valid URL: {exc}")]) from None
-    if not parts.hostname:
-        raise ConfigError([ConfigProblem(url, None, "not a valid URL: no host")])
+    if "\x00" in text:
+        text, problem = repr(text), "contains a NUL character"
+    elif is_url(location):
+        try:
+            parts = urlsplit(text)
+            parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+            problem = None if parts.hostname else "not a valid URL: no host"
+        except ValueError as exc:
+            problem = f"not a valid URL: {exc}"
+    elif match is not None:
+        problem = f"unsupported scheme '{match.group(1)}://'; supported: {SUPPORTED_LOCATIONS}"
+    if problem is not None:
+        raise ConfigError([ConfigProblem(text, None, problem)])
 
 
 def open_source(

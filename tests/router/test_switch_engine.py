@@ -18,14 +18,17 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
 from kbear._switch import (
+    DrainBegun,
+    DrainEnded,
+    NoTimestamps,
     Probe,
+    ProbeFailed,
     Progress,
     StartPlan,
     Switch,
     SwitchEngine,
     caught_up,
 )
-from kbear._switch_outcomes import DrainBegun, DrainEnded, NoTimestamps, ProbeFailed
 from kbear.router import Route
 
 T = "t"
