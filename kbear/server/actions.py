@@ -31,6 +31,7 @@ console's; answers the console's pages).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -249,65 +250,44 @@ class Actions:
             raise _Refused(400, "the body must be a JSON object")
         return fields, False
 
-    def endpoint(self, action: str, render: Callable[..., Response]) -> Callable[[Request], Any]:
-        """The handler of ``POST /actions/<action>``; ``render(form, **answer)`` makes
-        the console's page of a form request's answer."""
+    def endpoint(
+        self, action: str, render: Callable[[int, dict[str, Any], Asked | None, dict[str, Any]], Response]
+    ) -> Callable[[Request], Any]:
+        """The handler of ``POST /actions/<action>``; ``render(status, answer, asked, fields)``
+        makes the console's page of a form request's answer."""
 
         async def handle(request: Request) -> Response:
-            form = False
+            form, asked = False, None
+            fields: dict[str, Any] = {}
             try:
                 fields, form = await self._fields(request)
                 who = self.who(request, fields)
                 asked = _asked(action, fields, str(self.holder.directory))
             except _Refused as exc:
                 self.audit.add("action", action, who=exc.who, outcome=f"refused: {exc.message}")
-                answer = {"error": exc.message}
-                return render(form, status=exc.status, **answer) if form else JSONResponse(answer, exc.status)
-            answer, status = await run_in_threadpool(self._act, asked, who)
-            return (
-                render(form, status=status, asked=asked, fields=fields, **answer)
-                if form
-                else JSONResponse(answer, status)
-            )
+                answer, status = {"error": exc.message}, exc.status
+            else:
+                answer, status = await run_in_threadpool(self._act, asked, who)
+            return render(status, answer, asked, fields) if form else JSONResponse(answer, status)
 
         return handle
 
     def _act(self, asked: Asked, who: str) -> tuple[dict[str, Any], int]:
         digest = self.holder.served.config.digest
+        add = functools.partial(
+            self.audit.add, "action", asked.action, who=who, target=asked.target, digest=digest
+        )
         if not asked.apply:
             code, text = self._run(asked.argv, PLAN_TIMEOUT_S)
             outcome = _outcome(code, False)
-            entry = self.audit.add(
-                "action",
-                asked.action,
-                who=who,
-                target=asked.target,
-                plan=text,
-                outcome=outcome,
-                digest=digest,
-            )
-            return {
-                "id": entry,
-                "action": asked.action,
-                "target": asked.target,
-                "plan": text,
-                "ready": code == 0,
-                "outcome": outcome,
-            }, 200
+            entry = add(plan=text, outcome=outcome)
+            answer = {"plan": text, "ready": code == 0, "outcome": outcome}
+            return {"id": entry, "action": asked.action, "target": asked.target, **answer}, 200
         if not self._applying.acquire(blocking=False):
             message = "another action is being applied: see the audit log"
-            self.audit.add(
-                "action",
-                asked.action,
-                who=who,
-                target=asked.target,
-                outcome=f"refused: {message}",
-                digest=digest,
-            )
+            add(outcome=f"refused: {message}")
             return {"error": message}, 409
-        entry = self.audit.add(
-            "action", asked.action, who=who, target=asked.target, outcome="applying", digest=digest
-        )
+        entry = add(outcome="applying")
         assert entry is not None
 
         def apply() -> None:

@@ -42,10 +42,10 @@ files it was answered from, so replicas can be compared.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -62,8 +62,6 @@ from kbear._meta_protocol import (
     ConsumerRouteRequest,
     ErrorCode,
     ProducerRouteRequest,
-    ResponseError,
-    ResponseStatus,
     RouteRulesRequest,
     StatusResponse,
     TopicsRequest,
@@ -77,7 +75,7 @@ from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import FleetEndpoints
-from kbear.server.holder import ConfigHolder, Served
+from kbear.server.holder import ConfigHolder, Served, iso
 from kbear.server.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "OPEN_PATHS", "create_app"]
@@ -93,42 +91,23 @@ OPEN_PATHS = ("/healthz", "/readyz")
 _Req = TypeVar("_Req", bound=BaseModel)
 
 
-class _BadRequest(Exception):
-    def __init__(self, http_status: int, message: str) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.message = message
-
-
-def _status_body(ack: Ack, code: ErrorCode, message: str) -> bytes:
-    status = ResponseStatus(ack=ack, error=ResponseError(code=code, message=message))
-    return b'{"status":' + status.model_dump_json(by_alias=True, exclude_none=True).encode() + b"}"
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 4xx (an unknown path: 404, a method not served there: 405)
     with the protocol's ``fail`` body, as every other refusal (found by fuzzing)."""
     assert isinstance(exc, HTTPException)
-    headers = dict(exc.headers) if exc.headers else None
-    body = _status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, str(exc.detail))
-    return Response(body, status_code=exc.status_code, media_type="application/json", headers=headers)
-
-
-def _json(body: bytes, http_status: int = 200, digest: str | None = None) -> Response:
-    headers = {"X-KBear-Config-Digest": digest} if digest else None
-    return Response(body, status_code=http_status, media_type="application/json", headers=headers)
+    return service.fail(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail), exc.headers)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BadRequest(413, f"request body over {limit} bytes")
+        raise HTTPException(413, f"request body over {limit} bytes")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _BadRequest(413, f"request body over {limit} bytes")
+            raise HTTPException(413, f"request body over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -141,7 +120,7 @@ def _parse(model: type[_Req], body: bytes) -> _Req:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()[:10]
         )
-        raise _BadRequest(400, f"request is not a valid {model.__name__}: {problems}") from None
+        raise HTTPException(400, f"request is not a valid {model.__name__}: {problems}") from None
 
 
 def _check_content_type(request: Request) -> None:
@@ -150,24 +129,10 @@ def _check_content_type(request: Request) -> None:
         return
     media = content_type.split(";", 1)[0].strip().lower()
     if media != "application/json" and not media.endswith("+json"):
-        raise _BadRequest(415, f"Content-Type {media!r} is not served; use application/json")
+        raise HTTPException(415, f"Content-Type {media!r} is not served; use application/json")
 
 
 _RECORDED = ("/route/producer", "/route/consumer")
-
-
-def _fleet_note(
-    fleet: FleetRecorder, request: Request, parsed: BaseModel, body: bytes
-) -> Callable[[Served, StatusResponse], None]:
-    """What notes an answered route request in the fleet."""
-    peer = request.scope.get("client")
-    peer = None if peer is None else (str(peer[0]), int(peer[1]))
-    client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
-
-    def note(served: Served, response: StatusResponse) -> None:
-        fleet.record_answer(client, response, served.config.digest, peer, body)
-
-    return note
 
 
 class _Endpoints:
@@ -192,12 +157,13 @@ class _Endpoints:
                 _check_content_type(request)
                 body = await _read_body(request, self.max_body_bytes)
                 parsed = _parse(model, body)
-            except _BadRequest as exc:
+            except HTTPException:  # answered by _http_error
                 self.metrics.answers.labels(path, Ack.FAIL.value).inc()
-                return _json(_status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, exc.message), exc.http_status)
+                raise
             note = None
             if self.fleet is not None and path in _RECORDED:
-                note = _fleet_note(self.fleet, request, parsed, body)
+                client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
+                note = functools.partial(self.fleet.record_answer, client, peer=request.client, request=body)
             return self.answer(path, lambda served: answer(served, parsed), note)
 
         return endpoint
@@ -215,7 +181,7 @@ class _Endpoints:
         self,
         path: str,
         produce: Callable[[Served], StatusResponse],
-        note: Callable[[Served, StatusResponse], None] | None = None,
+        note: Callable[[StatusResponse, str], None] | None = None,
     ) -> Response:
         served = self.holder.served  # one configuration for the whole answer
         try:
@@ -223,13 +189,14 @@ class _Endpoints:
         except Exception:
             log.exception("kbear serve: answering %s failed", path)
             self.metrics.answers.labels(path, Ack.FAIL.value).inc()
-            body = _status_body(Ack.FAIL, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
-            return _json(body, 500)
+            return service.fail(500, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
         self.metrics.answers.labels(path, response.status.ack.value).inc()
         if note is not None:
-            note(served, response)
+            note(response, served.config.digest)
         body = response.model_dump_json(by_alias=True, exclude_none=True).encode()
-        return _json(body, 200, served.config.digest)
+        return Response(
+            body, media_type="application/json", headers={"X-KBear-Config-Digest": served.config.digest}
+        )
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -247,7 +214,7 @@ class _Endpoints:
             "config": {
                 "directory": str(self.holder.directory),
                 "digest": config.digest,
-                "loadedAt": _iso(served.loaded_at),
+                "loadedAt": iso(served.loaded_at),
                 "clusters": len(config.clusters),
                 "topics": len(config.topics),
                 "consumerGroups": len(config.consumer_groups),
@@ -263,10 +230,6 @@ class _Endpoints:
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
-
-
-def _iso(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")
 
 
 def create_app(
@@ -353,8 +316,7 @@ def create_app(
             before = request.query_params.get("before")
             before_id = None if before is None else int(before)
         except ValueError:
-            body = _status_body(Ack.FAIL, ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
-            return _json(body, 400)
+            return service.fail(400, ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
         config_audit.sync()
         entries = audit_log.page(limit, before_id)
         more = len(entries) == max(1, min(limit, 500)) and entries[-1].id > 1

@@ -177,12 +177,10 @@ class AuditLog:
     def finish(self, entry_id: int, outcome: str, plan: str | None = None) -> None:
         """Set the outcome (and the plan text) of an action once it is known."""
         with self._lock:
-            if plan is None:
-                self._db.execute("UPDATE audit SET outcome = ? WHERE id = ?", (outcome, entry_id))
-            else:
-                self._db.execute(
-                    "UPDATE audit SET outcome = ?, plan = ? WHERE id = ?", (outcome, plan, entry_id)
-                )
+            self._db.execute(
+                "UPDATE audit SET outcome = ?, plan = COALESCE(?, plan) WHERE id = ?",
+                (outcome, plan, entry_id),
+            )
 
     def page(self, limit: int = DEFAULT_PAGE, before: int | None = None) -> list[AuditEntry]:
         """At most ``limit`` entries, newest first, older than entry ``before`` when given."""
@@ -227,21 +225,25 @@ class ConfigAudit:
         self._texts = _texts(holder.directory)
         holder.subscribe(self._applied)
 
-    def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
-        texts = _texts(self._holder.directory)
-        diff, self._texts = files_diff(self._texts, texts), texts
+    def _add(self, plan: str, outcome: str, digest: str, previous_digest: str, dedupe: str) -> None:
         try:
             self._audit.add(
                 "config",
                 "change",
-                plan=diff,
-                outcome="applied",
-                digest=new.digest,
-                previous_digest=old.digest,
-                dedupe=f"config:{old.digest}:{new.digest}:{int(time.time() // 60)}",
+                plan=plan,
+                outcome=outcome,
+                digest=digest,
+                previous_digest=previous_digest,
+                dedupe=dedupe,
             )
         except sqlite3.Error:
             log.exception("kbear serve: writing the audit log failed")
+
+    def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
+        texts = _texts(self._holder.directory)
+        diff, self._texts = files_diff(self._texts, texts), texts
+        dedupe = f"config:{old.digest}:{new.digest}:{int(time.time() // 60)}"
+        self._add(diff, "applied", new.digest, old.digest, dedupe)
 
     def sync(self) -> None:
         """Write the refused change the holder reports, once."""
@@ -251,15 +253,4 @@ class ConfigAudit:
         problems = "\n".join(str(p) for p in refused.problems) or str(refused)
         key = hashlib.sha256(problems.encode()).hexdigest()[:16]
         served = self._holder.served.config.digest
-        try:
-            self._audit.add(
-                "config",
-                "change",
-                plan=problems,
-                outcome="refused",
-                digest=served,
-                previous_digest=served,
-                dedupe=f"refused:{served}:{key}",
-            )
-        except sqlite3.Error:
-            log.exception("kbear serve: writing the audit log failed")
+        self._add(problems, "refused", served, served, f"refused:{served}:{key}")

@@ -30,6 +30,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from starlette.requests import cookie_parser
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
@@ -166,24 +167,8 @@ class BearerAuth:
             await self._app(scope, receive, send)
             return
         if scope["path"] in self._pages and scope["method"] in ("GET", "HEAD"):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 303,
-                    "headers": [(b"location", b"/login"), (b"content-length", b"0")],
-                }
-            )
-            await send({"type": "http.response.body", "body": b""})
-            return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b'Bearer realm="kbear"'),
-                    (b"content-length", str(len(_UNAUTHORIZED)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": _UNAUTHORIZED})
+            response: Response = RedirectResponse("/login", 303)
+        else:
+            headers = {"WWW-Authenticate": 'Bearer realm="kbear"'}
+            response = Response(_UNAUTHORIZED, 401, headers, media_type="application/json")
+        await response(scope, receive, send)

@@ -175,16 +175,12 @@ class ClusterBoard:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kbear-probe")
         for cluster in config.clusters.values():
-            standby = cluster.failover.standby
-            if (
-                cluster.failover.mirror is not MirrorKind.MM2
-                or standby is None
-                or standby not in config.clusters
-            ):
+            standby = config.clusters.get(cluster.failover.standby or "")
+            if cluster.failover.mirror is not MirrorKind.MM2 or standby is None:
                 continue
             if now - self._lag_asked.get(cluster.id, -1e18) >= self.mirror_interval_s:
                 self._lag_asked[cluster.id] = now
-                self._pool.submit(self.read_lag, cluster, config.clusters[standby])
+                self._pool.submit(self.read_lag, cluster, standby)
         if due:
             list(self._pool.map(lambda c: self.probe(c, self.timeout_s), due))
 

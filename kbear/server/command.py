@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         tokens = read_tokens(args.token_file, os.environ)
-        operator_tokens = read_tokens(args.operator_token_file, os.environ, OPERATOR_TOKEN_ENV)
+        read_tokens(args.operator_token_file, os.environ, OPERATOR_TOKEN_ENV)  # refused here, not in _app
     except (OSError, ValueError) as exc:
         return _fail(f"cannot read the token: {exc}")
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
@@ -159,33 +159,23 @@ def run(args: argparse.Namespace) -> int:
             AuditLog(audit_path).close()  # its table made before the workers open it
         except Exception as exc:  # sqlite3.Error, psycopg.Error
             return _fail(f"cannot open the audit log in {shown_location(audit_path)}: {exc}")
+        settings = {
+            "config": args.config,
+            "watch_interval": args.watch_interval,
+            "token_file": args.token_file,
+            "log_level": args.log_level,
+            "fleet": fleet,
+            "logins": logins,
+            "probe_interval": args.probe_interval,
+            "operator_token_file": args.operator_token_file,
+            "audit": audit_path,
+        }
         try:
             if args.workers == 1:
-                app = create_app(
-                    holder,
-                    tokens=tokens,
-                    fleet=None if fleet is None else FleetRecorder(**fleet),
-                    login_failures_db=logins,
-                    clusters=board,
-                    operator_tokens=operator_tokens,
-                    audit=AuditLog(audit_path),
-                )
-                uvicorn.Server(uvicorn.Config(app, **options)).run()
+                uvicorn.Server(uvicorn.Config(_app(settings, holder, board), **options)).run()
             else:
                 # Each worker process loads and watches the directory itself (see worker_app).
-                os.environ[_WORKER_ENV] = json.dumps(
-                    {
-                        "config": args.config,
-                        "watch_interval": args.watch_interval,
-                        "token_file": args.token_file,
-                        "log_level": args.log_level,
-                        "fleet": fleet,
-                        "logins": logins,
-                        "probe_interval": args.probe_interval,
-                        "operator_token_file": args.operator_token_file,
-                        "audit": audit_path,
-                    }
-                )
+                os.environ[_WORKER_ENV] = json.dumps(settings)
                 if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
                     # uvicorn kills a worker that does not answer its health check within
                     # 5 s; a worker importing kbear on a loaded machine can take longer.
@@ -217,13 +207,18 @@ def worker_app() -> Starlette:
     settings = json.loads(os.environ[_WORKER_ENV])
     _configure_logging(settings["log_level"])
     holder = ConfigHolder(settings["config"], settings["watch_interval"])
+    return _app(settings, holder, ClusterBoard(lambda: holder.served.config, settings["probe_interval"]))
+
+
+def _app(settings: dict[str, Any], holder: ConfigHolder, board: ClusterBoard) -> Starlette:
+    """The application of :func:`run`'s ``settings`` over ``holder`` and ``board``."""
     fleet = None if settings["fleet"] is None else FleetRecorder(**settings["fleet"])
     return create_app(
         holder,
         tokens=read_tokens(settings["token_file"], os.environ),
         fleet=fleet,
         login_failures_db=settings["logins"],
-        clusters=ClusterBoard(lambda: holder.served.config, settings["probe_interval"]),
+        clusters=board,
         operator_tokens=read_tokens(settings["operator_token_file"], os.environ, OPERATOR_TOKEN_ENV),
         audit=AuditLog(settings["audit"]),
     )

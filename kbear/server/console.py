@@ -32,7 +32,6 @@ import hmac
 import math
 import time
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -46,15 +45,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from kbear._identity import Client
-from kbear._route import Explanation, NoRouteError
-from kbear.config import RuleKind
+from kbear._route import Explanation, NoRouteError, Route
+from kbear.config import RouteRule, RuleKind
 from kbear.server.actions import Actions, Asked
 from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit
 from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, csrf_token, session_cookie
 from kbear.server.clusters import ClusterBoard
 from kbear.server.fleet import FleetRecorder
 from kbear.server.fleet_api import fleet_json, moves_answer
-from kbear.server.holder import ConfigHolder, Served
+from kbear.server.holder import ConfigHolder, Served, iso
 
 __all__ = ["LOGIN_FAILURES_ALLOWED", "PAGE_PATHS", "STATIC_PREFIX", "Console", "parse_meta"]
 
@@ -118,65 +117,29 @@ def explanation_view(explanation: Explanation, topic: str, group: str | None) ->
             text, css = "match", ""
         else:
             text, css = "no match" + (": " + "; ".join(verdict.failed) if verdict.failed else ""), ""
-        chain.append(
-            {
-                "rule": rule.id,
-                "kind": _kind(rule.kind),
-                "priority": rule.priority,
-                "statement": str(rule.statement),
-                "verdict": text,
-                "css": css,
-            }
-        )
-    winner = (
-        None if route is None else {"cluster": route.cluster_id, "topic": route.topic, "rule": route.rule_id}
-    )
-    return {
-        "lookup": "producer" if group is None else "consumer",
-        "topic": topic,
-        "group": group,
-        "chain": chain,
-        "winner": winner,
-    }
+        chain.append({"rule": rule, "kind": _kind(rule.kind), "verdict": text, "css": css})
+    lookup = "producer" if group is None else "consumer"
+    return {"lookup": lookup, "topic": topic, "group": group, "chain": chain, "winner": route}
 
 
-def _topics(served: Served) -> tuple[list[dict[str, str | None]], int]:
+def _topics(served: Served) -> tuple[list[tuple[str, Route | None]], int]:
+    """The topics shown, each with its producer route for a client without id or meta (None: no route)."""
     config = served.config
     names = list(dict.fromkeys([*config.topics, *(r.topic_id for r in config.rules if r.topic_id)]))
-    rows: list[dict[str, str | None]] = []
+    rows: list[tuple[str, Route | None]] = []
     for name in names[:_TOPICS_SHOWN]:
         try:
-            route = served.router.route_producer(name, Client())
-            rows.append(
-                {
-                    "topic": name,
-                    "cluster": route.cluster_id,
-                    "route_topic": route.topic,
-                    "rule": route.rule_id,
-                }
-            )
+            rows.append((name, served.router.route_producer(name, Client())))
         except NoRouteError:
-            rows.append({"topic": name, "cluster": None, "route_topic": None, "rule": None})
+            rows.append((name, None))
     return rows, max(0, len(names) - _TOPICS_SHOWN)
 
 
-def _rules(served: Served) -> list[dict[str, Any]]:
-    rows = []
-    for rule in served.config.rules:
-        if rule.kind is RuleKind.CONSUMER_GROUP:
-            scope = f"{rule.group_name}@{rule.topic_id}"
-        else:
-            scope = rule.topic_id or "every topic"
-        rows.append(
-            {
-                "id": rule.id,
-                "kind": _kind(rule.kind),
-                "scope": scope,
-                "priority": rule.priority,
-                "statement": str(rule.statement),
-            }
-        )
-    return rows
+def _scope(rule: RouteRule) -> str:
+    """What a rule applies to, as the page shows it."""
+    if rule.kind is RuleKind.CONSUMER_GROUP:
+        return f"{rule.group_name}@{rule.topic_id}"
+    return rule.topic_id or "every topic"
 
 
 class Console:
@@ -224,6 +187,9 @@ class Console:
     def _html(
         self, template: str, status: int = 200, headers: Mapping[str, str] | None = None, **context: Any
     ) -> HTMLResponse:
+        """``template`` rendered (no refresh script, the sign-out button when tokens are needed, unless
+        ``context`` says otherwise), with the console's headers."""
+        context = {"refresh": False, "session": bool(self._tokens), **context}
         body = self._templates.get_template(template).render(**context)
         return HTMLResponse(body, status_code=status, headers={**_HEADERS, **(headers or {})})
 
@@ -249,33 +215,17 @@ class Console:
         return self._html(
             "history.html",
             title="history",
-            refresh=False,
-            session=bool(self._tokens),
             entries=[e.as_json() for e in entries],
             older=older,
         )
 
     def action_page(
-        self,
-        form: bool,
-        *,
-        status: int,
-        asked: Asked | None = None,
-        fields: Mapping[str, Any] | None = None,
-        **answer: Any,
+        self, status: int, answer: Mapping[str, Any], asked: Asked | None, fields: Mapping[str, Any]
     ) -> Response:
-        """The console's page of an action's answer: the plan and, when it is ready,
-        the form that applies it; or where its outcome will be; or why it was refused."""
-        return self._html(
-            "action.html",
-            status=status,
-            title="action",
-            refresh=False,
-            session=bool(self._tokens),
-            asked=asked,
-            fields=dict(fields or {}),
-            answer=answer,
-        )
+        """The console's page of an action's answer (``answer``: what the JSON answer holds):
+        the plan and, when it is ready, the form that applies it (with the asked ``fields``);
+        or where its outcome will be; or why it was refused."""
+        return self._html("action.html", status, title="action", asked=asked, fields=fields, answer=answer)
 
     def _context(self, params: Mapping[str, str]) -> dict[str, Any]:
         served = self.holder.served
@@ -285,13 +235,12 @@ class Console:
         context: dict[str, Any] = {
             "digest": config.digest,
             "directory": str(self.holder.directory),
-            "loaded_at": served_iso(served.loaded_at),
-            "session": bool(self._tokens),
+            "loaded_at": iso(served.loaded_at, "seconds"),
             "refused": None if refused is None else [str(p) for p in refused.problems] or [str(refused)],
             "clusters": self.clusters.clusters_json(config)["clusters"],
             "topics": topics,
             "topics_more": topics_more,
-            "rules": _rules(served),
+            "rules": [(rule, _kind(rule.kind), _scope(rule)) for rule in config.rules],
             "fleet_on": self.fleet is not None,
             "fleet_filters": {
                 name: params.get(f"fleet_{name}") or None for name in ("topic", "group", "cluster")
@@ -324,10 +273,15 @@ class Console:
             context["explanation"] = explanation_view(explanation, topic, group)
         return context
 
-    async def login_form(self, request: Request) -> Response:
+    def _login_page(
+        self, status: int = 200, error: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> HTMLResponse:
         return self._html(
-            "login.html", title="sign in", refresh=False, required=bool(self._tokens), error=None
+            "login.html", status, headers, title="sign in", required=bool(self._tokens), error=error
         )
+
+    async def login_form(self, request: Request) -> Response:
+        return self._login_page()
 
     def _refused_for(self, peer: str) -> int | None:
         """Seconds until ``peer`` may try again (None: it may now; reads the storage)."""
@@ -342,16 +296,8 @@ class Console:
         peer = request.client.host if request.client is not None else ""
         refused_for = await run_in_threadpool(self._refused_for, peer)
         if refused_for is not None:
-            wait = refused_for
-            return self._html(
-                "login.html",
-                status=429,
-                headers={"Retry-After": str(wait)},
-                title="sign in",
-                refresh=False,
-                required=True,
-                error=f"Too many failed sign-ins from this address: try again in {wait} s.",
-            )
+            error = f"Too many failed sign-ins from this address: try again in {refused_for} s."
+            return self._login_page(429, error, {"Retry-After": str(refused_for)})
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -361,14 +307,7 @@ class Console:
         matched = [t for t in self._tokens if hmac.compare_digest(given.encode(), t.encode())]
         if not given or not matched:
             await run_in_threadpool(self._login_failures.hit, self._login_limit, peer)
-            return self._html(
-                "login.html",
-                status=401,
-                title="sign in",
-                refresh=False,
-                required=True,
-                error="This token is not accepted.",
-            )
+            return self._login_page(401, "This token is not accepted.")
         response = RedirectResponse("/", 303)
         response.set_cookie(
             SESSION_COOKIE,
@@ -393,8 +332,3 @@ class Console:
         return Response(
             self._static[name], media_type=_STATIC[name], headers={"Cache-Control": "max-age=300"}
         )
-
-
-def served_iso(unix_s: float) -> str:
-    """A time for the page: ISO 8601, UTC, to the second."""
-    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")

@@ -149,8 +149,6 @@ class FleetRecorder:
         self._thread: threading.Thread | None = None
         #: whether the last write to the store succeeded (``kbear_serve_fleet_store_up``)
         self.store_up = True
-        #: writes that failed (``kbear_serve_fleet_store_errors_total``)
-        self.store_errors = 0
         self._store: FleetStore
         location = str(path)
         #: the SQLite file, or the PostgreSQL URL
@@ -293,7 +291,6 @@ class FleetRecorder:
             try:
                 self.flush(news_only=True)
             except Exception as exc:  # sqlite3.Error, psycopg.Error: the store is down
-                self.store_errors += 1
                 if self.store_up:  # one line per outage: routes are answered, not recorded
                     log.error(
                         "kbear serve: the fleet store %s is unusable, routes are answered without "

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kbear._meta_protocol import Ack, ErrorCode, ResponseError, ResponseStatus
+from kbear._meta_protocol import ErrorCode
 from kbear.server._move_counts import Lookup, MoveQuery, MovingLookup
 from kbear.server.fleet import FleetEntry, FleetRecorder
-from kbear.server.holder import ConfigHolder
+from kbear.server.holder import ConfigHolder, iso
 from kbear.server.moves import (
     STRAGGLERS_LISTED,
     STRAGGLERS_LISTED_IN_ALL,
@@ -41,6 +40,7 @@ from kbear.server.moves import (
     rules_test_client_id,
     topic_moves,
 )
+from kbear.server.service import fail
 
 __all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
 
@@ -50,15 +50,6 @@ DEFAULT_LIMIT, MAX_LIMIT = 1000, 100_000
 
 class FleetQueryError(ValueError):
     """A query parameter of ``/fleet`` is not usable (the message names it)."""
-
-
-def _iso(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")
-
-
-def _error(http_status: int, code: ErrorCode, message: str) -> Response:
-    status = ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=code, message=message))
-    return JSONResponse({"status": status.model_dump(mode="json", exclude_none=True)}, http_status)
 
 
 def filters(params: Any) -> dict[str, str | None]:
@@ -111,7 +102,7 @@ def fleet_json(
                 "id": entries[0].client_id,
                 "meta": dict(entries[0].meta),
                 "address": max(entries, key=lambda e: e.seen).address,
-                "lastSeen": _iso(max(e.seen for e in entries)),
+                "lastSeen": iso(max(e.seen for e in entries)),
                 "lookups": [
                     {
                         "kind": e.kind,
@@ -119,7 +110,7 @@ def fleet_json(
                         "group": e.group or None,
                         "route": {"clusterId": e.cluster, "topicId": e.route_topic},
                         "digest": e.digest,
-                        "at": _iso(e.seen),
+                        "at": iso(e.seen),
                     }
                     for e in entries
                 ],
@@ -172,7 +163,7 @@ class FleetEndpoints:
         self.recorder = recorder
 
     def _off(self) -> Response:
-        return _error(404, ErrorCode.NOT_FOUND, "the fleet is not recorded (kbear serve --fleet off)")
+        return fail(404, ErrorCode.NOT_FOUND, "the fleet is not recorded (kbear serve --fleet off)")
 
     async def fleet(self, request: Request) -> Response:
         if self.recorder is None:
@@ -180,7 +171,7 @@ class FleetEndpoints:
         try:
             limit = limit_of(request.query_params)
         except FleetQueryError as exc:
-            return _error(400, ErrorCode.BAD_REQUEST, str(exc))
+            return fail(400, ErrorCode.BAD_REQUEST, str(exc))
         body = await run_in_threadpool(
             fleet_json, self.recorder, self.holder, filters(request.query_params), limit
         )

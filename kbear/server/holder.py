@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kbear.config import ConfigError, KBearConfig, load_config
@@ -28,7 +29,7 @@ from kbear.reload import ConfigWatcher
 from kbear.router import Router
 from kbear.sources import DirectorySource
 
-__all__ = ["DEFAULT_WATCH_INTERVAL_S", "ConfigHolder", "Served", "load_unresolved"]
+__all__ = ["DEFAULT_WATCH_INTERVAL_S", "ConfigHolder", "Served", "iso", "load_unresolved"]
 
 log = logging.getLogger("kbear.server")
 
@@ -36,6 +37,11 @@ log = logging.getLogger("kbear.server")
 #: (0.2 s) a change is served within 0.7 s plus its load time, so that a client
 #: refreshing every second sees it within its interval + 1 s.
 DEFAULT_WATCH_INTERVAL_S = 0.5
+
+
+def iso(unix_s: float, timespec: str = "milliseconds") -> str:
+    """A Unix time (seconds) as the server's answers and pages show it: ISO 8601, UTC."""
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec=timespec)
 
 
 def load_unresolved(directory: str | os.PathLike[str]) -> KBearConfig:

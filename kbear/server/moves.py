@@ -37,17 +37,16 @@ state in SQL (:meth:`kbear.server.fleet.FleetRecorder.move_progress`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kbear._chain import index_rules
 from kbear._identity import Client
 from kbear._route import NoRouteError
-from kbear.config import KBearConfig, RouteRule
+from kbear.config import ConsumerGroupConfig, KBearConfig, RouteRule
 from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow
-from kbear.server.holder import Served
+from kbear.server.holder import Served, iso
 
 __all__ = [
     "MOVED",
@@ -71,6 +70,7 @@ _STATES = (MOVED, ON_OLD, NOT_ASKED, NOT_SEEN)
 STRAGGLERS_LISTED, STRAGGLERS_LISTED_IN_ALL = 100, 1000
 
 _Route = tuple[str, str] | None
+_K = TypeVar("_K")
 
 
 @dataclass
@@ -162,8 +162,17 @@ def classify(
     return moving, routes
 
 
-def _rule_list(rules: Iterable[RouteRule]) -> list[tuple[str, int, dict[str, str], str]]:
-    return [(r.id, r.priority, dict(r.meta), str(r.statement)) for r in rules]
+def _rule_list(rules: Iterable[RouteRule] | None) -> list[tuple[str, int, dict[str, str], str]]:
+    return [(r.id, r.priority, dict(r.meta), str(r.statement)) for r in rules or ()]
+
+
+def _meta(group: ConsumerGroupConfig | None) -> dict[str, str] | None:
+    return None if group is None else dict(group.meta)
+
+
+def _differing(old: Mapping[_K, Any], new: Mapping[_K, Any], view: Callable[[Any], object]) -> set[_K]:
+    """The keys of ``old`` or ``new`` whose values differ, as ``view`` shows them (a missing one: None)."""
+    return {key for key in old.keys() | new.keys() if view(old.get(key)) != view(new.get(key))}
 
 
 def changed_topics(old: KBearConfig, new: KBearConfig) -> set[str] | None:
@@ -177,23 +186,15 @@ def changed_topics(old: KBearConfig, new: KBearConfig) -> set[str] | None:
     new_globals, new_topics, new_groups = index_rules(new.rules)
     if _rule_list(old_globals) != _rule_list(new_globals):
         return None
-    out: set[str] = set()
-    for topic in old_topics.keys() | new_topics.keys():
-        if _rule_list(old_topics.get(topic, ())) != _rule_list(new_topics.get(topic, ())):
-            out.add(topic)
-    for key in old_groups.keys() | new_groups.keys():
-        if _rule_list(old_groups.get(key, ())) != _rule_list(new_groups.get(key, ())):
-            out.add(key[1])
-    for topic in old.topics.keys() | new.topics.keys():
-        if old.topic_meta(topic) != new.topic_meta(topic):
-            out.add(topic)
-    for key in old.consumer_groups.keys() | new.consumer_groups.keys():
-        before, after = old.consumer_groups.get(key), new.consumer_groups.get(key)
-        if (before is None) != (after is None) or (
-            before is not None and after is not None and dict(before.meta) != dict(after.meta)
-        ):
-            out.add(key[1])
-    return out
+    out = _differing(old_topics, new_topics, _rule_list)
+    out |= {topic for _, topic in _differing(old_groups, new_groups, _rule_list)}
+    out |= {
+        topic
+        for topic in old.topics.keys() | new.topics.keys()
+        if old.topic_meta(topic) != new.topic_meta(topic)
+    }
+    group_meta = lambda group: None if group is None else dict(group.meta)  # noqa: E731
+    return out | {topic for _, topic in _differing(old.consumer_groups, new.consumer_groups, group_meta)}
 
 
 def topic_moves(
@@ -215,10 +216,6 @@ def topic_moves(
     for row in stragglers:
         moves[row[0]].stragglers.append(row)
     return [moves[t] for t in sorted(moves)]
-
-
-def _iso(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="milliseconds")
 
 
 def _route_json(route: _Route) -> dict[str, str] | None:
@@ -256,7 +253,7 @@ def moves_json(
                         "kind": kind,
                         "group": group or None,
                         "route": {"clusterId": cluster, "topicId": route_topic},
-                        "lastSeen": _iso(seen),
+                        "lastSeen": iso(seen),
                         "state": _STATES[rank],
                     }
                     for _, rank, cid, address, kind, group, cluster, route_topic, seen in move.stragglers
@@ -266,6 +263,6 @@ def moves_json(
     return {
         "digest": current.config.digest,
         "previousDigest": None if previous is None else previous.config.digest,
-        "changedAt": None if previous is None else _iso(changed_at),
+        "changedAt": None if previous is None else iso(changed_at),
         "moves": topics,
     }

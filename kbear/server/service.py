@@ -38,8 +38,11 @@ the spec is silent):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from starlette.responses import JSONResponse, Response
 
 from kbear._identity import Client
 
@@ -82,6 +85,7 @@ __all__ = [
     "clusters",
     "consumer_groups",
     "consumer_route",
+    "fail",
     "is_kbear_client",
     "producer_route",
     "route_rules",
@@ -92,11 +96,20 @@ __all__ = [
 _NAMED_AT_MOST = 10
 
 _SUCCESS = ResponseStatus(ack=Ack.SUCCESS)
+_K = TypeVar("_K")
 
 
 def bad_request(message: str) -> ResponseStatus:
     """A ``fail`` status with ``error.code = bad_request``."""
     return ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=ErrorCode.BAD_REQUEST, message=message))
+
+
+def fail(
+    http_status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    """An HTTP answer ``http_status`` whose body is a ``fail`` status: ``{"status": {ack, error}}``."""
+    status = ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=code, message=message))
+    return JSONResponse({"status": status.model_dump(mode="json", exclude_none=True)}, http_status, headers)
 
 
 def _partial(code: ErrorCode, what: str, missing: Sequence[str]) -> ResponseStatus:
@@ -233,9 +246,7 @@ def producer_route(
         return ProducerRouteResponse(status=bad_request("topicIds is empty"))
     router = served.router
     client = _client(request.client)
-    answering = _Answering(
-        served.config, is_kbear_client(request.client), os.environ if environ is None else environ
-    )
+    answering = _answering(served.config, request.client, environ)
     routes: dict[str, RouteMessage] = {}
     for topic_id in dict.fromkeys(request.topic_ids):
         if not topic_id:
@@ -270,9 +281,7 @@ def consumer_route(
         return ConsumerRouteResponse(status=bad_request("consumerGroupIds is empty"))
     config, router = served.config, served.router
     client = _client(request.client)
-    answering = _Answering(
-        config, is_kbear_client(request.client), os.environ if environ is None else environ
-    )
+    answering = _answering(config, request.client, environ)
     answered: list[ConsumerGroupIdRoute] = []
     groups: list[ConsumerGroupMessage] = []
     for group_id in dict.fromkeys(request.consumer_group_ids):
@@ -300,22 +309,18 @@ def consumer_route(
     )
 
 
-def _found(wanted: Iterable[str], known: Iterable[str]) -> tuple[list[str], list[str]]:
-    known_set = set(known)
-    found: list[str] = []
-    missing: list[str] = []
-    for item in dict.fromkeys(wanted):
-        (found if item in known_set else missing).append(item)
-    return found, missing
-
-
-def _selected(wanted: Sequence[str], known: Iterable[str], what: str) -> tuple[list[str], ResponseStatus]:
+def _selected(
+    wanted: Sequence[_K], known: Iterable[_K], not_found: str, label: Callable[[_K], str] = str
+) -> tuple[list[_K], ResponseStatus]:
     """The ids ``wanted`` (every known id, in order, when none is) that are ``known``,
-    and the answer's status (``partial_fail`` naming the missing ones as ``what``)."""
+    and the answer's status (``partial_fail`` naming the missing ones, by ``label``, as ``not_found``)."""
     if not wanted:
         return list(known), _SUCCESS
-    found, missing = _found(wanted, known)
-    return found, _partial(ErrorCode.NOT_FOUND, f"{what} not found", missing) if missing else _SUCCESS
+    known_set = set(known)
+    asked = list(dict.fromkeys(wanted))
+    missing = [label(item) for item in asked if item not in known_set]
+    found = [item for item in asked if item in known_set]
+    return found, _partial(ErrorCode.NOT_FOUND, not_found, missing) if missing else _SUCCESS
 
 
 def _rule_info(rule: RouteRule) -> RouteRuleInfo:
@@ -325,43 +330,30 @@ def _rule_info(rule: RouteRule) -> RouteRuleInfo:
 def route_rules(served: Served, request: RouteRulesRequest) -> RouteRulesResponse:
     """The answer to ``/route/rules``: the rules asked for (every rule, in file order, when none is)."""
     rules = {rule.id: rule for rule in served.config.rules}
-    ids, status = _selected(request.route_rule_ids, rules, "route rule(s)")
+    ids, status = _selected(request.route_rule_ids, rules, "route rule(s) not found")
     return RouteRulesResponse(status=status, route_rules=[_rule_info(rules[i]) for i in ids])
 
 
 def clusters(served: Served, request: ClustersRequest) -> ClustersResponse:
     """The answer to ``/meta/clusters`` (every cluster, in file order, when none is asked for)."""
     config = served.config
-    ids, status = _selected(request.cluster_ids, config.clusters, "cluster(s)")
+    ids, status = _selected(request.cluster_ids, config.clusters, "cluster(s) not found")
     return ClustersResponse(status=status, clusters=[_cluster(config, c) for c in ids])
 
 
 def topics(served: Served, request: TopicsRequest) -> TopicsResponse:
     """The answer to ``/meta/topics``: topics of topics.yaml (all, in file order, when none is asked for)."""
     config = served.config
-    ids, status = _selected(request.topic_ids, config.topics, "topic(s)")
+    ids, status = _selected(request.topic_ids, config.topics, "topic(s) not found")
     return TopicsResponse(status=status, topics=[_topic(config, t) for t in ids])
 
 
 def consumer_groups(served: Served, request: ConsumerGroupsRequest) -> ConsumerGroupsResponse:
     """The answer to ``/meta/consumer-groups`` (all, in file order, when none is asked for)."""
     config = served.config
-    if not request.consumer_group_ids:
-        every = [
-            _group(config, ConsumerGroupIdMessage(group_name=g.group_name, topic_id=g.topic_id))
-            for g in config.consumer_groups.values()
-        ]
-        return ConsumerGroupsResponse(status=_SUCCESS, consumer_groups=every)
-    found: list[ConsumerGroupMessage] = []
-    missing: list[str] = []
-    for group_id in dict.fromkeys(request.consumer_group_ids):
-        if (group_id.group_name, group_id.topic_id) in config.consumer_groups:
-            found.append(_group(config, group_id))
-        else:
-            missing.append(_group_label(group_id))
-    status = (
-        _partial(ErrorCode.NOT_FOUND, "consumer group(s) not found (group@topic)", missing)
-        if missing
-        else _SUCCESS
+    wanted = [(g.group_name, g.topic_id) for g in request.consumer_group_ids]
+    keys, status = _selected(
+        wanted, config.consumer_groups, "consumer group(s) not found (group@topic)", "@".join
     )
-    return ConsumerGroupsResponse(status=status, consumer_groups=found)
+    groups = [_group(config, ConsumerGroupIdMessage(group_name=g, topic_id=t)) for g, t in keys]
+    return ConsumerGroupsResponse(status=status, consumer_groups=groups)
