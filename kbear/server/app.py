@@ -45,6 +45,7 @@ import contextlib
 import functools
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any, TypeVar
 
@@ -96,6 +97,26 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     with the protocol's ``fail`` body, as every other refusal (found by fuzzing)."""
     assert isinstance(exc, HTTPException)
     return service.fail(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail), exc.headers)
+
+
+def _store_errors() -> tuple[type[Exception], ...]:
+    """What a fleet store or audit log raises when its database cannot be read:
+    :class:`sqlite3.Error`, and :class:`psycopg.Error` where psycopg is installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
+async def _store_down(request: Request, exc: Exception) -> Response:
+    """A page of the fleet or the audit log while its store cannot be read (a
+    PostgreSQL server down, a SQLite file removed): 503 with the protocol's ``fail``
+    body naming the store's error, as ``/readyz`` answers 503 while not ready; route
+    lookups go on meanwhile (they are answered without being recorded; the outage's
+    one log line and ``kbear_serve_fleet_store_up`` come from the fleet's writer)."""
+    message = f"the fleet store cannot be read: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    return service.fail(503, ErrorCode.SERVICE_EXCEPTION, message)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -372,7 +393,11 @@ def create_app(
             if actions.running is not None:
                 actions.running.join(1.0)
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, **dict.fromkeys(_store_errors(), _store_down)},
+    )
     app.state.metrics = metrics
     app.state.holder = holder
     app.state.actions = actions

@@ -157,6 +157,11 @@ def test_a_store_that_goes_down_degrades_to_answering(
             down = [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
             assert len(down) == 1  # one line per outage
             assert "routes are answered without being recorded" in down[0]
+            answers = {page: client.get(page) for page in ("/fleet", "/audit")}
             running.start()
             wait_until(lambda: "kbear_serve_fleet_store_up 1.0" in client.get("/metrics").text, 15.0)
             wait_until(lambda: "during-19" in clients_seen(client), 5.0)  # the waiting notes written
+    for page, answer in answers.items():  # while down: unavailable and said so (503), not a crash (500)
+        assert answer.status_code == 503, (page, answer.status_code, answer.text)
+        assert answer.json()["status"]["error"]["code"] == "service_exception"
+        assert "the fleet store cannot be read" in answer.json()["status"]["error"]["message"]
