@@ -183,12 +183,12 @@ class ClusterRegistry:
         _events.configure("consumer", target.cluster_id, conf)
         # (an oauth_cb's client without an error_cb is left as built: see kbear._cluster_errors)
         if self.error_hook is not None and not ("oauth_cb" in conf and conf.get("error_cb") is None):
-            conf["error_cb"] = _error_callback(self.error_hook, target.cluster_id, conf.get("error_cb"))
+            conf["error_cb"] = _chained(self.error_hook, target.cluster_id, conf.get("error_cb"))
         if self.stats_hook is not None:
             conf.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
             conf["stats_cb"] = watching_stats(target.cluster_id, conf.get("stats_cb"), self.stats_hook)
         if self.commit_hook is not None:
-            conf["on_commit"] = _commit_callback(self.commit_hook, target.cluster_id, conf.get("on_commit"))
+            conf["on_commit"] = _chained(self.commit_hook, target.cluster_id, conf.get("on_commit"))
         built = self._build(target.cluster_id, conf)
         if self.built_hook is not None:
             self.built_hook(target.cluster_id, built)  # what it raises refuses the client
@@ -255,33 +255,16 @@ class ClusterRegistry:
         return clients
 
 
-def _commit_callback(
-    hook: Callable[[str, Any, list[TopicPartition]], None],
-    cluster_id: str,
-    user_cb: Callable[[Any, list[TopicPartition]], None] | None,
-) -> Callable[[Any, list[TopicPartition]], None]:
-    """``on_commit`` of a member client of ``cluster_id``: kbear's ``hook``, then the
-    application's callback, unchanged."""
+def _chained(
+    hook: Callable[..., None], cluster_id: str, then: Callable[..., None] | None
+) -> Callable[..., None]:
+    """A callback of a member client of ``cluster_id`` (``on_commit``, ``error_cb``):
+    kbear's ``hook(cluster_id, *args)``, then the callback it wraps (the
+    application's, or kbear's logging of an error), unchanged."""
 
-    def on_commit(err: Any, partitions: list[TopicPartition]) -> None:
-        hook(cluster_id, err, partitions)
-        if user_cb is not None:
-            user_cb(err, partitions)
-
-    return on_commit
-
-
-def _error_callback(
-    hook: Callable[[str, KafkaError], None],
-    cluster_id: str,
-    then: Callable[[KafkaError], None] | None,
-) -> Callable[[KafkaError], None]:
-    """``error_cb`` of a member client of ``cluster_id``: kbear's ``hook``, then the
-    callback it wraps (the application's, or kbear's logging of it), unchanged."""
-
-    def error_cb(err: KafkaError) -> None:
-        hook(cluster_id, err)
+    def callback(*args: Any) -> None:
+        hook(cluster_id, *args)
         if then is not None:
-            then(err)
+            then(*args)
 
-    return error_cb
+    return callback

@@ -27,10 +27,8 @@ class ClusterCalls:
         """The group member id on the (first) cluster this consumer is subscribed to,
         or None before it joined. See :meth:`memberids` for every cluster."""
         self._check_open()
-        for entry in self._registry.active:
-            member: str | None = entry.consumer.memberid()
-            return member
-        return None
+        active = self._registry.active
+        return active[0].consumer.memberid() if active else None
 
     def memberids(self) -> dict[str, str | None]:
         """Cluster id -> group member id on that cluster (kbear addition)."""
@@ -44,16 +42,9 @@ class ClusterCalls:
             KafkaException: ``_STATE`` when this consumer reads from more than one
                 cluster (group metadata exists per cluster) or from none yet.
         """
-        self._check_open()
-        clusters = self._registry.active or list(self._registry)
-        if len(clusters) != 1:
-            raise not_one_cluster(
-                "consumer_group_metadata",
-                "RoutedConsumer reads from",
-                (e.cluster_id for e in clusters),
-                "group metadata exists for one cluster only",
-            )
-        return clusters[0].consumer.consumer_group_metadata()
+        return self._one(
+            "consumer_group_metadata", "group metadata exists for one cluster only"
+        ).consumer_group_metadata()
 
     def cluster_id(self, timeout: float = -1) -> str:
         """The Kafka cluster id (KIP-78) of the one cluster this consumer reads
@@ -64,13 +55,18 @@ class ClusterCalls:
             KafkaException: ``_STATE`` when this consumer reads from more than one
                 cluster or from none yet; the cluster's errors (e.g. ``_TIMED_OUT``).
         """
+        one = self._one("cluster_id", "ask a route's cluster (routes()) or a one-cluster client")
+        return str(one.cluster_id(timeout))
+
+    def _one(self, call: str, hint: str) -> Any:
+        """The client of the one cluster read (else of the one built).
+
+        Raises:
+            KafkaException: ``_STATE`` (:func:`kbear._base.not_one_cluster`, with ``hint``)
+                when there are several or none.
+        """
         self._check_open()
         clusters = self._registry.active or list(self._registry)
         if len(clusters) != 1:
-            raise not_one_cluster(
-                "cluster_id",
-                "RoutedConsumer reads from",
-                (e.cluster_id for e in clusters),
-                "ask a route's cluster (routes()) or a one-cluster client",
-            )
-        return str(clusters[0].consumer.cluster_id(timeout))
+            raise not_one_cluster(call, "RoutedConsumer reads from", (e.cluster_id for e in clusters), hint)
+        return clusters[0].consumer

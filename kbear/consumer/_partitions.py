@@ -30,8 +30,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def locked(method: F) -> F:
-    """Run ``method`` under the consumer's lock (``self._lock``, reentrant): calls
-    from several threads do not interleave their changes of kbear's state.
+    """Run ``method`` under the consumer's lock (``self._lock``, reentrant), once
+    ``self._check_open()`` passed: calls from several threads do not interleave their
+    changes of kbear's state.
 
     Inside a rebalance callback the lock is not taken: the callback runs in a
     thread inside a cluster client's ``poll()`` (or ``close()``), and another
@@ -46,8 +47,10 @@ def locked(method: F) -> F:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self._rebalancer.current is not None:
+            self._check_open()
             return method(self, *args, **kwargs)
         with self._gate.turn(), self._lock:
+            self._check_open()
             return method(self, *args, **kwargs)
 
     return cast(F, call)
@@ -159,7 +162,6 @@ class PartitionCalls:
         already committed there by the switch; committing it afterwards is a
         no-op until the new cluster has delivered a message of that topic.
         """
-        self._check_open()
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
         if self.acks is not None and (message is not None or offsets is not None):
@@ -210,13 +212,11 @@ class PartitionCalls:
             NoRouteError: a topic has no route.
             KafkaException: a cluster did not answer.
         """
-        self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.committed(parts, timeout=timeout))
 
     @locked
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Current positions (next offset to fetch) of ``partitions`` (logical names)."""
-        self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.position(parts))
 
     @locked
@@ -226,7 +226,6 @@ class PartitionCalls:
         While a topic moves, its old cluster may still hold a partition the new
         one was already given: each partition is listed once, as the cluster its
         route names now."""
-        self._check_open()
         entries = list(self._registry)
         current = self._rebalancer.current
         if current is not None and current not in entries:  # on_revoke run by close()
@@ -245,7 +244,6 @@ class PartitionCalls:
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int] | None:
         """Low and high watermark of ``partition`` on its topic's cluster (as confluent-kafka)."""
-        self._check_open()
         ((entry, _, parts),) = self._placement.split([partition])
         kwargs: dict[str, Any] = {"cached": cached}
         if timeout is not None:
@@ -264,7 +262,6 @@ class PartitionCalls:
             partitions: TopicPartitions with logical names.
             timeout: maximum time in seconds per cluster (-1: infinite).
         """
-        self._check_open()
         return self._per_cluster(partitions, lambda c, parts: c.offsets_for_times(parts, timeout=timeout))
 
     @locked
@@ -277,7 +274,6 @@ class PartitionCalls:
         Raises:
             ValueError: neither or both of ``message`` and ``offsets`` are given.
         """
-        self._check_open()
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
         if message is None and offsets is None:
@@ -295,21 +291,18 @@ class PartitionCalls:
     @locked
     def seek(self, partition: TopicPartition) -> None:
         """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
-        self._check_open()
         ((entry, _, parts),) = self._placement.split([partition])
         entry.consumer.seek(parts[0])
 
     @locked
     def pause(self, partitions: list[TopicPartition]) -> None:
         """Pause fetching ``partitions`` (logical names) on their clusters."""
-        self._check_open()
         for entry, _, parts in self._placement.split(partitions):
             entry.consumer.pause(parts)
 
     @locked
     def resume(self, partitions: list[TopicPartition]) -> None:
         """Resume fetching ``partitions`` (logical names) on their clusters."""
-        self._check_open()
         for entry, _, parts in self._placement.split(partitions):
             entry.consumer.resume(parts)
 
@@ -336,7 +329,6 @@ class PartitionCalls:
             NoRouteError: a topic has no route.
             KafkaException: confluent-kafka refused the assignment.
         """
-        self._check_open()
         split = self._placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.assign(parts)
@@ -355,7 +347,6 @@ class PartitionCalls:
         """Remove the assignment (inside a rebalance callback: of the cluster being
         rebalanced; outside: of every cluster, and the assigned topics' routes are no
         longer followed)."""
-        self._check_open()
         current = self._rebalancer.current
         if current is not None:
             current.consumer.unassign()
@@ -372,7 +363,6 @@ class PartitionCalls:
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters
         (outside a subscription their topics follow route changes, as with ``assign``)."""
-        self._check_open()
         split = self._placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.incremental_assign(parts)
@@ -382,7 +372,6 @@ class PartitionCalls:
     @locked
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """Remove ``partitions`` (logical names) from the assignment of their clusters."""
-        self._check_open()
         for entry, _, parts in self._placement.split(partitions):
             entry.consumer.incremental_unassign(parts)
             if entry is self._rebalancer.current:

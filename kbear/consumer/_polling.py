@@ -102,20 +102,30 @@ class PollLoop:
     def _take_turn(self, timeout: float | None) -> tuple[bool, float | None]:
         """Entering the poll loop: note the polling thread, let calls from other
         threads through first (for at most ``timeout`` seconds; None or negative:
-        infinite) and bind the fast paths again. Returns whether no call waits any
-        more, and what is left of ``timeout``."""
+        infinite) and bind the fast paths again, then do the work due between calls
+        (:meth:`_after_work`). Returns whether no call waits any more, and what is
+        left of ``timeout``."""
         gate = self._gate
-        if gate.poller == threading.get_ident() and not gate.waiting and not gate.unbound:
-            return True, timeout
-        started = time.monotonic()
-        bounded = timeout is not None and timeout >= 0
-        if not gate.yield_to(timeout if bounded else None):
-            return False, 0.0
-        gate.unbound = False
-        self._repin()
-        if timeout is None or timeout < 0:
-            return True, timeout
-        return True, max(0.0, timeout - (time.monotonic() - started))
+        if gate.poller != threading.get_ident() or gate.waiting or gate.unbound:
+            started = time.monotonic()
+            if not gate.yield_to(None if timeout is None or timeout < 0 else timeout):
+                return False, 0.0
+            gate.unbound = False
+            self._repin()
+            if timeout is not None and timeout > 0:
+                timeout = max(0.0, timeout - (time.monotonic() - started))
+        return True, self._after_work(timeout) if self._needs_care() else timeout
+
+    def _alone(self, active: list[ClusterClient]) -> bool:
+        """Whether ``active`` is one client read with nothing for kbear to do between
+        its messages (only, maybe, per message: :meth:`_looks_at`)."""
+        return len(active) == 1 and not (
+            self._driver.busy or self._guard.active or self._registry.leaving or self._gate.waiting
+        )
+
+    def _looks_at(self, entry: ClusterClient) -> bool:
+        """Whether kbear looks at each message of ``entry`` (:meth:`_out`)."""
+        return entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None
 
     def _needs_care(self) -> bool:
         return (
@@ -143,25 +153,15 @@ class PollLoop:
         through, timeout = self._take_turn(timeout)
         if not through:
             return None
-        if self._needs_care():
-            timeout = self._after_work(timeout)
         if self._registry.leaving:
             leftover = self._serve_leaving()
             if leftover is not None:
                 return leftover
         active = self._registry.active
-        if (
-            len(active) == 1
-            and not self._driver.busy
-            and not self._guard.active
-            and not self._registry.leaving
-            and not self._gate.waiting
-        ):
+        if self._alone(active):
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and (
-                entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None
-            ):
+            if msg is not None and self._looks_at(entry):
                 self._out(entry, msg)
             return msg
         if not active:
@@ -219,26 +219,16 @@ class PollLoop:
         through, timeout = self._take_turn(timeout)
         if not through:
             return []
-        if self._needs_care():
-            timeout = self._after_work(timeout)
         if self._registry.leaving and 1 <= num_messages <= 1_000_000:
             leftover = self._serve_leaving()
             if leftover is not None:
                 return [leftover]
         active = self._registry.active
         tmo = -1 if timeout is None else timeout
-        if (
-            len(active) == 1
-            and not self._driver.busy
-            and not self._guard.active
-            and not self._registry.leaving
-            and not self._gate.waiting
-        ):
+        if self._alone(active):
             entry = active[0]
             msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
-            if entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None:
-                return [self._out(entry, m) for m in msgs]
-            return msgs
+            return [self._out(entry, m) for m in msgs] if self._looks_at(entry) else msgs
         if not 0 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")  # confluent-kafka's words
         if not active:

@@ -27,10 +27,11 @@ callbacks that:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
@@ -150,11 +151,14 @@ class Rebalancer:
         scope = _CURRENT.get()
         return scope[1] if scope is not None and scope[0] is self else None
 
-    def _enter(self, entry: ClusterClient) -> contextvars.Token[tuple[Rebalancer, ClusterClient] | None]:
-        return _CURRENT.set((self, entry))
-
-    def _leave(self, outer: contextvars.Token[tuple[Rebalancer, ClusterClient] | None]) -> None:
-        _CURRENT.reset(outer)
+    @contextlib.contextmanager
+    def _serving(self, entry: ClusterClient) -> Iterator[None]:
+        """Inside: ``entry``'s callback runs (:attr:`current`)."""
+        outer = _CURRENT.set((self, entry))
+        try:
+            yield
+        finally:
+            _CURRENT.reset(outer)
 
     def callbacks_for(self, entry: ClusterClient) -> dict[str, Callable[..., None]]:
         """The rebalance callbacks to subscribe ``entry``'s client with."""
@@ -187,19 +191,17 @@ class Rebalancer:
 
     def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer = self._enter(entry)
-            try:
+            with self._serving(entry):
                 if not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(partitions))
-            finally:
-                self._leave(outer)
 
         return callback
 
     def _revoke(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer = self._enter(entry)
-            try:
+            with self._serving(entry), contextlib.ExitStack() as then:
+                if self.revoked_hook is not None:  # also when the application's callback raised
+                    then.callback(self.revoked_hook, entry, partitions)
                 if self.revoking_hook is not None:
                     self.revoking_hook(entry)
                 self._start_again(entry, partitions)
@@ -211,10 +213,6 @@ class Rebalancer:
                     if not self.incremental:
                         self._revoking[entry.cluster_id] = positions
                     commit_async(entry, positions, "before its partitions leave this member")
-            finally:
-                if self.revoked_hook is not None:  # also when the application's callback raised
-                    self.revoked_hook(entry, partitions)
-                self._leave(outer)
 
         return callback
 
@@ -271,9 +269,8 @@ class Rebalancer:
 
     def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            outer = self._enter(entry)
-            self.assigned_in_callback = False
-            try:
+            with self._serving(entry):
+                self.assigned_in_callback = False
                 resume = self.resume_at.pop(entry.cluster_id, None)
                 self._resumed_at.pop(entry.cluster_id, None)
                 # an answer to the last revocation's commit arriving from now on is ignored:
@@ -313,8 +310,6 @@ class Rebalancer:
                     self.taken_hook(entry, taken)
                 if later and self.later is not None:  # last: no hook above resumes them
                     self.later.start(entry, later)
-            finally:
-                self._leave(outer)
 
         return callback
 
