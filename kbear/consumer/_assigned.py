@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass
 
 from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
 
@@ -40,6 +41,7 @@ log = logging.getLogger("kbear.consumer")
 SwitchedHook = Callable[[str, Route, Route | None, list[int]], None]
 
 
+@dataclass(eq=False)
 class AssignedMoves:
     """Route following of a RoutedConsumer's manual assignment (see the module docstring).
 
@@ -56,54 +58,44 @@ class AssignedMoves:
             :class:`~kbear.ClientBalancedConsumer`'s keys follow them), or None.
     """
 
-    def __init__(
-        self,
-        sub: Subscription,
-        registry: ClusterRegistry,
-        rebalancer: Rebalancer,
-        driver: SwitchDriver,
-        guard: MoveGuard,
-        placement: Placement,
-        *,
-        repin: Callable[[], None],
-        notify: Callable[[Route, Route | None], None],
-    ) -> None:
-        self._sub = sub
-        self._registry = registry
-        self._rebalancer = rebalancer
-        self._driver = driver
-        self._guard = guard
-        self._placement = placement
-        self._repin = repin
-        self._notify = notify
-        self.switched_hook: SwitchedHook | None = None
+    sub: Subscription
+    registry: ClusterRegistry
+    rebalancer: Rebalancer
+    driver: SwitchDriver
+    guard: MoveGuard
+    placement: Placement
+    _: KW_ONLY
+    repin: Callable[[], None]
+    notify: Callable[[Route, Route | None], None]
+
+    switched_hook: SwitchedHook | None = None
 
     def follow(self, topics: Iterable[str], *, replace: bool) -> None:
         """Record the route in use of each of ``topics`` (logical) just assigned
         outside a rebalance callback and a subscription; ``replace`` (``assign()``):
         the topics not among them are no longer followed."""
-        if self._rebalancer.current is not None or self._sub.kind not in (
+        if self.rebalancer.current is not None or self.sub.kind not in (
             SubscriptionKind.NONE,
             SubscriptionKind.ASSIGNED,
         ):
             return
-        self._sub.kind = SubscriptionKind.ASSIGNED
+        self.sub.kind = SubscriptionKind.ASSIGNED
         wanted = dict.fromkeys(topics)
         if replace:
-            dropped = [t for t in self._sub.routes if t not in wanted]
+            dropped = [t for t in self.sub.routes if t not in wanted]
             if dropped:
-                self._driver.engine.forget(dropped)
+                self.driver.engine.forget(dropped)
                 for topic in dropped:
-                    del self._sub.routes[topic]
+                    del self.sub.routes[topic]
         for topic in wanted:
-            if topic not in self._sub.routes:
-                self._sub.routes[topic] = self._placement.route(topic)
+            if topic not in self.sub.routes:
+                self.sub.routes[topic] = self.placement.route(topic)
 
     def stop_following(self) -> None:
         """``unassign()`` outside a callback: no topic is followed any more."""
-        if self._rebalancer.current is None and self._sub.kind is SubscriptionKind.ASSIGNED:
-            self._sub.reset()
-            self._driver.forget()
+        if self.rebalancer.current is None and self.sub.kind is SubscriptionKind.ASSIGNED:
+            self.sub.reset()
+            self.driver.forget()
 
     def switch(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
         """Carry out a switch of the engine for an assigned topic: its partitions on
@@ -111,32 +103,32 @@ class AssignedMoves:
         committed at their end already; otherwise what was read is committed without
         waiting: the old cluster may be down) and assigned on ``new``'s from ``start``."""
         moved: list[int] = []
-        old_entry = self._registry.get(old.cluster_id)
+        old_entry = self.registry.get(old.cluster_id)
         if old_entry is not None:
             mine = [tp for tp in old_entry.consumer.assignment() if tp.topic == old.topic]
             moved = sorted(tp.partition for tp in mine)
             if mine:
                 if not clean:
                     positions = [tp for tp in old_entry.consumer.position(mine) if tp.offset >= 0]
-                    if self._rebalancer.commit_on_revoke:
+                    if self.rebalancer.commit_on_revoke:
                         if positions:
                             commit_async(old_entry, positions, "as the topic moves")
                     else:
                         commit_async(old_entry, None, "as the topic moves")
                 old_entry.consumer.incremental_unassign(mine)
             if not old_entry.topics and not old_entry.consumer.assignment():
-                self._registry.deactivate(old_entry)
+                self.registry.deactivate(old_entry)
         if new is None:
-            self._sub.routes.pop(topic, None)
+            self.sub.routes.pop(topic, None)
         else:
-            self._sub.routes[topic] = new
+            self.sub.routes[topic] = new
             if moved:
-                split = self._placement.split(self._start_partitions(topic, new, moved, start))
+                split = self.placement.split(self._start_partitions(topic, new, moved, start))
                 for entry, _, parts in split:
                     entry.consumer.incremental_assign(parts)
-                self._placement.assigned(entry for entry, _, _ in split)
-        self._guard.switched(self._driver.engine.draining)
-        self._repin()
+                self.placement.assigned(entry for entry, _, _ in split)
+        self.guard.switched(self.driver.engine.draining)
+        self.repin()
         log.info(
             "kbear: assigned topic %r (partitions %s) switched from %r to %r",
             topic,
@@ -147,7 +139,7 @@ class AssignedMoves:
         )
         if self.switched_hook is not None:
             self.switched_hook(topic, old, new, moved)
-        self._notify(old, new)
+        self.notify(old, new)
 
     def _start_partitions(
         self, topic: str, new: Route, moved: list[int], start: StartPlan
@@ -156,18 +148,18 @@ class AssignedMoves:
         ``new``'s cluster: the group's committed offsets there (else
         ``auto.offset.reset``), the beginning, the end, by timestamp, or translated
         through the old cluster's mirror."""
-        if start.translated and self._rebalancer.translate is not None:
-            entry = self._placement.client_for(new)
+        if start.translated and self.rebalancer.translate is not None:
+            entry = self.placement.client_for(new)
             physical = [TopicPartition(new.topic, p, OFFSET_STORED) for p in moved]
             return [
                 TopicPartition(topic, tp.partition, tp.offset)
-                for tp in self._rebalancer.translate(entry, physical, start)
+                for tp in self.rebalancer.translate(entry, physical, start)
             ]
         if start.offset is None:
             return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
         if not start.by_time:
             return [TopicPartition(topic, p, start.offset) for p in moved]
-        entry = self._placement.client_for(new)
+        entry = self.placement.client_for(new)
         found: dict[int, int] = {}
         try:
             asked = [TopicPartition(new.topic, p, start.offset) for p in moved]

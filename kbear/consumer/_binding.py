@@ -12,6 +12,7 @@ decides; the facade stores what it is told (``store``), in its own attributes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
@@ -25,6 +26,7 @@ from kbear.consumer._turns import turn_taking
 Store = Callable[[Callable[..., Any] | None, Callable[..., list[Any]] | None], None]
 
 
+@dataclass(eq=False)
 class PollBinding:
     """The fast paths of one RoutedConsumer (see the module docstring).
 
@@ -37,74 +39,63 @@ class PollBinding:
         store: where the consumer keeps what is bound.
     """
 
-    def __init__(
-        self,
-        state: ReadState,
-        registry: ClusterRegistry,
-        driver: SwitchDriver,
-        guard: MoveGuard,
-        gate: CallGate,
-        slow_poll: Callable[..., Any],
-        slow_consume: Callable[..., list[Any]],
-        store: Store,
-    ) -> None:
-        self._state = state
-        self._registry = registry
-        self._driver = driver
-        self._guard = guard
-        self._gate = gate
-        self._slow_poll = slow_poll
-        self._slow_consume = slow_consume
-        self._store = store
-        self._closed = False
-        self._fixed = False
-        #: the one cluster's client whose own ``poll``/``consume`` are bound, else None
-        self.pinned: ClusterClient | None = None
+    state: ReadState
+    registry: ClusterRegistry
+    driver: SwitchDriver
+    guard: MoveGuard
+    gate: CallGate
+    slow_poll: Callable[..., Any]
+    slow_consume: Callable[..., list[Any]]
+    store: Store
+    #: the one cluster's client whose own ``poll``/``consume`` are bound, else None
+    pinned: ClusterClient | None = None
+    _closed: bool = field(default=False, init=False)
+    _fixed: bool = field(default=False, init=False)
 
     def refresh(self) -> None:
         """Bind ``poll`` and ``consume`` to what the consumer's state allows now (call
         after every change of the clients read or of what needs kbear per message)."""
         if self._fixed:
             return
-        active = self._registry.active
-        state = self._state
+        active = self.registry.active
+        state = self.state
         self.pinned = None
         if (
             not active
             or self._closed
             or state.pending
             or state.watching
-            or self._driver.busy
-            or self._guard.active
-            or self._gate.waiting
-            or self._registry.leaving
+            or self.driver.busy
+            or self.guard.active
+            or self.gate.waiting
+            or self.registry.leaving
             or state.sub.kind is SubscriptionKind.PATTERN
-            or self._driver.engine.tracks_timestamps
+            or self.driver.engine.tracks_timestamps
             or any(entry.renames for entry in active)
         ):
-            self._store(None, None)
+            self.store(None, None)
             return
         if len(active) == 1:
             self.pinned = active[0]
-            self._store(active[0].consumer.poll, active[0].consumer.consume)
+            self.store(active[0].consumer.poll, active[0].consumer.consume)
         else:
             consumers = [entry.consumer for entry in active]
-            self._store(*turn_taking(consumers, self._slow_poll, self._slow_consume))
+            self.store(*turn_taking(consumers, self.slow_poll, self.slow_consume))
         if state.pending:  # a reload landed meanwhile (watcher thread)
             self.pinned = None
-            self._store(None, None)
+            self.store(None, None)
 
     def unbind(self) -> None:
         """Bind nothing: the next call takes the poll loop (a reload is pending; called
         from the reloading thread)."""
         if not self._fixed:
             self.pinned = None
-            self._store(None, None)
+            self.store(None, None)
 
     def fix(self, poll: Callable[..., Any], consume: Callable[..., list[Any]]) -> None:
         """Bind ``poll`` and ``consume`` for good (the acknowledgement layer's)."""
         self._fixed = True
-        self._store(poll, consume)
+        self.store(poll, consume)
 
     def close(self) -> None:
         """The consumer closes: nothing is bound any more (but what was fixed)."""

@@ -4,12 +4,14 @@ metadata and the cluster id, answered by the one cluster (or every cluster) read
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kbear._base import not_one_cluster
 from kbear.consumer._cluster import ClusterRegistry
 
 
+@dataclass(eq=False)
 class ClusterCalls:
     """``memberid``, ``memberids``, ``consumer_group_metadata``, ``cluster_id`` of
     :class:`~kbear.RoutedConsumer` (its methods of the same names delegate here).
@@ -19,21 +21,20 @@ class ClusterCalls:
         check_open: raises ``RuntimeError`` when the consumer is closed.
     """
 
-    def __init__(self, registry: ClusterRegistry, check_open: Callable[[], None]) -> None:
-        self._registry = registry
-        self._check_open = check_open
+    registry: ClusterRegistry
+    check_open: Callable[[], None]
 
     def memberid(self) -> str | None:
         """The group member id on the (first) cluster this consumer is subscribed to,
         or None before it joined. See :meth:`memberids` for every cluster."""
-        self._check_open()
-        active = self._registry.active
+        self.check_open()
+        active = self.registry.active
         return active[0].consumer.memberid() if active else None
 
     def memberids(self) -> dict[str, str | None]:
         """Cluster id -> group member id on that cluster (kbear addition)."""
-        self._check_open()
-        return {e.cluster_id: e.consumer.memberid() for e in self._registry.active}
+        self.check_open()
+        return {e.cluster_id: e.consumer.memberid() for e in self.registry.active}
 
     def consumer_group_metadata(self) -> Any:
         """The group metadata for ``RoutedProducer.send_offsets_to_transaction``.
@@ -65,8 +66,8 @@ class ClusterCalls:
             KafkaException: ``_STATE`` (:func:`kbear._base.not_one_cluster`, with ``hint``)
                 when there are several or none.
         """
-        self._check_open()
-        clusters = self._registry.active or list(self._registry)
+        self.check_open()
+        clusters = self.registry.active or list(self.registry)
         if len(clusters) != 1:
             raise not_one_cluster(call, "RoutedConsumer reads from", (e.cluster_id for e in clusters), hint)
         return clusters[0].consumer

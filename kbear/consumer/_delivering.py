@@ -119,6 +119,7 @@ class Verdicts(Protocol):
         """Store the acknowledged prefixes noted."""
 
 
+@dataclass(eq=False)
 class DeliveryLoop:
     """``poll``/``consume`` of the acknowledgement layer (see the module docstring).
 
@@ -126,33 +127,26 @@ class DeliveryLoop:
         state: the acknowledgement state shared with ``verdicts``.
         verdicts: the acknowledgement layer's outcomes.
         registry: the consumer's per-cluster clients (pauses for held messages).
-        poll, consume: the consumer's poll loop (``PollLoop.poll`` / ``consume``),
+        read_one, read_many: the consumer's poll loop (``PollLoop.poll`` / ``consume``),
             whose tap is :meth:`tap`.
     """
 
-    def __init__(
-        self,
-        state: AckState,
-        verdicts: Verdicts,
-        registry: ClusterRegistry,
-        poll: Callable[[float | None], Any],
-        consume: Callable[[int, float | None], list[Any]],
-    ) -> None:
-        self._state = state
-        self._verdicts = verdicts
-        self._registry = registry
-        self._poll = poll
-        self._consume = consume
-        self._next_flush = 0.0
+    state: AckState
+    verdicts: Verdicts
+    registry: ClusterRegistry
+    read_one: Callable[[float | None], Any]
+    read_many: Callable[[int, float | None], list[Any]]
+
+    _next_flush: float = field(default=0.0, init=False)
 
     def tap(self, entry: ClusterClient, msg: Any) -> None:
         """The poll loop read ``msg`` from ``entry``'s cluster (physical name still set)."""
         if msg.error() is None:
-            self._state.origin[id(msg)] = (entry.cluster_id, msg.topic())
+            self.state.origin[id(msg)] = (entry.cluster_id, msg.topic())
 
     def _take(self, msg: Any) -> None:
         """A message read from a cluster: tracked, then ready, held or joined."""
-        st = self._state
+        st = self.state
         origin = st.origin.pop(id(msg), None)
         if origin is None:  # not read through the poll loop's tap: handed out as it is
             st.ready.append(Delivery(("", "", -1), [], msg))
@@ -170,10 +164,10 @@ class DeliveryLoop:
                 if chunk is not None:
                     joined, items, dropped = st.chunks.add(msg, d, chunk)
                     for parts in dropped:
-                        self._verdicts.drop_chunks(parts, "over kbear.chunking.max.pending")
+                        self.verdicts.drop_chunks(parts, "over kbear.chunking.max.pending")
                     if joined is None:
                         if items:  # the same chunk twice: the copy is acknowledged
-                            self._verdicts.settle(d)
+                            self.verdicts.settle(d)
                         return
                     d = Delivery(key, [o for it in items for o in it.offsets], joined)
                     for o in d.offsets:
@@ -194,7 +188,7 @@ class DeliveryLoop:
 
     def _next_ready(self) -> Delivery | None:
         """The next delivery to hand out (skipping those acknowledged meanwhile), or None."""
-        ready = self._state.ready
+        ready = self.state.ready
         while ready:
             d = ready.popleft()
             if not d.done:
@@ -203,19 +197,19 @@ class DeliveryLoop:
 
     def _hand_out(self, d: Delivery, now: float) -> Any:
         if d.offsets:
-            self._state.by_id[id(d.message)] = d
-            if self._state.timer is not None:
-                self._state.timer.start(d, now)
+            self.state.by_id[id(d.message)] = d
+            if self.state.timer is not None:
+                self.state.timer.start(d, now)
         return d.message
 
     def _service(self, now: float) -> None:
         """Stores, letters' reports, redeliveries due, ack timeouts, held messages due,
         chunks expired."""
-        st = self._state
+        st = self.state
         if st.dirty and now >= self._next_flush:
             # at most every STORE_EVERY_S: a poll() per message does not store each time
             self._next_flush = now + STORE_EVERY_S
-            self._verdicts.flush_stores()
+            self.verdicts.flush_stores()
         if st.letters.in_flight:
             st.letters.poll()
         if st.redeliver:
@@ -223,7 +217,7 @@ class DeliveryLoop:
                 st.ready.append(d)
         if st.timer is not None:
             for d, deadline in st.timer.expired(now):
-                self._verdicts.fail(d, deadline, "its ack timeout ran out")
+                self.verdicts.fail(d, deadline, "its ack timeout ran out")
         if st.held:
             wall_ms = st.wall() * 1000.0
             for key, held in list(st.held.items()):
@@ -234,11 +228,11 @@ class DeliveryLoop:
                     self._resume(key)
         if st.chunks is not None:
             for parts in st.chunks.expired():
-                self._verdicts.drop_chunks(parts, "kbear.chunking.expire.ms ran out")
+                self.verdicts.drop_chunks(parts, "kbear.chunking.expire.ms ran out")
 
     def _wake(self, now: float) -> float | None:
         """Seconds until something is due (None: nothing)."""
-        st = self._state
+        st = self.state
         times = [st.redeliver.next_due()] if st.redeliver else []
         if st.timer is not None:
             times.append(st.timer.next_check())
@@ -262,22 +256,22 @@ class DeliveryLoop:
         """``RoutedConsumer.poll`` in individual mode (same arguments, returns, errors)."""
         deadline = Deadline(timeout)
         while True:
-            now = self._state.clock()
-            with self._state.lock:
+            now = self.state.clock()
+            with self.state.lock:
                 self._service(now)
                 d = self._next_ready()
                 if d is not None:
                     return self._hand_out(d, now)
                 wait = self._wait(deadline, now)
-            msg = self._poll(wait)
+            msg = self.read_one(wait)
             if msg is not None:
                 if msg.error() is not None:
                     return msg
-                with self._state.lock:
+                with self.state.lock:
                     self._take(msg)
                     d = self._next_ready()
                     if d is not None:
-                        return self._hand_out(d, self._state.clock())
+                        return self._hand_out(d, self.state.clock())
             if deadline.expired():
                 return None
 
@@ -288,36 +282,36 @@ class DeliveryLoop:
         deadline = Deadline(timeout)
         out: list[Any] = []
         while True:
-            now = self._state.clock()
-            with self._state.lock:
+            now = self.state.clock()
+            with self.state.lock:
                 self._service(now)
                 while len(out) < num_messages and (d := self._next_ready()) is not None:
                     out.append(self._hand_out(d, now))
                 if len(out) >= num_messages:
                     return out
                 wait = 0.0 if out else self._wait(deadline, now)
-            got = self._consume(num_messages - len(out), wait)
-            with self._state.lock:
+            got = self.read_many(num_messages - len(out), wait)
+            with self.state.lock:
                 for msg in got:
                     if msg.error() is not None:
                         out.append(msg)
                     else:
                         self._take(msg)
-                now = self._state.clock()
+                now = self.state.clock()
                 while len(out) < num_messages and (d := self._next_ready()) is not None:
                     out.append(self._hand_out(d, now))
             if out or deadline.expired():
                 return out
 
     def _pause(self, key: PartitionKey) -> None:
-        entry = self._registry.get(key[0])
+        entry = self.registry.get(key[0])
         if entry is not None and pause_quietly(entry, [TopicPartition(key[1], key[2])]):
-            self._state.paused.add(key)
+            self.state.paused.add(key)
 
     def _resume(self, key: PartitionKey) -> None:
-        if key not in self._state.paused:
+        if key not in self.state.paused:
             return
-        self._state.paused.discard(key)
-        entry = self._registry.get(key[0])
+        self.state.paused.discard(key)
+        entry = self.registry.get(key[0])
         if entry is not None:
             resume_quietly(entry, [TopicPartition(key[1], key[2])])

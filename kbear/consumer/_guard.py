@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -59,6 +60,7 @@ REFUSED_IN_REBALANCE = frozenset(
 )
 
 
+@dataclass(eq=False)
 class MoveGuard:
     """The commits and pauses described in the module docstring, for one RoutedConsumer.
 
@@ -81,29 +83,24 @@ class MoveGuard:
     (:func:`kbear.consumer._takeover.committed_look_up`); None: not held.
     """
 
-    def __init__(
-        self,
-        registry: ClusterRegistry,
-        *,
-        enabled: bool,
-        linger_s: float,
-        pause_s: float,
-        clock: Callable[[], float],
-    ) -> None:
-        self._registry = registry
-        self._enabled = enabled
-        self._linger_s = linger_s
-        self._pause_s = pause_s
-        self._clock = clock
+    registry: ClusterRegistry
+    _: KW_ONLY
+    enabled: bool
+    linger_s: float
+    pause_s: float
+    clock: Callable[[], float]
+
+    takeover: TakeOverLookUp | None = None
+
+    def __post_init__(self) -> None:
         self._until = 0.0
         self._read: set[str] = set()  # cluster ids that returned messages since their last commit
         self._last_commit: dict[str, float] = {}
         #: the partitions paused after a refused commit, and those taken over
-        self.holds = Holds(clock)
+        self.holds = Holds(self.clock)
         #: cluster id -> its hold after a refused commit
         self._paused: dict[str, Hold] = {}
         self._refused: set[str] = set()  # cluster ids whose commit was refused, to pause
-        self.takeover: TakeOverLookUp | None = None
 
     @property
     def active(self) -> bool:
@@ -112,13 +109,13 @@ class MoveGuard:
 
     def route_changed(self) -> None:
         """A route of this consumer changed: on until :meth:`switched` says otherwise."""
-        if self._enabled:
+        if self.enabled:
             self._until = math.inf
 
     def switched(self, draining: bool) -> None:
         """This member carried out a switch; ``draining``: other moves still drain."""
-        if self._enabled:
-            self._until = math.inf if draining else self._clock() + self._linger_s
+        if self.enabled:
+            self._until = math.inf if draining else self.clock() + self.linger_s
 
     def read(self, entry: ClusterClient) -> None:
         """``entry``'s client returned a message to the application."""
@@ -129,7 +126,7 @@ class MoveGuard:
         """Commit what was read since the last call, resume overdue pauses; returns
         False when the guard is off (it turns off ``linger_s`` after the last switch,
         once nothing is paused: the consumer may re-bind its fast paths)."""
-        now = self._clock()
+        now = self.clock()
         if not self._until:
             return False
         for cluster_id in list(self._refused):
@@ -137,7 +134,7 @@ class MoveGuard:
             if not self._is_paused(cluster_id):
                 self._pause(cluster_id)
         for cluster_id in list(self._read):
-            entry = self._registry.get(cluster_id)
+            entry = self.registry.get(cluster_id)
             if entry is None or self._is_paused(cluster_id):
                 self._read.discard(cluster_id)
                 continue
@@ -175,7 +172,7 @@ class MoveGuard:
         return self.holds.holding(self._paused.get(cluster_id))
 
     def _pause(self, cluster_id: str) -> None:
-        entry = self._registry.get(cluster_id)
+        entry = self.registry.get(cluster_id)
         if entry is None:
             return
         try:
@@ -183,7 +180,7 @@ class MoveGuard:
         except (KafkaException, RuntimeError) as exc:
             log.debug("kbear: pause on cluster %r after a refused commit failed: %s", cluster_id, exc)
             return
-        hold = self.holds.hold(entry, mine, give_up_s=self._pause_s)
+        hold = self.holds.hold(entry, mine, give_up_s=self.pause_s)
         if hold is not None:
             self._paused[cluster_id] = hold
             log.info(
@@ -209,7 +206,7 @@ class MoveGuard:
         hold = self.holds.hold(
             entry,
             parts,
-            give_up_s=self._pause_s,
+            give_up_s=self.pause_s,
             look_up=self.takeover(entry, parts),
             after_s=RECHECK_AFTER_S,
             ended=_taken_over,
@@ -231,7 +228,7 @@ class MoveGuard:
     def close(self) -> None:
         """The consumer closes: the guard does nothing more (its clients are closing)."""
         self.holds.close()
-        self._enabled = False
+        self.enabled = False
         self._until = 0.0
         self._read.clear()
         self._refused.clear()

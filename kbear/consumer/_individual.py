@@ -29,6 +29,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -54,6 +55,7 @@ from kbear.settings import KBearSettings
 log = logging.getLogger("kbear.consumer")
 
 
+@dataclass(eq=False)
 class AckLayer:
     """The individual-acknowledgement verdicts and stores of one RoutedConsumer
     (module docstring).
@@ -69,44 +71,38 @@ class AckLayer:
         group: its ``group.id`` (letter topic names).
     """
 
-    def __init__(
-        self,
-        state: AckState,
-        registry: ClusterRegistry,
-        routes: Callable[[], Mapping[str, Route]],
-        settings: KBearSettings,
-        group: str,
-    ) -> None:
-        self._state = state
-        self._registry = registry
-        self._routes = routes
-        self._s = settings
-        self._group = group
+    state: AckState
+    registry: ClusterRegistry
+    routes: Callable[[], Mapping[str, Route]]
+    settings: KBearSettings
+    group: str
+
+    def __post_init__(self) -> None:
         self._stored: dict[PartitionKey, int] = {}
         self._backoff = Backoff(
-            settings.nack_backoff_min_ms / 1000.0,
-            settings.nack_backoff_max_ms / 1000.0,
-            settings.nack_backoff_multiplier,
+            self.settings.nack_backoff_min_ms / 1000.0,
+            self.settings.nack_backoff_max_ms / 1000.0,
+            self.settings.nack_backoff_multiplier,
         )
 
     # ------------------------------------------------------------------ the application's verdicts
 
     def _find(self, msg: Any) -> Delivery | None:
-        d = self._state.by_id.get(id(msg))
+        d = self.state.by_id.get(id(msg))
         if d is not None:
             return d
         # another Message object for the same record: by partition and offset
         partition, offset, topic = msg.partition(), msg.offset(), msg.topic()
-        for key, offsets in self._state.open.items():
+        for key, offsets in self.state.open.items():
             if key[2] == partition and offset in offsets:
                 found = offsets[offset]
-                if found.message.topic() == topic and id(found.message) in self._state.by_id:
+                if found.message.topic() == topic and id(found.message) in self.state.by_id:
                     return found
         return None
 
     def ack(self, msg: Any) -> None:
         """Acknowledge ``msg`` (unknown or already acknowledged: nothing happens)."""
-        with self._state.lock:
+        with self.state.lock:
             d = self._find(msg)
             if d is not None and not d.lettering:
                 self.settle(d)
@@ -114,31 +110,31 @@ class AckLayer:
     def ack_cumulative(self, msg: Any) -> None:
         """Acknowledge ``msg`` and every message read before it on its partition (of
         its cluster), delivered or not yet (redeliveries and held ones included)."""
-        with self._state.lock:
+        with self.state.lock:
             d = self._find(msg)
             if d is None:
                 return
-            point, done = self._state.tracker.ack_upto(d.key, max(d.offsets))
-            offsets = self._state.open.get(d.key, {})
+            point, done = self.state.tracker.ack_upto(d.key, max(d.offsets))
+            offsets = self.state.open.get(d.key, {})
             gone = {id(x): x for x in (offsets.pop(o, None) for o in done) if x is not None}
             for x in gone.values():
                 self._discard(x)
-            if gone and d.key in self._state.held:
-                self._state.held[d.key] = deque(x for x in self._state.held[d.key] if id(x) not in gone)
+            if gone and d.key in self.state.held:
+                self.state.held[d.key] = deque(x for x in self.state.held[d.key] if id(x) not in gone)
             if gone:
-                self._state.ready = deque(x for x in self._state.ready if id(x) not in gone)
+                self.state.ready = deque(x for x in self.state.ready if id(x) not in gone)
             self._store(d.key, point)
 
     def nack(self, msg: Any) -> None:
         """Deliver ``msg`` again after the backoff delay, or send it to the dead-letter
         topic after ``kbear.max.redeliver.count`` redeliveries."""
-        with self._state.lock:
+        with self.state.lock:
             d = self._find(msg)
             if d is None or d.lettering:
                 return
-            if self._state.timer is not None:
-                self._state.timer.stop(d)
-            self.fail(d, self._state.clock(), "nack")
+            if self.state.timer is not None:
+                self.state.timer.stop(d)
+            self.fail(d, self.state.clock(), "nack")
 
     def reconsume_later(
         self, msg: Any, delay_s: float, properties: Mapping[str, str | bytes] | None = None
@@ -154,34 +150,34 @@ class AckLayer:
             NoRouteError: the retry (or dead-letter) topic has no route.
             BufferError, KafkaException: the letter producer refused the message.
         """
-        if not self._s.retry_enable:
+        if not self.settings.retry_enable:
             raise KafkaException(
                 KafkaError(KafkaError._STATE, "reconsume_later: set kbear.retry.enable=true")
             )
         if delay_s < 0:
             raise ValueError(f"reconsume_later: delay_s must be >= 0, got {delay_s!r}")
-        with self._state.lock:
+        with self.state.lock:
             d = self._find(msg)
             if d is None or d.lettering:
                 raise ValueError("reconsume_later: not an unacknowledged message of this consumer")
             times = (int_header(msg.headers(), RECONSUMETIMES) or 0) + 1
-            limit = self._s.max_redeliver_count
+            limit = self.settings.max_redeliver_count
             if limit > 0 and times > limit:
-                self._letter(d, self._s.dlq_topic, times - 1, 0, None, properties)
+                self._letter(d, self.settings.dlq_topic, times - 1, 0, None, properties)
                 return
             delay_ms = math.ceil(delay_s * 1000)
-            at = math.ceil(self._state.wall() * 1000) + delay_ms
-            self._letter(d, self._s.retry_topic, times, delay_ms, at, properties)
+            at = math.ceil(self.state.wall() * 1000) + delay_ms
+            self._letter(d, self.settings.retry_topic, times, delay_ms, at, properties)
 
     # ------------------------------------------------------------------ outcomes
 
     def fail(self, d: Delivery, base: float, why: str) -> None:
         """``d`` failed at ``base`` (nack, ack timeout): redelivered later or dead-lettered."""
         total = d.redeliveries + (int_header(d.message.headers(), RECONSUMETIMES) or 0)
-        due = next_delivery(total, base, self._backoff, self._s.max_redeliver_count)
+        due = next_delivery(total, base, self._backoff, self.settings.max_redeliver_count)
         if due is None:
             try:
-                self._letter(d, self._s.dlq_topic, total, 0, None, None)
+                self._letter(d, self.settings.dlq_topic, total, 0, None, None)
                 return
             except (KafkaException, BufferError, LookupError) as exc:
                 log.error("kbear: dead-letter topic refused %s (%s): redelivered instead", d.origin, exc)
@@ -189,7 +185,7 @@ class AckLayer:
         else:
             d.redeliveries += 1
         log.debug("kbear: %s redelivered in %.3f s (%s)", d.origin, due - base, why)
-        self._state.redeliver.add(due, d)
+        self.state.redeliver.add(due, d)
 
     def _letter(
         self,
@@ -211,39 +207,39 @@ class AckLayer:
             deliver_at_ms=at_ms,
             properties=properties,
         )
-        topic = letter_topic(template, real, self._group)
+        topic = letter_topic(template, real, self.group)
 
         def done(err: Any) -> None:
-            with self._state.lock:
+            with self.state.lock:
                 d.lettering = False
                 if err is None:
                     self.settle(d)
                 else:
                     log.error("kbear: letter of %s to %r failed (%s): redelivered", d.origin, topic, err)
-                    self._state.redeliver.add(self._state.clock() + self._backoff.max_s, d)
+                    self.state.redeliver.add(self.state.clock() + self._backoff.max_s, d)
 
-        self._state.letters.send(topic, msg.key(), msg.value(), headers, done)
+        self.state.letters.send(topic, msg.key(), msg.value(), headers, done)
         d.lettering = True
-        self._state.redeliver.discard(d)
-        if self._state.timer is not None:
-            self._state.timer.stop(d)
+        self.state.redeliver.discard(d)
+        if self.state.timer is not None:
+            self.state.timer.stop(d)
 
     def _discard(self, d: Delivery) -> None:
         d.done = True
-        self._state.redeliver.discard(d)
-        if self._state.timer is not None:
-            self._state.timer.stop(d)
-        if self._state.by_id.get(id(d.message)) is d:
-            del self._state.by_id[id(d.message)]
+        self.state.redeliver.discard(d)
+        if self.state.timer is not None:
+            self.state.timer.stop(d)
+        if self.state.by_id.get(id(d.message)) is d:
+            del self.state.by_id[id(d.message)]
 
     def settle(self, d: Delivery) -> None:
         """``d`` is acknowledged: its offsets leave the tracker; the prefix is stored."""
         self._discard(d)
-        offsets = self._state.open.get(d.key)
+        offsets = self.state.open.get(d.key)
         if offsets is not None:
             for o in d.offsets:
                 offsets.pop(o, None)
-        self._store(d.key, self._state.tracker.ack(d.key, d.offsets))
+        self._store(d.key, self.state.tracker.ack(d.key, d.offsets))
 
     def drop_chunks(self, parts: list[Delivery], why: str) -> None:
         log.warning("kbear: incomplete chunked message dropped (%d chunks read; %s)", len(parts), why)
@@ -256,22 +252,22 @@ class AckLayer:
         if point is None or point <= self._stored.get(key, -1):
             return
         self._stored[key] = point
-        self._state.dirty[key] = point
+        self.state.dirty[key] = point
 
     def flush_stores(self) -> None:
         """Store the acknowledged prefixes noted since the last call (``store_offsets``,
         one call per cluster); a partition this member no longer has (its topic moved
         away) is committed instead. Run at every ``poll()``/``consume()``, before
         ``commit()`` and at ``close()``."""
-        with self._state.lock:
-            if not self._state.dirty:
+        with self.state.lock:
+            if not self.state.dirty:
                 return
             by_cluster: dict[str, list[TopicPartition]] = {}
-            for (cluster, topic, partition), point in self._state.dirty.items():
+            for (cluster, topic, partition), point in self.state.dirty.items():
                 by_cluster.setdefault(cluster, []).append(TopicPartition(topic, partition, point))
-            self._state.dirty.clear()
+            self.state.dirty.clear()
         for cluster, parts in by_cluster.items():
-            entry = self._registry.get(cluster)
+            entry = self.registry.get(cluster)
             if entry is None:
                 continue
             try:
@@ -290,7 +286,7 @@ class AckLayer:
                 # cluster whose group still has members refuses it (UNKNOWN_MEMBER_ID);
                 # the committed offset then stays behind (read again, never skipped).
                 try:
-                    self._registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
+                    self.registry.watcher(entry).commit(offsets=[tp], asynchronous=True)
                 except (KafkaException, RuntimeError) as exc:
                     log.warning("kbear: commit of %s after its partition left failed: %s", tp, exc)
 
@@ -298,10 +294,10 @@ class AckLayer:
     def commit_points(self, entry: ClusterClient, positions: list[TopicPartition]) -> list[TopicPartition]:
         """``positions`` (of ``entry``'s cluster, physical names) lowered to the
         acknowledged prefix where a message at or after it is unacknowledged."""
-        with self._state.lock:
+        with self.state.lock:
             out = []
             for tp in positions:
-                point = self._state.tracker.point((entry.cluster_id, tp.topic, tp.partition))
+                point = self.state.tracker.point((entry.cluster_id, tp.topic, tp.partition))
                 if point is not None and point < tp.offset:
                     tp = TopicPartition(tp.topic, tp.partition, point)
                 out.append(tp)
@@ -312,8 +308,8 @@ class AckLayer:
         owner reads their unacknowledged messages again from the committed prefix),
         unless their topic moved to another cluster: then they stay in memory,
         redelivered until acknowledged."""
-        routes = self._routes()
-        with self._state.lock:
+        routes = self.routes()
+        with self.state.lock:
             for tp in partitions:
                 route = routes.get(entry.logical_name(tp.topic))
                 if route is not None and route.cluster_id != entry.cluster_id:
@@ -321,45 +317,45 @@ class AckLayer:
                 self._forget((entry.cluster_id, tp.topic, tp.partition))
 
     def _forget(self, key: PartitionKey) -> None:
-        self._state.tracker.forget(key)
+        self.state.tracker.forget(key)
         self._stored.pop(key, None)
-        self._state.dirty.pop(key, None)
-        gone = self._state.open.pop(key, {})
+        self.state.dirty.pop(key, None)
+        gone = self.state.open.pop(key, {})
         for d in gone.values():
             self._discard(d)
-        self._state.held.pop(key, None)
-        self._state.paused.discard(key)
+        self.state.held.pop(key, None)
+        self.state.paused.discard(key)
         if gone:
-            self._state.ready = deque(d for d in self._state.ready if d.key != key)
-        if self._state.chunks is not None:
-            self._state.chunks.forget(lambda d: d.key != key)
+            self.state.ready = deque(d for d in self.state.ready if d.key != key)
+        if self.state.chunks is not None:
+            self.state.chunks.forget(lambda d: d.key != key)
 
     def with_retry_topics(self, topics: Iterable[str]) -> list[str]:
         """``topics`` and, with ``kbear.retry.enable``, the retry topic of each name
         (not of ``^patterns``)."""
         names = list(topics)
-        if not self._s.retry_enable:
+        if not self.settings.retry_enable:
             return names
         out = list(names)
         for topic in names:
-            if topic.startswith("^") or topic in self._state.retry_topics:
+            if topic.startswith("^") or topic in self.state.retry_topics:
                 continue
-            retry = letter_topic(self._s.retry_topic, topic, self._group)
-            self._state.retry_topics.add(retry)
+            retry = letter_topic(self.settings.retry_topic, topic, self.group)
+            self.state.retry_topics.add(retry)
             if retry not in out:
                 out.append(retry)
         return out
 
     def unacked(self) -> int:
         """How many offsets read are not acknowledged (held and in flight included)."""
-        with self._state.lock:
-            return len(self._state.tracker)
+        with self.state.lock:
+            return len(self.state.tracker)
 
     def close(self) -> None:
         """Wait for letters in flight (up to ``kbear.switch.drain.timeout.ms``), so the
         messages they stand for are acknowledged before the final commit."""
-        with self._state.lock:
-            self._state.letters.close(self._s.drain_timeout_ms / 1000.0)
+        with self.state.lock:
+            self.state.letters.close(self.settings.drain_timeout_ms / 1000.0)
         self.flush_stores()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -121,6 +122,7 @@ def measure(
     )
 
 
+@dataclass(eq=False)
 class SwitchDriver:
     """Drives ``engine`` for one RoutedConsumer (see the module docstring).
 
@@ -132,32 +134,27 @@ class SwitchDriver:
         clock: monotonic seconds.
     """
 
-    def __init__(
-        self,
-        engine: SwitchEngine,
-        registry: ClusterRegistry,
-        switch: SwitchCall,
-        *,
-        commit_positions: bool,
-        clock: Callable[[], float],
-    ) -> None:
-        self.engine = engine
-        self._registry = registry
-        self._switch_call = switch
-        self._commit_positions = commit_positions
-        self._clock = clock
+    engine: SwitchEngine
+    registry: ClusterRegistry
+    switch: SwitchCall
+    _: KW_ONLY
+    commit_positions: bool
+    clock: Callable[[], float]
+
+    #: logical topics switched and not yet read on their new cluster
+    stale_commits: set[str] = field(default_factory=set)
+    #: ``kbear.ack.mode=individual``: the acknowledged prefix the probes commit
+    commit_points: CommitPoints | None = None
+    #: the translated starts applied from the background (``pending``, ``tick()``):
+    #: ticked between calls while some wait (:mod:`kbear.consumer._startlater`)
+    later: LaterStarts | None = None
+
+    def __post_init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
         self._probes: dict[str, Future[Progress]] = {}  # topic -> the answer awaited
         # every background call sent, with the cluster whose client it uses (None: several)
         self._running: list[tuple[Future[Any], str | None]] = []
-        #: logical topics switched and not yet read on their new cluster
-        self.stale_commits: set[str] = set()
         self._wake = 0.0
-        #: ``kbear.ack.mode=individual``: the acknowledged prefix the probes commit
-        self.commit_points: CommitPoints | None = None
-        #: the translated starts applied from the background (``pending``, ``tick()``):
-        #: ticked between calls while some wait (:mod:`kbear.consumer._startlater`)
-        self.later: LaterStarts | None = None
 
     @property
     def busy(self) -> bool:
@@ -171,7 +168,7 @@ class SwitchDriver:
 
     def route_changed(self, topic: str, old: Route, new: Route | None) -> None:
         """A reload gave ``topic`` another route: start its move."""
-        for action in self.engine.route_changed(topic, old, new, self._clock()):
+        for action in self.engine.route_changed(topic, old, new, self.clock()):
             self._act(action)
         self._tell()
         self._wake = 0.0
@@ -192,7 +189,7 @@ class SwitchDriver:
             self.engine.cluster_down(entry.cluster_id, False)
         if self.engine.draining:
             ts = msg.timestamp()[1] if self.engine.tracks_timestamps else 0
-            self.engine.message(topic, entry.cluster_id, msg.partition(), ts, self._clock())
+            self.engine.message(topic, entry.cluster_id, msg.partition(), ts, self.clock())
         elif self.engine.tracks_timestamps:
             self.engine.message(topic, entry.cluster_id, msg.partition(), msg.timestamp()[1], 0.0)
         # only a message from the new cluster ends the stale period (not a leftover of
@@ -207,7 +204,7 @@ class SwitchDriver:
 
     def tick(self) -> None:
         """Collect probe answers and carry out what the engine decides now; never blocks."""
-        now = self._clock()
+        now = self.clock()
         if self.later is not None and self.later.pending:
             self.later.tick()
         for topic, future in list(self._probes.items()):
@@ -232,20 +229,20 @@ class SwitchDriver:
         if isinstance(action, Switch):
             self._switch(action)
             return
-        entry = self._registry.get(action.route.cluster_id)
+        entry = self.registry.get(action.route.cluster_id)
         if entry is None:
-            self.engine.progress(action.topic, Progress(action.seq), self._clock())
+            self.engine.progress(action.topic, Progress(action.seq), self.clock())
             return
         try:
-            positions = commit_reached(entry, action.route.topic, self._commit_positions, self.commit_points)
+            positions = commit_reached(entry, action.route.topic, self.commit_positions, self.commit_points)
         except KafkaException as exc:
-            self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self._clock())
+            self.engine.progress(action.topic, Progress(action.seq, error=str(exc)), self.clock())
             return
-        watcher = self._registry.watcher(action.route)
+        watcher = self.registry.watcher(action.route)
         new = None
         if action.new is not None:
             target = action.new
-            new = (lambda: self._registry.watcher(target), target.topic)
+            new = (lambda: self.registry.watcher(target), target.topic)
         future = self.submit(
             None if new is not None else entry.cluster_id,
             measure,
@@ -273,7 +270,7 @@ class SwitchDriver:
     def _switch(self, action: Switch) -> None:
         self._wait_probe(action.topic)
         clean = not action.timed_out
-        self._switch_call(action.topic, action.old, action.new, action.start, clean)
+        self.switch(action.topic, action.old, action.new, action.start, clean)
         if action.new is not None:
             self.stale_commits.add(action.topic)
         else:

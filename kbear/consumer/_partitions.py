@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, TypeVar, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -30,8 +31,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def locked(method: F) -> F:
-    """Run ``method`` under the consumer's lock (``self._lock``, reentrant), once
-    ``self._check_open()`` passed: calls from several threads do not interleave their
+    """Run ``method`` under the consumer's lock (``self.lock``, reentrant), once
+    ``self.check_open()`` passed: calls from several threads do not interleave their
     changes of kbear's state.
 
     Inside a rebalance callback the lock is not taken: the callback runs in a
@@ -46,11 +47,11 @@ def locked(method: F) -> F:
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._rebalancer.current is not None:
-            self._check_open()
+        if self.rebalancer.current is not None:
+            self.check_open()
             return method(self, *args, **kwargs)
-        with self._gate.turn(), self._lock:
-            self._check_open()
+        with self.gate.turn(), self.lock:
+            self.check_open()
             return method(self, *args, **kwargs)
 
     return cast(F, call)
@@ -77,6 +78,7 @@ def _individual_refusal(call: str) -> KafkaException:
     )
 
 
+@dataclass(eq=False)
 class PartitionCalls:
     """The partition-addressed calls of :class:`~kbear.RoutedConsumer` (its methods of
     the same names delegate here).
@@ -96,37 +98,24 @@ class PartitionCalls:
         acks: the acknowledgement layer (``kbear.ack.mode=individual``), or None.
     """
 
-    def __init__(
-        self,
-        sub: Subscription,
-        registry: ClusterRegistry,
-        rebalancer: Rebalancer,
-        driver: SwitchDriver,
-        placement: Placement,
-        assigned: AssignedMoves,
-        gate: CallGate,
-        *,
-        lock: threading.RLock,
-        check_open: Callable[[], None],
-        repin: Callable[[], None],
-    ) -> None:
-        self._sub = sub
-        self._gate = gate
-        self._registry = registry
-        self._rebalancer = rebalancer
-        self._driver = driver
-        self._placement = placement
-        self._assigned = assigned
-        self._lock = lock
-        self._check_open = check_open
-        self._repin = repin
-        self.acks: AckLayer | None = None
+    sub: Subscription
+    registry: ClusterRegistry
+    rebalancer: Rebalancer
+    driver: SwitchDriver
+    placement: Placement
+    assigned: AssignedMoves
+    gate: CallGate
+    _: KW_ONLY
+    lock: threading.RLock
+    check_open: Callable[[], None]
+    repin: Callable[[], None]
+    acks: AckLayer | None = None
 
     def _per_cluster(
         self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]
     ) -> list[TopicPartition]:
         result: list[TopicPartition | None] = [None] * len(partitions)
-        for entry, indexes, parts in self._placement.split(partitions):
+        for entry, indexes, parts in self.placement.split(partitions):
             answered = call(entry.consumer, parts)
             if not answered:  # an asynchronous commit answers nothing
                 continue
@@ -167,7 +156,7 @@ class PartitionCalls:
         if self.acks is not None and (message is not None or offsets is not None):
             raise _individual_refusal("commit")
         if message is not None:
-            if str(message.topic()) in self._driver.stale_commits:
+            if str(message.topic()) in self.driver.stale_commits:
                 return None if asynchronous else []
             offsets = [next_offset(message)]
         if offsets is not None:
@@ -183,9 +172,9 @@ class PartitionCalls:
         out: list[TopicPartition] = []
         no_offset: KafkaException | None = None
         committed_any = False
-        current = self._rebalancer.current
+        current = self.rebalancer.current
         # inside a rebalance callback: the rebalanced cluster (also when close() runs it)
-        for entry in list(self._registry.active) if current is None else [current]:
+        for entry in list(self.registry.active) if current is None else [current]:
             try:
                 answered = entry.consumer.commit(asynchronous=asynchronous)
             except KafkaException as exc:
@@ -226,15 +215,15 @@ class PartitionCalls:
         While a topic moves, its old cluster may still hold a partition the new
         one was already given: each partition is listed once, as the cluster its
         route names now."""
-        entries = list(self._registry)
-        current = self._rebalancer.current
+        entries = list(self.registry)
+        current = self.rebalancer.current
         if current is not None and current not in entries:  # on_revoke run by close()
             entries.append(current)
         found: dict[tuple[str, int], tuple[TopicPartition, str]] = {}
         for entry in entries:
             for tp in entry.to_logical(entry.consumer.assignment()):
                 key = (tp.topic, tp.partition)
-                route = self._sub.routes.get(tp.topic)
+                route = self.sub.routes.get(tp.topic)
                 if key not in found or (route is not None and route.cluster_id == entry.cluster_id):
                     found[key] = (tp, entry.cluster_id)
         return [tp for tp, _ in found.values()]
@@ -244,7 +233,7 @@ class PartitionCalls:
         self, partition: TopicPartition, timeout: float | None = None, cached: bool = False
     ) -> tuple[int, int] | None:
         """Low and high watermark of ``partition`` on its topic's cluster (as confluent-kafka)."""
-        ((entry, _, parts),) = self._placement.split([partition])
+        ((entry, _, parts),) = self.placement.split([partition])
         kwargs: dict[str, Any] = {"cached": cached}
         if timeout is not None:
             kwargs["timeout"] = timeout
@@ -281,29 +270,29 @@ class PartitionCalls:
         if self.acks is not None:
             raise _individual_refusal("store_offsets")
         if message is not None:
-            if str(message.topic()) in self._driver.stale_commits:
+            if str(message.topic()) in self.driver.stale_commits:
                 return
             offsets = [next_offset(message)]
         assert offsets is not None
-        for entry, _, parts in self._placement.split(offsets):
+        for entry, _, parts in self.placement.split(offsets):
             entry.consumer.store_offsets(offsets=parts)
 
     @locked
     def seek(self, partition: TopicPartition) -> None:
         """Set the fetch position of an assigned partition (logical name), as ``Consumer.seek``."""
-        ((entry, _, parts),) = self._placement.split([partition])
+        ((entry, _, parts),) = self.placement.split([partition])
         entry.consumer.seek(parts[0])
 
     @locked
     def pause(self, partitions: list[TopicPartition]) -> None:
         """Pause fetching ``partitions`` (logical names) on their clusters."""
-        for entry, _, parts in self._placement.split(partitions):
+        for entry, _, parts in self.placement.split(partitions):
             entry.consumer.pause(parts)
 
     @locked
     def resume(self, partitions: list[TopicPartition]) -> None:
         """Resume fetching ``partitions`` (logical names) on their clusters."""
-        for entry, _, parts in self._placement.split(partitions):
+        for entry, _, parts in self.placement.split(partitions):
             entry.consumer.resume(parts)
 
     # ------------------------------------------------------------------ assignment
@@ -329,50 +318,50 @@ class PartitionCalls:
             NoRouteError: a topic has no route.
             KafkaException: confluent-kafka refused the assignment.
         """
-        split = self._placement.split(partitions)
+        split = self.placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.assign(parts)
-        self._placement.assigned(entry for entry, _, _ in split)
-        self._assigned.follow((tp.topic for tp in partitions), replace=True)
-        if self._rebalancer.current is None:
+        self.placement.assigned(entry for entry, _, _ in split)
+        self.assigned.follow((tp.topic for tp in partitions), replace=True)
+        if self.rebalancer.current is None:
             named = {entry.cluster_id for entry, _, _ in split}
-            for entry in self._registry:
+            for entry in self.registry:
                 if entry.cluster_id not in named and not entry.topics:
                     entry.consumer.unassign()
-                    self._registry.deactivate(entry)
-            self._repin()
+                    self.registry.deactivate(entry)
+            self.repin()
 
     @locked
     def unassign(self) -> None:
         """Remove the assignment (inside a rebalance callback: of the cluster being
         rebalanced; outside: of every cluster, and the assigned topics' routes are no
         longer followed)."""
-        current = self._rebalancer.current
+        current = self.rebalancer.current
         if current is not None:
             current.consumer.unassign()
-            self._rebalancer.assigned_in_callback = True
+            self.rebalancer.assigned_in_callback = True
             return
-        for entry in self._registry:
+        for entry in self.registry:
             entry.consumer.unassign()
             if not entry.topics:
-                self._registry.deactivate(entry)
-        self._assigned.stop_following()
-        self._repin()
+                self.registry.deactivate(entry)
+        self.assigned.stop_following()
+        self.repin()
 
     @locked
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters
         (outside a subscription their topics follow route changes, as with ``assign``)."""
-        split = self._placement.split(partitions)
+        split = self.placement.split(partitions)
         for entry, _, parts in split:
             entry.consumer.incremental_assign(parts)
-        self._placement.assigned(entry for entry, _, _ in split)
-        self._assigned.follow((tp.topic for tp in partitions), replace=False)
+        self.placement.assigned(entry for entry, _, _ in split)
+        self.assigned.follow((tp.topic for tp in partitions), replace=False)
 
     @locked
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         """Remove ``partitions`` (logical names) from the assignment of their clusters."""
-        for entry, _, parts in self._placement.split(partitions):
+        for entry, _, parts in self.placement.split(partitions):
             entry.consumer.incremental_unassign(parts)
-            if entry is self._rebalancer.current:
-                self._rebalancer.assigned_in_callback = True
+            if entry is self.rebalancer.current:
+                self.rebalancer.assigned_in_callback = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass
 
 from confluent_kafka import TopicPartition
 
@@ -35,6 +36,7 @@ def _as_is(route: Route) -> Route:
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
 
 
+@dataclass(eq=False)
 class Placement:
     """The clusters of one RoutedConsumer's topics (see the module docstring).
 
@@ -47,34 +49,20 @@ class Placement:
         router, group, client: what routes are looked up with.
         repin: called when the clients read changed (the consumer re-binds its fast paths).
         standby: turns a looked-up route into the one in force (the consumer's own
-            failovers, :class:`~kbear.consumer._failover.ConsumerFailover`); default: as is.
-
-    Attributes:
-        standby: see above; every lookup of the consumer goes through it.
+            failovers, :class:`~kbear.consumer._failover.ConsumerFailover`); default: as
+            is. Every lookup of the consumer goes through it.
     """
 
-    def __init__(
-        self,
-        sub: Subscription,
-        registry: ClusterRegistry,
-        rebalancer: Rebalancer,
-        driver: SwitchDriver,
-        *,
-        router: Router,
-        group: str,
-        client: Client,
-        repin: Callable[[], None],
-        standby: Callable[[Route], Route] | None = None,
-    ) -> None:
-        self.standby: Callable[[Route], Route] = standby if standby is not None else _as_is
-        self._sub = sub
-        self._registry = registry
-        self._rebalancer = rebalancer
-        self._driver = driver
-        self._router = router
-        self._group = group
-        self._client = client
-        self._repin = repin
+    sub: Subscription
+    registry: ClusterRegistry
+    rebalancer: Rebalancer
+    driver: SwitchDriver
+    _: KW_ONLY
+    router: Router
+    group: str
+    client: Client
+    repin: Callable[[], None]
+    standby: Callable[[Route], Route] = _as_is
 
     def route(self, topic: str) -> Route:
         """The route in use of logical ``topic`` (looked up when it is not read).
@@ -82,7 +70,7 @@ class Placement:
         Raises:
             NoRouteError: ``topic`` has no route.
         """
-        route = self._sub.routes.get(topic)
+        route = self.sub.routes.get(topic)
         if route is None:
             route = self.lookup(topic)
         return route
@@ -93,11 +81,11 @@ class Placement:
         Raises:
             NoRouteError: ``topic`` has no route.
         """
-        return self.standby(self._router.route_consumer(topic, self._group, self._client))
+        return self.standby(self.router.route_consumer(topic, self.group, self.client))
 
     def client_for(self, target: Target) -> ClusterClient:
         """The client of ``target``'s cluster, built (or rebuilt and handed over) if needed."""
-        entry, replaced = self._registry.client(target)
+        entry, replaced = self.registry.client(target)
         if replaced is not None:
             self._hand_over(replaced, entry)
         return entry
@@ -110,7 +98,7 @@ class Placement:
         Raises:
             NoRouteError: a topic has no route.
         """
-        current = self._rebalancer.current
+        current = self.rebalancer.current
         if current is not None:
             parts = list(partitions)
             return [(current, list(range(len(parts))), current.to_physical(parts))]
@@ -131,27 +119,27 @@ class Placement:
         be polled until its revocation was served, when it has none left)."""
         for entry in list(entries):
             if entry.topics:
-                entry.consumer.subscribe(list(entry.topics), **self._rebalancer.callbacks_for(entry))
-                self._registry.activate(entry)
-            elif entry in self._registry.active:
+                entry.consumer.subscribe(list(entry.topics), **self.rebalancer.callbacks_for(entry))
+                self.registry.activate(entry)
+            elif entry in self.registry.active:
                 entry.consumer.unsubscribe()
-                self._registry.leave(entry)
-        self._repin()
+                self.registry.leave(entry)
+        self.repin()
 
     def assigned(self, entries: Iterable[ClusterClient]) -> None:
         """The clients of ``entries`` were just assigned partitions: they are read."""
         for entry in entries:
-            if entry is self._rebalancer.current:
-                self._rebalancer.assigned_in_callback = True
-            self._registry.activate(entry)
-        self._repin()
+            if entry is self.rebalancer.current:
+                self.rebalancer.assigned_in_callback = True
+            self.registry.activate(entry)
+        self.repin()
 
     def close_client(self, entry: ClusterClient) -> None:
         """Close ``entry``'s client (its probes ended, what it consumed committed)."""
-        self._driver.quiesce(entry.cluster_id)
+        self.driver.quiesce(entry.cluster_id)
         commit_async(entry, None, "as its client closes")  # sent before the close, which waits for it
         close_consumer(entry.consumer)
-        self._registry.deactivate(entry)
+        self.registry.deactivate(entry)
 
     def _hand_over(self, old: ClusterClient, new: ClusterClient) -> None:
         """The cluster's client properties changed (a rotated credential, a tuned
@@ -161,7 +149,7 @@ class Placement:
         old client's positions (pauses are not)."""
         new.take_names(old)
         manual: list[TopicPartition] = []
-        if not old.topics and old in self._registry.active:
+        if not old.topics and old in self.registry.active:
             assigned = old.consumer.assignment()
             manual = old.consumer.position(assigned) if assigned else []
         self.close_client(old)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from confluent_kafka import Message
@@ -30,6 +31,7 @@ from kbear.consumer._subscription import ReadState, SubscriptionKind
 _POLL_SLICE_S = 0.01
 
 
+@dataclass(eq=False)
 class PollLoop:
     """``poll`` and ``consume`` of :class:`~kbear.RoutedConsumer` over its clusters
     (its methods of the same names delegate here when not bound to a fast path).
@@ -50,41 +52,33 @@ class PollLoop:
             :meth:`DeliveryLoop.tap`); None otherwise.
     """
 
-    def __init__(
-        self,
-        state: ReadState,
-        registry: ClusterRegistry,
-        driver: SwitchDriver,
-        guard: MoveGuard,
-        gate: CallGate,
-        *,
-        between_calls: Callable[[float | None], None],
-        check_open: Callable[[], None],
-        repin: Callable[[], None],
-    ) -> None:
-        self._state = state
-        self._sub = state.sub
-        self._registry = registry
-        self._driver = driver
-        self._guard = guard
-        self._gate = gate
-        self._before_call = between_calls
-        self._check_open = check_open
-        self._repin = repin
+    state: ReadState
+    registry: ClusterRegistry
+    driver: SwitchDriver
+    guard: MoveGuard
+    gate: CallGate
+    _: KW_ONLY
+    between_calls: Callable[[float | None], None]
+    check_open: Callable[[], None]
+    repin: Callable[[], None]
+
+    tap: Callable[[ClusterClient, Any], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._sub = self.state.sub
         self._rr = 0
-        self.tap: Callable[[ClusterClient, Any], None] | None = None
 
     def _out(self, entry: ClusterClient, msg: Any) -> Any:
         if self.tap is not None:
             self.tap(entry, msg)
-        if self._guard.active:
-            self._guard.read(entry)
+        if self.guard.active:
+            self.guard.read(entry)
         if entry.renames:
             physical = msg.topic()
             name = entry.logical_name(physical)
             if name != physical:
                 msg.set_topic(name)
-        driver = self._driver
+        driver = self.driver
         if driver.busy or driver.engine.tracks_timestamps:
             driver.message(entry, msg, self._sub.routes.get(msg.topic()))
         return msg
@@ -94,7 +88,7 @@ class PollLoop:
         and return what is left of ``timeout`` (seconds; None or negative: infinite):
         that work counts in the call's timeout."""
         started = time.monotonic()
-        self._before_call(None if timeout is None or timeout < 0 else timeout)
+        self.between_calls(None if timeout is None or timeout < 0 else timeout)
         if timeout is None or timeout <= 0:
             return timeout
         return max(0.0, timeout - (time.monotonic() - started))
@@ -105,13 +99,13 @@ class PollLoop:
         infinite) and bind the fast paths again, then do the work due between calls
         (:meth:`_after_work`). Returns whether no call waits any more, and what is
         left of ``timeout``."""
-        gate = self._gate
+        gate = self.gate
         if gate.poller != threading.get_ident() or gate.waiting or gate.unbound:
             started = time.monotonic()
             if not gate.yield_to(None if timeout is None or timeout < 0 else timeout):
                 return False, 0.0
             gate.unbound = False
-            self._repin()
+            self.repin()
             if timeout is not None and timeout > 0:
                 timeout = max(0.0, timeout - (time.monotonic() - started))
         return True, self._after_work(timeout) if self._needs_care() else timeout
@@ -120,19 +114,19 @@ class PollLoop:
         """Whether ``active`` is one client read with nothing for kbear to do between
         its messages (only, maybe, per message: :meth:`_looks_at`)."""
         return len(active) == 1 and not (
-            self._driver.busy or self._guard.active or self._registry.leaving or self._gate.waiting
+            self.driver.busy or self.guard.active or self.registry.leaving or self.gate.waiting
         )
 
     def _looks_at(self, entry: ClusterClient) -> bool:
         """Whether kbear looks at each message of ``entry`` (:meth:`_out`)."""
-        return entry.renames or self._driver.engine.tracks_timestamps or self.tap is not None
+        return entry.renames or self.driver.engine.tracks_timestamps or self.tap is not None
 
     def _needs_care(self) -> bool:
         return (
-            self._state.pending
-            or self._state.watching
-            or self._driver.busy
-            or self._guard.active
+            self.state.pending
+            or self.state.watching
+            or self.driver.busy
+            or self.guard.active
             or self._sub.kind is SubscriptionKind.PATTERN
         )
 
@@ -153,11 +147,11 @@ class PollLoop:
         through, timeout = self._take_turn(timeout)
         if not through:
             return None
-        if self._registry.leaving:
+        if self.registry.leaving:
             leftover = self._serve_leaving()
             if leftover is not None:
                 return leftover
-        active = self._registry.active
+        active = self.registry.active
         if self._alone(active):
             entry = active[0]
             msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
@@ -165,7 +159,7 @@ class PollLoop:
                 self._out(entry, msg)
             return msg
         if not active:
-            self._check_open()
+            self.check_open()
             return self._idle(timeout)
         n = len(active)
         start = self._rr = (self._rr + 1) % n
@@ -182,7 +176,7 @@ class PollLoop:
             left = deadline.remaining()
             if left is not None and left <= 0:
                 return None
-            if self._gate.waiting and not self._gate.yield_to(left):
+            if self.gate.waiting and not self.gate.yield_to(left):
                 return None
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
             for i in range(n):
@@ -190,13 +184,13 @@ class PollLoop:
                 msg = entry.consumer.poll(step)
                 if msg is not None:
                     return self._out(entry, msg)  # type: ignore[no-any-return]
-            if self._needs_care() or self._registry.leaving:
-                self._before_call(deadline.remaining())
-                if self._registry.leaving:
+            if self._needs_care() or self.registry.leaving:
+                self.between_calls(deadline.remaining())
+                if self.registry.leaving:
                     leftover = self._serve_leaving()
                     if leftover is not None:
                         return leftover
-                active = self._registry.active
+                active = self.registry.active
                 n = len(active)
                 if not n:
                     return None
@@ -219,11 +213,11 @@ class PollLoop:
         through, timeout = self._take_turn(timeout)
         if not through:
             return []
-        if self._registry.leaving and 1 <= num_messages <= 1_000_000:
+        if self.registry.leaving and 1 <= num_messages <= 1_000_000:
             leftover = self._serve_leaving()
             if leftover is not None:
                 return [leftover]
-        active = self._registry.active
+        active = self.registry.active
         tmo = -1 if timeout is None else timeout
         if self._alone(active):
             entry = active[0]
@@ -232,7 +226,7 @@ class PollLoop:
         if not 0 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")  # confluent-kafka's words
         if not active:
-            self._check_open()
+            self.check_open()
             leftover = self._idle(timeout)
             return [] if leftover is None else [leftover]
         n = len(active)
@@ -250,16 +244,16 @@ class PollLoop:
             left = deadline.remaining()
             if out or (left is not None and left <= 0):
                 return out
-            if self._gate.waiting and not self._gate.yield_to(left):
+            if self.gate.waiting and not self.gate.yield_to(left):
                 return out
             step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            if self._needs_care() or self._registry.leaving:
-                self._before_call(deadline.remaining())
-                if self._registry.leaving:
+            if self._needs_care() or self.registry.leaving:
+                self.between_calls(deadline.remaining())
+                if self.registry.leaving:
                     leftover = self._serve_leaving()
                     if leftover is not None:
                         return [leftover]
-                active = self._registry.active
+                active = self.registry.active
                 n = len(active)
                 if not n:
                     return out
@@ -268,13 +262,13 @@ class PollLoop:
         """Poll (timeout 0) the clients of clusters just unsubscribed, so their
         revocation is served; forget those whose assignment is empty. Returns a
         message still queued on one of them, if any (confluent-kafka would return it too)."""
-        for entry in list(self._registry.leaving):
+        for entry in list(self.registry.leaving):
             msg = entry.consumer.poll(0)
             if msg is not None:
                 return self._out(entry, msg)  # type: ignore[no-any-return]
             if not entry.consumer.assignment():
-                self._registry.deactivate(entry)
-                self._repin()
+                self.registry.deactivate(entry)
+                self.repin()
         return None
 
     def _idle(self, timeout: float | None) -> Message | None:
@@ -284,12 +278,12 @@ class PollLoop:
         tokens) of clients built but not read yet, as confluent-kafka's ``poll`` does."""
         deadline = Deadline(1.0 if timeout is None or timeout < 0 else min(timeout, 1.0))
         while True:
-            if self._registry.leaving:
+            if self.registry.leaving:
                 msg = self._serve_leaving()
                 if msg is not None:
                     return msg
-            for entry in self._registry:
-                if entry not in self._registry.leaving:
+            for entry in self.registry:
+                if entry not in self.registry.leaving:
                     msg = entry.consumer.poll(0)
                     if msg is not None:
                         return self._out(entry, msg)  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -46,6 +47,7 @@ from kbear.router import Router
 log = logging.getLogger("kbear.consumer")
 
 
+@dataclass(eq=False)
 class SubscriptionCalls:
     """The subscription of :class:`~kbear.RoutedConsumer` and its route changes
     (its ``subscribe`` / ``unsubscribe`` delegate here).
@@ -64,48 +66,33 @@ class SubscriptionCalls:
         notify: ``notify(old, new)`` tells the route-change listeners.
     """
 
-    def __init__(
-        self,
-        state: ReadState,
-        registry: ClusterRegistry,
-        rebalancer: Rebalancer,
-        driver: SwitchDriver,
-        guard: MoveGuard,
-        placement: Placement,
-        assigned: AssignedMoves,
-        *,
-        router: Router,
-        group: str,
-        client: Client,
-        refresh_s: float,
-        lock: threading.RLock,
-        check_open: Callable[[], None],
-        repin: Callable[[], None],
-        notify: Callable[[Route, Route | None], None],
-    ) -> None:
-        self._state = state
-        self._sub = state.sub
-        self._registry = registry
-        self._rebalancer = rebalancer
-        self._driver = driver
-        self._guard = guard
-        self._placement = placement
-        self._assigned = assigned
-        self._router = router
-        self._group = group
-        self._client = client
-        self._refresh_s = refresh_s
-        self._lock = lock
-        self._check_open = check_open
-        self._repin = repin
-        self._notify = notify
+    state: ReadState
+    registry: ClusterRegistry
+    rebalancer: Rebalancer
+    driver: SwitchDriver
+    guard: MoveGuard
+    placement: Placement
+    assigned: AssignedMoves
+    _: KW_ONLY
+    router: Router
+    group: str
+    client: Client
+    refresh_s: float
+    lock: threading.RLock
+    check_open: Callable[[], None]
+    repin: Callable[[], None]
+    notify: Callable[[Route, Route | None], None]
+
+    #: lets time pass for the consumer's lost-cluster policy (between calls, while
+    #: a cluster is seen down: ``ReadState.watching``); None: no client failover
+    failover_tick: Callable[[], None] | None = None
+    #: ends the consumer's own failovers the operator decided about, before a reload
+    failover_release: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._sub = self.state.sub
         self._pattern_topics: dict[str, set[str]] = {}  # cluster id -> topics it listed last
         self._pattern_job: Future[dict[str, set[str] | None]] | None = None
-        #: lets time pass for the consumer's lost-cluster policy (between calls, while
-        #: a cluster is seen down: ``ReadState.watching``); None: no client failover
-        self.failover_tick: Callable[[], None] | None = None
-        #: ends the consumer's own failovers the operator decided about, before a reload
-        self.failover_release: Callable[[], None] | None = None
 
     def subscribe(
         self,
@@ -133,18 +120,18 @@ class SubscriptionCalls:
             KafkaException: an invalid regular expression (``_INVALID_ARG``), or
                 confluent-kafka refused the subscription.
         """
-        with self._lock:
-            self._check_open()
+        with self.lock:
+            self.check_open()
             names, patterns = parse_topics(topics)
-            self._rebalancer.callbacks = {
+            self.rebalancer.callbacks = {
                 name: cb
                 for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))
                 if cb is not None
             }
-            self._state.pending = False
-            self._driver.forget()
+            self.state.pending = False
+            self.driver.forget()
             self._pattern_job = None
-            self._rebalancer.start_at.clear()
+            self.rebalancer.start_at.clear()
             self._sub.reset(
                 SubscriptionKind.PATTERN if patterns else SubscriptionKind.TOPICS, names, patterns
             )
@@ -156,32 +143,32 @@ class SubscriptionCalls:
         """Route ``topics`` (see route_topics) and subscribe each cluster's client to
         its share; topics of ``keep`` stay on the route given there (a drain in progress)."""
         routes = route_topics(
-            self._router, topics, self._group, self._client, strict=strict, standby=self._placement.standby
+            self.router, topics, self.group, self.client, strict=strict, standby=self.placement.standby
         )
         for topic, route in (keep or {}).items():
             if topic in routes:
                 routes[topic] = route
         self._sub.routes = routes
-        for entry in self._registry:
+        for entry in self.registry:
             entry.forget_topics()
         for topic, route in routes.items():
-            self._placement.client_for(route).attach(topic, route)
-        self._placement.resubscribe(self._registry)
+            self.placement.client_for(route).attach(topic, route)
+        self.placement.resubscribe(self.registry)
 
     def _match_patterns(self) -> list[str]:
         """Topics matching the regular-expression subscriptions (see subscribe()),
         listing the clusters now (blocking: subscribe() and the first call)."""
         if not self._sub.patterns:
             return []
-        self._sub.next_refresh = time.monotonic() + self._refresh_s
+        self._sub.next_refresh = time.monotonic() + self.refresh_s
         return self._matches(self._list_clusters(self._pattern_clients()))
 
     def _pattern_clients(self) -> dict[str, Any]:
         """Cluster id -> the background client of each cluster a pattern may match on."""
-        config = self._router.config
+        config = self.router.config
         return {
-            cluster_id: self._registry.watcher(cluster_target(cluster_id, config.clusters[cluster_id]))
-            for cluster_id in pattern_clusters(self._router)
+            cluster_id: self.registry.watcher(cluster_target(cluster_id, config.clusters[cluster_id]))
+            for cluster_id in pattern_clusters(self.router)
         }
 
     @staticmethod
@@ -215,7 +202,7 @@ class SubscriptionCalls:
             else:
                 listings[cluster_id] = self._pattern_topics[cluster_id] = topics
         return match_patterns(
-            self._sub, self._router, self._group, self._client, listings, self._placement.standby
+            self._sub, self.router, self.group, self.client, listings, self.placement.standby
         )
 
     def _refresh_patterns(self) -> None:
@@ -223,31 +210,31 @@ class SubscriptionCalls:
         listed in the background; the answer is applied at a later call."""
         job = self._pattern_job
         if job is None:
-            self._pattern_job = self._driver.submit(None, self._list_clusters, self._pattern_clients())
+            self._pattern_job = self.driver.submit(None, self._list_clusters, self._pattern_clients())
             return
         if not job.done():
             return
         self._pattern_job = None
-        self._sub.next_refresh = time.monotonic() + self._refresh_s
+        self._sub.next_refresh = time.monotonic() + self.refresh_s
         topics = self._sub.names + self._matches(job.result())
         if set(topics) != set(self._sub.routes):
             log.info("kbear: pattern subscription now matches %s", topics)
-            engine = self._driver.engine
+            engine = self.driver.engine
             engine.forget([t for t in self._sub.routes if t not in topics])
             draining = {t: r for t, r in self._sub.routes.items() if engine.drain_of(t) is not None}
             self._set_subscription(topics, strict=False, keep=draining)
 
     def unsubscribe(self) -> None:
         """Drop the subscription on every cluster (as ``Consumer.unsubscribe``)."""
-        with self._lock:
-            self._check_open()
-            for entry in list(self._registry.active):
+        with self.lock:
+            self.check_open()
+            for entry in list(self.registry.active):
                 entry.consumer.unsubscribe()
                 entry.forget_topics()
-                self._registry.leave(entry)
+                self.registry.leave(entry)
             self._sub.reset()
-            self._driver.forget()
-            self._repin()
+            self.driver.forget()
+            self.repin()
 
     # ------------------------------------------------------------------ route changes
 
@@ -261,47 +248,47 @@ class SubscriptionCalls:
         Raises:
             RuntimeError: the consumer is closed.
         """
-        if not self._lock.acquire(timeout=-1 if wait_s is None else max(0.0, wait_s)):
+        if not self.lock.acquire(timeout=-1 if wait_s is None else max(0.0, wait_s)):
             return
         try:
-            self._check_open()
-            if self._state.watching and self.failover_tick is not None:
+            self.check_open()
+            if self.state.watching and self.failover_tick is not None:
                 self.failover_tick()
-                if not self._state.watching:  # back, or failed over: the fast paths may return
-                    self._repin()
-            if self._state.pending:
+                if not self.state.watching:  # back, or failed over: the fast paths may return
+                    self.repin()
+            if self.state.pending:
                 self._apply_changes()
-            if self._guard.active and not self._guard.tick():
-                self._repin()
-            if self._driver.busy:
-                self._driver.tick()
-                self._repin()
+            if self.guard.active and not self.guard.tick():
+                self.repin()
+            if self.driver.busy:
+                self.driver.tick()
+                self.repin()
             elif self._sub.kind is SubscriptionKind.PATTERN and (
                 self._pattern_job is not None or time.monotonic() >= self._sub.next_refresh
             ):
                 self._refresh_patterns()
         finally:
-            self._lock.release()
+            self.lock.release()
 
     def _apply_changes(self) -> None:
-        self._state.pending = False
+        self.state.pending = False
         if self.failover_release is not None:
             self.failover_release()
         # A cluster whose client properties changed (a rotated credential, a tuned
         # setting): its client is rebuilt once, keeping its topics or its manual
         # assignment (see _hand_over); the same log needs no drain.
-        clusters = self._router.config.clusters
-        for entry in self._registry:
+        clusters = self.router.config.clusters
+        for entry in self.registry:
             cluster = clusters.get(entry.cluster_id)
             if cluster is not None and cluster.client_properties != entry.properties:
-                self._placement.client_for(cluster_target(entry.cluster_id, cluster))
+                self.placement.client_for(cluster_target(entry.cluster_id, cluster))
         for topic, old in list(self._sub.routes.items()):
             try:
-                new: Route | None = self._placement.lookup(topic)
+                new: Route | None = self.placement.lookup(topic)
             except NoRouteError as exc:
                 log.error("kbear: topic %r lost its route after reload: %s", topic, exc)
                 new = None
-            draining = self._driver.engine.drain_of(topic) is not None
+            draining = self.driver.engine.drain_of(topic) is not None
             if not draining and same_route(old, new):
                 continue
             if (
@@ -312,13 +299,13 @@ class SubscriptionCalls:
                 # Same topic on the same cluster, other client properties: its
                 # client was rebuilt above, nothing to drain.
                 self._sub.routes[topic] = new
-                self._notify(old, new)
+                self.notify(old, new)
                 continue
-            self._guard.route_changed()
-            self._driver.route_changed(topic, old, new)
+            self.guard.route_changed()
+            self.driver.route_changed(topic, old, new)
         if self._sub.kind is SubscriptionKind.PATTERN:
             self._sub.next_refresh = 0.0
-        self._repin()
+        self.repin()
 
     def switch_topic(self, topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
         """Carry out a switch of the engine: ``topic`` leaves ``old``'s cluster (after a
@@ -326,28 +313,28 @@ class SubscriptionCalls:
         more) and is read on ``new``'s cluster from ``start``. A manually assigned
         topic moves its partitions instead (:meth:`AssignedMoves.switch`)."""
         if self._sub.kind is SubscriptionKind.ASSIGNED:
-            self._assigned.switch(topic, old, new, start, clean)
+            self.assigned.switch(topic, old, new, start, clean)
             return
-        old_entry = self._registry.get(old.cluster_id)
+        old_entry = self.registry.get(old.cluster_id)
         if old_entry is not None:
             old_entry.detach(topic, old)
             if clean:
-                self._rebalancer.committed_to_end.add((old.cluster_id, old.topic))
-            elif not self._rebalancer.commit_on_revoke:
+                self.rebalancer.committed_to_end.add((old.cluster_id, old.topic))
+            elif not self.rebalancer.commit_on_revoke:
                 # the drain timed out and the application commits: what it stored is
                 # committed as the topic leaves
                 commit_async(old_entry, None, "at route switch")
-            self._placement.resubscribe([old_entry])
+            self.placement.resubscribe([old_entry])
         if new is None:
             self._sub.routes.pop(topic, None)
         else:
             self._sub.routes[topic] = new
-            self._rebalancer.start_at[(new.cluster_id, new.topic)] = start
-            entry = self._placement.client_for(new)
+            self.rebalancer.start_at[(new.cluster_id, new.topic)] = start
+            entry = self.placement.client_for(new)
             entry.attach(topic, new)
-            self._placement.resubscribe([entry])
-        self._guard.switched(self._driver.engine.draining)
-        self._repin()
+            self.placement.resubscribe([entry])
+        self.guard.switched(self.driver.engine.draining)
+        self.repin()
         extra = _events.fields("route_change", topic, old, new, reason="reload")
         log.info("kbear: topic %r switched from %r to %r", topic, old, new, extra=extra)
-        self._notify(old, new)
+        self.notify(old, new)
