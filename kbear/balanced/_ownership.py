@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from kbear.balanced._assignment import APPLICATION_ASSIGNS, PartitionKey, full_set
@@ -68,21 +68,13 @@ class Report:
 
     def encode(self) -> bytes:
         """The record's value (UTF-8 JSON)."""
-        return json.dumps(
-            {
-                "v": RECORD_VERSION,
-                "group": self.group,
-                "instance": self.instance,
-                "node_id": self.node_id,
-                "source_count": self.source_count,
-                "ts_ms": self.ts_ms,
-                "interval_ms": self.interval_ms,
-                "layout": {t: [c, n] for t, (c, n) in sorted(self.layout.items())},
-                "owned": [str(k) for k in sorted(self.owned)],
-                "state": self.state,
-            },
-            separators=(",", ":"),
-        ).encode()
+        record: dict[str, Any] = {
+            "v": RECORD_VERSION,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+        }
+        record["layout"] = {t: [c, n] for t, (c, n) in sorted(self.layout.items())}
+        record["owned"] = [str(k) for k in sorted(self.owned)]
+        return json.dumps(record, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, value: bytes | str | None) -> Report | None:

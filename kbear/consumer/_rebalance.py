@@ -60,10 +60,6 @@ _CURRENT: contextvars.ContextVar[tuple[Rebalancer, ClusterClient] | None] = cont
 )
 
 
-def _auto_commit(native: Mapping[str, Any]) -> bool:
-    return str(native.get("enable.auto.commit", "true")).lower() in ("true", "1")
-
-
 class Rebalancer:
     """The rebalance state of a RoutedConsumer and the wrapping of its callbacks.
 
@@ -95,7 +91,7 @@ class Rebalancer:
             self._owner: Callable[[], object] = weakref.ref(owner)
         except TypeError:  # not weakly referable (None): held as it is
             self._owner = lambda: owner
-        self.commit_on_revoke = _auto_commit(native)
+        self.commit_on_revoke = str(native.get("enable.auto.commit", "true")).lower() in ("true", "1")
         self.incremental = str(native.get("group.protocol", "classic")) == "consumer" or "cooperative" in str(
             native.get("partition.assignment.strategy", "")
         )
@@ -171,27 +167,16 @@ class Rebalancer:
         ):
             out["on_revoke"] = self._revoke(entry)
         if "on_lost" in self.callbacks:
-            lost = self._wrap(entry, self.callbacks["on_lost"])
-            hook = self.revoked_hook
-            # lost partitions are forgotten as revoked ones are
-            if hook is not None or self.later is not None:
-
-                def lost_then_hook(consumer: Any, partitions: list[TopicPartition]) -> None:
-                    try:
-                        self._start_again(entry, partitions)
-                        lost(consumer, partitions)
-                    finally:
-                        if hook is not None:
-                            hook(entry, partitions)
-
-                out["on_lost"] = lost_then_hook
-            else:
-                out["on_lost"] = lost
+            out["on_lost"] = self._lost(entry, self.callbacks["on_lost"])
         return out
 
-    def _wrap(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
+    def _lost(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            with self._serving(entry):
+            # lost partitions are forgotten as revoked ones are
+            with self._serving(entry), contextlib.ExitStack() as then:
+                if self.revoked_hook is not None:  # also when the application's callback raised
+                    then.callback(self.revoked_hook, entry, partitions)
+                self._start_again(entry, partitions)
                 if not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(partitions))
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from kbear._modes import SwitchStart
 from kbear._route import NoRouteError, Route
@@ -54,6 +55,7 @@ def share_engine(settings: KBearSettings) -> SwitchEngine:
     )
 
 
+@dataclass(eq=False)
 class ShareMoves:
     """The moves of one routed share consumer's topics (see the module docstring).
 
@@ -65,18 +67,12 @@ class ShareMoves:
             nowhere) instead of where it is read now.
     """
 
-    def __init__(
-        self,
-        engine: SwitchEngine,
-        lookup: Callable[[str], Route],
-        reader: Callable[[str], ShareCluster | None],
-        switch: Callable[[str, Route | None], None],
-    ) -> None:
-        self.engine = engine
-        self._lookup = lookup
-        self._reader = reader
-        self._switch = switch
-        self.pending = False  # set by the reloading thread
+    engine: SwitchEngine
+    lookup: Callable[[str], Route]
+    reader: Callable[[str], ShareCluster | None]
+    switch: Callable[[str, Route | None], None]
+
+    pending: bool = False  # set by the reloading thread
 
     def apply(self, routes: dict[str, Route]) -> None:
         """Apply a pending reload to ``routes`` (logical topic -> route read now),
@@ -87,7 +83,7 @@ class ShareMoves:
             self.pending = False
             for topic, old in list(routes.items()):
                 try:
-                    new: Route | None = self._lookup(topic)
+                    new: Route | None = self.lookup(topic)
                 except NoRouteError:
                     new = None
                 actions.extend(self.engine.route_changed(topic, old, new, now))
@@ -113,13 +109,13 @@ class ShareMoves:
             if isinstance(action, Probe):
                 self.engine.progress(action.topic, self._probe(action), time.monotonic())
             elif isinstance(action, SwitchAction):
-                self._switch(action.topic, action.new)
+                self.switch(action.topic, action.new)
         more = self.engine.step(time.monotonic())  # a probe answered "caught up": switch now
         if more:
             self._carry_out(more)
 
     def _probe(self, probe: Probe) -> Progress:
-        entry = self._reader(probe.topic)
+        entry = self.reader(probe.topic)
         if entry is None or entry.cluster_id != probe.route.cluster_id:
             return Progress(probe.seq)
         try:

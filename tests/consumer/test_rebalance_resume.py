@@ -217,3 +217,37 @@ def test_a_refusal_answered_after_the_next_assignment_is_forgotten() -> None:
     consumer.answer(rebalancer)
     callbacks["on_assign"](consumer, given([0, 1]))  # a later generation
     assert consumer.assigned == []
+
+
+@pytest.mark.parametrize("app_raises", [False, True])
+def test_lost_partitions_reach_the_applications_on_lost_and_are_forgotten_as_revoked_ones(
+    app_raises: bool,
+) -> None:
+    """``on_lost`` gets the consumer and the logical names, its partition calls address
+    the lost cluster, and kbear forgets the partitions (the acknowledgement layer's
+    revoked hook) even when the application's callback raises."""
+    owner = object()
+    rebalancer = Rebalancer(owner=owner, native={})
+    entry = ClusterClient("A", {}, Member({}, None))
+    entry.logical["orders.v2"] = "orders"
+    seen: list[tuple[object, list[tuple[str, int]], object]] = []
+    forgotten: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def on_lost(consumer: object, partitions: list[TopicPartition]) -> None:
+        seen.append((consumer, [(tp.topic, tp.partition) for tp in partitions], rebalancer.current))
+        if app_raises:
+            raise RuntimeError("the application's on_lost failed")
+
+    rebalancer.callbacks = {"on_lost": on_lost}
+    rebalancer.revoked_hook = lambda e, parts: forgotten.append(
+        (e.cluster_id, [(tp.topic, tp.partition) for tp in parts])
+    )
+    lost = rebalancer.callbacks_for(entry)["on_lost"]
+    if app_raises:
+        with pytest.raises(RuntimeError, match="on_lost failed"):
+            lost(entry.consumer, [TopicPartition("orders.v2", 1)])
+    else:
+        lost(entry.consumer, [TopicPartition("orders.v2", 1)])
+    assert seen == [(owner, [("orders", 1)], entry)]
+    assert forgotten == [("A", [("orders.v2", 1)])]
+    assert rebalancer.current is None
