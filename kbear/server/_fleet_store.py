@@ -10,6 +10,7 @@ recorder's flush lock).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import sqlite3
@@ -156,41 +157,26 @@ class FleetStats:
     dropped: int
 
 
+#: Most lookups and clients whose hashes a writer remembers.
+_HASHES_KEPT = 200_000
+
+
+@functools.lru_cache(maxsize=_HASHES_KEPT)
 def _hash(parts: tuple[str | float, ...]) -> int:
-    """A 64-bit hash of ``parts`` (signed, as SQLite's integers), the same in every process."""
+    """A 64-bit hash of ``parts`` (signed, as SQLite's integers), the same in every process.
+    Remembered (a fleet's rows repeat a few lookups and clients), so that a row costs a
+    cache read, not a hash."""
     text = "\x1f".join(map(str, parts)).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
 
 
-class _Hashes:
+def _hashes(row: Sequence[str | float]) -> tuple[int, int]:
     """The hashes kept with an entry's row: of its lookup as answered (kind, topic,
     group, meta, digest, cluster, physical topic: what its route under any
     configuration depends on, but for the client id) and of its client (id, meta,
-    host): what a move's progress groups the entries by, as integers. Remembered
-    (a fleet's rows repeat a few lookups and clients; forgotten past
-    :data:`_HASHES_KEPT`), so that a row costs a dictionary read, not a hash."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[str | float, ...], int] = {}
-
-    def __call__(self, row: Sequence[str | float]) -> tuple[int, int]:
-        _, cid, meta, host, kind, topic, group, _, cluster, route_topic, digest = row[:11]
-        lookup = (kind, topic, group, meta, digest, cluster, route_topic)
-        client = (cid, meta, host)
-        known = self._known
-        if len(known) > _HASHES_KEPT:
-            known.clear()
-        lookup_hash = known.get(lookup)
-        if lookup_hash is None:
-            lookup_hash = known[lookup] = _hash(lookup)
-        client_hash = known.get(client)
-        if client_hash is None:
-            client_hash = known[client] = _hash(client)
-        return lookup_hash, client_hash
-
-
-#: Most lookups and clients whose hashes a writer remembers.
-_HASHES_KEPT = 200_000
+    host): what a move's progress groups the entries by, as integers."""
+    _, cid, meta, host, kind, topic, group, _, cluster, route_topic, digest = row[:11]
+    return _hash((kind, topic, group, meta, digest, cluster, route_topic)), _hash((cid, meta, host))
 
 
 class FleetStore:
@@ -206,7 +192,6 @@ class FleetStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = None
-        self._hashes = _Hashes()
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("BEGIN IMMEDIATE")
@@ -250,7 +235,7 @@ class FleetStore:
         """Write in one transaction: upsert ``rows`` (a row per entry: key, client id,
         meta JSON, host, kind, topic, group, address, cluster, physical topic, digest,
         first seen, seen; an older ``seen`` never overwrites a newer one; each kept
-        with the hashes of its lookup and of its client, :class:`_Hashes`); before
+        with the hashes of its lookup and of its client, :func:`_hashes`); before
         them, update the last-seen time of ``refreshes`` (groups of rows as ``rows``
         of entries whose answer this process wrote before, one group per request:
         same last-seen time, address and digest; one statement per group, a third of
@@ -269,7 +254,7 @@ class FleetStore:
         try:
             if refreshes:
                 self._refresh(db, refreshes)
-            db.executemany(_UPSERT, [(*row, *self._hashes(row)) for row in rows])
+            db.executemany(_UPSERT, [(*row, *_hashes(row)) for row in rows])
             added = dict(counts)
             if expire_before is not None:
                 added["expired"] = db.execute("DELETE FROM fleet WHERE seen < ?", (expire_before,)).rowcount
@@ -280,13 +265,11 @@ class FleetStore:
                         "DELETE FROM fleet WHERE rowid IN (SELECT rowid FROM fleet ORDER BY seen LIMIT ?)",
                         (count - max_entries,),
                     ).rowcount
-            for name, value in added.items():
-                if value:
-                    db.execute(
-                        "INSERT INTO fleet_counters VALUES (?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET value = fleet_counters.value + excluded.value",
-                        (name, value),
-                    )
+            db.executemany(
+                "INSERT INTO fleet_counters VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET value = fleet_counters.value + excluded.value",
+                [(name, value) for name, value in added.items() if value],
+            )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -304,7 +287,7 @@ class FleetStore:
                 )
         updated = sum(db.executemany(_refresh_sql(n), params).rowcount for n, params in by_count.items())
         if updated < sum(map(len, refreshes)):
-            db.executemany(_UPSERT, [(*row, *self._hashes(row)) for group in refreshes for row in group])
+            db.executemany(_UPSERT, [(*row, *_hashes(row)) for group in refreshes for row in group])
 
     def _writer(self) -> sqlite3.Connection:
         """The writer's own connection (kept open; its caller serialises the writes)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from kbear.server._fleet_store import _SCHEMA, FleetStore, _Hashes
+from kbear.server._fleet_store import _SCHEMA, FleetStore
 from kbear.server._move_counts import MoveQuery, StragglerRow, move_progress
 
 __all__ = ["SCHEMA_VERSION", "PostgresFleetStore"]
@@ -90,7 +90,6 @@ class PostgresFleetStore(FleetStore):
         self.path = url  # type: ignore[assignment]  # named in log lines as the file is
         self._timeout = max(1, int(connect_timeout_s))
         self._db = None
-        self._hashes = _Hashes()
         with (
             psycopg.connect(url, autocommit=True, connect_timeout=self._timeout) as db,
             db.transaction(),

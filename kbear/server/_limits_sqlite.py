@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from limits.storage import MovingWindowSupport, Storage
@@ -88,6 +89,11 @@ class SQLiteStorage(Storage, MovingWindowSupport):
         db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
         return db
 
+    def _read(self, statement: str, *params: object) -> Any:
+        """The first row a read answers (None: none)."""
+        with contextlib.closing(self._open()) as db:
+            return db.execute(statement, params).fetchone()
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``: one process at a time), committed
@@ -123,10 +129,9 @@ class SQLiteStorage(Storage, MovingWindowSupport):
         """(when the oldest entry of ``key`` younger than ``expiry`` seconds was added,
         how many there are); (now, 0) when none."""
         now = time.time()
-        with contextlib.closing(self._open()) as db:
-            oldest, held = db.execute(
-                "SELECT MIN(at), COUNT(*) FROM limits_entries WHERE key = ? AND at >= ?", (key, now - expiry)
-            ).fetchone()
+        oldest, held = self._read(
+            "SELECT MIN(at), COUNT(*) FROM limits_entries WHERE key = ? AND at >= ?", key, now - expiry
+        )
         return (now, 0) if not held else (float(oldest), int(held))
 
     # ------------------------------------------------------------------ counters (fixed window)
@@ -145,19 +150,13 @@ class SQLiteStorage(Storage, MovingWindowSupport):
 
     def get(self, key: str) -> int:
         """The counter of ``key`` (0 when none or expired)."""
-        with contextlib.closing(self._open()) as db:
-            row = db.execute(
-                "SELECT value FROM limits_counters WHERE key = ? AND expires > ?", (key, time.time())
-            ).fetchone()
+        row = self._read("SELECT value FROM limits_counters WHERE key = ? AND expires > ?", key, time.time())
         return 0 if row is None else int(row[0])
 
     def get_expiry(self, key: str) -> float:
         """When the counter of ``key`` expires (Unix time, seconds; now when none)."""
         now = time.time()
-        with contextlib.closing(self._open()) as db:
-            row = db.execute(
-                "SELECT expires FROM limits_counters WHERE key = ? AND expires > ?", (key, now)
-            ).fetchone()
+        row = self._read("SELECT expires FROM limits_counters WHERE key = ? AND expires > ?", key, now)
         return now if row is None else float(row[0])
 
     # ------------------------------------------------------------------ housekeeping
@@ -165,8 +164,7 @@ class SQLiteStorage(Storage, MovingWindowSupport):
     def check(self) -> bool:
         """Whether the file answers."""
         try:
-            with contextlib.closing(self._open()) as db:
-                db.execute("SELECT 1 FROM limits_counters LIMIT 1").fetchall()
+            self._read("SELECT 1 FROM limits_counters LIMIT 1")
         except sqlite3.Error:
             return False
         return True

@@ -302,12 +302,8 @@ def create_app(
         ("/meta/topics", TopicsRequest, service.topics),
         ("/meta/consumer-groups", ConsumerGroupsRequest, service.consumer_groups),
     ]
-    with_all = [entry for entry in protocol if entry[0] not in ("/route/producer", "/route/consumer")]
-    probes = ["/healthz", "/readyz", "/health", "/metrics"]
-    console_paths = ["/fleet", "/fleet/moves", "/clusters", "/audit", "/history", "/", "/login", "/logout"]
-    console_paths += [f"/actions/{a}" for a in ACTIONS]
-    paths = [p for p, _, _ in protocol] + [f"{p}/all" for p, _, _ in with_all] + probes + console_paths
-    metrics = ServerMetrics(paths, lambda: holder.refused is not None, lambda: holder.served.loaded_at)
+    with_all = [entry for entry in protocol if entry[0] not in _RECORDED]
+    metrics = ServerMetrics((), lambda: holder.refused is not None, lambda: holder.served.loaded_at)
     if fleet is not None:
         metrics.store_up.set_function(lambda: 1.0 if fleet.store_up else 0.0)
     endpoints = _Endpoints(holder, metrics, max_body_bytes, fleet)
@@ -373,25 +369,24 @@ def create_app(
         Route(STATIC_PREFIX + "{name}", console.static, methods=["GET"]),
     ]
 
+    metrics.paths = frozenset(route.path for route in routes)  # the label of a path served (static: other)
+
+    running: list[ConfigHolder | FleetRecorder | ClusterBoard] = [holder] if watch else []
+    running += ([] if fleet is None else [fleet]) + ([board] if probing else [])
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if watch:
-            holder.start()
-        if fleet is not None:
-            fleet.start()
-        if probing:
-            board.start()
-        try:
+        with contextlib.ExitStack() as stop:  # stopped in the reverse order, the action's thread last
+
+            @stop.callback
+            def join_action() -> None:
+                if actions.running is not None:
+                    actions.running.join(1.0)
+
+            for part in running:
+                part.start()
+                stop.callback(part.stop)
             yield
-        finally:
-            if probing:
-                board.stop()
-            if fleet is not None:
-                fleet.stop()
-            if watch:
-                holder.stop()
-            if actions.running is not None:
-                actions.running.join(1.0)
 
     app = Starlette(
         routes=routes,

@@ -31,15 +31,12 @@ from pathlib import Path
 from kbear import _events
 from kbear._health import HealthBoard, Transition
 from kbear.admin import apply_failover, plan_failover, tcp_probe
-from kbear.config import ClusterConfig, ConfigError, KBearConfig, load_config
+from kbear.config import ClusterConfig, ConfigError, KBearConfig
+from kbear.server.holder import load_unresolved
 
 __all__ = ["FailoverWatch"]
 
 log = logging.getLogger("kbear.server")
-
-
-def _load_unresolved(directory: Path) -> KBearConfig:
-    return load_config(directory, resolve_env=False)
 
 
 class FailoverWatch:
@@ -102,12 +99,12 @@ class FailoverWatch:
         try:
             plan = plan_failover(
                 self._directory,
-                _load_unresolved(self._directory),
+                load_unresolved(self._directory),
                 cluster_id,
                 False,
                 min(self._interval_s, 2.0),
                 check=self._probe,
-                load=_load_unresolved,
+                load=load_unresolved,
             )
             if plan.done:
                 return
