@@ -39,4 +39,8 @@ if [ "$said" != 1 ] || "$work/venv/bin/python" -m zipfile -l "$work"/nocc/kbear-
     echo "scripts/wheel.sh: the sdist built without a compiler said so $said time(s) (1 expected), or kept an .so" >&2
     exit 1
 fi
-echo "the sdist without a C compiler: $(grep '^kbear: ' "$work/nocc.log")"
+case "$(ls "$work"/nocc/)" in
+    *-py3-none-any.whl) ;;
+    *) echo "scripts/wheel.sh: the wheel built without a compiler is not tagged pure Python: $(ls "$work"/nocc/)" >&2; exit 1 ;;
+esac
+echo "the sdist without a C compiler: $(grep '^kbear: ' "$work/nocc.log"); $(ls "$work"/nocc/)"
