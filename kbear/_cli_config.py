@@ -20,6 +20,7 @@ configuration problem (an unset ``${NAME}`` included) with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import TextIO
@@ -234,18 +235,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
         warnings = [w for w in warnings if w.code == "meta-only"]
         print(f"kbear: {args.config}: {missing}: rule checks skipped", file=sys.stderr)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "location": args.config,
-                    "rules_checked": missing is None,
-                    "warnings": [
-                        {"code": w.code, "file": w.file, "subject": w.subject, "message": w.message}
-                        for w in warnings
-                    ],
-                }
-            )
-        )
+        found = [dataclasses.asdict(w) for w in warnings]
+        print(json.dumps({"location": args.config, "rules_checked": missing is None, "warnings": found}))
     elif not warnings:
         print(f"OK: no warnings ({summary(config, missing).removeprefix('OK: ')})")
     else:

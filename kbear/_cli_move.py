@@ -109,8 +109,7 @@ def use_service(args: argparse.Namespace) -> None:
 
 
 def _route(route: Route) -> str:
-    name = route.cluster_id + "/" + route.topic
-    return f"{name} (rule {route.rule_id})"
+    return f"{route.cluster_id}/{route.topic} (rule {route.rule_id})"
 
 
 def _offsets(offsets: dict[int, int | None]) -> str:

@@ -93,15 +93,13 @@ def reachable_from_stats(stats: Mapping[str, Any]) -> bool | None:
     return None
 
 
+@dataclass(slots=True)
 class _Cluster:
     """One cluster's observations: since when it is unreachable (or reachable)."""
 
-    __slots__ = ("down_since", "lost", "up_since")
-
-    def __init__(self) -> None:
-        self.down_since: float | None = None  # unreachable since, None: reachable
-        self.up_since: float | None = None  # while lost: reachable since
-        self.lost = False
+    down_since: float | None = None  # unreachable since, None: reachable
+    up_since: float | None = None  # while lost: reachable since
+    lost: bool = False
 
 
 class HealthBoard:
@@ -129,9 +127,7 @@ class HealthBoard:
         """Record that ``cluster`` was (``reachable``) or was not reachable at
         ``now_ms`` (None: nothing known). Decisions are :meth:`tick`'s: one place
         reports every transition."""
-        c = self._clusters.get(cluster)
-        if c is None:
-            c = self._clusters[cluster] = _Cluster()
+        c = self._clusters.setdefault(cluster, _Cluster())
         if reachable is False:
             if c.down_since is None:
                 c.down_since = now_ms
@@ -149,12 +145,8 @@ class HealthBoard:
 
     def tick(self, now_ms: float) -> list[Transition]:
         """Let time pass (``now_ms``) for every cluster: the transitions it causes."""
-        out = []
-        for cluster, c in self._clusters.items():
-            t = self._decide(cluster, c, now_ms)
-            if t is not None:
-                out.append(t)
-        return out
+        decided = (self._decide(cluster, c, now_ms) for cluster, c in self._clusters.items())
+        return [t for t in decided if t is not None]
 
     def _decide(self, cluster: str, c: _Cluster, now_ms: float) -> Transition | None:
         if not c.lost:

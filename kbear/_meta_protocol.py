@@ -363,7 +363,7 @@ def _merge_entities(
         known = into.get(key)
         if known is not None and known["meta"] != entity.meta:
             raise AnswerRefused(f"{what} '{key}' is described twice, differently")
-        into[key] = {"id": entity.id, "meta": dict(entity.meta)}
+        into[key] = entity.model_dump()
 
 
 def _rule(rule_id: str, meta: dict[str, str], route: RouteMessage, requested: str) -> dict[str, Any]:
@@ -416,10 +416,7 @@ def answer_documents(
         _merge_entities(clusters, consumer.clusters, "cluster")
         _merge_entities(topics, consumer.topics, "topic")
         for group in consumer.consumer_groups:
-            groups[(group.id.group_name, group.id.topic_id)] = {
-                "id": {"groupName": group.id.group_name, "topicId": group.id.topic_id},
-                "meta": dict(group.meta),
-            }
+            groups[(group.id.group_name, group.id.topic_id)] = group.model_dump(by_alias=True)
         routes = {
             (r.consumer_group_id.group_name, r.consumer_group_id.topic_id): r.route
             for r in consumer.consumer_group_id_routes
@@ -455,14 +452,9 @@ def everything_documents(clusters: Any, topics: Any, groups: Any) -> dict[str, A
     t = parse_answer(TopicsResponse, topics, "/meta/topics/all")
     g = parse_answer(ConsumerGroupsResponse, groups, "/meta/consumer-groups/all")
     return {
-        CLUSTERS_FILE: {"clusters": [{"id": e.id, "meta": dict(e.meta)} for e in c.clusters]},
-        TOPICS_FILE: {"topics": [{"id": e.id, "meta": dict(e.meta)} for e in t.topics]},
-        CONSUMER_GROUPS_FILE: {
-            "consumer-groups": [
-                {"id": {"groupName": e.id.group_name, "topicId": e.id.topic_id}, "meta": dict(e.meta)}
-                for e in g.consumer_groups
-            ]
-        },
+        CLUSTERS_FILE: {"clusters": [e.model_dump() for e in c.clusters]},
+        TOPICS_FILE: {"topics": [e.model_dump() for e in t.topics]},
+        CONSUMER_GROUPS_FILE: {"consumer-groups": [e.model_dump(by_alias=True) for e in g.consumer_groups]},
         ROUTE_RULES_FILE: {"route-rules": []},
     }
 

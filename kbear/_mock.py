@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import re
 import threading
-import weakref
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,9 +28,9 @@ __all__ = [
     "NATIVE_API",
     "NATIVE_UNAVAILABLE_REASON",
     "NativeApi",
-    "NativeMockCluster",
+    "NativeHandles",
     "check_broker_id",
-    "check_topic_args",
+    "open_cluster",
 ]
 
 #: Partitions of a topic auto-created by the mock cluster (librdkafka
@@ -45,7 +42,6 @@ MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS: Final = 3000
 _RD_KAFKA_PRODUCER: Final = 0  # rd_kafka_type_t
 _RD_KAFKA_CONF_OK: Final = 0  # rd_kafka_conf_res_t
 _ERRSTR_SIZE: Final = 512
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 _P = ctypes.c_void_p  # every opaque librdkafka pointer
 _S = ctypes.c_char_p
@@ -151,40 +147,13 @@ NATIVE_UNAVAILABLE_REASON: str | None
 NATIVE_API, NATIVE_UNAVAILABLE_REASON = _load_native()
 
 
-def check_topic_args(name: str, num_partitions: int, replication_factor: int, brokers: int) -> None:
-    """Validate ``create_topic`` arguments the way a real broker would; raise ``ValueError``."""
-    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
-        raise ValueError(
-            f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
-        )
-    if num_partitions < 1:
-        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
-    if not 1 <= replication_factor <= brokers:
-        raise ValueError(
-            f"replication_factor must be between 1 and the number of brokers ({brokers}), "
-            f"got {replication_factor}"
-        )
-
-
 def check_broker_id(broker_id: int, brokers: int) -> None:
     """Raise ``ValueError`` unless ``broker_id`` is ``-1`` (all) or in ``1..brokers``."""
     if broker_id != -1 and not 1 <= broker_id <= brokers:
         raise ValueError(f"broker_id must be -1 (all brokers) or 1..{brokers}, got {broker_id}")
 
 
-def check_request_errors(api_key: int, errors: Sequence[int]) -> None:
-    if not 0 <= api_key <= 0x7FFF:
-        raise ValueError(f"api_key must be a Kafka API key (0..32767), got {api_key}")
-    if not errors:
-        raise ValueError("errors must name at least one error code")
-
-
-def _raise_for(err: int | None) -> None:
-    if err:
-        raise KafkaException(KafkaError(err))
-
-
-class _NativeHandles:
+class NativeHandles:
     """Owns ``rd_kafka_t`` + ``rd_kafka_mock_cluster_t``; destroys them once, in order.
 
     Held by a :func:`weakref.finalize`, so the cluster is also destroyed when its
@@ -208,6 +177,16 @@ class _NativeHandles:
             if rk is not None:
                 self.api.lib.rd_kafka_destroy(rk)
 
+    def call(self, function: str, *args: Any) -> None:
+        """``function(mcluster, *args)`` of the library; raises ``KafkaException`` for an
+        error it returns, ``RuntimeError`` once the cluster is destroyed."""
+        with self.lock:  # destroy() cannot free the cluster during the call
+            if self.mcluster is None:
+                raise RuntimeError("EmbeddedCluster is closed")
+            err = getattr(self.api.lib, function)(self.mcluster, *args)
+        if err:
+            raise KafkaException(KafkaError(err))
+
 
 def _new_owner(api: NativeApi) -> int:
     lib = api.lib
@@ -228,81 +207,26 @@ def _new_owner(api: NativeApi) -> int:
     return int(rk)
 
 
-class NativeMockCluster:
-    """A mock cluster created with ``rd_kafka_mock_cluster_new()`` through ctypes."""
+def open_cluster(num_brokers: int, group_initial_rebalance_delay_ms: int) -> tuple[NativeHandles, str, int]:
+    """A mock cluster made with ``rd_kafka_mock_cluster_new()``: its handles, its
+    bootstrap servers and the ``group.initial.rebalance.delay.ms`` in effect (the
+    mock's default when the library cannot set it).
 
-    def __init__(self, num_brokers: int, group_initial_rebalance_delay_ms: int) -> None:
-        api = NATIVE_API
-        if api is None:
-            raise RuntimeError(
-                f"librdkafka mock C API unavailable: {NATIVE_UNAVAILABLE_REASON or 'disabled'}"
-            )
-        self.num_brokers = num_brokers
-        lib = api.lib
-        rk = _new_owner(api)
-        mcluster = lib.rd_kafka_mock_cluster_new(rk, num_brokers)
-        if not mcluster:
-            lib.rd_kafka_destroy(rk)
-            raise RuntimeError(f"rd_kafka_mock_cluster_new(rk, {num_brokers}) returned NULL")
-        self._h = _NativeHandles(api, rk, int(mcluster))
-        self._finalizer = weakref.finalize(self, self._h.destroy)
-        self._bootstrap: str = lib.rd_kafka_mock_cluster_bootstraps(mcluster).decode()
-        if api.has_rebalance_delay:
-            lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mcluster, group_initial_rebalance_delay_ms)
-            self.group_initial_rebalance_delay_ms = group_initial_rebalance_delay_ms
-        else:
-            self.group_initial_rebalance_delay_ms = MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return self._bootstrap
-
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def _call(self, function: str, *args: Any) -> None:
-        """``function(mcluster, *args)`` of the library; raises for an error it returns."""
-        h = self._h
-        with h.lock:  # close() cannot free the cluster during the call
-            if h.mcluster is None:
-                raise RuntimeError("EmbeddedCluster is closed")
-            _raise_for(getattr(h.api.lib, function)(h.mcluster, *args))
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int) -> None:
-        check_topic_args(name, num_partitions, replication_factor, self.num_brokers)
-        self._call("rd_kafka_mock_topic_create", name.encode(), num_partitions, replication_factor)
-
-    def set_share_group(self, settings: dict[str, int]) -> None:
-        api = self._h.api
-        for key, value in settings.items():
-            name = f"rd_kafka_mock_sharegroup_set_{SHARE_GROUP_SETTERS[key]}"
-            if not hasattr(api.lib, name):
-                raise NotImplementedError(f"{name} is not in {api.path} (librdkafka {api.version})")
-            self._call(name, value)
-
-    def set_broker_down(self, broker_id: int) -> None:
-        check_broker_id(broker_id, self.num_brokers)
-        self._call("rd_kafka_mock_broker_set_down", broker_id)
-
-    def set_broker_up(self, broker_id: int) -> None:
-        check_broker_id(broker_id, self.num_brokers)
-        self._call("rd_kafka_mock_broker_set_up", broker_id)
-
-    def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
-        check_broker_id(broker_id, self.num_brokers)
-        if rtt_ms < 0:
-            raise ValueError(f"rtt_ms must be >= 0, got {rtt_ms}")
-        self._call("rd_kafka_mock_broker_set_rtt", broker_id, rtt_ms)
-
-    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
-        check_request_errors(api_key, errors)
-        if not hasattr(self._h.api.lib, "rd_kafka_mock_push_request_errors_array"):
-            raise NotImplementedError(
-                "this librdkafka does not export rd_kafka_mock_push_request_errors_array"
-            )
-        codes = (_I * len(errors))(*errors)
-        self._call("rd_kafka_mock_push_request_errors_array", api_key, len(errors), codes)
-
-    def close(self) -> None:
-        self._finalizer()  # runs at most once
+    Raises:
+        RuntimeError: the C API is unavailable, or librdkafka failed.
+    """
+    api = NATIVE_API
+    if api is None:
+        raise RuntimeError(f"librdkafka mock C API unavailable: {NATIVE_UNAVAILABLE_REASON or 'disabled'}")
+    lib = api.lib
+    rk = _new_owner(api)
+    mcluster = lib.rd_kafka_mock_cluster_new(rk, num_brokers)
+    if not mcluster:
+        lib.rd_kafka_destroy(rk)
+        raise RuntimeError(f"rd_kafka_mock_cluster_new(rk, {num_brokers}) returned NULL")
+    handles = NativeHandles(api, rk, int(mcluster))
+    bootstrap: str = lib.rd_kafka_mock_cluster_bootstraps(mcluster).decode()
+    if not api.has_rebalance_delay:
+        return handles, bootstrap, MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
+    lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mcluster, group_initial_rebalance_delay_ms)
+    return handles, bootstrap, group_initial_rebalance_delay_ms

@@ -5,10 +5,11 @@ answering it cannot be reached), and the :class:`Explanation` of a chain (each r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 from kbear._identity import Client
 from kbear._secrets import redact
@@ -52,27 +53,13 @@ class Route:
             f"properties={redact(self.properties)!r})"
         )
 
-    def __reduce__(self) -> tuple[Callable[..., Route], tuple[object, ...]]:
+    def __getstate__(self) -> dict[str, object]:
         # pickle and copy: the read-only properties view is rebuilt on the other side.
-        return _route, (
-            self.cluster_id,
-            self.topic,
-            self.requested_topic,
-            self.bootstrap_servers,
-            self.rule_id,
-            dict(self.properties),
-        )
+        return {**self.__dict__, "properties": dict(self.properties)}
 
-
-def _route(
-    cluster_id: str,
-    topic: str,
-    requested_topic: str,
-    bootstrap_servers: str,
-    rule_id: str,
-    properties: dict[str, str],
-) -> Route:
-    return Route(cluster_id, topic, requested_topic, bootstrap_servers, rule_id, MappingProxyType(properties))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, MappingProxyType(value) if name == "properties" else value)
 
 
 class NoRouteError(LookupError):

@@ -48,7 +48,6 @@ __all__ = [
     "cluster_meta",
     "kafka_cluster_id",
     "open_serdes",
-    "pop_serde_specs",
 ]
 
 log = logging.getLogger("kbear")
@@ -65,25 +64,6 @@ class SerdeSpec(NamedTuple):
     serde: Any  # given ready-made (or None)
     builder: Any  # ``<prop>.builder`` (or None)
     is_key: bool
-
-
-def pop_serde_specs(
-    config: Mapping[str, Any], key_prop: str, value_prop: str
-) -> tuple[list[SerdeSpec], dict[str, Any]]:
-    """The key and value :class:`SerdeSpec` of ``config`` and a copy of it without them.
-
-    Raises:
-        ValueError: a setting and its ``.builder`` are both given (confluent-kafka's words).
-    """
-    rest = dict(config)
-    specs = []
-    for prop, is_key in ((key_prop, True), (value_prop, False)):
-        serde = rest.pop(prop, None)
-        builder = rest.pop(prop + ".builder", None)
-        if serde is not None and builder is not None:
-            raise ValueError(f"Cannot configure both {prop} and {prop}.builder; use one or the other")
-        specs.append(SerdeSpec(prop, serde, builder, is_key))
-    return specs, rest
 
 
 class Built:
@@ -110,9 +90,13 @@ class Built:
         self.owned: list[Any] = []
         self.props = (key_prop, value_prop)
         self._specs: list[SerdeSpec] = []
-        self._conf = config
-        if isinstance(config, Mapping):
-            self._specs, self._conf = pop_serde_specs(config, key_prop, value_prop)
+        self._conf = dict(config) if isinstance(config, Mapping) else config
+        for prop, is_key in ((key_prop, True), (value_prop, False)) if isinstance(config, Mapping) else ():
+            serde = self._conf.pop(prop, None)
+            builder = self._conf.pop(prop + ".builder", None)
+            if serde is not None and builder is not None:
+                raise ValueError(f"Cannot configure both {prop} and {prop}.builder; use one or the other")
+            self._specs.append(SerdeSpec(prop, serde, builder, is_key))
         self._leftovers: list[dict[str, Any]] = []
 
     def calls(self) -> Iterator[tuple[SerdeSpec, Any]]:

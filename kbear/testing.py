@@ -36,6 +36,9 @@ auto-created with 4 partitions.
 
 from __future__ import annotations
 
+import ctypes
+import re
+import weakref
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -61,6 +64,8 @@ __all__ = [
 #: Process-wide; the innermost mount wins; a routed client keeps the factory it was
 #: created with.
 mount_clients = mount
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class EmbeddedCluster:
@@ -102,12 +107,16 @@ class EmbeddedCluster:
             raise ValueError(
                 f"group_initial_rebalance_delay_ms must be >= 0, got {group_initial_rebalance_delay_ms}"
             )
-        self._backend = _mock.NativeMockCluster(num_brokers, group_initial_rebalance_delay_ms)
+        self._num_brokers = num_brokers
+        self._h, self._bootstrap, self._delay_ms = _mock.open_cluster(
+            num_brokers, group_initial_rebalance_delay_ms
+        )
+        self._finalizer = weakref.finalize(self, self._h.destroy)
 
     @property
     def num_brokers(self) -> int:
         """Number of brokers (``int``); their ids are ``1..num_brokers``."""
-        return self._backend.num_brokers
+        return self._num_brokers
 
     @property
     def group_initial_rebalance_delay_ms(self) -> int:
@@ -117,7 +126,7 @@ class EmbeddedCluster:
         when it could not be applied (no
         ``rd_kafka_mock_group_initial_rebalance_delay_ms`` in the library).
         """
-        return self._backend.group_initial_rebalance_delay_ms
+        return self._delay_ms
 
     @property
     def bootstrap_servers(self) -> str:
@@ -127,12 +136,12 @@ class EmbeddedCluster:
         broker-id order; the ports are free ports chosen by the OS. The string
         stays readable after :meth:`close`, but nothing listens there any more.
         """
-        return self._backend.bootstrap_servers
+        return self._bootstrap
 
     @property
     def closed(self) -> bool:
         """``True`` once :meth:`close` has run."""
-        return self._backend.closed
+        return not self._finalizer.alive
 
     def create_topic(self, name: str, num_partitions: int = 4, replication_factor: int = 1) -> None:
         """Create topic ``name`` with exactly ``num_partitions`` partitions.
@@ -154,7 +163,18 @@ class EmbeddedCluster:
                 the topic exists (also when it was auto-created by a client).
             RuntimeError: the cluster is closed.
         """
-        self._backend.create_topic(name, num_partitions, replication_factor)
+        if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
+            raise ValueError(
+                f"invalid topic name {name!r}: use 1-249 characters from [A-Za-z0-9._-], not '.' or '..'"
+            )
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+        if not 1 <= replication_factor <= self._num_brokers:
+            raise ValueError(
+                f"replication_factor must be between 1 and the number of brokers ({self._num_brokers}), "
+                f"got {replication_factor}"
+            )
+        self._h.call("rd_kafka_mock_topic_create", name.encode(), num_partitions, replication_factor)
 
     def set_broker_down(self, broker_id: int) -> None:
         """Disconnect broker ``broker_id`` and refuse new connections to it.
@@ -171,7 +191,8 @@ class EmbeddedCluster:
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
-        self._backend.set_broker_down(broker_id)
+        _mock.check_broker_id(broker_id, self._num_brokers)
+        self._h.call("rd_kafka_mock_broker_set_down", broker_id)
 
     def set_broker_up(self, broker_id: int) -> None:
         """Make broker ``broker_id`` accept connections again.
@@ -187,7 +208,8 @@ class EmbeddedCluster:
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
-        self._backend.set_broker_up(broker_id)
+        _mock.check_broker_id(broker_id, self._num_brokers)
+        self._h.call("rd_kafka_mock_broker_set_up", broker_id)
 
     def set_share_group(
         self,
@@ -236,7 +258,12 @@ class EmbeddedCluster:
             "heartbeat_interval_ms": heartbeat_interval_ms,
         }
         settings.update({k: int(v) for k, v in given.items() if v is not None})
-        self._backend.set_share_group(settings)
+        api = self._h.api
+        for key, value in settings.items():
+            name = f"rd_kafka_mock_sharegroup_set_{_mock.SHARE_GROUP_SETTERS[key]}"
+            if not hasattr(api.lib, name):
+                raise NotImplementedError(f"{name} is not in {api.path} (librdkafka {api.version})")
+            self._h.call(name, value)
 
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
         """Delay every response of broker ``broker_id`` by ``rtt_ms`` milliseconds
@@ -254,7 +281,10 @@ class EmbeddedCluster:
             confluent_kafka.KafkaException: librdkafka returned an error.
             RuntimeError: the cluster is closed.
         """
-        self._backend.set_broker_rtt(broker_id, rtt_ms)
+        _mock.check_broker_id(broker_id, self._num_brokers)
+        if rtt_ms < 0:
+            raise ValueError(f"rtt_ms must be >= 0, got {rtt_ms}")
+        self._h.call("rd_kafka_mock_broker_set_rtt", broker_id, rtt_ms)
 
     def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
         """Answer the cluster's next requests of kind ``api_key`` with ``errors``, one
@@ -274,7 +304,16 @@ class EmbeddedCluster:
                 ``rd_kafka_mock_push_request_errors_array``.
             RuntimeError: the cluster is closed.
         """
-        self._backend.push_request_errors(api_key, errors)
+        if not 0 <= api_key <= 0x7FFF:
+            raise ValueError(f"api_key must be a Kafka API key (0..32767), got {api_key}")
+        if not errors:
+            raise ValueError("errors must name at least one error code")
+        if not hasattr(self._h.api.lib, "rd_kafka_mock_push_request_errors_array"):
+            raise NotImplementedError(
+                "this librdkafka does not export rd_kafka_mock_push_request_errors_array"
+            )
+        codes = (ctypes.c_int * len(errors))(*errors)
+        self._h.call("rd_kafka_mock_push_request_errors_array", api_key, len(errors), codes)
 
     def close(self) -> None:
         """Stop the brokers and free the cluster. Idempotent and thread-safe.
@@ -284,7 +323,7 @@ class EmbeddedCluster:
         ``rdkafka_mock.h`` requires. Calling it again does nothing; other
         methods raise ``RuntimeError`` afterwards.
         """
-        self._backend.close()
+        self._finalizer()  # runs at most once
 
     def __enter__(self) -> EmbeddedCluster:
         """Return ``self``; the cluster is already running."""
