@@ -10,7 +10,6 @@ a cluster that does not answer within the timeout is named on stderr and skipped
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import TextIO
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -97,13 +96,9 @@ def run_assignments(
     analysis = analyse(live)
     for line in table_lines(analysis):
         print(line, file=out)
-    _print_problems(analysis.problems, out)
-    return EXIT_FLAGGED if analysis.problems else 0
-
-
-def _print_problems(problems: Iterable[str], out: TextIO) -> None:
-    listed = list(problems)
-    if listed:
-        print(f"{len(listed)} problem(s):", file=out)
-        for line in listed:
-            print(f"  {line}", file=out)
+    if not analysis.problems:
+        return 0
+    print(f"{len(analysis.problems)} problem(s):", file=out)
+    for line in analysis.problems:
+        print(f"  {line}", file=out)
+    return EXIT_FLAGGED

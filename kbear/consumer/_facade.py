@@ -339,19 +339,15 @@ class RoutedConsumer:
         """Keep the fast paths :class:`~kbear.consumer._binding.PollBinding` chose for
         ``poll`` and ``consume`` (None, None: the poll loop): in the slots the compiled
         methods read; without the extension, as instance attributes over the methods."""
-        if self._fast_slots:
-            if poll is None or consume is None:
-                self._fast_poll = self._fast_consume = None
-            else:
-                self._fast_poll, self._fast_consume = poll, consume
-            return
-        d = self.__dict__
         if poll is None or consume is None:
-            d.pop("poll", None)
-            d.pop("consume", None)
+            poll = consume = None
+        if self._fast_slots:
+            self._fast_poll, self._fast_consume = poll, consume
+        elif poll is None:
+            self.__dict__.pop("poll", None)
+            self.__dict__.pop("consume", None)
         else:
-            d["poll"] = poll
-            d["consume"] = consume
+            self.__dict__.update(poll=poll, consume=consume)
 
     # ------------------------------------------------------------------ cluster-wide calls
 

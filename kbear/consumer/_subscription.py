@@ -158,17 +158,6 @@ def route_topics(
     return routes
 
 
-def candidate_names(router: Router, group: str) -> set[str]:
-    """Logical topic names a pattern may match besides the clusters' own topics:
-    topics.yaml ids and the topic ids of the rules that apply to ``group``."""
-    config = router.config
-    names = set(config.topics)
-    for rule in config.rules:
-        if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == group):
-            names.add(rule.topic_id)
-    return names
-
-
 def pattern_clusters(router: Router) -> list[str]:
     """The clusters whose topics a pattern is matched against: those named by rules."""
     return sorted({rule.statement.cluster for rule in router.config.rules})
@@ -189,9 +178,13 @@ def match_patterns(
         listings: cluster id -> the (physical) topics it lists.
         standby: turns a route into the one in force (a consumer's own failovers).
     """
-    candidates = candidate_names(router, group)
-    for listed in listings.values():
-        candidates.update(listed)
+    # besides the clusters' own topics: topics.yaml ids and the topic ids of the rules
+    # that apply to ``group``
+    config = router.config
+    candidates = set(config.topics).union(*listings.values())
+    for rule in config.rules:
+        if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == group):
+            candidates.add(rule.topic_id)
     matched = []
     for name in sorted(candidates):
         if name in sub.names or not any(p.search(name) for p in sub.patterns):

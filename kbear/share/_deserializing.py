@@ -97,7 +97,7 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         messages = super().poll(timeout)
         for msg in messages:
             if msg.error() is None:  # broker errors carry no payload
-                self._deserialize(msg, self._cluster_of(msg))
+                self._deserialize(msg, self._acks.cluster_of(msg))
         return messages
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:

@@ -315,10 +315,6 @@ class RoutedShareConsumer:
                     self._moves.acquired(logical, entry.cluster_id, partition)
         return batch
 
-    def _cluster_of(self, message: Any) -> str | None:
-        """The cluster id ``message`` (of the last poll) was acquired from, or None."""
-        return self._acks.cluster_of(message)
-
     # ------------------------------------------------------------------ acknowledgements
 
     acknowledge = delegate("_acks", ShareAcks.acknowledge)
