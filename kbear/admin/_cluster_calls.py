@@ -24,7 +24,7 @@ from kbear._clients import Deadline
 from kbear.admin._checks import check_elect_leaders
 from kbear.admin._clusters import HANDLE_CLOSED, AdminClusters
 from kbear.admin._futures import gather
-from kbear.admin._split import rename_partitions
+from kbear.admin._split import rename_partitions, split_partitions
 
 
 def _tagged(items: list[Any], cluster_id: str) -> list[Any]:
@@ -67,33 +67,33 @@ class ClusterCalls:
             KafkaException: a cluster did not answer within ``timeout`` seconds.
         """
         self._clusters.check_open(HANDLE_CLOSED)
+
+        def read(cluster_id: str, name: str | None, wait: float) -> Any:
+            md = self._clusters.admin(cluster_id).list_topics(name, wait)
+            _tagged(list(md.topics.values()), cluster_id)
+            return md
+
         if topic is not None:
             target = self._clusters.target(cluster)
             if target is not None:
-                md = self._clusters.admin(target).list_topics(topic, timeout)
-                _tagged(list(md.topics.values()), target)
-                return md
+                return read(target, topic, timeout)
             route = self._clusters.names().route(topic)
-            md = self._clusters.admin(route.cluster_id).list_topics(route.topic, timeout)
-            _tagged(list(md.topics.values()), route.cluster_id)
-            return rename_metadata(md, route, topic)
+            return rename_metadata(read(route.cluster_id, route.topic, timeout), route, topic)
         clusters = self._clusters.cluster_wide(cluster)
         deadline = Deadline(timeout)
         if len(clusters) == 1:
-            md = self._clusters.admin(clusters[0]).list_topics(None, deadline.as_arg())
-            _tagged(list(md.topics.values()), clusters[0])
-            return md
+            return read(clusters[0], None, deadline.as_arg())
         names = self._clusters.names()
         merged = None
         topics: dict[str, Any] = {}
         for cluster_id in clusters:
-            md = self._clusters.admin(cluster_id).list_topics(None, deadline.as_arg())
+            md = read(cluster_id, None, deadline.as_arg())
             merged = merged or md
             for physical, tmd in md.topics.items():
                 logical = names.logical(cluster_id, physical)
                 if logical is not None:
                     tmd.topic = logical
-                    topics[logical] = _tagged([tmd], cluster_id)[0]
+                    topics[logical] = tmd
         assert merged is not None
         merged.topics = topics
         return merged
@@ -249,21 +249,11 @@ class ClusterCalls:
             target = self._clusters.one_cluster(cluster, "elect_leaders")
             return self._clusters.admin(target).elect_leaders(election_type, partitions, **kwargs)
         routes = self._clusters.names().routes(tp.topic for tp in partitions)
-        per_cluster: dict[str, list[TopicPartition]] = {}
-        for tp in partitions:
-            per_cluster.setdefault(routes[tp.topic].cluster_id, []).append(tp)
-        to_logical = {r.topic: t for t, r in routes.items() if r.remapped}
-        answers = []
-        for cluster_id, tps in per_cluster.items():
-            to_physical = {t: r.topic for t, r in routes.items() if r.cluster_id == cluster_id}
-            physical = rename_partitions(tps, to_physical)
-            answers.append(self._clusters.admin(cluster_id).elect_leaders(election_type, physical, **kwargs))
+        per_cluster, to_logical = split_partitions(partitions, routes)
+        admin = self._clusters.admin
+        answers = [admin(c).elect_leaders(election_type, tps, **kwargs) for c, tps in per_cluster.items()]
 
         def merge(results: list[Any]) -> dict[TopicPartition, Any]:
-            out: dict[TopicPartition, Any] = {}
-            for result in results:
-                for tp, error in result.items():
-                    out[rename_partitions([tp], to_logical)[0]] = error
-            return out
+            return {rename_partitions([tp], to_logical)[0]: error for r in results for tp, error in r.items()}
 
         return gather(answers, merge)

@@ -26,13 +26,10 @@ lost), which the plan says.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
-import shutil
 import socket
 import sys
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -48,6 +45,7 @@ from kbear._clients import DebugLog
 from kbear._standby import topics_note
 from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
+from kbear.admin._move_rules import load_changed, text_diff
 from kbear.config import (
     FAILOVER_ACTIVE,
     FAILOVER_DECIDED,
@@ -272,15 +270,6 @@ def decision_stamp(now: datetime | None = None) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _validate(directory: Path, new_text: str, load: Callable[[Path], KBearConfig]) -> KBearConfig:
-    """The configuration of ``directory`` with clusters.yaml replaced, from a copy."""
-    with tempfile.TemporaryDirectory(prefix="kbear-failover-") as tmp:
-        copy = Path(tmp) / "config"
-        shutil.copytree(directory, copy)
-        (copy / CLUSTERS_FILE).write_text(new_text, encoding="utf-8")
-        return load(copy)
-
-
 def plan(
     directory: Path,
     config: KBearConfig,
@@ -333,12 +322,8 @@ def plan(
     new = _edit(old, cluster_id, changes)
     if new is None:
         new, out.rewritten = _rewrite(old, cluster_id, changes), True
-    _validate(directory, new, load)
-    out.diff = "".join(
-        difflib.unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), CLUSTERS_FILE, CLUSTERS_FILE
-        )
-    )
+    load_changed(directory, CLUSTERS_FILE, new, load, "kbear-failover-")
+    out.diff = text_diff(old, new, CLUSTERS_FILE, CLUSTERS_FILE)
     out.new_text = new
     return out
 

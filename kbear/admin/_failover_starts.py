@@ -89,10 +89,6 @@ def failover_starts(
     Raises:
         KafkaException: the standby did not answer a metadata or offsets request.
     """
-    cluster = config.clusters[cluster_id]
-    failover = cluster.failover
-    standby = failover.standby
-    assert standby is not None
     router = Router(config)
     routes: list[tuple[str, str, Route]] = []
     for group, topic in _pairs(config, groups, topics):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException
@@ -23,18 +24,9 @@ from confluent_kafka.admin import AdminClient
 from kbear.admin._checks import check_group_offsets
 from kbear.admin._clusters import AdminClusters
 from kbear.admin._futures import gather, settled
-from kbear.admin._split import rename_partitions
-
-
-def _group_of(request: list[ConsumerGroupTopicPartitions]) -> ConsumerGroupTopicPartitions:
-    return request[0]  # confluent-kafka's checks allow exactly one group per request
-
+from kbear.admin._split import rename_partitions, split_partitions
 
 Decide = Callable[[str, list[str], Sequence[Future[Any]]], Any]
-
-
-def _deciding(decide: Decide, group: str, clusters: list[str]) -> Callable[[Sequence[Future[Any]]], Any]:
-    return lambda futures: decide(group, clusters, futures)
 
 
 class GroupCalls:
@@ -61,29 +53,20 @@ class GroupCalls:
             def merge(results: list[Any]) -> ConsumerGroupTopicPartitions:
                 merged = []
                 for cluster_id, result in zip(clusters, results, strict=True):
-                    logical = {}
-                    for tp in result.topic_partitions or []:
-                        name = names.logical(cluster_id, tp.topic)
-                        if name is not None:
-                            logical[tp.topic] = name
-                    kept = [tp for tp in result.topic_partitions or [] if tp.topic in logical]
-                    merged += rename_partitions(kept, logical)
+                    tps = result.topic_partitions or []
+                    logical = {
+                        tp.topic: n for tp in tps if (n := names.logical(cluster_id, tp.topic)) is not None
+                    }
+                    merged += rename_partitions([tp for tp in tps if tp.topic in logical], logical)
                 return ConsumerGroupTopicPartitions(group, merged)
 
             return {group: gather(answers, merge)}
         routes = names.routes(tp.topic for tp in request.topic_partitions)
-        per_cluster: dict[str, list[Any]] = {}
-        for tp in request.topic_partitions:
-            route = routes[tp.topic]
-            per_cluster.setdefault(route.cluster_id, []).append(tp)
-        order = list(per_cluster)
-        answers = []
-        for cluster_id in order:
-            to_physical = {t: r.topic for t, r in routes.items() if r.cluster_id == cluster_id}
-            tps = rename_partitions(per_cluster[cluster_id], to_physical)
-            request = ConsumerGroupTopicPartitions(group, tps)
-            answers.append(send(self._clusters.admin(cluster_id), request)[group])
-        to_logical = {r.topic: t for t, r in routes.items() if r.remapped}
+        per_cluster, to_logical = split_partitions(request.topic_partitions, routes)
+        answers = [
+            send(self._clusters.admin(c), ConsumerGroupTopicPartitions(group, tps))[group]
+            for c, tps in per_cluster.items()
+        ]
 
         def join(results: list[Any]) -> ConsumerGroupTopicPartitions:
             merged = []
@@ -124,10 +107,9 @@ class GroupCalls:
         committed offsets with a ``Consumer``'s ``committed()`` (``group.id`` set,
         never subscribed), as ``kbear move`` does.
         """
-        request = list_consumer_group_offsets_request
-        check_group_offsets(request, altering=False)
+        check_group_offsets(list_consumer_group_offsets_request, altering=False)
         return self._offsets_call(
-            _group_of(list_consumer_group_offsets_request),
+            list_consumer_group_offsets_request[0],  # confluent-kafka's checks allow one group per request
             cluster,
             lambda admin, request: admin.list_consumer_group_offsets([request], **kwargs),
         )
@@ -151,10 +133,9 @@ class GroupCalls:
             TypeError, ValueError: bad request (confluent-kafka's checks and words).
             NoRouteError: a topic has no route for the group; nothing is sent.
         """
-        request = alter_consumer_group_offsets_request
-        check_group_offsets(request, altering=True)
+        check_group_offsets(alter_consumer_group_offsets_request, altering=True)
         return self._offsets_call(
-            _group_of(alter_consumer_group_offsets_request),
+            alter_consumer_group_offsets_request[0],
             cluster,
             lambda admin, request: admin.alter_consumer_group_offsets([request], **kwargs),
         )
@@ -179,7 +160,7 @@ class GroupCalls:
         out: dict[str, Future[Any]] = {}
         for group, clusters in homes.items():
             futures = [answers[c][group] for c in clusters]
-            out[group] = settled(futures, _deciding(decide, group, clusters))
+            out[group] = settled(futures, partial(decide, group, clusters))
         return out
 
     def describe_consumer_groups(

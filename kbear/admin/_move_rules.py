@@ -27,6 +27,7 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,32 +178,33 @@ def plan_rule_change(config: KBearConfig, topic: str, cluster: str, physical: st
     if new_text is None or sorted(map(repr, _entries(new_text))) != sorted(map(repr, expected)):
         new_text = _rewrite(yaml.safe_load(old_text), rule_id, entry)
         rewritten = True
-    diff = "".join(
-        difflib.unified_diff(
-            old_text.splitlines(keepends=True),
-            new_text.splitlines(keepends=True),
-            f"{RULES_FILE} (now)",
-            f"{RULES_FILE} (after the move)",
-        )
-    )
-    return RuleChange(
-        rule_id,
-        added,
-        statement,
-        priority,
-        old_text,
-        new_text,
-        diff,
-        rewritten,
-        _validate(directory, new_text),
+    diff = text_diff(old_text, new_text, f"{RULES_FILE} (now)", f"{RULES_FILE} (after the move)")
+    config = load_changed(directory, RULES_FILE, new_text)
+    return RuleChange(rule_id, added, statement, priority, old_text, new_text, diff, rewritten, config)
+
+
+def text_diff(old: str, new: str, before: str, after: str) -> str:
+    """The unified diff of ``old`` to ``new``, its two sides labelled ``before`` and ``after``."""
+    return "".join(
+        difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), before, after)
     )
 
 
-def _validate(directory: Path, new_text: str) -> KBearConfig:
-    """The configuration of ``directory`` with route-rules.yaml replaced by ``new_text``,
-    loaded from a temporary copy (the directory itself is not touched)."""
-    with tempfile.TemporaryDirectory(prefix="kbear-move-") as tmp:
+def load_changed(
+    directory: Path,
+    name: str,
+    new_text: str,
+    load: Callable[[Path], KBearConfig] = load_config,
+    prefix: str = "kbear-move-",
+) -> KBearConfig:
+    """The configuration of ``directory`` with its file ``name`` replaced by ``new_text``,
+    loaded (``load``) from a temporary copy (the directory itself is not touched).
+
+    Raises:
+        ConfigError: the changed configuration does not load.
+    """
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         copy = Path(tmp) / "config"
         shutil.copytree(directory, copy)
-        (copy / RULES_FILE).write_text(new_text, encoding="utf-8")
-        return load_config(copy)
+        (copy / name).write_text(new_text, encoding="utf-8")
+        return load(copy)

@@ -10,7 +10,7 @@ key of the call, forwarding the cluster's future for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from kbear._clients import renamed
+from kbear._route import Route
 from kbear.admin._futures import forward
 
 #: sends ``items`` to the admin client of one cluster; answers its futures by key
@@ -71,3 +72,17 @@ def rename_partitions(tps: list[TopicPartition] | None, names: Mapping[str, str]
     the others unchanged. A renamed copy loses its ``error`` (TopicPartition is
     immutable and takes no error)."""
     return [renamed(tp, names[tp.topic]) if tp.topic in names else tp for tp in tps or []]
+
+
+def split_partitions(
+    tps: Iterable[TopicPartition], routes: Mapping[str, Route]
+) -> tuple[dict[str, list[TopicPartition]], dict[str, str]]:
+    """``tps`` by the cluster of their topic's route (``routes``: topic -> route),
+    under the physical names there; and physical -> logical name of each remapped
+    topic, to rename the clusters' answers."""
+    per_cluster: dict[str, list[TopicPartition]] = {}
+    for tp in tps:
+        route = routes[tp.topic]
+        tp = renamed(tp, route.topic) if route.remapped else tp
+        per_cluster.setdefault(route.cluster_id, []).append(tp)
+    return per_cluster, {r.topic: t for t, r in routes.items() if r.remapped}

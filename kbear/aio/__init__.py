@@ -10,7 +10,8 @@ commits, starts), never a second copy of it, and never runs on the event loop.
   loop, re-entrant calls from callbacks;
 - ``_consumer``: :class:`RoutedAIOConsumer`;
 - ``_producer``: :class:`RoutedAIOProducer`; ``_batch``: its message buffer;
-- ``_notify``: ``on_route_change`` callbacks on the loop;
+- ``_notify``: what both share (executor, router, ``async with``), ``on_route_change``
+  callbacks on the loop;
 - ``_serializing`` / ``_deserializing``: :class:`RoutedAsyncSerializingProducer` /
   :class:`RoutedAsyncDeserializingConsumer`, twins of confluent-kafka's
   ``AsyncSerializingProducer`` / ``AsyncDeserializingConsumer``, with

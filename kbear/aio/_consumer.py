@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -23,14 +23,14 @@ from kbear._base import NO_CONFIG
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.aio._calls import Calls, blocking_callback, wrap_config_callbacks
-from kbear.aio._notify import loop_route_listener
+from kbear.aio._notify import AsyncRouted
 from kbear.consumer import RoutedConsumer
 from kbear.router import Router
 
 _CONFIG_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb", "on_commit")
 
 
-class RoutedAIOConsumer:
+class RoutedAIOConsumer(AsyncRouted):
     """A routed ``confluent_kafka.aio.AIOConsumer``: same constructor, methods
     (each a coroutine), arguments, results and exceptions, over a
     :class:`kbear.RoutedConsumer`.
@@ -91,30 +91,9 @@ class RoutedAIOConsumer:
         synchronous inspection; do not call it concurrently with a pending await)."""
         return self._consumer
 
-    @property
-    def executor(self) -> concurrent.futures.Executor:
-        """The executor the blocking calls run in (as confluent-kafka's ``executor`` attribute)."""
-        return self._calls.executor
-
-    @property
-    def router(self) -> Router:
-        """The router the routes come from."""
-        return self._consumer.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._consumer.client
-
     def routes(self) -> dict[str, Route]:
         """Logical topic -> route in use for the current subscription (no I/O)."""
         return self._consumer.routes()
-
-    def on_route_change(self, callback: Callable[[Route, Route | None], Any]) -> None:
-        """Call ``callback(old_route, new_route)`` (a coroutine function or a plain
-        function) on the event loop when a topic in use has switched clusters;
-        the switch does not wait for it. What it raises is logged."""
-        self._consumer.on_route_change(loop_route_listener(self._calls.loop, callback))
 
     async def memberids(self) -> dict[str, str | None]:
         """Cluster id -> group member id on that cluster (as :meth:`kbear.RoutedConsumer.memberids`)."""
@@ -122,12 +101,6 @@ class RoutedAIOConsumer:
         return result
 
     # ------------------------------------------------------------------ lifecycle
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._closed:

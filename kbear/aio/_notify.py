@@ -1,6 +1,8 @@
-"""Route-change notifications of the asyncio clients, delivered on the event loop.
+"""What the asyncio clients share (:class:`AsyncRouted`), and their route-change
+notifications, delivered on the event loop.
 
-Responsible for: turning the application's ``on_route_change`` callback (a
+Responsible for: the executor, router and client properties and ``async with`` of
+both asyncio clients, and turning the application's ``on_route_change`` callback (a
 coroutine function or a plain function) into the listener the blocking routed
 client calls from the thread that applied the switch (an executor thread): the
 callback is scheduled on the loop and the switch does not wait for it.
@@ -9,13 +11,16 @@ callback is scheduled on the loop and the switch does not wait for it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
+from kbear._identity import Client
 from kbear._route import Route
-from kbear.aio._calls import keep_task
+from kbear.aio._calls import Calls, keep_task
+from kbear.router import Router
 
 log = logging.getLogger("kbear.aio")
 
@@ -43,3 +48,47 @@ def loop_route_listener(
         loop.call_soon_threadsafe(start, old, new)
 
     return listener
+
+
+class AsyncRouted:
+    """The part of :class:`~kbear.aio.RoutedAIOProducer` and
+    :class:`~kbear.aio.RoutedAIOConsumer` that only reads the blocking routed
+    client they drive (``routed``) and their executor calls (``_calls``)."""
+
+    _calls: Calls
+
+    @property
+    def routed(self) -> Any:
+        """The blocking routed client this one drives."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Close the client (each asyncio client says what that does)."""
+        raise NotImplementedError
+
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        """The executor the blocking calls run in (as confluent-kafka's ``executor`` attribute)."""
+        return self._calls.executor
+
+    @property
+    def router(self) -> Router:
+        """The router the routes come from."""
+        return self.routed.router  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self.routed.client  # type: ignore[no-any-return]
+
+    def on_route_change(self, callback: Callable[[Route, Route | None], Any]) -> None:
+        """Call ``callback(old_route, new_route)`` (a coroutine function or a plain
+        function) on the event loop when a topic in use has switched clusters;
+        the switch does not wait for it. What it raises is logged."""
+        self.routed.on_route_change(loop_route_listener(self._calls.loop, callback))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()

@@ -19,14 +19,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.aio._batch import Batch, MessageBuffer
 from kbear.aio._calls import Calls, keep_task, wrap_config_callbacks
-from kbear.aio._notify import loop_route_listener
+from kbear.aio._notify import AsyncRouted
 from kbear.producer import RoutedProducer
 from kbear.router import Router
 
@@ -37,7 +37,7 @@ _CONFIG_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb")
 _REPORT_POLL_S = 0.05
 
 
-class RoutedAIOProducer:
+class RoutedAIOProducer(AsyncRouted):
     """A routed ``confluent_kafka.aio.AIOProducer``: same constructor, methods,
     arguments, results and exceptions, over a :class:`kbear.RoutedProducer`.
 
@@ -104,39 +104,12 @@ class RoutedAIOProducer:
         """The blocking :class:`kbear.RoutedProducer` this producer drives."""
         return self._producer
 
-    @property
-    def executor(self) -> concurrent.futures.Executor:
-        """The executor the blocking calls run in (as confluent-kafka's ``executor`` attribute)."""
-        return self._calls.executor
-
-    @property
-    def router(self) -> Router:
-        """The router the routes come from."""
-        return self._producer.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._producer.client
-
     def route(self, topic: str) -> Route:
         """The route of ``topic`` (as :meth:`kbear.RoutedProducer.route`; no I/O
         beyond the router's cache). Raises ``NoRouteError``."""
         return self._producer.route(topic)
 
-    def on_route_change(self, callback: Callable[[Route, Route | None], Any]) -> None:
-        """Call ``callback(old_route, new_route)`` (a coroutine function or a plain
-        function) on the event loop when a topic in use has switched clusters;
-        the switch does not wait for it. What it raises is logged."""
-        self._producer.on_route_change(loop_route_listener(self._calls.loop, callback))
-
     # ------------------------------------------------------------------ lifecycle
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
 
     def __len__(self) -> int:
         """Messages not yet delivered: buffered here plus queued or in flight in

@@ -17,6 +17,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,26 +111,21 @@ def _entry_id(item: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+@dataclass(eq=False)
 class _Loader:
-    def __init__(
-        self,
-        directory: Path | None,
-        environ: Mapping[str, str] | None,
-        documents: Mapping[str, Any] | None = None,
-    ) -> None:
-        # Either a directory whose files are read, or the parsed documents by file name.
-        self.directory = directory
-        self.documents = documents
-        self.environ = environ  # None: ``${NAME}`` and ``$${`` kept as written
-        self.problems: list[ConfigProblem] = []
-        self.hash = hashlib.sha256()
-        # Every cluster id written in clusters.yaml (valid entries or not), and
-        # whether that file could be read as a list at all: rules are checked
-        # against these ids, so an empty cluster list refuses every rule.
-        self.cluster_ids: set[str] = set()
-        self.clusters_listed = False
-        #: (entry, reason) of rules of no kind: they take part in no lookup
-        self.ignored: list[tuple[str, str]] = []
+    # Either a directory whose files are read, or the parsed documents by file name.
+    directory: Path | None
+    environ: Mapping[str, str] | None  # None: ``${NAME}`` and ``$${`` kept as written
+    documents: Mapping[str, Any] | None = None
+    problems: list[ConfigProblem] = field(default_factory=list)
+    hash: Any = field(default_factory=hashlib.sha256)
+    # Every cluster id written in clusters.yaml (valid entries or not), and
+    # whether that file could be read as a list at all: rules are checked
+    # against these ids, so an empty cluster list refuses every rule.
+    cluster_ids: set[str] = field(default_factory=set)
+    clusters_listed: bool = False
+    #: (entry, reason) of rules of no kind: they take part in no lookup
+    ignored: list[tuple[str, str]] = field(default_factory=list)
 
     def problem(self, file: str, entry: str | None, message: str) -> None:
         self.problems.append(ConfigProblem(file, entry, message))

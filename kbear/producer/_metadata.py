@@ -5,6 +5,7 @@ or the one cluster in use)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kbear._base import not_one_cluster, rename_metadata
@@ -15,6 +16,7 @@ from kbear.config import KBearConfig
 from kbear.producer._cluster import ClusterProducer, single_cluster
 
 
+@dataclass(eq=False)
 class Metadata:
     """The metadata calls of :class:`~kbear.RoutedProducer`.
 
@@ -26,19 +28,11 @@ class Metadata:
         client: the client the routes are looked up for.
     """
 
-    def __init__(
-        self,
-        clients: ClientRegistry[ClusterProducer],
-        routes: Mapping[str, Route],
-        route: Callable[[str], Route],
-        config: Callable[[], KBearConfig],
-        client: Client,
-    ) -> None:
-        self._clients = clients
-        self._routes = routes
-        self.route = route
-        self._config = config
-        self._client = client
+    _clients: ClientRegistry[ClusterProducer]
+    _routes: Mapping[str, Route]
+    route: Callable[[str], Route]
+    _config: Callable[[], KBearConfig]
+    _client: Client
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         """Cluster metadata, as ``confluent_kafka.Producer.list_topics``.

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from kbear import _events
 from kbear._base import no_route
@@ -31,6 +32,7 @@ from kbear.producer._takeback import TakeBack
 log = logging.getLogger("kbear.producer")
 
 
+@dataclass(eq=False)
 class ReloadApplier:
     """Moves a RoutedProducer's topics to their routes after a reload.
 
@@ -48,28 +50,18 @@ class ReloadApplier:
             failovers the operator decided about since (they leave ``failed``).
     """
 
-    def __init__(
-        self,
-        table: RouteTable,
-        clients: ClientRegistry[ClusterProducer],
-        lookup: Callable[[str], Route],
-        config: Callable[[], KBearConfig],
-        client: Client,
-        drain_timeout_s: float,
-        notify: Callable[[Route, Route | None], None],
-        failed: set[str] | None = None,
-        release: Callable[[], None] | None = None,
-    ) -> None:
-        self._table = table
-        self._clients = clients
-        self._lookup = lookup
-        self._config = config
-        self._client = client
-        self._drain_timeout_s = drain_timeout_s
-        self._notify = notify
-        self._failed: set[str] = set() if failed is None else failed
+    _table: RouteTable
+    _clients: ClientRegistry[ClusterProducer]
+    _lookup: Callable[[str], Route]
+    _config: Callable[[], KBearConfig]
+    _client: Client
+    _drain_timeout_s: float
+    _notify: Callable[[Route, Route | None], None]
+    _failed: set[str] = field(default_factory=set)
+    _release: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
         self._take_back = TakeBack(self._send_for)
-        self._release = release
 
     def apply(self, pinned: str | None) -> None:
         """Move every topic whose route changed; ``pinned``: the cluster produce() was
@@ -190,6 +182,7 @@ class ReloadApplier:
         self._clients.release_retired(lambda e: len(e.producer) > 0)
 
 
+@dataclass(eq=False)
 class Routing:
     """Routes a RoutedProducer's topics at first use and applies pending reloads, under
     the producer's lock, in the caller's thread.
@@ -206,27 +199,15 @@ class Routing:
         client: the client the routes are looked up for.
     """
 
-    def __init__(
-        self,
-        state: ProducerState,
-        lock: threading.RLock,
-        table: RouteTable,
-        clients: ClientRegistry[ClusterProducer],
-        binding: ProduceBinding,
-        moves: ReloadApplier,
-        lookup: Callable[[str], Route],
-        config: Callable[[], KBearConfig],
-        client: Client,
-    ) -> None:
-        self._state = state
-        self._lock = lock
-        self._table = table
-        self._clients = clients
-        self._binding = binding
-        self._moves = moves
-        self._lookup = lookup
-        self._config = config
-        self._client = client
+    _state: ProducerState
+    _lock: threading.RLock
+    _table: RouteTable
+    _clients: ClientRegistry[ClusterProducer]
+    _binding: ProduceBinding
+    _moves: ReloadApplier
+    _lookup: Callable[[str], Route]
+    _config: Callable[[], KBearConfig]
+    _client: Client
 
     def apply_changes(self) -> None:
         """Apply a pending reload (a no-op when another thread did meanwhile)."""

@@ -13,6 +13,7 @@ while a reload is pending or a transaction is open.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -110,6 +111,7 @@ def _remapped_send(produce: Send, logical: str) -> Send:
     return send
 
 
+@dataclass(eq=False)
 class ProduceBinding:
     """Binds a RoutedProducer's ``produce`` fast path (or unbinds it).
 
@@ -128,27 +130,16 @@ class ProduceBinding:
             ``produce`` finds it.
     """
 
-    def __init__(
-        self,
-        state: ProducerState,
-        table: RouteTable,
-        clients: ClientRegistry[ClusterProducer],
-        config: Callable[[], KBearConfig],
-        client: Client,
-        hooked: Callable[[], bool],
-        route_and_produce: Send,
-        store: Callable[[Send | None], None],
-    ) -> None:
-        self._state = state
-        self._table = table
-        self._clients = clients
-        self._config = config
-        self._client = client
-        self._hooked = hooked
-        self._route_and_produce = route_and_produce
-        self._store = store
-        #: the cluster produce() is pinned to (every route goes there), else None
-        self.pinned: str | None = None
+    _state: ProducerState
+    _table: RouteTable
+    _clients: ClientRegistry[ClusterProducer]
+    _config: Callable[[], KBearConfig]
+    _client: Client
+    _hooked: Callable[[], bool]
+    _route_and_produce: Send
+    _store: Callable[[Send | None], None]
+    #: the cluster produce() is pinned to (every route goes there), else None
+    pinned: str | None = field(default=None, init=False)
 
     def bind(self) -> None:
         """Bind produce() to the one cluster's client when the configuration proves

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -27,6 +28,7 @@ from kbear.producer._cluster import ClusterProducer
 from kbear.producer._state import ProducerState
 
 
+@dataclass(eq=False)
 class Transactions:
     """``init_transactions`` ... ``abort_transaction`` of a RoutedProducer over its clusters.
 
@@ -42,31 +44,20 @@ class Transactions:
         rebind: binds produce()'s fast path again (a transaction opened or ended).
     """
 
-    def __init__(
-        self,
-        state: ProducerState,
-        clients: ClientRegistry[ClusterProducer],
-        routes: Mapping[str, Route],
-        lock: threading.RLock,
-        native: Mapping[str, Any],
-        home: Callable[[], ClusterProducer | None],
-        route: Callable[[str], Route],
-        rebind: Callable[[], None],
-    ) -> None:
-        self._state = state
-        self._clients = clients
-        self._routes = routes
-        self._lock = lock
-        self._native = native
-        self._home = home
-        self.route = route
-        self._pin = rebind
-        self._txn_initialized: set[str] = set()  # clusters whose client ran init_transactions
-        #: clusters whose init_transactions raised (timed out: librdkafka goes on with it)
-        self._txn_init_unfinished: set[str] = set()
-        self._txn_init_called = False
-        self._txn_init_timeout: float | None = None
-        self._txn_cluster: str | None = None  # the cluster the open transaction runs on
+    _state: ProducerState
+    _clients: ClientRegistry[ClusterProducer]
+    _routes: Mapping[str, Route]
+    _lock: threading.RLock
+    _native: Mapping[str, Any]
+    _home: Callable[[], ClusterProducer | None]
+    route: Callable[[str], Route]
+    _rebind: Callable[[], None]
+    _txn_initialized: set[str] = field(default_factory=set, init=False)  # clusters that ran init_transactions
+    #: clusters whose init_transactions raised (timed out: librdkafka goes on with it)
+    _txn_init_unfinished: set[str] = field(default_factory=set, init=False)
+    _txn_init_called: bool = field(default=False, init=False)
+    _txn_init_timeout: float | None = field(default=None, init=False)
+    _txn_cluster: str | None = field(default=None, init=False)  # the cluster the open transaction runs on
 
     def forget(self, cluster_id: str) -> None:
         """A new client of ``cluster_id`` was built: it has not run init_transactions() yet."""
@@ -177,7 +168,7 @@ class Transactions:
                 self._txn_init_unfinished.discard(home.cluster_id)  # (its init finished)
                 self._txn_open = True
                 self._txn_cluster = home.cluster_id
-                self._pin()
+                self._rebind()
                 return
             self._require_transactional_id()
             if not self._txn_init_called:
@@ -186,7 +177,7 @@ class Transactions:
                 raise self._state_error("a transaction is already open")
             self._txn_open = True
             self._txn_cluster = None
-            self._pin()
+            self._rebind()
 
     def send_offsets_to_transaction(
         self, positions: list[Any], group_metadata: Any, timeout: float | None = None
@@ -262,7 +253,7 @@ class Transactions:
             getattr(producer, method)(*self._timeout_args(timeout))
         self._txn_open = False
         self._txn_cluster = None
-        self._pin()
+        self._rebind()
 
     def _entry(self, cluster_id: str) -> ClusterProducer:
         entry = self._clients.get(cluster_id)
