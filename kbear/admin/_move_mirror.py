@@ -19,7 +19,7 @@ from typing import Any
 from kbear._route import Route
 from kbear.admin._move_state import TopicState
 from kbear.config import KBearConfig, MirrorKind
-from kbear.mirror import read_mirror, translate_group
+from kbear.mirror import read_mirror
 
 __all__ = ["MirroredStart", "mirrored_starts"]
 
@@ -116,15 +116,7 @@ def mirrored_starts(
         timeout_s=timeout_s,
     )
     remote = failover.remote_topic(now.topic)
-    starts = translate_group(
-        group,
-        now.topic,
-        remote,
-        partitions,
-        upstream=upstream,
-        checkpoints=view.checkpoints,
-        syncs=view.syncs,
-    )
+    starts = view.translate(group, failover, now.topic, partitions, upstream)
     out = []
     for p in partitions:
         latest = view.syncs.latest(now.topic, p)

@@ -87,8 +87,10 @@ class OffsetSync:
 class _Reader:
     """Reads Kafka protocol types from ``data``; errors name ``what`` (the record part)."""
 
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
+    def __init__(self, data: bytes | None, what: str) -> None:
+        if data is None:
+            raise MirrorRecordError(f"{what}: null (MirrorMaker 2 writes no null key or value)")
+        self.data = bytes(data)
         self.what = what
         self.at = 0
 
@@ -134,12 +136,6 @@ class _Reader:
             raise MirrorRecordError(f"{self.what}: {left} bytes left over after the record ({total} in all)")
 
 
-def _bytes(data: bytes | None, what: str) -> bytes:
-    if data is None:
-        raise MirrorRecordError(f"{what}: null (MirrorMaker 2 writes no null key or value)")
-    return bytes(data)
-
-
 def _string(text: str, field: str) -> bytes:
     raw = text.encode("utf-8")
     if len(raw) > _MAX_STRING:
@@ -161,10 +157,10 @@ def decode_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
         MirrorRecordError: a null, short or over-long key or value, a null or
             non-UTF-8 string, or a value version other than :data:`CHECKPOINT_VERSION`.
     """
-    k = _Reader(_bytes(key, "checkpoint key"), "checkpoint key")
+    k = _Reader(key, "checkpoint key")
     group, topic, partition = k.string("group"), k.string("topic"), k.int32("partition")
     k.done()
-    v = _Reader(_bytes(value, "checkpoint value"), "checkpoint value")
+    v = _Reader(value, "checkpoint value")
     version = v.int16("version")
     if version != CHECKPOINT_VERSION:
         raise MirrorRecordError(
@@ -203,10 +199,10 @@ def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
     Raises:
         MirrorRecordError: a null, short or over-long key or value, a null or non-UTF-8 topic.
     """
-    k = _Reader(_bytes(key, "offset sync key"), "offset sync key")
+    k = _Reader(key, "offset sync key")
     topic, partition = k.string("topic"), k.int32("partition")
     k.done()
-    v = _Reader(_bytes(value, "offset sync value"), "offset sync value")
+    v = _Reader(value, "offset sync value")
     upstream, downstream = v.int64("upstream offset"), v.int64("downstream offset")
     v.done()
     return OffsetSync(topic, partition, upstream, downstream)

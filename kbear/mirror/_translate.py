@@ -112,19 +112,16 @@ class OffsetSyncIndex:
 
     def latest(self, topic: str, partition: int) -> OffsetSync | None:
         """The newest sync of source ``topic``/``partition``, if any."""
-        got = self._syncs.get((topic, partition))
-        if not got or not got[0]:
+        ups, downs = self._syncs.get((topic, partition), ([], []))
+        if not ups:
             return None
-        return OffsetSync(topic, partition, got[0][-1], got[1][-1])
+        return OffsetSync(topic, partition, ups[-1], downs[-1])
 
     def anchor_of(self, topic: str, partition: int, upstream: int, downstream: int) -> int | None:
         """The upstream offset of the sync that translates ``upstream`` to ``downstream``
         by MirrorMaker 2's rule (the latest such sync at or before ``upstream``): the
         sync a checkpoint was made through; None when no sync known here does."""
-        got = self._syncs.get((topic, partition))
-        if not got:
-            return None
-        ups, downs = got
+        ups, downs = self._syncs.get((topic, partition), ([], []))
         for at in range(bisect.bisect_right(ups, upstream) - 1, -1, -1):
             if downs[at] + (ups[at] < upstream) == downstream:
                 return ups[at]
@@ -136,10 +133,7 @@ class OffsetSyncIndex:
         """The oldest sync of source ``topic``/``partition`` at or after ``upstream``:
         every record up to its upstream offset is on the target, at or before its
         downstream offset (None: no sync that far yet)."""
-        got = self._syncs.get((topic, partition))
-        if not got:
-            return None
-        ups, downs = got
+        ups, downs = self._syncs.get((topic, partition), ([], []))
         at = bisect.bisect_left(ups, upstream)
         if at == len(ups):
             return None
@@ -149,10 +143,7 @@ class OffsetSyncIndex:
         """Source ``topic``/``partition`` offset ``upstream`` on the target, as
         (downstream offset, upstream offset of the sync used); None when no sync is
         at or before ``upstream`` (too far back to translate)."""
-        got = self._syncs.get((topic, partition))
-        if not got:
-            return None
-        ups, downs = got
+        ups, downs = self._syncs.get((topic, partition), ([], []))
         at = bisect.bisect_right(ups, upstream) - 1
         if at < 0:
             return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 
 from kbear._clients import ClientRegistry, Deadline
 from kbear._lost import LostWatch
@@ -56,6 +57,7 @@ def failover_lookup(
     return route
 
 
+@dataclass(eq=False)
 class ClientFailover:
     """Applies the lost-cluster policy to one RoutedProducer's clusters
     (:class:`kbear._lost.LostWatch`).
@@ -70,22 +72,17 @@ class ClientFailover:
         clock: monotonic seconds (tests give their own).
     """
 
-    def __init__(
-        self,
-        enabled: bool,
-        after_ms: int,
-        state: ProducerState,
-        clients: ClientRegistry[ClusterProducer],
-        config: Callable[[], KBearConfig],
-        unbind: Callable[[], None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.enabled = enabled
-        self._watch = LostWatch("producer", enabled, after_ms, config, log, clock, failed=state.failed)
-        self._state = state
-        self._clients = clients
-        self._unbind = unbind
-        self._config = config
+    enabled: bool
+    after_ms: InitVar[int]
+    _state: ProducerState
+    _clients: ClientRegistry[ClusterProducer]
+    _config: Callable[[], KBearConfig]
+    _unbind: Callable[[], None]
+    clock: InitVar[Callable[[], float]] = time.monotonic
+
+    def __post_init__(self, after_ms: int, clock: Callable[[], float]) -> None:
+        failed = self._state.failed
+        self._watch = LostWatch("producer", self.enabled, after_ms, self._config, log, clock, failed=failed)
 
     def observe_down(self, cluster_id: str, reachable: bool) -> None:
         """A client of ``cluster_id`` reported every broker down (``reachable`` False:
