@@ -22,7 +22,8 @@ thread:
   ends the same way (a hold without a look-up simply ends then);
 - a revocation (:meth:`Holds.release`) resumes the revoked partitions (still
   assigned while ``on_revoke`` runs: one assigned again later must not stay
-  paused) and forgets them; the consumer's close forgets everything.
+  paused) and forgets them; the consumer's close forgets everything (its owner
+  may still use the holds' look-ups: :meth:`Holds.close`).
 
 Nothing is lost: a held partition is read from its start, or from librdkafka's.
 """
@@ -225,9 +226,12 @@ class Holds:
         if hold.ended is not None:
             hold.ended(hold, sought, how, fell_back)
 
-    def close(self) -> None:
-        """The consumer closes: nothing more is sought nor resumed."""
-        for hold in self._holds:
-            if hold.lookup is not None:
+    def close(self, *, keep_look_ups: bool = False) -> list[Hold]:
+        """The consumer closes: nothing more is sought nor resumed. Returns the holds
+        dropped; their look-ups are cancelled unless ``keep_look_ups`` (the owner
+        still wants their answers)."""
+        holds, self._holds = self._holds, []
+        for hold in holds:
+            if hold.lookup is not None and not keep_look_ups:
                 hold.lookup.cancel()
-        self._holds.clear()
+        return holds

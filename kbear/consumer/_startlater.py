@@ -27,7 +27,11 @@ that work out of the polling thread, holding the partitions as the take-overs do
 - a revocation before the translation was applied resumes the revoked partitions
   (still assigned while ``on_revoke`` runs: one assigned again later must not stay
   paused), forgets them, and hands the topic's plan back for the next assignment
-  (``on_revoke`` returns the plans to keep): the translation is made again there.
+  (``on_revoke`` returns the plans to keep): the translation is made again there;
+- the consumer's close before the translation was applied still commits it (waited
+  for at most until the hold would give up), before the clients leave their
+  groups: a consumer closed right after a failover does not lose the group's
+  start there.
 
 Nothing of a moved topic is delivered before its start is known, so per-key order
 and the no-loss guarantees of the synchronous start hold.
@@ -102,6 +106,7 @@ class LaterStarts:
         self._translate = translate
         self._commit = commit
         self._give_up_s = give_up_s
+        self._clock = clock
         self._holds = Holds(clock)
         #: called when a start is deferred: the consumer's next calls must take the
         #: poll loop, whose work between calls applies it (unbinds the fast paths)
@@ -178,5 +183,38 @@ class LaterStarts:
             self._commit(hold.entry, sought, "of the translated start offsets")
 
     def close(self) -> None:
-        """The consumer closes: nothing more is sought nor resumed."""
-        self._holds.close()
+        """The consumer closes: nothing more is sought nor resumed, but the translated
+        starts not applied yet are committed all the same (asynchronously; the client's
+        close waits for the commit, as for ``enable.auto.commit``'s last one): a
+        member starting on the cluster later starts there, not from
+        ``auto.offset.reset``. A translation still being read is waited for, at most
+        until its hold would have given up (the consumer's close waits for its
+        background thread anyway); one that fails or is not read by then is left.
+        Called before the clients leave their groups."""
+        for hold in self._holds.close(keep_look_ups=True):
+            offsets = hold.offsets
+            if offsets is None and hold.lookup is not None:
+                try:
+                    offsets = hold.lookup.result(timeout=max(0.0, hold.give_up_at - self._clock()))
+                except Exception as exc:  # a failed, cancelled or late look-up: nothing to commit
+                    hold.lookup.cancel()
+                    log.warning(
+                        "kbear: translated start of %s on cluster %r not committed at close: %r",
+                        sorted(hold.tag),
+                        hold.entry.cluster_id,
+                        exc,
+                    )
+                    continue
+            starts = [
+                TopicPartition(tp.topic, tp.partition, o)
+                for tp in hold.parts
+                if (o := (offsets or {}).get((tp.topic, tp.partition), -1)) >= 0
+            ]
+            if starts:
+                log.info(
+                    "kbear: translated start of %s on cluster %r committed at close: %s",
+                    sorted(hold.tag),
+                    hold.entry.cluster_id,
+                    starts,
+                )
+                self._commit(hold.entry, starts, "of the translated start offsets at close")

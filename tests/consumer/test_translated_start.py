@@ -7,6 +7,7 @@ skipping nothing; the drain of a dead cluster ends at once; and a fail-back
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -317,6 +318,54 @@ def test_a_member_moving_after_another_starts_from_what_the_group_committed_on_w
         east.set_broker_up(1)
 
 
+def slow_mirror(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """A mirror slow to read (its bound: 10 s a read): the translated start's read
+    sets ``entered``, then waits for ``release`` (20 s at most) before reading."""
+    entered, release = threading.Event(), threading.Event()
+    real = _translated.read_mirror
+
+    def slow_read_mirror(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_translated, "read_mirror", slow_read_mirror)
+    return entered, release
+
+
+MANUAL = {"enable.auto.commit": False}
+
+
+def read_all_then_move(
+    east: EmbeddedCluster, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
+) -> tuple[list[bytes], RoutedConsumer]:
+    """60 messages produced on east, all read and committed there by a member of the
+    topic's group (manual commits), mirrored and checkpointed; then the topic is
+    moved to west (the member not polled since)."""
+    topic, directory, router, replicator = mirrored
+    sent = produce(east, topic, "e", 60)
+    first = consumer_of(router, closing, topic + ".group", **MANUAL)
+    first.subscribe([topic])
+    assert len(read_some(first, len(sent))) == len(sent)  # all read and committed on east
+    replicator.copy()
+    assert replicator.checkpoint(topic + ".group")
+    rewrite_rules(directory, on_west(topic))
+    assert router.reload() is True
+    return sent, first
+
+
+def joining_rereads(
+    mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any], sent: list[bytes]
+) -> None:
+    """A member of the group started on west after the first closed reads again at
+    most the mirror's sync lag per partition, not the 60 mirrored messages."""
+    topic, _directory, router, replicator = mirrored
+    second = consumer_of(router, closing, topic + ".group", **MANUAL)
+    second.subscribe([topic])
+    again = consume_until(second, len(sent), timeout=5)
+    assert len(again) <= sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), len(again)
+
+
 def test_a_member_joining_after_the_move_starts_at_the_translation_not_auto_offset_reset(
     two_clusters: Clusters, mirrored: tuple[str, Path, Router, Replicator], closing: Callable[[Any], Any]
 ) -> None:
@@ -326,31 +375,50 @@ def test_a_member_joining_after_the_move_starts_at_the_translation_not_auto_offs
     from MirrorMaker 2's ``sync.group.offsets``, and not from ``auto.offset.reset``
     (which replays the whole mirrored partition): kbear commits the translated start
     of a partition without a committed offset on west."""
-    east, _west = two_clusters
-    topic, directory, router, replicator = mirrored
-    sent = produce(east, topic, "e", 60)
-    group = topic + ".group"
-    manual = {"enable.auto.commit": False}
-    first = consumer_of(router, closing, group, **manual)
-    first.subscribe([topic])
-    assert len(read_some(first, len(sent))) == len(sent)  # all read and committed on east
-    replicator.copy()
-    assert replicator.checkpoint(group)
-
-    rewrite_rules(directory, on_west(topic))
-    assert router.reload() is True
+    topic = mirrored[0]
+    sent, first = read_all_then_move(two_clusters[0], mirrored, closing)
     deadline = time.monotonic() + 20
     while first.routes()[topic].cluster_id != "west" and time.monotonic() < deadline:
         first.consume(10, 0.1)
     assert first.routes()[topic].cluster_id == "west"
     first.consume(100, 1.0)  # the re-reads past the checkpoint (the sync lag), never committed
     first.close()
+    joining_rereads(mirrored, closing, sent)
 
-    second = consumer_of(router, closing, group, **manual)
-    second.subscribe([topic])
-    again = consume_until(second, len(sent), timeout=5)
-    # at most the mirror's sync lag per partition, not the 60 mirrored messages again
-    assert len(again) <= sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), len(again)
+
+@pytest.mark.parametrize("when", ["reading", "applied"])
+def test_a_member_closed_right_after_the_move_still_commits_its_translated_start(
+    two_clusters: Clusters,
+    mirrored: tuple[str, Path, Router, Replicator],
+    closing: Callable[[Any], Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    when: str,
+) -> None:
+    """A member closed on west right after the move, so that a member starting there
+    later does not replay the mirrored partitions from ``auto.offset.reset``:
+    ``reading``: while the mirror is still read (a slow mirror, a busy machine), its
+    close waits for the translation (as it waits for its background thread) and
+    commits it; ``applied``: at once after the translated start was applied, its
+    commit sent and not yet answered, the close keeps the commit."""
+    caplog.set_level(logging.INFO, logger="kbear.consumer")
+    entered, release = slow_mirror(monkeypatch)
+    if when == "applied":
+        release.set()
+    sent, first = read_all_then_move(two_clusters[0], mirrored, closing)
+
+    def reached() -> bool:
+        if when == "reading":
+            return entered.is_set()
+        return any(r.getMessage().startswith("kbear: translated start of") for r in caplog.records)
+
+    deadline = time.monotonic() + 20
+    while not reached() and time.monotonic() < deadline:
+        first.poll(0.01)
+    assert reached()
+    threading.Timer(0.5, release.set).start()  # (reading) the read ends while close() runs
+    first.close()
+    joining_rereads(mirrored, closing, sent)
 
 
 def test_poll_keeps_its_timeout_while_the_mirror_is_read_and_then_starts_at_the_translation(
@@ -371,15 +439,7 @@ def test_poll_keeps_its_timeout_while_the_mirror_is_read_and_then_starts_at_the_
     group = topic + ".group"
     assert replicator.checkpoint(group)
 
-    entered, release = threading.Event(), threading.Event()
-    real = _translated.read_mirror
-
-    def slow_read_mirror(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        release.wait(20)  # a mirror slow to read (its bound: 10 s a read)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_translated, "read_mirror", slow_read_mirror)
+    entered, release = slow_mirror(monkeypatch)
     rewrite_rules(directory, on_west(topic))
     assert router.reload() is True
     rest: list[Any] = []
