@@ -21,6 +21,7 @@ at most 500) per page, ``before`` the id of the last entry of the previous page.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import logging
@@ -29,11 +30,11 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbear.config import CONFIG_FILES, KBearConfig
+from kbear.server.holder import iso
 
 if TYPE_CHECKING:
     from kbear.server.holder import ConfigHolder
@@ -93,18 +94,9 @@ class AuditEntry:
 
     def as_json(self) -> dict[str, Any]:
         """The entry as ``GET /audit`` answers it (camelCase)."""
-        return {
-            "id": self.id,
-            "at": datetime.fromtimestamp(self.at, UTC).isoformat(timespec="milliseconds"),
-            "kind": self.kind,
-            "who": self.who,
-            "action": self.action,
-            "target": self.target,
-            "plan": self.plan,
-            "outcome": self.outcome,
-            "digest": self.digest,
-            "previousDigest": self.previous_digest,
-        }
+        answer = {**dataclasses.asdict(self), "at": iso(self.at)}
+        answer["previousDigest"] = answer.pop("previous_digest")
+        return answer
 
 
 def files_diff(old: Mapping[str, str], new: Mapping[str, str]) -> str:

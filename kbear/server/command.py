@@ -144,9 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 return _fail(
                     f"--fleet-store: expected sqlite:///FILE or postgresql://..., got {args.fleet_store!r}"
                 )
-            path = args.fleet_store or args.fleet_db
-            if path is None:
-                path = str(shared / "fleet.db")
+            path = args.fleet_store or args.fleet_db or str(shared / "fleet.db")
             fleet = {"path": path, "ttl_s": args.fleet_ttl, "max_entries": args.fleet_max_entries}
             try:
                 FleetRecorder(**fleet)  # creates the file and its tables before the workers open it

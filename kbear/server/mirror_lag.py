@@ -14,6 +14,7 @@ the background (:class:`kbear.server.clusters.ClusterBoard`).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,10 +53,7 @@ class MirrorLag:
         return {
             "readAt": self.read_at,
             "error": self.error or None,
-            "groups": [
-                {"group": g.group, "topic": g.topic, "lag": g.lag, "partitions": g.partitions}
-                for g in self.groups
-            ],
+            "groups": [dataclasses.asdict(g) for g in self.groups],
         }
 
 

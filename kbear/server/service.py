@@ -146,33 +146,24 @@ class _Answering:
     def take(self, item: str, route: Route) -> bool:
         """Add what ``route`` names; False (the item noted as refused) when this
         client cannot use it."""
-        config = self.config
+        config, cluster_id = self.config, route.cluster_id
         if self.kbear_client:
-            _add_cluster(config, self.clusters, route.cluster_id)
-        else:
-            if route.remapped:
-                self.refused.append(
-                    (
-                        ErrorCode.REMAP_NOT_APPLICABLE,
-                        f"{item}: rule '{route.rule_id}' routes it to topic '{route.topic}' on cluster "
-                        f"'{route.cluster_id}', a remap this client does not apply "
-                        f"(kbear's clients send Client.meta '{KBEAR_CLIENT_KEY}')",
-                    )
-                )
+            _add_cluster(config, self.clusters, cluster_id)
+        elif route.remapped:
+            reason = (
+                f"{item}: rule '{route.rule_id}' routes it to topic '{route.topic}' on cluster "
+                f"'{cluster_id}', a remap this client does not apply "
+                f"(kbear's clients send Client.meta '{KBEAR_CLIENT_KEY}')"
+            )
+            self.refused.append((ErrorCode.REMAP_NOT_APPLICABLE, reason))
+            return False
+        elif cluster_id not in self.clusters:
+            try:
+                self.clusters[cluster_id] = _resolved_cluster(config, cluster_id, self.environ)
+            except UnsetVariableError as exc:
+                reason = f"{item}: cluster '{cluster_id}': {exc} on the server"
+                self.refused.append((ErrorCode.UNRESOLVED_PLACEHOLDER, reason))
                 return False
-            if route.cluster_id not in self.clusters:
-                try:
-                    self.clusters[route.cluster_id] = _resolved_cluster(
-                        config, route.cluster_id, self.environ
-                    )
-                except UnsetVariableError as exc:
-                    self.refused.append(
-                        (
-                            ErrorCode.UNRESOLVED_PLACEHOLDER,
-                            f"{item}: cluster '{route.cluster_id}': {exc} on the server",
-                        )
-                    )
-                    return False
         if route.topic not in self.topics:
             self.topics[route.topic] = _topic(config, route.topic)
         return True
