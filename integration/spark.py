@@ -100,4 +100,51 @@ def session(jars: list[Path] | None) -> SparkSession:
     return spark
 
 
-__all__ = ["JvmUnavailable", "connector_jars", "java_version", "pyspark_jars_dir", "session"]
+def child_env(config: object, *, master: str | None = None, jars: list[Path] | None = None) -> dict[str, str]:
+    """The environment of a Spark application the tests run as a child process (the
+    pipeline example, a job of their own): ``KBEAR_CONFIG`` (``config``), this
+    interpreter for its Python workers, Spark's Kafka connector (``KBEAR_SPARK_JARS``)
+    when ``jars`` are given, a cluster manager (``KBEAR_SPARK_MASTER``) when
+    ``master`` is, and 120 s for a Python worker to connect back (Spark's default 15 s
+    is too short on a loaded 2-core machine)."""
+    env = {**os.environ, "KBEAR_CONFIG": str(config), "PYSPARK_PYTHON": sys.executable}
+    env["PYSPARK_SUBMIT_ARGS"] = "--conf spark.python.authenticate.socketTimeout=120s pyspark-shell"
+    env.pop("KBEAR_SPARK_JARS", None)
+    env.pop("KBEAR_SPARK_MASTER", None)
+    if jars:
+        env["KBEAR_SPARK_JARS"] = ",".join(str(j) for j in jars)
+    if master is not None:
+        env["KBEAR_SPARK_MASTER"] = master
+    return env
+
+
+def run_pipeline_example(env: dict[str, str], messages: int, timeout_s: int) -> tuple[str, dict[str, int]]:
+    """Run ``examples/spark_pipeline.py --produce`` with ``env`` (:func:`child_env`);
+    its output and the counts per topic it printed. Fails the test when it fails."""
+    import ast
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "spark_pipeline.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--produce", "--messages", str(messages), "--timeout", str(timeout_s)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s + 180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    prefix = "counted per topic (from the routed 'stats' topic): "
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith(prefix)]
+    # the counts the example printed, read back as a dict (its order is Spark's row order)
+    return done.stdout, ast.literal_eval(line[len(prefix) :].rsplit("; ", 1)[0])
+
+
+__all__ = [
+    "JvmUnavailable",
+    "child_env",
+    "connector_jars",
+    "java_version",
+    "pyspark_jars_dir",
+    "run_pipeline_example",
+    "session",
+]

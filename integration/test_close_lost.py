@@ -12,14 +12,14 @@ Runs on the ``kafka`` backend only (a broker process to kill).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 
-from integration.backends import BackendUnavailable, Cluster
+from integration.backends import Cluster
 from integration.conftest import Harness
 from integration.helpers import global_rule, write_yaml_atomically
+from integration.lost_east import spare_east
 from kbear import RoutedConsumer
 
 PARTITIONS = 2
@@ -29,13 +29,8 @@ CLOSE_S = 2.0
 
 
 @pytest.fixture
-def east(it: Harness) -> Iterator[Cluster]:
-    if it.backend.name != "kafka":
-        pytest.skip(f"a broker process to kill: the kafka backend only (this is {it.backend.name})")
-    try:
-        yield it.spare_cluster("C")
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+def east(it: Harness) -> Cluster:
+    return spare_east(it)
 
 
 def fill(bootstrap: str, topic: str) -> None:

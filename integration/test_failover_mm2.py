@@ -14,16 +14,16 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
 
-from integration.backends import BackendUnavailable, Cluster
+from integration.backends import Cluster
 from integration.conftest import Harness
-from integration.helpers import global_rule, read_topic, write_yaml_atomically
+from integration.helpers import read_topic
+from integration.lost_east import declare_failover, mirror_to_west, spare_east
 from integration.mirror import MirrorMaker2, decode_checkpoint, decode_offset_sync
 from integration.test_mirror import records, wait_until
 from kbear import RoutedConsumer, RoutedProducer
@@ -63,15 +63,8 @@ def produce(
 
 
 @pytest.fixture
-def east(it: Harness) -> Iterator[Cluster]:
-    if it.backend.name != "kafka":
-        pytest.skip(
-            f"MirrorMaker 2 and broker processes to kill: the kafka backend only (this is {it.backend.name})"
-        )
-    try:
-        yield it.spare_cluster("C")
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
+def east(it: Harness) -> Cluster:
+    return spare_east(it)
 
 
 @pytest.mark.timeout(600)  # MirrorMaker 2 takes up to ~100 s to mirror its first record on a busy machine
@@ -81,46 +74,14 @@ def test_failover_to_the_mirror_and_failback_lose_nothing(
     caplog.set_level(logging.INFO, logger="kbear")  # the translated starts, shown when an assertion fails
     topic = it.name("orders")
     group = it.name("mm2-failover")
-    east.create_topic(topic, PARTITIONS)
-    it.create_topic(topic, PARTITIONS, "B")
-    try:
-        mm2 = MirrorMaker2(
-            east,
-            it.clusters["B"],
-            tmp_path / "mm2",
-            topics=topic,
-            groups=group,
-            identity=True,
-        )
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
+    with mirror_to_west(it, east, [topic], tmp_path / "mm2", groups=group, partitions=PARTITIONS) as mm2:
         _scenario(it, east, mm2, topic, group, caplog)
-    finally:
-        mm2.close()
 
 
 def _scenario(
     it: Harness, east: Cluster, mm2: MirrorMaker2, topic: str, group: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = it.config([global_rule("east")], {"east": east.bootstrap_servers})
-    write_yaml_atomically(
-        config.path / "clusters.yaml",
-        {
-            "clusters": [
-                {
-                    "id": "east",
-                    "meta": {
-                        "bootstrap.servers": east.bootstrap_servers,
-                        "kbear.failover.to": "west",
-                        "kbear.mirror": "mm2",
-                        "kbear.mirror.replication.policy": "identity",
-                    },
-                },
-                {"id": "west", "meta": {"bootstrap.servers": it.bootstrap("B")}},
-            ]
-        },
-    )
+    config = declare_failover(it, east)
     delivery = Delivery()
     producer_conf = {"on_delivery": delivery, "kbear.failover.enable": True, "kbear.failover.after.ms": 2000}
     producer = it.producer(config, reload_ms=500, **producer_conf)

@@ -12,14 +12,9 @@ pyspark's version (``integration/spark.py``, ``jvm/spark-kafka/pom.xml``).
 
 from __future__ import annotations
 
-import ast
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -276,7 +271,7 @@ def test_the_spark_pipeline_example_runs_with_the_connector(
 ) -> None:
     """``examples/spark_pipeline.py`` on the backend's clusters (``east`` = A, ``west`` = B),
     Spark's connector given as ``KBEAR_SPARK_JARS``: its own process and SparkSession."""
-    from integration.spark import connector_jars
+    from integration.spark import child_env, connector_jars, run_pipeline_example
 
     it.create_topic("orders", 2, "A")
     it.create_topic("payments", 2, "B")
@@ -289,25 +284,6 @@ def test_the_spark_pipeline_example_runs_with_the_connector(
         ],
         clusters={"east": it.bootstrap("A"), "west": it.bootstrap("B")},
     )
-    env = {
-        **os.environ,
-        "KBEAR_CONFIG": str(conf),
-        "KBEAR_SPARK_JARS": ",".join(str(j) for j in connector_jars()),
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    example = Path(__file__).resolve().parent.parent / "examples" / "spark_pipeline.py"
-    done = subprocess.run(
-        [sys.executable, str(example), "--produce", "--messages", "300", "--timeout", "240"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "reading with Spark's Kafka connector (source=kafka)" in done.stdout
-    # the counts the example printed, read back as a dict (its order is Spark's row order)
-    prefix = "counted per topic (from the routed 'stats' topic): "
-    (line,) = [x for x in done.stdout.splitlines() if x.startswith(prefix)]
-    counted = ast.literal_eval(line[len(prefix) :].rsplit("; ", 1)[0])
+    stdout, counted = run_pipeline_example(child_env(conf, jars=connector_jars()), 300, 240)
+    assert "reading with Spark's Kafka connector (source=kafka)" in stdout
     assert counted == {"orders": 300, "payments": 300}

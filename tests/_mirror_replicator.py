@@ -114,6 +114,7 @@ class Replicator:
             key=msg.key(),  # type: ignore[attr-defined]
             partition=partition,
             headers=msg.headers(),  # type: ignore[attr-defined]
+            timestamp=msg.timestamp()[1],  # type: ignore[attr-defined]  # kept, as MirrorMaker 2 does
             on_delivery=lambda err, m: landed.append(-1 if err else m.offset()),
         )
         assert self._producer.flush(10) == 0 and landed and landed[0] >= 0

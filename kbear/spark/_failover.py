@@ -14,10 +14,11 @@ lost-cluster policy, and the start on a standby translated through its mirror.
   ``mm2`` or ``identical``, the topic being the mirror's copy) is not drained: the
   standby is read from this source's positions on the lost cluster, translated
   (:func:`mirror_start`): MirrorMaker 2's offset syncs (never past the true position:
-  what was mirrored after the sync used is read again, nothing is skipped), the same
-  offsets for an identical mirror. A partition without a translation starts at the
-  standby's earliest offset (nothing lost), or its latest with ``kbear.switch.start:
-  latest``.
+  what was mirrored after the sync used is read again, nothing is skipped), narrowed
+  to right after the copy of the last record read when found on the standby
+  (:mod:`kbear.spark._copies`), the same offsets for an identical mirror. A partition
+  without a translation starts at the standby's earliest offset (nothing lost), or its
+  latest with ``kbear.switch.start: latest``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from kbear._route import Route
 from kbear._standby import standby_route
 from kbear.config import KBearConfig, MirrorKind
 from kbear.mirror import CheckpointIndex, StartSource, read_mirror, translate_group
+from kbear.spark._copies import Mark, copy_after
+from kbear.spark._read import READER_CONF
 
 __all__ = ["META_TIMEOUT_S", "PROBE_TIMEOUT_S", "SourceFailover", "mirror_start"]
 
@@ -169,6 +172,7 @@ def mirror_start(
     properties: Callable[[str], dict[str, str]],
     old_answers: bool,
     fallback: str,
+    read: Mapping[int, Mark] | None = None,
 ) -> tuple[dict[str, int], dict[str, Any]]:
     """Where the standby ``new`` is read from after a failover from ``old``.
 
@@ -182,12 +186,16 @@ def mirror_start(
             there too when the standby holds none).
         fallback: ``earliest`` or ``latest``: where a partition without a
             translation starts (``kbear.switch.start``).
+        read: partition -> the last record read on ``old`` before the position
+            (``(offset, fingerprint)``): under MirrorMaker 2, a partition starts right
+            after its copy when found on the standby (:mod:`kbear.spark._copies`).
 
     Returns:
         (positions on ``new``: partition (str) -> offset, the translation for the
         offsets: ``{"from": {...}, "to": {...}, "mirror": kind, "partitions":
         {p: {"from": upstream or None, "to": offset, "by": checkpoint | offset-sync
-        | identical | none}}}``).
+        | record | identical | none}}}``; ``record``: after the copy of the last
+        record read).
     """
     failover = config.clusters[old.cluster_id].failover
     known = {int(p): int(o) for p, o in upstream.items() if int(o) >= 0}
@@ -208,6 +216,12 @@ def mirror_start(
         )
         for p, s in starts.items():
             by[p] = ("none", None) if s.source is StartSource.NONE else (s.source.value, s.offset)
+        for p, mark in (read or {}).items():
+            if p in by and by[p][1] is not None and p in known and mark[0] < known[p]:
+                where = ({**properties(new.cluster_id), **READER_CONF}, old.topic, new.topic, p)
+                found = copy_after(view.syncs, *where, mark)
+                if found is not None and found > (by[p][1] or 0):
+                    by[p] = ("record", found)
         if not view.complete:
             log.warning(
                 "kbear source: the mirror's offset syncs of %r were not read to their end", old.cluster_id

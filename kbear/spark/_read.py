@@ -42,16 +42,27 @@ class StandbyRead:
     """Where a range may be finished when its cluster stops answering during the read:
     ``cluster``'s standby (``properties``), the topic's copy there (``topic``), the
     mirror (``failover``: the old cluster's declaration), after ``after_s`` seconds
-    without an answer (``kbear.failover.after.ms``)."""
+    without an answer (``kbear.failover.after.ms``). ``before`` and ``last``: the
+    records read last before the range and its last record (``(offset, fingerprint)``,
+    :mod:`kbear.spark._copies`), when known, to find their copies on the standby."""
 
     def __init__(
-        self, cluster: str, properties: dict[str, str], topic: str, failover: Failover, after_s: float
+        self,
+        cluster: str,
+        properties: dict[str, str],
+        topic: str,
+        failover: Failover,
+        after_s: float,
+        before: tuple[int, str] | None = None,
+        last: tuple[int, str] | None = None,
     ):
         self.cluster = cluster
         self.properties = properties
         self.topic = topic
         self.failover = failover
         self.after_s = after_s
+        self.before = before
+        self.last = last
 
     def __repr__(self) -> str:
         return f"StandbyRead(cluster={self.cluster!r}, topic={self.topic!r}, after_s={self.after_s})"
@@ -133,6 +144,7 @@ def _rows(
 
     consumer = Consumer({**FETCH_DEFAULTS, **properties, **READER_CONF, "error_cb": on_error})
     fallback: Iterator[Any] | None = None
+    read_last: Any = None  # the last message read (its copy is looked for on the standby)
     try:
         consumer.assign([TopicPartition(topic, part.partition, start)])
         deadline = time.monotonic() + part.timeout_s
@@ -146,7 +158,7 @@ def _rows(
                     f"{next_offset}..{end} not read within {part.timeout_s} s"
                 )
             if standby is not None and down[0] and now - progress_at >= standby.after_s:
-                fallback = _standby_rows(part, standby, next_offset)
+                fallback = _standby_rows(part, standby, next_offset, read_last)
                 if fallback is not None:
                     break
                 progress_at = now  # not on the standby yet: ask again later
@@ -176,6 +188,7 @@ def _rows(
                 next_offset = offset + 1
                 good.append(msg)
             if good:
+                read_last = good[-1]
                 progress_at = time.monotonic()
                 down[0] = False
                 if part.arrow is not None:
@@ -227,9 +240,16 @@ def _row(part: RangePart, msg: Any, offset: int, cluster: str) -> tuple[Any, ...
     return (*row, cluster)
 
 
-def _standby_rows(part: RangePart, standby: StandbyRead, next_offset: int) -> Iterator[Any] | None:
+def _standby_rows(
+    part: RangePart, standby: StandbyRead, next_offset: int, read_last: Any
+) -> Iterator[Any] | None:
     """The rest of ``part`` from ``next_offset`` on, read on its standby; None when the
-    standby is not known to hold it yet."""
+    standby is not known to hold it yet. Under MirrorMaker 2 it starts right after the
+    copy of the last record read (``read_last``, else ``standby.before``) and ends with
+    the copy of the range's last record (``standby.last``) when found
+    (:func:`kbear.spark._copies.copy_after`), else it spans the offset syncs around."""
+    from kbear.spark._copies import copy_after, fingerprint
+
     failover = standby.failover
     if failover.mirror is MirrorKind.IDENTICAL:
         start, stop = next_offset, part.end
@@ -238,8 +258,18 @@ def _standby_rows(part: RangePart, standby: StandbyRead, next_offset: int) -> It
         last = view.syncs.at_or_after(part.topic, part.partition, part.end - 1)
         if last is None:
             return None
-        first = view.syncs.translate(part.topic, part.partition, next_offset)
-        start, stop = (0 if first is None else first[0]), last.downstream_offset + 1
+        where = ({**standby.properties, **READER_CONF}, part.topic, standby.topic, part.partition)
+        mark = standby.before if read_last is None else (read_last.offset(), fingerprint(read_last))
+        found = None if mark is None else copy_after(view.syncs, *where, mark)
+        if found is None:
+            first = view.syncs.translate(part.topic, part.partition, next_offset)
+            found = 0 if first is None else first[0]
+        start = found
+        end_mark = standby.last if standby.last is not None and standby.last[0] == part.end - 1 else None
+        ends = (
+            None if end_mark is None else copy_after(view.syncs, *where, end_mark, begin=start, settled=True)
+        )
+        stop = last.downstream_offset + 1 if ends is None else ends
     log.warning(
         "kbear source: cluster %r stopped answering while %s[%d] offsets %d..%d were read: read on its "
         "standby %r, %s[%d] offsets %d..%d (its mirror's copy)",

@@ -18,10 +18,11 @@ from kbear._modes import SwitchMode
 from kbear._route import NoRouteError, Route
 from kbear._switch import Progress, Switch, SwitchEngine
 from kbear._switch_report import tell
-from kbear.config import ConfigError, MirrorKind
+from kbear.config import ConfigError, Failover, MirrorKind
 from kbear.router import Router
 from kbear.spark._clusters import ClusterQuestions
-from kbear.spark._failover import SourceFailover, mirror_start
+from kbear.spark._copies import Mark, last_records
+from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, mirror_start
 from kbear.spark._options import SparkOptionsError
 from kbear.spark._read import RangePart, StandbyRead, read_range
 from kbear.spark._source_settings import SourceSettings
@@ -40,7 +41,8 @@ _OFFSET_VERSION = 1
 #           "failed": {cluster: {"at": wall-clock seconds, "decided": ISO time or null}},
 #           "translated": {logical topic: {"from": {"cluster", "topic"}, "to": {"cluster", "topic"},
 #                                         "mirror": "mm2" | "identical",
-#                                         "partitions": {partition: {"from", "to", "by"}}}}}
+#                                         "partitions": {partition: {"from", "to", "by"}}}},
+#           "last": {cluster: {physical topic: {partition: [offset, fingerprint]}}}}
 # (a drain is read until this source's positions reach the old cluster's high watermarks;
 # "then": routes the topic took meanwhile, each drained in turn before the current route;
 # "since": the drain's start, so that its duration is measured once, across micro-batches
@@ -49,7 +51,9 @@ _OFFSET_VERSION = 1
 # "failed": the clusters this query failed over itself (kbear.failover.enable), taken up
 # by a restarted query; "translated": each topic's last failover to a mirror's standby,
 # where it started there and what decided it (kbear.spark._failover.mirror_start);
-# both absent in offsets written before they were recorded)
+# "last": the last record read of each partition of a cluster mirrored by MirrorMaker 2,
+# whose copy a failover looks for on the standby (kbear.spark._copies);
+# all three absent in offsets written before they were recorded)
 Offsets = dict[str, Any]
 
 
@@ -278,6 +282,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 else:
                     wanted[(r["cluster"], r["topic"], key)] = high
         self._advance(positions, wanted, limit)
+        self._remember(new, {(c, t) for c, t, _ in wanted})
         new["failed"] = self._fo.recorded()
         if not new["failed"]:
             del new["failed"]
@@ -285,6 +290,35 @@ class KBearStreamReader(DataSourceStreamReader):
             del new["translated"]
         self._last = new
         return new
+
+    def _remember(self, new: Offsets, read: set[tuple[str, str]]) -> None:
+        """Record under ``last`` the record before each position of ``read`` (cluster,
+        physical topic) on a cluster mirrored by MirrorMaker 2 (:mod:`kbear.spark._copies`;
+        one fetch per batch that moved; a record not fetched keeps the one before)."""
+        last = new.setdefault("last", {})
+        for cluster, topic in sorted(read):
+            if cluster in self._q.silent or self._mirror(cluster, MirrorKind.MM2) is None:
+                continue
+            known = last.setdefault(cluster, {}).setdefault(topic, {})
+            due = {
+                int(p): e
+                for p, e in new["positions"][cluster][topic].items()
+                if known.get(p, [-1])[0] != e - 1
+            }
+            try:
+                got = last_records(self._q.consumer(cluster), topic, due, PROBE_TIMEOUT_S)
+            except KafkaException:
+                continue
+            known.update({str(p): list(mark) for p, mark in got.items()})
+        if not last:
+            del new["last"]
+
+    @staticmethod
+    def _mark(offsets: Offsets, cluster: str, topic: str, p: str, below: int) -> Mark | None:
+        """The record read last recorded in ``offsets`` for ``cluster``/``topic``/``p``,
+        when it is before offset ``below``."""
+        got = offsets.get("last", {}).get(cluster, {}).get(topic, {}).get(p)
+        return None if got is None or int(got[0]) >= below else (int(got[0]), str(got[1]))
 
     def _mirror_move(self, old: Route, new: Route) -> bool:
         return self._router is not None and self._fo.mirror_move(self._router.config, old, new)
@@ -300,6 +334,11 @@ class KBearStreamReader(DataSourceStreamReader):
         engine.forget([logical])
         new["draining"].pop(logical, None)
         upstream = new["positions"].get(old.cluster_id, {}).get(old.topic, {})
+        read = {
+            int(p): m
+            for p, at in upstream.items()
+            if (m := self._mark(new, old.cluster_id, old.topic, p, at))
+        }
         try:
             starts, record = mirror_start(
                 self._router.config,
@@ -310,6 +349,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 self._properties,
                 old.cluster_id not in self._fo.down and old.cluster_id not in self._q.silent,
                 self._s.switch_start,
+                read,
             )
         except KafkaException as exc:
             self._fo.unanswered(route.cluster_id, [route.topic], exc)
@@ -414,6 +454,7 @@ class KBearStreamReader(DataSourceStreamReader):
                     begin = starts.get(p)
                     if begin is None or stop <= begin:
                         continue
+                    last = self._mark(end, cluster, topic, p, stop)
                     parts.append(
                         RangePart(
                             cluster,
@@ -425,34 +466,47 @@ class KBearStreamReader(DataSourceStreamReader):
                             stop,
                             self._s.include_headers,
                             self._s.poll_timeout_s,
-                            self._standby(cluster, topic),
+                            self._standby(cluster, topic, self._mark(start, cluster, topic, p, begin), last),
                             self._arrow,
                         )
                     )
         return parts
 
-    def _standby(self, cluster: str, topic: str) -> StandbyRead | None:
-        """Where a task may finish a range of ``cluster`` that stops answering: its
-        standby when ``cluster`` is declared mirrored there (``kbear.mirror``)."""
+    def _mirror(self, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
+        """``cluster``'s failover declaration when it is mirrored to a known standby
+        (by ``kind`` when given), else None."""
         if self._router is None:
             return None
         declared = self._router.config.clusters.get(cluster)
         if declared is None:
             return None
         failover = declared.failover
-        standby = failover.standby
         if (
             failover.mirror is MirrorKind.NONE
-            or standby is None
-            or standby not in self._router.config.clusters
+            or (kind is not None and failover.mirror is not kind)
+            or failover.standby is None
+            or failover.standby not in self._router.config.clusters
         ):
             return None
+        return failover
+
+    def _standby(
+        self, cluster: str, topic: str, before: Mark | None = None, last: Mark | None = None
+    ) -> StandbyRead | None:
+        """Where a task may finish a range of ``cluster`` that stops answering: its
+        standby when ``cluster`` is declared mirrored there (``kbear.mirror``), with the
+        records read before the range and the range's last (``before``, ``last``)."""
+        failover = self._mirror(cluster)
+        if failover is None or failover.standby is None:
+            return None
         return StandbyRead(
-            standby,
-            self._properties(standby),
+            failover.standby,
+            self._properties(failover.standby),
             failover.remote_topic(topic),
             failover,
             self._s.failover_after_ms / 1000.0,
+            before,
+            last,
         )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
