@@ -296,31 +296,19 @@ class ClientBalancedConsumer(ConsumerCalls):
 
     def _check_key(self, key: PartitionKey) -> None:
         route = self._consumer.routes().get(key.topic)
-        if route is None:
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._UNKNOWN_TOPIC,
-                    f"register({str(key)!r}): topic {key.topic!r} is not balanced by this consumer "
-                    "(subscribe() it first)",
-                )
-            )
-        if route.cluster_id != key.cluster:
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._UNKNOWN_PARTITION,
-                    f"register({str(key)!r}): topic {key.topic!r} is read on cluster "
-                    f"{route.cluster_id!r}, not {key.cluster!r}",
-                )
-            )
         known = self._layout.get(key.topic)
-        if known is not None and known[0] == key.cluster and key.partition >= known[1]:
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._UNKNOWN_PARTITION,
-                    f"register({str(key)!r}): topic {key.topic!r} has {known[1]} partitions on "
-                    f"cluster {key.cluster!r}",
-                )
-            )
+        if route is None:
+            code = KafkaError._UNKNOWN_TOPIC
+            why = f"topic {key.topic!r} is not balanced by this consumer (subscribe() it first)"
+        elif route.cluster_id != key.cluster:
+            code = KafkaError._UNKNOWN_PARTITION
+            why = f"topic {key.topic!r} is read on cluster {route.cluster_id!r}, not {key.cluster!r}"
+        elif known is not None and known[0] == key.cluster and key.partition >= known[1]:
+            code = KafkaError._UNKNOWN_PARTITION
+            why = f"topic {key.topic!r} has {known[1]} partitions on cluster {key.cluster!r}"
+        else:
+            return
+        raise KafkaException(KafkaError(code, f"register({str(key)!r}): {why}"))
 
     def _take(self, key: PartitionKey, bootstrap_offset: int) -> None:
         offset = OFFSET_STORED if bootstrap_offset < 0 else bootstrap_offset

@@ -44,12 +44,8 @@ from kbear._route import Route
 from kbear.config import KBearConfig
 from kbear.consumer._ackcalls import AckCalls, check_ack_settings, with_retry_topics
 from kbear.consumer._assembly import Parts, assemble
-from kbear.consumer._binding import PollBinding
 from kbear.consumer._closing import close_consumer, close_consumer_later
-from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._clusterwide import ClusterCalls
-from kbear.consumer._guard import MoveGuard
-from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._polling import PollLoop
 from kbear.consumer._subscribing import SubscriptionCalls
@@ -223,11 +219,9 @@ class RoutedConsumer:
         )
         self._parts = parts
         self._lock = parts.lock
-        self._state = parts.state
         self._sub = parts.state.sub
         self._registry = parts.registry
         self._rebalancer = parts.rebalancer
-        self._guard = parts.guard
         self._driver = parts.driver
         self._placement = parts.placement
         self._assigned = parts.assigned
@@ -332,7 +326,7 @@ class RoutedConsumer:
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
         # next call takes the slow path); the caller's thread applies.
-        self._state.pending = True
+        self._parts.state.pending = True
         self._binding.unbind()
 
     def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
@@ -403,7 +397,7 @@ class RoutedConsumer:
                 return
             self._closed = True
             self._reloads.stop()
-            clients = _stop(self._binding, self._guard, self._driver, self._registry)
+            clients = _stop(self._parts)
         errors = _close_clients(clients, self._parts)
         if self._owns_router:
             self._core.router.close()
@@ -428,16 +422,14 @@ def _refuse() -> None:
     raise RuntimeError(_CLOSED)
 
 
-def _stop(
-    binding: PollBinding, guard: MoveGuard, driver: SwitchDriver, registry: ClusterRegistry
-) -> list[Any]:
+def _stop(parts: Parts) -> list[Any]:
     """Stop the parts that work between calls (the fast paths unbound, the move
     guard, the switch driver's background work) and take the cluster clients out of
     the registry: the confluent-kafka consumers to close (under the consumer's lock)."""
-    binding.close()
-    guard.close()
-    driver.close()
-    return registry.clear()
+    parts.binding.close()
+    parts.guard.close()
+    parts.driver.close()
+    return parts.registry.clear()
 
 
 def _close_clients(clients: list[tuple[str | None, Any]], parts: Parts) -> list[BaseException]:
@@ -469,7 +461,7 @@ def _release(parts: Parts) -> None:
     if parts.acks is not None:
         parts.acks.close()
     with parts.lock:
-        clients = _stop(parts.binding, parts.guard, parts.driver, parts.registry)
+        clients = _stop(parts)
     for error in _close_clients(clients, parts):
         log.warning("kbear: closing a cluster client of a consumer dropped unclosed: %s", error)
 

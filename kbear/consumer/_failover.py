@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass
 
 from kbear._lost import LostWatch
 from kbear._route import Route
@@ -40,6 +41,7 @@ log = logging.getLogger("kbear.consumer")
 __all__ = ["ConsumerFailover"]
 
 
+@dataclass(eq=False)
 class ConsumerFailover:
     """The client failover of one RoutedConsumer (see the module).
 
@@ -52,21 +54,16 @@ class ConsumerFailover:
         unbind: takes ``poll``/``consume`` off their fast paths.
     """
 
-    def __init__(
-        self,
-        enabled: bool,
-        after_ms: int,
-        router: Router,
-        state: ReadState,
-        engine: SwitchEngine,
-        unbind: Callable[[], None],
-    ) -> None:
-        self.enabled = enabled
-        self._router = router
-        self._state = state
-        self._engine = engine
-        self._unbind = unbind
-        self._watch = LostWatch("consumer", enabled, after_ms, lambda: router.config, log)
+    enabled: bool
+    after_ms: InitVar[int]
+    router: Router
+    state: ReadState
+    engine: SwitchEngine
+    unbind: Callable[[], None]
+
+    def __post_init__(self, after_ms: int) -> None:
+        router = self.router
+        self._watch = LostWatch("consumer", self.enabled, after_ms, lambda: router.config, log)
 
     @property
     def failed(self) -> set[str]:
@@ -82,19 +79,19 @@ class ConsumerFailover:
         """What a member client of ``cluster_id`` says of its brokers (``error_cb``:
         False; statistics: either). Runs in the thread serving the client's callbacks."""
         self._watch.observe(cluster_id, reachable)
-        if self.enabled and not self._state.watching and self._watch.deciding:
-            self._state.watching = True
-            self._unbind()
+        if self.enabled and not self.state.watching and self._watch.deciding:
+            self.state.watching = True
+            self.unbind()
 
     def tick(self) -> None:
         """Let time pass (the caller's thread, between calls): a cluster declared lost
         now is failed over, applied as a pending reload."""
         decided = self._watch.tick()
         for cluster_id, _standby in decided:
-            self._engine.cluster_down(cluster_id, True)
+            self.engine.cluster_down(cluster_id, True)
         if decided:
-            self._state.pending = True
-        self._state.watching = self.enabled and self._watch.deciding
+            self.state.pending = True
+        self.state.watching = self.enabled and self._watch.deciding
 
     def release(self) -> None:
         """Before a reload is applied (the caller's thread): end the failovers the
@@ -103,20 +100,20 @@ class ConsumerFailover:
         answering), and the reload's lookups route its topics as configured."""
         if not self._watch.failed:
             return
-        for cluster_id in self._watch.release(self._router.config):
-            self._engine.cluster_down(cluster_id, False)
-        self._state.watching = self.enabled and self._watch.deciding
+        for cluster_id in self._watch.release(self.router.config):
+            self.engine.cluster_down(cluster_id, False)
+        self.state.watching = self.enabled and self._watch.deciding
 
     def route(self, route: Route) -> Route:
         """``route``, or the same route to its cluster's standby when this consumer
         failed that cluster over."""
         failed = self._watch.failed
-        return standby_route(route, self._router.config, failed) if failed else route
+        return standby_route(route, self.router.config, failed) if failed else route
 
     def lost(self, old: Route, new: Route | None) -> bool:
         """Whether a move from ``old`` ends at once when its cluster is dead: the
         consumer failed it over, or it is mirrored to ``new``'s cluster."""
-        return old.cluster_id in self._watch.failed or mirrored_to(self._router, old, new)
+        return old.cluster_id in self._watch.failed or mirrored_to(self.router, old, new)
 
     def mirror_start(self, old: Route, new: Route | None) -> bool:
         """Whether a move from ``old`` to ``new`` is a failover to the standby that
@@ -125,9 +122,9 @@ class ConsumerFailover:
         (``kbear.failover.active``). Such a move starts as the mirror says
         (``translated``: translated by MirrorMaker 2, the same offsets for an identical
         mirror), whatever ``kbear.switch.start`` says."""
-        if new is None or not mirrored_to(self._router, old, new):
+        if new is None or not mirrored_to(self.router, old, new):
             return False
-        cluster = self._router.config.clusters.get(old.cluster_id)
+        cluster = self.router.config.clusters.get(old.cluster_id)
         if cluster is None or new.topic != cluster.failover.remote_topic(old.topic):
             return False  # not the mirror's copy (MirrorMaker 2's default policy): as configured
         return old.cluster_id in self._watch.failed or cluster.failover.active

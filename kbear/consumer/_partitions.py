@@ -117,7 +117,7 @@ class PartitionCalls:
         result: list[TopicPartition | None] = [None] * len(partitions)
         for entry, indexes, parts in self.placement.split(partitions):
             answered = call(entry.consumer, parts)
-            if not answered:  # an asynchronous commit answers nothing
+            if not answered:  # an asynchronous commit, pause, resume, store answer nothing
                 continue
             for index, tp in zip(indexes, entry.to_logical(list(answered)), strict=True):
                 result[index] = tp
@@ -274,8 +274,7 @@ class PartitionCalls:
                 return
             offsets = [next_offset(message)]
         assert offsets is not None
-        for entry, _, parts in self.placement.split(offsets):
-            entry.consumer.store_offsets(offsets=parts)
+        self._per_cluster(offsets, lambda c, parts: c.store_offsets(offsets=parts))
 
     @locked
     def seek(self, partition: TopicPartition) -> None:
@@ -286,14 +285,12 @@ class PartitionCalls:
     @locked
     def pause(self, partitions: list[TopicPartition]) -> None:
         """Pause fetching ``partitions`` (logical names) on their clusters."""
-        for entry, _, parts in self.placement.split(partitions):
-            entry.consumer.pause(parts)
+        self._per_cluster(partitions, lambda c, parts: c.pause(parts))
 
     @locked
     def resume(self, partitions: list[TopicPartition]) -> None:
         """Resume fetching ``partitions`` (logical names) on their clusters."""
-        for entry, _, parts in self.placement.split(partitions):
-            entry.consumer.resume(parts)
+        self._per_cluster(partitions, lambda c, parts: c.resume(parts))
 
     # ------------------------------------------------------------------ assignment
 

@@ -104,15 +104,8 @@ class ShareAcks:
         """
         with self._guard.call():
             check_message(message)
-            if not self._explicit:
-                raise IllegalStateException(NOT_IN_FLIGHT)
-            check_ack_type(ack_type)
-            record = self._batch.find(message.topic(), message.partition(), message.offset(), message)
-            if record is None:
-                raise IllegalStateException(NOT_IN_FLIGHT)
-            partition, offset = message.partition(), message.offset()
-            record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
-            record.acknowledged = True
+            where = (message.topic(), message.partition(), message.offset())
+            self._acknowledge(*where, ack_type, message, NOT_IN_FLIGHT)
 
     def acknowledge_offset(
         self, topic: str, partition: int, offset: int, ack_type: AcknowledgeType = AcknowledgeType.ACCEPT
@@ -129,14 +122,26 @@ class ShareAcks:
             if not isinstance(topic, str):
                 raise TypeError(f"topic must be a str, not {type(topic).__name__}")
             check_coordinates(partition, offset)
-            if not self._explicit:
-                raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
-            check_ack_type(ack_type)
-            record = self._batch.find(topic, partition, offset)
-            if record is None:
-                raise IllegalStateException(OFFSET_NOT_IN_FLIGHT)
-            record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
-            record.acknowledged = True
+            self._acknowledge(topic, partition, offset, ack_type, None, OFFSET_NOT_IN_FLIGHT)
+
+    def _acknowledge(
+        self, topic: str, partition: int, offset: int, ack_type: Any, message: Any, not_in_flight: str
+    ) -> None:
+        """Acknowledge the record of the last poll at these logical coordinates (of
+        ``message`` when given) on the cluster it came from.
+
+        Raises:
+            IllegalStateException: ``not_in_flight``: implicit mode, or no such record.
+            TypeError, ValueError: ``ack_type`` (:func:`check_ack_type`).
+        """
+        if not self._explicit:
+            raise IllegalStateException(not_in_flight)
+        check_ack_type(ack_type)
+        record = self._batch.find(topic, partition, offset, message)
+        if record is None:
+            raise IllegalStateException(not_in_flight)
+        record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)
+        record.acknowledged = True
 
     def commit_sync(self, timeout: float = 60) -> dict[TopicPartition, KafkaException | None]:
         """Commit the pending acknowledgements on every cluster and wait for the
