@@ -186,7 +186,7 @@ class RoutedShareConsumer:
         with self._guard.call():
             names = check_topics(topics)
             routes = {topic: self._lookup(topic) for topic in names}
-            self._moves.forget()
+            self._moves.engine.forget()  # every drain: the subscription changed
             for entry in self._clusters.all():
                 entry.topics.clear()
             self._routes = {}
@@ -204,7 +204,7 @@ class RoutedShareConsumer:
             IllegalStateException: the consumer is closed.
         """
         with self._guard.call():
-            self._moves.forget()
+            self._moves.engine.forget()  # every drain: the subscription changed
             self._subscription = []
             self._routes = {}
             self._readers.clear()

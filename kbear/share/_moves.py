@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kbear._modes import SwitchStart
@@ -99,10 +99,6 @@ class ShareMoves:
         """Seconds until the engine wants to run again, or None."""
         at = self.engine.wake_at()
         return None if at is None else max(0.0, at - time.monotonic())
-
-    def forget(self, topics: Iterable[str] | None = None) -> None:
-        """Drop the drains of ``topics`` (None: all): they left the subscription."""
-        self.engine.forget(topics)
 
     def _carry_out(self, actions: list[Action]) -> None:
         for action in actions:
