@@ -18,7 +18,7 @@ topic of ``topics.yaml`` and of ``consumer-groups.yaml``), else those of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kbear._route import NoRouteError, Route
@@ -49,13 +49,7 @@ class GroupStarts:
     starts: list[MirroredStart] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "topic": self.topic,
-            "standby_topic": self.standby_topic,
-            "mirror": self.mirror,
-            "starts": [s.as_json() for s in self.starts],
-        }
+        return {**asdict(self), "starts": [s.as_json() for s in self.starts]}
 
 
 def _pairs(config: KBearConfig, groups: list[str], topics: list[str]) -> list[tuple[str, str]]:
