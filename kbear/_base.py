@@ -12,8 +12,8 @@ alike (private), as parts a facade builds, never a base class:
   reference cycle between a facade and its parts);
 - the construction every facade begins with (:func:`refuse_calls`,
   :func:`open_client`, :func:`open_core`): the configuration argument checked,
-  kbear keys split from the confluent-kafka configuration (:func:`split_config`),
-  the router opened (:func:`open_router`);
+  kbear keys split from the confluent-kafka configuration (:func:`open_client`),
+  the router opened (:func:`open_core`);
 - :class:`Uninitialized`: what an instance whose ``__init__`` never ran (a subclass
   not calling it) has in place of its parts: every call refuses with
   ``RuntimeError``, as confluent-kafka's clients;
@@ -76,26 +76,6 @@ def not_one_cluster(call: str, client: str, cluster_ids: Iterable[str], hint: st
 NO_CONFIG: Any = object()
 
 
-def check_config_argument(config: Any, kwargs: Mapping[str, Any], router: Any) -> Mapping[str, Any] | None:
-    """``config`` as a mapping (None when not given), checked as confluent-kafka does.
-
-    Raises:
-        TypeError: ``config`` is not a mapping (``None``, a string, a list...), or
-            no configuration is given at all (no ``config``, no keyword
-            properties, no ``router``); confluent-kafka's message
-            ("expected configuration dict") comes first.
-    """
-    if config is NO_CONFIG:
-        if not kwargs and router is None:
-            raise TypeError(
-                "expected configuration dict: give a configuration with 'kbear.config', or router="
-            )
-        return None
-    if not isinstance(config, Mapping):
-        raise TypeError(f"expected configuration dict, got {type(config).__name__}")
-    return config
-
-
 class Uninitialized:
     """Stands for the parts of a routed client whose ``__init__`` never ran (a subclass
     not calling it): any use raises ``RuntimeError(message)``, as a confluent-kafka
@@ -116,21 +96,60 @@ class Uninitialized:
         raise RuntimeError(self.message)
 
 
+def refuse_calls(instance: object, parts: Iterable[str], message: str) -> None:
+    """Set each attribute of ``parts`` on ``instance`` (a routed client whose
+    ``__init__`` has not run yet) to an :class:`Uninitialized` refusing with
+    ``message``: what a facade's ``__new__`` does, so that an instance of a subclass
+    that never calls ``__init__`` refuses every call as a closed confluent-kafka client."""
+    refusing = Uninitialized(message)
+    for part in parts:
+        setattr(instance, part, refusing)
+
+
 _FORBIDDEN = ("bootstrap.servers", "metadata.broker.list")
 
 
-def split_config(
-    config: Mapping[str, Any] | None, kwargs: Mapping[str, Any], client: Client | None, kind: str
+def open_client(
+    instance: object,
+    config: Any,
+    kwargs: Mapping[str, Any],
+    client: Client | None,
+    router: Router | None,
+    kind: str,
 ) -> tuple[dict[str, Any], KBearSettings]:
-    """Separate kbear keys from the confluent-kafka configuration.
+    """The first steps of every routed client's constructor: the configuration
+    argument checked as confluent-kafka does, the client announced to kbear's
+    observers (:class:`~kbear._events.ClientOpened`), kbear keys split off from the
+    confluent-kafka configuration.
+
+    Args:
+        instance: the routed client being constructed.
+        config, kwargs, client, router: the constructor's arguments (``config``
+            :data:`NO_CONFIG` when not given).
+        kind: the class name used in error messages (``"RoutedProducer"``).
+
+    Returns:
+        (confluent-kafka configuration, kbear settings).
 
     Raises:
+        TypeError: ``config`` is not a mapping (``None``, a string, a list...), or
+            no configuration is given at all (no ``config``, no keyword
+            properties, no ``router``); confluent-kafka's message
+            ("expected configuration dict") comes first.
         ValueError: ``bootstrap.servers`` (or ``metadata.broker.list``) is
             present, a kbear key is unknown or has a bad value, or a client is
             given both as ``client=`` and as ``kbear.client.*`` keys.
     """
-    merged: dict[str, Any] = dict(config or {})
-    merged.update(kwargs)
+    if config is NO_CONFIG:
+        if not kwargs and router is None:
+            raise TypeError(
+                "expected configuration dict: give a configuration with 'kbear.config', or router="
+            )
+        config = None
+    elif not isinstance(config, Mapping):
+        raise TypeError(f"expected configuration dict, got {type(config).__name__}")
+    _events.emit(_events.ClientOpened(instance))  # type: ignore[arg-type]
+    merged: dict[str, Any] = {**(config or {}), **kwargs}
     for key in _FORBIDDEN:
         if key in merged:
             raise ValueError(
@@ -148,71 +167,6 @@ def split_config(
     return native, settings
 
 
-def open_router(router: Router | None, settings: KBearSettings, kind: str) -> tuple[Router, bool]:
-    """The router to use and whether the routed client owns it (and must close it).
-
-    Starts the router's watcher when ``kbear.reload.interval.ms`` > 0.
-
-    ``kbear.config`` is a configuration directory or a meta-service ``http(s)://``
-    URL (asked on behalf of the settings' client, see :mod:`kbear.meta`).
-
-    Raises:
-        ValueError: neither ``router=`` nor ``kbear.config`` is given.
-        ConfigError: the configuration is invalid (or a meta-service unreachable
-            with no cached answer to start from).
-    """
-    owned = router is None
-    if router is None:
-        if settings.config_dir is None:
-            raise ValueError(f"{kind}: set 'kbear.config' (a configuration directory) or pass router=")
-        # A meta-service is told who asks: the kbear.client.* keys, else the
-        # environment (Client.from_environment); a directory ignores it.
-        given = settings.client.id is not None or bool(settings.client.meta)
-        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
-    if settings.reload_interval_ms > 0 and router.source is not None:
-        router.watch(settings.reload_interval_ms / 1000.0)
-    return router, owned
-
-
-def refuse_calls(instance: object, parts: Iterable[str], message: str) -> None:
-    """Set each attribute of ``parts`` on ``instance`` (a routed client whose
-    ``__init__`` has not run yet) to an :class:`Uninitialized` refusing with
-    ``message``: what a facade's ``__new__`` does, so that an instance of a subclass
-    that never calls ``__init__`` refuses every call as a closed confluent-kafka client."""
-    refusing = Uninitialized(message)
-    for part in parts:
-        setattr(instance, part, refusing)
-
-
-def open_client(
-    instance: object,
-    config: Any,
-    kwargs: Mapping[str, Any],
-    client: Client | None,
-    router: Router | None,
-    kind: str,
-) -> tuple[dict[str, Any], KBearSettings]:
-    """The first steps of every routed client's constructor: the configuration
-    argument checked (:func:`check_config_argument`), the client announced to kbear's
-    observers (:class:`~kbear._events.ClientOpened`), kbear keys split off.
-
-    Args:
-        instance: the routed client being constructed.
-        config, kwargs, client, router: the constructor's arguments.
-        kind: the class name used in error messages (``"RoutedProducer"``).
-
-    Returns:
-        (confluent-kafka configuration, kbear settings).
-
-    Raises:
-        TypeError: as :func:`check_config_argument`.
-        ValueError: as :func:`split_config`.
-    """
-    checked = check_config_argument(config, kwargs, router)
-    _events.emit(_events.ClientOpened(instance))  # type: ignore[arg-type]
-    return split_config(checked, kwargs, client, kind)
-
-
 def open_core(
     kind: str,
     native: dict[str, Any],
@@ -225,14 +179,29 @@ def open_core(
     :class:`ClientCore` of a routed client of ``kind`` (as :class:`ClientCore`)
     named ``name`` in errors.
 
+    Starts the router's watcher when ``kbear.reload.interval.ms`` > 0.
+    ``kbear.config`` is a configuration directory or a meta-service ``http(s)://``
+    URL (asked on behalf of the settings' client, see :mod:`kbear.meta`).
+
     Returns:
         (the core, whether the client owns the router and must close it).
 
     Raises:
-        ValueError, ConfigError: as :func:`open_router`.
+        ValueError: neither ``router=`` nor ``kbear.config`` is given.
+        ConfigError: the configuration is invalid (or a meta-service unreachable
+            with no cached answer to start from).
     """
-    used, owned = open_router(router, settings, name)
-    return ClientCore(kind, native, used, settings.client, log), owned
+    owned = router is None
+    if router is None:
+        if settings.config_dir is None:
+            raise ValueError(f"{name}: set 'kbear.config' (a configuration directory) or pass router=")
+        # A meta-service is told who asks: the kbear.client.* keys, else the
+        # environment (Client.from_environment); a directory ignores it.
+        given = settings.client.id is not None or bool(settings.client.meta)
+        router = Router.from_source(settings.config_dir, client=settings.client if given else None)
+    if settings.reload_interval_ms > 0 and router.source is not None:
+        router.watch(settings.reload_interval_ms / 1000.0)
+    return ClientCore(kind, native, router, settings.client, log), owned
 
 
 def weak_method(method: Callable[..., Any], gone: Callable[[], Any] | None = None) -> Callable[..., Any]:

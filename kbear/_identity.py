@@ -56,11 +56,6 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     return None
 
 
-def host_name() -> str:
-    """This host's name (``socket.gethostname()``)."""
-    return socket.gethostname()
-
-
 def host_ip() -> str | None:
     """This host's outward IPv4 address: the local end of a UDP socket "connected" to a
     public address (no packet is sent), else the address of the host name; None if neither."""
@@ -88,7 +83,7 @@ def identity(environ: Mapping[str, str] | None = None) -> tuple[str | None, dict
         if value is not None:
             meta[key] = value
     if "hostName" not in meta:
-        meta["hostName"] = host_name()
+        meta["hostName"] = socket.gethostname()
     if "ip" not in meta:
         ip = host_ip()
         if ip is not None:

@@ -48,9 +48,6 @@ class ServiceUnreachableError(ConfigError):
         super().__init__(problems, url)
         self.url = url
 
-    def __reduce__(self) -> tuple[type[ConfigError], tuple[list[ConfigProblem], str]]:
-        return type(self), (self.problems, self.url)
-
 
 def problem(location: str, message: str) -> ConfigError:
     return ConfigError([ConfigProblem(location, None, message)], location)

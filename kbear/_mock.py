@@ -16,7 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
+import re
+import tempfile
 import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,6 +34,7 @@ __all__ = [
     "NativeApi",
     "NativeHandles",
     "check_broker_id",
+    "librdkafka_properties",
     "open_cluster",
 ]
 
@@ -230,3 +235,39 @@ def open_cluster(num_brokers: int, group_initial_rebalance_delay_ms: int) -> tup
         return handles, bootstrap, MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS
     lib.rd_kafka_mock_group_initial_rebalance_delay_ms(mcluster, group_initial_rebalance_delay_ms)
     return handles, bootstrap, group_initial_rebalance_delay_ms
+
+
+_PROPERTY = re.compile(r"^([a-z][a-z0-9_.]*[a-z0-9])\s*\|")
+
+
+@lru_cache(maxsize=1)
+def librdkafka_properties() -> frozenset[str]:
+    """Every configuration property name of the bundled librdkafka (global and topic
+    level, aliases included: ``rd_kafka_conf_properties_show``, the table of
+    librdkafka's ``CONFIGURATION.md``, written to a temporary file and read back);
+    empty when it cannot be loaded. ``kbear lint`` suggests among them."""
+    if NATIVE_API is None:
+        return frozenset()
+    lib = NATIVE_API.lib
+    libc = ctypes.CDLL(None)
+    libc.fopen.restype = ctypes.c_void_p
+    libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    show = lib.rd_kafka_conf_properties_show
+    show.restype = None
+    show.argtypes = [ctypes.c_void_p]
+    fd, path = tempfile.mkstemp(prefix="kbear-props-", suffix=".md")
+    os.close(fd)
+    try:
+        handle = libc.fopen(path.encode(), b"w")
+        if not handle:
+            return frozenset()
+        try:
+            show(handle)
+        finally:
+            libc.fclose(handle)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    finally:
+        os.unlink(path)
+    return frozenset(m.group(1) for line in text.splitlines() if (m := _PROPERTY.match(line)))

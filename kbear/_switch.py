@@ -253,6 +253,12 @@ def _observe_ends(drain: _Drain, answer: Progress, now: float) -> bool:
     return same
 
 
+def _queue(drain: _Drain, new: Route | None) -> None:
+    """Send the topic of ``drain`` on to ``new`` after it, unless that is already its last route."""
+    if not same_route(drain.then[-1] if drain.then else drain.new, new):
+        drain.then.append(new)
+
+
 def same_route(a: Route | None, b: Route | None) -> bool:
     """Whether two routes lead to the same topic on the same cluster with the same client settings."""
     if a is None or b is None:
@@ -376,14 +382,12 @@ class SwitchEngine:
         """
         drain = self._drains.get(topic)
         if drain is not None:
-            last = drain.then[-1] if drain.then else drain.new
-            if not same_route(last, new):
-                drain.then.append(new)
+            _queue(drain, new)
             return []
         if same_route(old, new):
             return []
         if self.mode is SwitchMode.IMMEDIATE:
-            return [self._switch(topic, old, new)]
+            return [Switch(topic, old, new, self._plan_start(topic, old, new, {}))]
         self._outcomes.append(DrainBegun(topic, old, now))
         self._drains[topic] = _Drain(old, new, now, now, next_probe=now + self.first_probe_s)
         return []
@@ -401,9 +405,7 @@ class SwitchEngine:
         for new in routes:
             drain = self._drains.get(topic)
             if drain is not None:
-                last = drain.then[-1] if drain.then else drain.new
-                if not same_route(last, new):
-                    drain.then.append(new)
+                _queue(drain, new)
             elif not same_route(old, new):
                 self._drains[topic] = _Drain(old, new, started, now, next_probe=now + self.first_probe_s)
 
@@ -459,9 +461,7 @@ class SwitchEngine:
         ``LANDED_IDLE_FACTOR`` times ``idle_s`` (producers that stopped at the move).
         A driver that does not measure the new cluster (``new_ends`` None) gets the
         idle check alone."""
-        if answer.new_ends is None or not (drain.traffic or drain.messages):
-            return True
-        if drain.new_grew:
+        if answer.new_ends is None or not (drain.traffic or drain.messages) or drain.new_grew:
             return True
         return now - max(drain.last_activity, drain.old_moved) >= LANDED_IDLE_FACTOR * self.idle_s
 
@@ -490,7 +490,8 @@ class SwitchEngine:
                     DrainEnded(topic, drain.old, now - drain.started, cut, drain.messages, dead=dead)
                 )
                 del self._drains[topic]
-                actions.append(self._switch(topic, drain.old, drain.new, cut, drain.committed))
+                start = self._plan_start(topic, drain.old, drain.new, drain.committed)
+                actions.append(Switch(topic, drain.old, drain.new, start, cut))
                 if drain.then and drain.new is not None:
                     self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
                     self._drains[topic] = _Drain(
@@ -511,16 +512,6 @@ class SwitchEngine:
             drain.probe_sent = now
             actions.append(Probe(topic, drain.old, self._seq, drain.new))
         return actions
-
-    def _switch(
-        self,
-        topic: str,
-        old: Route,
-        new: Route | None,
-        cut: bool = False,
-        upstream: Mapping[int, int] | None = None,
-    ) -> Switch:
-        return Switch(topic, old, new, self._plan_start(topic, old, new, upstream or {}), cut)
 
     def _plan_start(
         self, topic: str, old: Route, new: Route | None, committed: Mapping[int, int]

@@ -44,7 +44,7 @@ Checks (``code`` of :class:`LintWarning`):
     own cluster keys, ``kbear.failover.to``, ``kbear.mirror*``, ``kbear.cluster.id``,
     are meta only by design and not reported). A key
     close to a librdkafka property or a ``kbear.*`` setting names it ("did you
-    mean 'sasl.password'?", :mod:`kbear._suggest`).
+    mean 'sasl.password'?", by difflib's closest match).
 
 Example::
 
@@ -59,10 +59,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from kbear._chain import index_rules, lookup_factors
-from kbear._suggest import did_you_mean, librdkafka_properties
 from kbear.config import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
@@ -75,7 +73,7 @@ from kbear.config import (
     property_kind,
 )
 from kbear.crrl import Statement
-from kbear.settings import CLIENT_META_PREFIX, DEFAULTS, KBEAR_PREFIX
+from kbear.settings import CLIENT_META_PREFIX, DEFAULTS, KBEAR_PREFIX, did_you_mean
 
 __all__ = ["LintWarning", "lint"]
 
@@ -385,21 +383,15 @@ def _ignored_rule_checks(config: KBearConfig) -> list[LintWarning]:
     ]
 
 
-@lru_cache(maxsize=1)
-def _librdkafka_properties() -> frozenset[str]:
-    """The bundled librdkafka's property names; empty when it cannot be loaded."""
-    from kbear._mock import NATIVE_API
-
-    return frozenset() if NATIVE_API is None else librdkafka_properties(NATIVE_API.lib)
-
-
 def nearest_key(key: str) -> str:
     """`` (did you mean 'x'?)`` for an unknown cluster meta key: a ``kbear.`` key among
     kbear's settings (:data:`kbear.settings.DEFAULTS`), any other among librdkafka's
     properties; ``""`` when nothing is close."""
     if key.lower().startswith(KBEAR_PREFIX):
         return "" if key.startswith(CLIENT_META_PREFIX) else did_you_mean(key, [*DEFAULTS, "kbear.client.id"])
-    return did_you_mean(key, _librdkafka_properties())
+    from kbear._mock import librdkafka_properties  # loads librdkafka: only when asked
+
+    return did_you_mean(key, librdkafka_properties())
 
 
 def _meta_only_checks(config: KBearConfig) -> list[LintWarning]:

@@ -199,12 +199,9 @@ class ConfigWatcher:
             except Exception:
                 log.exception("kbear configuration watcher failed; retrying next interval")
             period = settle_s if self._pending_digest else self._interval_s
-            wait = _next_wait(period, _monotonic() - started)
-
-
-def _next_wait(period_s: float, took_s: float) -> float:
-    """Seconds until the next check, so that checks start every ``period_s`` (a check
-    that took ``took_s`` does not push the next one back: no drift), unless the check
-    took longer than the period: then a whole period, so that a slow source (a
-    service under load) is not asked back to back."""
-    return period_s - took_s if took_s < period_s else period_s
+            # Checks start every period (a check's own time does not push the next
+            # one back: no drift), unless one took longer than the period: then a
+            # whole period, so that a slow source (a service under load) is not
+            # asked back to back.
+            took = _monotonic() - started
+            wait = period - took if took < period else period

@@ -50,7 +50,8 @@ problems of one configuration are reported at once, separated by ``"; "``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, cast
 
@@ -66,7 +67,6 @@ from pydantic import (
 
 from kbear._identity import Client
 from kbear._modes import SPARK_SWITCH_START, SPARK_SWITCH_STARTS, AckMode, SwitchMode, SwitchStart
-from kbear._suggest import did_you_mean
 
 __all__ = [
     "CLIENT_KEYS",
@@ -86,6 +86,19 @@ __all__ = [
 KBEAR_PREFIX = "kbear."
 #: ``kbear.client.meta.<k>``: the Client's meta entry ``k``
 CLIENT_META_PREFIX = "kbear.client.meta."
+
+
+#: how close a key must be to a known one to be suggested (difflib's ``get_close_matches``)
+SUGGEST_CUTOFF = 0.8
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the candidate closest to ``word`` (difflib), or ``""``."""
+    known = set(candidates)
+    if word in known:
+        return ""
+    found = difflib.get_close_matches(word, sorted(known), n=1, cutoff=SUGGEST_CUTOFF)
+    return f" (did you mean '{found[0]}'?)" if found else ""
 
 
 class KBearSettings(BaseModel):
