@@ -45,7 +45,6 @@ import contextlib
 import functools
 import logging
 import os
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any, TypeVar
 
@@ -70,7 +69,7 @@ from kbear._meta_protocol import (
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
 from kbear.server.actions import ACTIONS, Actions
-from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit
+from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit, store_errors
 from kbear.server.auth import BearerAuth
 from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
@@ -97,16 +96,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     with the protocol's ``fail`` body, as every other refusal (found by fuzzing)."""
     assert isinstance(exc, HTTPException)
     return service.fail(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail), exc.headers)
-
-
-def _store_errors() -> tuple[type[Exception], ...]:
-    """What a fleet store or audit log raises when its database cannot be read:
-    :class:`sqlite3.Error`, and :class:`psycopg.Error` where psycopg is installed."""
-    try:
-        import psycopg
-    except ImportError:
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:
@@ -391,7 +380,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, **dict.fromkeys(_store_errors(), _store_down)},
+        exception_handlers={HTTPException: _http_error, **dict.fromkeys(store_errors(), _store_down)},
     )
     app.state.metrics = metrics
     app.state.holder = holder

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbear.server")
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "AuditEntry", "AuditLog", "ConfigAudit", "files_diff"]
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "AuditEntry", "AuditLog", "ConfigAudit", "files_diff", "store_errors"]
 
 #: Entries per page of ``GET /audit`` by default, and at most.
 DEFAULT_PAGE, MAX_PAGE = 50, 500
@@ -205,6 +205,16 @@ def _texts(directory: Path) -> dict[str, str]:
     return out
 
 
+def store_errors() -> tuple[type[Exception], ...]:
+    """What a fleet store or audit log raises when its database cannot be used:
+    :class:`sqlite3.Error`, and :class:`psycopg.Error` where psycopg is installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
 class ConfigAudit:
     """Writes the configuration changes a holder applies, and the one it refuses,
     into an :class:`AuditLog`: an applied change when it is applied (the diff of the
@@ -228,7 +238,7 @@ class ConfigAudit:
                 previous_digest=previous_digest,
                 dedupe=dedupe,
             )
-        except sqlite3.Error:
+        except store_errors():  # the change is applied (or refused) all the same
             log.exception("kbear serve: writing the audit log failed")
 
     def _applied(self, old: KBearConfig, new: KBearConfig) -> None:
