@@ -5,6 +5,7 @@ description (bench/run.py, bench/aio.py and bench/acks.py use them)."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import statistics
@@ -71,6 +72,15 @@ def fill(cluster: EmbeddedCluster, topic: str, partitions: int, per_partition: i
             p.produce(topic, VALUE, partition=part)
         p.poll(0)
     p.flush()
+
+
+def emit(result: dict[str, Any], json_out: str | None) -> dict[str, Any]:
+    """``result`` printed as one JSON object, and written to ``json_out`` when given."""
+    text = json.dumps(result)
+    print(text)
+    if json_out:
+        Path(json_out).write_text(text + "\n")
+    return result
 
 
 def _version_or_none(distribution: str) -> str | None:

@@ -13,8 +13,9 @@ Time: from ``start()`` to the end of ``awaitTermination()`` (wall clock); rows: 
 sum of the query's ``numInputRows``.
 
 Printed (one JSON object; ``--json-out FILE`` writes it too): each source's rows/s
-per round and median, and ``ratio``: the median kbear rows/s over the median
-connector rows/s (target >= 0.9 on 1,000,000 rows).
+per round and median, ``ratio``: the median kbear rows/s over the median
+connector rows/s (target >= 0.9 on 1,000,000 rows), and the machine's load
+averages (1, 5, 15 minutes) before and after.
 
     .venv/bin/python bench/spark.py --rows 1000000
 """
@@ -22,7 +23,7 @@ connector rows/s (target >= 0.9 on 1,000,000 rows).
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the integration/ package
 
+from _common import emit  # type: ignore[import-not-found]
 from confluent_kafka import Producer
 
 
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from integration.kafka import KafkaCluster
     from integration.spark import connector_jars, session
 
+    load_before = os.getloadavg()
     workdir = Path(tempfile.mkdtemp(prefix="kbear-bench-spark-"))
     cluster = KafkaCluster("bench", workdir)
     try:
@@ -132,11 +135,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio": round(median["kbear"] / median["kafka"], 3),
         "pyspark": pyspark.__version__,
         "kafka": getattr(cluster, "version", None),
+        "load_average": {"before": load_before, "after": os.getloadavg()},
     }
-    print(json.dumps(result))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result) + "\n")
-    return result
+    return emit(result, args.json_out)
 
 
 if __name__ == "__main__":

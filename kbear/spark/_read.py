@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
 from kbear._secrets import redact
@@ -29,8 +32,24 @@ READER_CONF = {
 
 #: Fetch settings of every reader, under the cluster's and the job's properties: one
 #: partition per reader, so larger fetches than librdkafka's defaults (1 MiB per
-#: partition, 64 MiB queued) mean fewer round trips.
-FETCH_DEFAULTS = {"max.partition.fetch.bytes": 8 * 1024 * 1024, "queued.max.messages.kbytes": 262144}
+#: partition, 64 MiB queued) mean fewer round trips; and a 10 ms pause, not
+#: librdkafka's 1000 ms (``fetch.queue.backoff.ms``), before fetching again once the
+#: local queue holds ``queued.min.messages`` (100,000): each time it does, a task
+#: waited a second (``bench/spark_read.py``, the evidence's Spark page).
+FETCH_DEFAULTS = {
+    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    "queued.max.messages.kbytes": 262144,
+    "fetch.queue.backoff.ms": 10,
+}
+
+# Message's methods, for map() over a batch of messages (without error events: an offset each)
+_ERROR: Callable[[Any], KafkaError | None] = Message.error
+_OFFSET: Callable[[Any], int] = Message.offset  # type: ignore[assignment]
+_TIMESTAMP: Callable[[Any], tuple[int, int]] = Message.timestamp
+_KEY: Callable[[Any], bytes | None] = Message.key
+_VALUE: Callable[[Any], bytes | None] = Message.value
+#: Most messages per ``consume()`` call, and so per record batch of a task.
+BATCH_ROWS = 10_000
 
 #: librdkafka errors (``error_cb``) saying the cluster does not answer: _TRANSPORT, _ALL_BROKERS_DOWN
 _DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
@@ -162,8 +181,11 @@ def _rows(
                 if fallback is not None:
                     break
                 progress_at = now  # not on the standby yet: ask again later
-            batch = consumer.consume(min(10_000, end - next_offset), 0.5)
-            if not batch:
+            with _collector_paused():
+                got, after, rows, last = _fetch(
+                    consumer, part, cluster, end, min(BATCH_ROWS, end - next_offset)
+                )
+            if not got:
                 # the range's tail may be gone (retention, compaction, control records)
                 if down[0]:
                     continue
@@ -171,55 +193,123 @@ def _rows(
                 if position >= end:
                     break
                 continue
-            good = []
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.fatal():
-                        raise KafkaException(err)
-                    log.warning("kbear source: %s: %s", cluster, err)
-                    continue
-                offset = msg.offset()
-                if offset is None:
-                    continue
-                if offset >= end:
-                    next_offset = end
-                    break
-                next_offset = offset + 1
-                good.append(msg)
-            if good:
-                read_last = good[-1]
+            next_offset = max(next_offset, after)
+            if rows is not None:
+                read_last = last
                 progress_at = time.monotonic()
                 down[0] = False
                 if part.arrow is not None:
-                    yield _record_batch(part, good, cluster)
+                    yield rows
                 else:
-                    for msg in good:
-                        yield _row(part, msg, msg.offset() or 0, cluster)
+                    yield from rows
     finally:
         consumer.close()
     if fallback is not None:
         yield from fallback
 
 
-def _record_batch(part: RangePart, msgs: list[Any], cluster: str) -> Any:
-    """``msgs`` as one Arrow record batch of the source's schema (``part.arrow``)."""
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (back on after it, if it was).
+
+    A fetch makes thousands of objects (messages, their timestamps) that live until
+    the batch is built: with the collector on, they are promoted to its older
+    generations and set off full collections of the Python worker's whole heap,
+    which doubled the CPU time of a read (``bench/spark_read.py``). They hold no
+    reference cycles: reference counts free them when the batch is built.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fetch(
+    consumer: Consumer, part: RangePart, cluster: str, end: int, most: int
+) -> tuple[bool, int, Any, Any]:
+    """One ``consume()`` of at most ``most`` messages: (whether it returned any, the offset
+    after the last one below ``end`` (``end`` when reached, else 0 when none), those
+    messages as one record batch of ``part.arrow`` or, without it, a list of tuples,
+    and the last of them; None and None when none)."""
+    batch = consumer.consume(most, 0.5)
+    if not batch:
+        return False, 0, None, None
+    good, offsets, done = _in_range(batch, end, cluster)
+    after = end if done else offsets[-1] + 1 if offsets else 0
+    if not good:
+        return True, after, None, None
+    if part.arrow is not None:
+        return True, after, _record_batch(part, good, offsets, cluster), good[-1]
+    rows = [_row(part, msg, offset, cluster) for msg, offset in zip(good, offsets, strict=True)]
+    return True, after, rows, good[-1]
+
+
+def _in_range(batch: list[Any], end: int, cluster: str) -> tuple[list[Any], list[int], bool]:
+    """The messages of ``batch`` (one partition's, in offset order) below offset ``end``,
+    their offsets, and whether ``end`` was reached. Error events are logged and left
+    out (fatal ones raised: :class:`KafkaException`).
+
+    Without error events (the common case) the work per message is done by
+    ``map`` over the messages' methods, not by a Python loop.
+    """
+    if not any(map(_ERROR, batch)):
+        offsets = list(map(_OFFSET, batch))
+        if offsets[-1] < end:
+            return batch, offsets, False
+        cut = bisect.bisect_left(offsets, end)
+        return batch[:cut], offsets[:cut], True
+    good: list[Any] = []
+    offsets = []
+    for msg in batch:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise KafkaException(err)
+            log.warning("kbear source: %s: %s", cluster, err)
+            continue
+        offset = msg.offset()
+        if offset is None:
+            continue
+        if offset >= end:
+            return good, offsets, True
+        good.append(msg)
+        offsets.append(offset)
+    return good, offsets, False
+
+
+def _record_batch(part: RangePart, msgs: list[Any], offsets: list[int], cluster: str) -> Any:
+    """``msgs`` (at ``offsets``) as one Arrow record batch of the source's schema (``part.arrow``).
+
+    Built column by column from lists (one ``map`` over the messages per column);
+    ``topic`` and ``cluster`` are one value repeated; the timestamp columns are
+    converted by Arrow when every message has a timestamp of the same type (the
+    common case), else message by message.
+    """
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    n = len(msgs)
-    stamps = [m.timestamp() for m in msgs]
-    columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
-        pa.array([part.logical] * n, pa.string()),
-        pa.array([part.partition] * n, pa.int32()),
-        pa.array([m.offset() for m in msgs], pa.int64()),
-        pa.array([ms * 1000 if kind else None for kind, ms in stamps], pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
-        pa.array([kind - 1 for kind, _ms in stamps], pa.int32()),
-    ]
     schema = part.arrow
+    n = len(msgs)
+    types = schema.types
+    stamps = list(map(_TIMESTAMP, msgs))
+    kinds, millis = zip(*stamps, strict=True)
+    if kinds[0] != 0 and kinds.count(kinds[0]) == n:  # one timestamp type (0: TIMESTAMP_NOT_AVAILABLE)
+        timestamps = pa.array(millis, pa.timestamp("ms", tz="UTC")).cast(types[5])
+        timestamp_types = pa.repeat(pa.scalar(kinds[0] - 1, types[6]), n)
+    else:
+        timestamps = pa.array([ms * 1000 if kind else None for kind, ms in stamps], pa.int64()).cast(types[5])
+        timestamp_types = pa.array([kind - 1 for kind in kinds], types[6])
+    columns = [
+        pa.array(list(map(_KEY, msgs)), types[0]),
+        pa.array(list(map(_VALUE, msgs)), types[1]),
+        pa.repeat(pa.scalar(part.logical, types[2]), n),
+        pa.repeat(pa.scalar(part.partition, types[3]), n),
+        pa.array(offsets, types[4]),
+        timestamps,
+        timestamp_types,
+    ]
     if part.include_headers:
         columns.append(
             pa.array(
@@ -227,7 +317,7 @@ def _record_batch(part: RangePart, msgs: list[Any], cluster: str) -> Any:
                 schema.field("headers").type,
             )
         )
-    columns.append(pa.array([cluster] * n, pa.string()))
+    columns.append(pa.repeat(pa.scalar(cluster, types[-1]), n))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from kbear.spark._reader import KBearStreamReader
 from kbear.spark._source_settings import SourceSettings, option_bool
@@ -21,16 +30,28 @@ __all__ = ["SOURCE_NAME", "KBearDataSource", "KBearStreamReader"]
 #: The name the source is registered under (``format("kbear")``).
 SOURCE_NAME = "kbear"
 
-_BASE_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int"
-)
-_HEADERS = "headers array<struct<key: string, value: binary>>"
+
+def spark_schema(include_headers: bool) -> StructType:
+    """The source's schema: the Kafka connector's columns (``headers`` with
+    ``include_headers``), then ``cluster``."""
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        *([StructField("headers", ArrayType(header))] if include_headers else []),
+        StructField("cluster", StringType()),
+    ]
+    return StructType(fields)
 
 
 def source_schema(include_headers: bool) -> str:
-    """The DDL schema of the source: the Kafka connector's columns, then ``cluster``."""
-    return f"{_BASE_SCHEMA}{', ' + _HEADERS if include_headers else ''}, cluster string"
+    """:func:`spark_schema` as DDL."""
+    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark_schema(include_headers).fields)
 
 
 class KBearDataSource(DataSource):
