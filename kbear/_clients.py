@@ -321,10 +321,6 @@ class ClientRegistry(Generic[E]):
     def __len__(self) -> int:
         return len(self._clients)
 
-    def entries(self) -> list[E]:
-        """The clients in use, in the order they were built."""
-        return list(self._clients.values())
-
     def items(self) -> list[tuple[str, E]]:
         """(cluster id, entry) of the clients in use."""
         return list(self._clients.items())

@@ -82,12 +82,9 @@ def identity(environ: Mapping[str, str] | None = None) -> tuple[str | None, dict
         value = _first(env, names)
         if value is not None:
             meta[key] = value
-    if "hostName" not in meta:
-        meta["hostName"] = socket.gethostname()
-    if "ip" not in meta:
-        ip = host_ip()
-        if ip is not None:
-            meta["ip"] = ip
+    meta.setdefault("hostName", socket.gethostname())
+    if "ip" not in meta and (ip := host_ip()) is not None:
+        meta["ip"] = ip
     client_id = _first(env, ("KBEAR_CLIENT_ID",)) or meta.get("appId")
     return client_id, meta
 

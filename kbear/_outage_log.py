@@ -95,9 +95,8 @@ class OutageLog:
                 self._unlogged += 1
                 self._level = max(self._level, level)
                 self._last_text = (text % args if args else text).lstrip(": ")
-                if now - self._window_start < self._interval_s:
-                    return
-                self._summary(now)
+                if now - self._window_start >= self._interval_s:
+                    self._summary(now)
                 return
             self._since = self._window_start = now
             self._unlogged = 0

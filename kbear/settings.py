@@ -293,12 +293,10 @@ class KBearSettings(BaseModel):
     @classmethod
     def _flag(cls, value: Any, info: ValidationInfo) -> bool:
         key = cls.model_fields[str(info.field_name)].alias
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1"):
+        text = value if isinstance(value, bool) else str(value).strip().lower()
+        if text in (True, "true", "1"):
             return True
-        if text in ("false", "0"):
+        if text in (False, "false", "0"):
             return False
         raise ValueError(f"{key} must be true or false, got {value!r}")
 
