@@ -29,9 +29,7 @@ def route_json(route: Route) -> dict[str, str | None]:
 
 def route_line(route: Route) -> str:
     """``route``: the route on one line (a remap shows the requested topic)."""
-    topic = route.topic
-    if route.remapped:
-        topic = f"{route.topic} (remapped from {route.requested_topic})"
+    topic = f"{route.topic} (remapped from {route.requested_topic})" if route.remapped else route.topic
     return (
         f"cluster={route.cluster_id} topic={topic} "
         f"bootstrap.servers={route.bootstrap_servers} rule={rule_name(route)}"
@@ -106,8 +104,7 @@ def explain_lines(explanation: Explanation, topic: str, group: str | None, clien
     lines = [f"{lookup_name(topic, group, client)}"]
     if explanation.chain_unknown is not None:
         lines.append(f"chain: unknown: {explanation.chain_unknown}")
-        route = explanation.route
-        said = "none" if route is None else route_line(route)
+        said = "none" if explanation.route is None else route_line(explanation.route)
         lines.append(f"the service's route: {said}")
         return lines
     if not verdicts:

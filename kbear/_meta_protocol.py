@@ -405,8 +405,7 @@ def answer_documents(
             if route is None:
                 out.notes.append(f"no producer route for topic '{topic}'")
                 continue
-            meta = {"topic.id": topic}
-            rules.append(_rule(f"producer:{topic}", meta, route, topic))
+            rules.append(_rule(f"producer:{topic}", {"topic.id": topic}, route, topic))
             out.answered.add((topic, None))
         extra = sorted(set(producer.topic_id_routes) - set(asked))
         if extra:
