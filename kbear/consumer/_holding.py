@@ -46,6 +46,8 @@ Key = tuple[str, int]
 #: ``look_up()``: submits the look-up of the start offsets ((physical topic,
 #: partition) -> offset) to the background thread
 LookUp = Callable[[], "Future[dict[Key, int]]"]
+#: ``submit(cluster_id, call, *args)`` runs ``call`` in the consumer's background thread
+Submit = Callable[..., "Future[Any]"]
 
 
 def pause_quietly(entry: ClusterClient, parts: list[TopicPartition]) -> bool:

@@ -41,20 +41,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
+from dataclasses import KW_ONLY, dataclass
 
 from confluent_kafka import TopicPartition
 
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient
-from kbear.consumer._holding import Hold, Holds
+from kbear.consumer._holding import Hold, Holds, Key, Submit
 
 log = logging.getLogger("kbear.consumer")
 
-Key = tuple[str, int]
-#: ``submit(cluster_id, call, *args)`` runs ``call`` in the background thread
-Submit = Callable[..., "Future[Any]"]
 #: ``commit(entry, offsets, why)``: an asynchronous commit that never raises
 Commit = Callable[[ClusterClient, list[TopicPartition], str], None]
 #: ``translate(entry, partitions, plan)``: the partitions with their start offsets
@@ -73,6 +69,7 @@ def _translate_all(
     return out
 
 
+@dataclass(eq=False)
 class LaterStarts:
     """The translated starts of one RoutedConsumer applied from the background (see
     the module docstring).
@@ -93,24 +90,19 @@ class LaterStarts:
     consumer's lock.
     """
 
-    def __init__(
-        self,
-        submit: Submit,
-        translate: Translate,
-        commit: Commit,
-        *,
-        give_up_s: float,
-        clock: Callable[[], float],
-    ) -> None:
-        self._submit = submit
-        self._translate = translate
-        self._commit = commit
-        self._give_up_s = give_up_s
-        self._clock = clock
-        self._holds = Holds(clock)
-        #: called when a start is deferred: the consumer's next calls must take the
-        #: poll loop, whose work between calls applies it (unbinds the fast paths)
-        self.deferred_hook: Callable[[], None] | None = None
+    submit: Submit
+    translate: Translate
+    commit: Commit
+    _: KW_ONLY
+    give_up_s: float
+    clock: Callable[[], float]
+
+    #: called when a start is deferred: the consumer's next calls must take the
+    #: poll loop, whose work between calls applies it (unbinds the fast paths)
+    deferred_hook: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._holds = Holds(self.clock)
 
     @property
     def pending(self) -> bool:
@@ -127,8 +119,8 @@ class LaterStarts:
         hold = self._holds.hold(
             entry,
             parts,
-            give_up_s=self._give_up_s,
-            look_up=lambda: self._submit(entry.cluster_id, _translate_all, self._translate, entry, asked),
+            give_up_s=self.give_up_s,
+            look_up=lambda: self.submit(entry.cluster_id, _translate_all, self.translate, entry, asked),
             ended=self._ended,
             tag=dict(plans),
         )
@@ -180,7 +172,7 @@ class LaterStarts:
             # the group's position on this cluster, not this member's: a member starting
             # here later (a restart, a partition handed on before anything new was
             # read) starts from it, not from auto.offset.reset
-            self._commit(hold.entry, sought, "of the translated start offsets")
+            self.commit(hold.entry, sought, "of the translated start offsets")
 
     def close(self) -> None:
         """The consumer closes: nothing more is sought nor resumed, but the translated
@@ -195,7 +187,7 @@ class LaterStarts:
             offsets = hold.offsets
             if offsets is None and hold.lookup is not None:
                 try:
-                    offsets = hold.lookup.result(timeout=max(0.0, hold.give_up_at - self._clock()))
+                    offsets = hold.lookup.result(timeout=max(0.0, hold.give_up_at - self.clock()))
                 except Exception as exc:  # a failed, cancelled or late look-up: nothing to commit
                     hold.lookup.cancel()
                     log.warning(
@@ -217,4 +209,4 @@ class LaterStarts:
                     hold.entry.cluster_id,
                     starts,
                 )
-                self._commit(hold.entry, starts, "of the translated start offsets at close")
+                self.commit(hold.entry, starts, "of the translated start offsets at close")

@@ -27,13 +27,12 @@ message before it to its application. Outside moves nothing is paused.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
 from kbear.consumer._cluster import ClusterClient
-from kbear.consumer._holding import LookUp
+from kbear.consumer._holding import Key, LookUp, Submit
 
 #: Seconds between a take-over and the second look at the group's committed
 #: offsets: the time the partitions' former owner has to serve its own
@@ -43,9 +42,6 @@ RECHECK_AFTER_S = 0.5
 #: Timeout of the background look-up of the committed offsets, seconds.
 LOOKUP_TIMEOUT_S = 5.0
 
-Key = tuple[str, int]
-#: ``submit(cluster_id, call, *args)`` runs ``call`` in the background thread
-Submit = Callable[..., "Future[Any]"]
 #: ``look_up(entry, parts)``: the look-up of ``parts``' committed offsets, to submit
 TakeOverLookUp = Callable[[ClusterClient, list[TopicPartition]], LookUp]
 
