@@ -388,18 +388,12 @@ class ClientBalancedConsumer(ConsumerCalls):
             if self._closed:
                 return
             job = self._job
-            if job is None:
-                routes = self._consumer.routes()
-                self._job = self._consumer.submit(
-                    read_layout,
-                    self._consumer.registry,
-                    routes,
-                    dict(self._layout),
-                    LAYOUT_CALL_TIMEOUT_S,
-                )
-                self._next = time.monotonic() + 0.01
-                return
-            if not job.done():
+            if job is None or not job.done():
+                if job is None:
+                    routes, registry = self._consumer.routes(), self._consumer.registry
+                    self._job = self._consumer.submit(
+                        read_layout, registry, routes, dict(self._layout), LAYOUT_CALL_TIMEOUT_S
+                    )
                 self._next = time.monotonic() + 0.01
                 return
             self._job = None

@@ -12,7 +12,7 @@ report is advisory and must not stop the node from reading.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -93,10 +93,6 @@ class Reporter:
                 log.warning("kbear: ownership report to %r on cluster %r failed: %s", topic, cluster_id, err)
 
         return on_delivery
-
-    def clusters(self) -> Iterable[str]:
-        """The clusters reported to so far."""
-        return list(self._producers)
 
     def close(self, timeout: float = FLUSH_TIMEOUT_S) -> None:
         """Wait up to ``timeout`` seconds (in all) for the reports in flight."""

@@ -37,10 +37,6 @@ Subscribe = Callable[
 ]
 
 
-def _not_individual(call: str) -> KafkaException:
-    return KafkaException(KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual"))
-
-
 def check_ack_settings(settings: KBearSettings, native: dict[str, Any]) -> bool:
     """Whether the consumer acknowledges message by message; with
     ``individual``, ``enable.auto.offset.store`` is forced off in ``native``
@@ -93,7 +89,7 @@ class AckCalls:
     def _layer(self, call: str) -> AckLayer:
         layer = self._acks
         if layer is None:
-            raise _not_individual(call)
+            raise KafkaException(KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual"))
         return layer
 
     def ack(self, message: Message) -> None:

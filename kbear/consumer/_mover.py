@@ -268,18 +268,15 @@ class SwitchDriver:
         return future
 
     def _switch(self, action: Switch) -> None:
-        self._wait_probe(action.topic)
+        probe = self._probes.pop(action.topic, None)
+        if probe is not None:
+            probe.cancel()  # not waited for: the old cluster's client stays open meanwhile
         clean = not action.timed_out
         self.switch(action.topic, action.old, action.new, action.start, clean)
         if action.new is not None:
             self.stale_commits.add(action.topic)
         else:
             self.stale_commits.discard(action.topic)
-
-    def _wait_probe(self, topic: str) -> None:
-        probe = self._probes.pop(topic, None)
-        if probe is not None:
-            probe.cancel()  # not waited for: the old cluster's client stays open meanwhile
 
     def quiesce(self, cluster_id: str | None = None) -> None:
         """Wait for the probes running on ``cluster_id`` (None: on any cluster) to
