@@ -135,13 +135,13 @@ class Analysis:
 def analyse(live: list[Report]) -> Analysis:
     """Check the live reports of one group (see the module docstring)."""
     layout: dict[str, set[tuple[str, int]]] = {}
+    keys: set[PartitionKey] = set()
+    by_node: dict[int, list[Report]] = {}
     for report in live:
+        by_node.setdefault(report.node_id, []).append(report)
         for topic, where in report.layout.items():
             layout.setdefault(topic, set()).add(where)
-    keys: set[PartitionKey] = set()
-    for topic, wheres in layout.items():
-        for cluster, count in wheres:
-            keys.update(full_set({topic: (cluster, count)}))
+            keys.update(full_set({topic: where}))
     owners: dict[PartitionKey, list[Report]] = {key: [] for key in keys}
     for report in live:
         for key in report.owned:
@@ -156,9 +156,6 @@ def analyse(live: list[Report]) -> Analysis:
             problems.append(f"overlap: {key} owned by {', '.join(_who(r) for r in owning)}")
         elif not owning:
             problems.append(f"orphan: {key} owned by no live node")
-    by_node: dict[int, list[Report]] = {}
-    for report in live:
-        by_node.setdefault(report.node_id, []).append(report)
     for node_id, reports in sorted(by_node.items()):
         if len(reports) > 1:
             instances = ", ".join(r.instance for r in reports)
