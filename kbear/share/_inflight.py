@@ -66,12 +66,3 @@ class LastBatch(Generic[C]):
     def unacknowledged(self) -> int:
         """How many records of the last batch are not acknowledged."""
         return sum(1 for records in self._records.values() for r in records if not r.acknowledged)
-
-    def owners(self) -> list[C]:
-        """The share consumers that acquired a record of the last batch."""
-        seen: list[C] = []
-        for records in self._records.values():
-            for record in records:
-                if all(record.owner is not s for s in seen):
-                    seen.append(record.owner)
-        return seen
