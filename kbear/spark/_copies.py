@@ -20,14 +20,22 @@ from __future__ import annotations
 import hashlib
 import struct
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kbear.mirror import OffsetSyncIndex
 
-__all__ = ["COPY_SCAN_LIMIT", "COPY_SCAN_TIMEOUT_S", "Mark", "copy_after", "fingerprint", "last_records"]
+__all__ = [
+    "COPY_SCAN_LIMIT",
+    "COPY_SCAN_TIMEOUT_S",
+    "Mark",
+    "copied_in_step",
+    "copy_after",
+    "fingerprint",
+    "last_records",
+]
 
 #: A record read: (its upstream offset, :func:`fingerprint`).
 Mark = tuple[int, str]
@@ -84,6 +92,37 @@ def last_records(
     finally:
         consumer.unassign()
     return out
+
+
+def remember(
+    offsets: dict[str, Any],
+    read: set[tuple[str, str]],
+    consumer: Callable[[str], Consumer],
+    timeout_s: float,
+) -> None:
+    """Record under ``offsets["last"]`` (cluster -> physical topic -> partition ->
+    ``[offset, fingerprint]``) the record before each position of ``read`` (cluster,
+    physical topic), asked with ``consumer(cluster)``: one fetch per topic whose
+    positions moved; a record not fetched keeps the one recorded before."""
+    last = offsets.setdefault("last", {})
+    for cluster, topic in sorted(read):
+        known = last.setdefault(cluster, {}).setdefault(topic, {})
+        ends = offsets["positions"][cluster][topic].items()
+        due = {int(p): e for p, e in ends if known.get(p, [-1])[0] != e - 1}
+        try:
+            got = last_records(consumer(cluster), topic, due, timeout_s)
+        except KafkaException:
+            continue
+        known.update({str(p): list(mark) for p, mark in got.items()})
+    if not last:
+        del offsets["last"]
+
+
+def mark_of(offsets: Mapping[str, Any], cluster: str, topic: str, p: str, below: int) -> Mark | None:
+    """The record read last of ``cluster``/``topic``/``p`` recorded in ``offsets``
+    (:func:`remember`), when it is before offset ``below``."""
+    got = offsets.get("last", {}).get(cluster, {}).get(topic, {}).get(p)
+    return None if got is None or int(got[0]) >= below else (int(got[0]), str(got[1]))
 
 
 def _find(
@@ -156,3 +195,55 @@ def copy_after(
     stop = None if after is None else after.downstream_offset + 1
     found = _find(conf, target_topic, partition, digest, max(through[0], begin or 0), stop)
     return None if found is None else found + 1
+
+
+def _records(conf: Mapping[str, Any], topic: str, partition: int, begin: int, count: int) -> list[Any]:
+    """Up to ``count`` records of ``topic``/``partition`` from offset ``begin`` (fewer
+    when the log ends first or within :data:`COPY_SCAN_TIMEOUT_S`)."""
+    consumer = Consumer(dict(conf))
+    deadline = time.monotonic() + COPY_SCAN_TIMEOUT_S
+    out: list[Any] = []
+    try:
+        tp = TopicPartition(topic, partition)
+        high = consumer.get_watermark_offsets(tp, timeout=COPY_SCAN_TIMEOUT_S, cached=False)[1]
+        consumer.assign([TopicPartition(topic, partition, begin)])
+        while len(out) < count and time.monotonic() < deadline:
+            batch = consumer.consume(min(500, count - len(out)), 0.5)
+            if not batch and consumer.position([tp])[0].offset >= high:
+                break
+            out.extend(m for m in batch if m.error() is None and m.offset() is not None)
+    except KafkaException:
+        pass
+    finally:
+        consumer.close()
+    return out[:count]
+
+
+def copied_in_step(
+    source_conf: Mapping[str, Any],
+    source_topic: str,
+    target_conf: Mapping[str, Any],
+    target_topic: str,
+    partition: int,
+    begin: int,
+    target_begin: int,
+    target_end: int,
+) -> int:
+    """The source offset after the records of ``source_topic``/``partition`` from
+    ``begin`` on whose copies are, one by one and in order, the records of
+    ``target_topic`` from ``target_begin`` up to ``target_end`` (the same
+    :func:`fingerprint`); ``begin`` when the first differs. At most
+    :data:`COPY_SCAN_LIMIT` records are compared."""
+    count = min(COPY_SCAN_LIMIT, max(0, target_end - target_begin))
+    if count == 0:
+        return begin
+    copies = _records(target_conf, target_topic, partition, target_begin, count)
+    copies = [m for m in copies if m.offset() < target_end]
+    at = begin
+    for original, copy in zip(
+        _records(source_conf, source_topic, partition, begin, len(copies)), copies, strict=False
+    ):
+        if fingerprint(original) != fingerprint(copy):
+            break
+        at = int(original.offset()) + 1
+    return at

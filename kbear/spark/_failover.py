@@ -34,12 +34,26 @@ from kbear import _events
 from kbear._lost import LostWatch
 from kbear._route import Route
 from kbear._standby import standby_route
-from kbear.config import KBearConfig, MirrorKind
-from kbear.mirror import CheckpointIndex, StartSource, read_mirror, translate_group
-from kbear.spark._copies import Mark, copy_after
+from kbear.config import Failover, KBearConfig, MirrorKind
+from kbear.mirror import (
+    CheckpointIndex,
+    OffsetSync,
+    OffsetSyncIndex,
+    StartSource,
+    read_mirror,
+    translate_group,
+)
+from kbear.spark._copies import Mark, copied_in_step, copy_after
 from kbear.spark._read import READER_CONF
 
-__all__ = ["META_TIMEOUT_S", "PROBE_TIMEOUT_S", "SourceFailover", "mirror_start"]
+__all__ = [
+    "META_TIMEOUT_S",
+    "PROBE_TIMEOUT_S",
+    "SourceFailover",
+    "fail_back_start",
+    "mirror_of",
+    "mirror_start",
+]
 
 log = logging.getLogger("kbear.spark")
 
@@ -163,6 +177,22 @@ class SourceFailover:
         return failover.active or old.cluster_id in self.failed
 
 
+def mirror_of(config: KBearConfig, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
+    """``cluster``'s failover declaration when it is mirrored (by ``kind`` when given)
+    to a standby of ``config``, else None."""
+    declared = config.clusters.get(cluster)
+    if declared is None:
+        return None
+    failover = declared.failover
+    if (
+        failover.mirror is MirrorKind.NONE
+        or (kind is not None and failover.mirror is not kind)
+        or failover.standby not in config.clusters
+    ):
+        return None
+    return failover
+
+
 def mirror_start(
     config: KBearConfig,
     old: Route,
@@ -260,3 +290,110 @@ def mirror_start(
         },
     }
     return positions, record
+
+
+def _last_sync_below(
+    syncs: OffsetSyncIndex, topic: str, partition: int, downstream: int
+) -> OffsetSync | None:
+    """The newest sync of ``topic``/``partition`` whose copy lies below ``downstream``
+    (every record up to its upstream offset has its copy there), None: none."""
+    found, upstream = None, 0
+    while (sync := syncs.at_or_after(topic, partition, upstream)) is not None:
+        if sync.downstream_offset >= downstream:
+            break
+        found, upstream = sync, sync.upstream_offset + 1
+    return found
+
+
+def fail_back_start(
+    config: KBearConfig,
+    old: Route,
+    new: Route,
+    positions: Mapping[str, int],
+    read: Mapping[str, int],
+    properties: Callable[[str], dict[str, str]],
+) -> tuple[dict[str, int], dict[str, Any]] | None:
+    """Where ``new`` is read from after a fail-back from its standby ``old`` (drained).
+
+    When ``new``'s cluster is mirrored to ``old`` by MirrorMaker 2 (``old.topic`` the
+    copy of ``new.topic``), each partition starts after the newest record of ``new``
+    whose copy this source read on ``old``, never before this source's own position
+    on ``new``: through the offset syncs (the newest sync whose downstream offset is
+    below this source's position on ``old``), then the records after that sync whose
+    copies follow it on ``old`` one by one, in order, with the same timestamp, key
+    and value (:func:`kbear.spark._copies.copied_in_step`). What ``new`` holds past
+    the position and was mirrored and read on the standby is not read again; what
+    was never mirrored is read.
+
+    Args:
+        config: the configuration (``new``'s cluster's mirror declaration).
+        old, new: the standby, drained, and the cluster failed back to.
+        positions: partition (str) -> this source's next offset on ``new``.
+        read: partition (str) -> this source's next offset on ``old``.
+        properties: cluster id -> librdkafka properties to reach it.
+
+    Returns:
+        (partition (str) -> start offset on ``new``, the record for the offsets'
+        ``translated``: ``{"from", "to", "mirror": "mm2", "back": true, "partitions":
+        {p: {"from": position on old, "to": start, "by": "record" | "offset-sync" |
+        "position"}}}``),
+        or None when this is no fail-back through MirrorMaker 2.
+    """
+    declared = config.clusters.get(new.cluster_id)
+    if declared is None:
+        return None
+    failover = declared.failover
+    if (
+        failover.mirror is not MirrorKind.MM2
+        or failover.standby != old.cluster_id
+        or failover.remote_topic(new.topic) != old.topic
+    ):
+        return None
+    view = read_mirror(
+        failover, properties(old.cluster_id), properties(new.cluster_id), timeout_s=MIRROR_TIMEOUT_S
+    )
+    starts: dict[str, int] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for p, at in positions.items():
+        below = int(read.get(p, 0))
+        sync = _last_sync_below(view.syncs, new.topic, int(p), below)
+        by_sync = 0 if sync is None else sync.upstream_offset + 1
+        in_step = by_sync
+        if sync is not None:  # the records after the sync, copied one by one in order
+            in_step = copied_in_step(
+                {**properties(new.cluster_id), **READER_CONF},
+                new.topic,
+                {**properties(old.cluster_id), **READER_CONF},
+                old.topic,
+                int(p),
+                by_sync,
+                sync.downstream_offset + 1,
+                below,
+            )
+        starts[p] = max(int(at), by_sync, in_step)
+        how = (
+            "record"
+            if in_step > max(int(at), by_sync)
+            else "offset-sync"
+            if by_sync > int(at)
+            else "position"
+        )
+        parts[p] = {"from": read.get(p), "to": starts[p], "by": how}
+    log.warning(
+        "kbear source: %r fails back from %s/%s to %s/%s at %s (after the copies read on %s)",
+        new.requested_topic,
+        old.cluster_id,
+        old.topic,
+        new.cluster_id,
+        new.topic,
+        starts,
+        old.cluster_id,
+    )
+    record = {
+        "from": {"cluster": old.cluster_id, "topic": old.topic},
+        "to": {"cluster": new.cluster_id, "topic": new.topic},
+        "mirror": failover.mirror.value,
+        "back": True,
+        "partitions": parts,
+    }
+    return starts, record

@@ -21,8 +21,8 @@ from kbear._switch_report import tell
 from kbear.config import ConfigError, Failover, MirrorKind
 from kbear.router import Router
 from kbear.spark._clusters import ClusterQuestions
-from kbear.spark._copies import Mark, last_records
-from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, mirror_start
+from kbear.spark._copies import Mark, mark_of, remember
+from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, fail_back_start, mirror_of, mirror_start
 from kbear.spark._options import SparkOptionsError
 from kbear.spark._read import RangePart, StandbyRead, read_range
 from kbear.spark._source_settings import SourceSettings
@@ -249,7 +249,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 except KafkaException as exc:
                     self._q.silent.add(route.cluster_id)
                     self._fo.unanswered(route.cluster_id, [route.topic], exc)
-        marks = self._drive(engine, positions, now)
+        marks = self._drive(engine, new, now)
         new["draining"] = {}
         for logical, (old, _) in engine.drains().items():
             then = [r for r in engine.chain(logical)[:-1] if r is not None]
@@ -292,33 +292,10 @@ class KBearStreamReader(DataSourceStreamReader):
         return new
 
     def _remember(self, new: Offsets, read: set[tuple[str, str]]) -> None:
-        """Record under ``last`` the record before each position of ``read`` (cluster,
-        physical topic) on a cluster mirrored by MirrorMaker 2 (:mod:`kbear.spark._copies`;
-        one fetch per batch that moved; a record not fetched keeps the one before)."""
-        last = new.setdefault("last", {})
-        for cluster, topic in sorted(read):
-            if cluster in self._q.silent or self._mirror(cluster, MirrorKind.MM2) is None:
-                continue
-            known = last.setdefault(cluster, {}).setdefault(topic, {})
-            due = {
-                int(p): e
-                for p, e in new["positions"][cluster][topic].items()
-                if known.get(p, [-1])[0] != e - 1
-            }
-            try:
-                got = last_records(self._q.consumer(cluster), topic, due, PROBE_TIMEOUT_S)
-            except KafkaException:
-                continue
-            known.update({str(p): list(mark) for p, mark in got.items()})
-        if not last:
-            del new["last"]
-
-    @staticmethod
-    def _mark(offsets: Offsets, cluster: str, topic: str, p: str, below: int) -> Mark | None:
-        """The record read last recorded in ``offsets`` for ``cluster``/``topic``/``p``,
-        when it is before offset ``below``."""
-        got = offsets.get("last", {}).get(cluster, {}).get(topic, {}).get(p)
-        return None if got is None or int(got[0]) >= below else (int(got[0]), str(got[1]))
+        """:func:`~kbear.spark._copies.remember` for ``read`` (cluster, physical topic)
+        on clusters mirrored by MirrorMaker 2 that answered this batch."""
+        wanted = {(c, t) for c, t in read if c not in self._q.silent and self._mirror(c, MirrorKind.MM2)}
+        remember(new, wanted, self._q.consumer, PROBE_TIMEOUT_S)
 
     def _mirror_move(self, old: Route, new: Route) -> bool:
         return self._router is not None and self._fo.mirror_move(self._router.config, old, new)
@@ -335,9 +312,7 @@ class KBearStreamReader(DataSourceStreamReader):
         new["draining"].pop(logical, None)
         upstream = new["positions"].get(old.cluster_id, {}).get(old.topic, {})
         read = {
-            int(p): m
-            for p, at in upstream.items()
-            if (m := self._mark(new, old.cluster_id, old.topic, p, at))
+            int(p): m for p, at in upstream.items() if (m := mark_of(new, old.cluster_id, old.topic, p, at))
         }
         try:
             starts, record = mirror_start(
@@ -377,7 +352,7 @@ class KBearStreamReader(DataSourceStreamReader):
         return engine
 
     def _drive(
-        self, engine: SwitchEngine, positions: Mapping[str, Mapping[str, Mapping[str, int]]], now: float
+        self, engine: SwitchEngine, offsets: Offsets, now: float
     ) -> dict[str, dict[int, tuple[int, int]]]:
         """Probe every drain synchronously (this source's positions on the old cluster
         are its "committed" offsets) and carry out the switches the engine decides.
@@ -393,17 +368,35 @@ class KBearStreamReader(DataSourceStreamReader):
                 if isinstance(action, Switch):
                     log.info("kbear source: %s drained on %s", action.topic, action.old.cluster_id)
                     marks.pop(action.topic, None)
+                    if action.new is not None:
+                        self._fail_back(offsets, action.topic, action.old, action.new)
                     continue
                 old = action.route
                 answer = self._q.answer(old.cluster_id, old.topic)
                 if answer is None:
                     continue  # the old cluster does not answer: the drain waits
                 found = answer
-                read = positions.get(old.cluster_id, {}).get(old.topic, {})
+                read = offsets["positions"].get(old.cluster_id, {}).get(old.topic, {})
                 marks[action.topic] = found
                 committed = {p: int(read.get(str(p), low)) for p, (low, _high) in found.items()}
                 engine.progress(action.topic, Progress(action.seq, marks=found, committed=committed), now)
         return marks
+
+    def _fail_back(self, new: Offsets, logical: str, old: Route, route: Route) -> None:
+        """After the drain of ``old``, ``route`` is read from after what this source read
+        of it as copies on ``old``, when ``old`` is its MirrorMaker 2 standby
+        (:func:`~kbear.spark._failover.fail_back_start`; recorded under ``translated``)."""
+        at = new["positions"].get(route.cluster_id, {}).get(route.topic)
+        if self._router is None or not at:
+            return
+        read = new["positions"].get(old.cluster_id, {}).get(old.topic, {})
+        try:
+            got = fail_back_start(self._router.config, old, route, at, read, self._properties)
+        except KafkaException as exc:
+            log.warning("kbear source: %s fails back from its position (mirror not read: %s)", logical, exc)
+            return
+        if got is not None:
+            new["positions"][route.cluster_id][route.topic], new["translated"][logical] = got
 
     @staticmethod
     def _advance(
@@ -454,7 +447,7 @@ class KBearStreamReader(DataSourceStreamReader):
                     begin = starts.get(p)
                     if begin is None or stop <= begin:
                         continue
-                    last = self._mark(end, cluster, topic, p, stop)
+                    last = mark_of(end, cluster, topic, p, stop)
                     parts.append(
                         RangePart(
                             cluster,
@@ -466,29 +459,14 @@ class KBearStreamReader(DataSourceStreamReader):
                             stop,
                             self._s.include_headers,
                             self._s.poll_timeout_s,
-                            self._standby(cluster, topic, self._mark(start, cluster, topic, p, begin), last),
+                            self._standby(cluster, topic, mark_of(start, cluster, topic, p, begin), last),
                             self._arrow,
                         )
                     )
         return parts
 
     def _mirror(self, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
-        """``cluster``'s failover declaration when it is mirrored to a known standby
-        (by ``kind`` when given), else None."""
-        if self._router is None:
-            return None
-        declared = self._router.config.clusters.get(cluster)
-        if declared is None:
-            return None
-        failover = declared.failover
-        if (
-            failover.mirror is MirrorKind.NONE
-            or (kind is not None and failover.mirror is not kind)
-            or failover.standby is None
-            or failover.standby not in self._router.config.clusters
-        ):
-            return None
-        return failover
+        return None if self._router is None else mirror_of(self._router.config, cluster, kind)
 
     def _standby(
         self, cluster: str, topic: str, before: Mark | None = None, last: Mark | None = None

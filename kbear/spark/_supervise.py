@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
-from kbear.config import ConfigError
+from kbear.config import ConfigError, MirrorKind
 from kbear.router import Router
 from kbear.spark._clusters import EARLIEST, ClusterQuestions
-from kbear.spark._failover import SourceFailover, mirror_start
+from kbear.spark._copies import mark_of, remember
+from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, mirror_of, mirror_start
 from kbear.spark._options import FORBIDDEN_READ_OPTIONS, check_options, route_topics
 
 if TYPE_CHECKING:
@@ -113,6 +114,9 @@ class QuerySupervisor:
         self._fo = SourceFailover(failover_enable, failover_after_ms, lambda: router.config)
         self._q = ClusterQuestions(self._properties, lambda: self._fo)
         self._stop = threading.Event()
+        #: the last record before each committed offset on clusters mirrored by
+        #: MirrorMaker 2 (kbear.spark._copies.remember): a failover starts after its copy
+        self._last: dict[str, Any] = {}
         self.restarts: list[dict[str, Any]] = []
         self.exception: BaseException | None = None
         self._root.mkdir(parents=True, exist_ok=True)
@@ -196,6 +200,12 @@ class QuerySupervisor:
             if _same(old, route):
                 start = {str(p): upstream.get(str(p), EARLIEST) for p in marks}
             elif self._fo.mirror_move(config, old, route):
+                last = {"last": self._last}
+                read = {
+                    int(p): m
+                    for p, at in upstream.items()
+                    if (m := mark_of(last, old.cluster_id, old.topic, p, at))
+                }
                 start, translated[logical] = mirror_start(
                     config,
                     old,
@@ -205,6 +215,7 @@ class QuerySupervisor:
                     self._properties,
                     old.cluster_id not in self._fo.down,
                     "earliest",
+                    read,
                 )
             else:
                 start = {str(p): EARLIEST for p in marks}
@@ -287,6 +298,22 @@ class QuerySupervisor:
         for route in self._routes.values():
             self._q.answer(route.cluster_id, route.topic)
         self._fo.tick()
+        config = self._router.config
+        mirrored = {
+            (r.cluster_id, r.topic)
+            for r in self._routes.values()
+            if r.cluster_id not in self._q.silent and mirror_of(config, r.cluster_id, MirrorKind.MM2)
+        }
+        if mirrored:
+            committed = self._committed()
+            state = {"positions": committed, "last": self._last}
+            remember(
+                state,
+                {(c, t) for c, t in mirrored if t in committed.get(c, {})},
+                self._q.consumer,
+                PROBE_TIMEOUT_S,
+            )
+            self._last = state.get("last", {})
 
     def _loop(self) -> None:
         while not self._stop.wait(self._poll_s):
