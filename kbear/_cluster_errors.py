@@ -51,16 +51,6 @@ def refused(err: KafkaError) -> bool:
     return code == KafkaError._TRANSPORT and any(t in err.str() for t in _TLS_HANDSHAKE_TEXTS)
 
 
-def _named(err: KafkaError, cluster_id: str) -> KafkaError:
-    return KafkaError(
-        err.code(),
-        f"cluster '{cluster_id}': {err.str()}",
-        fatal=err.fatal(),
-        retriable=err.retriable(),
-        txn_requires_abort=err.txn_requires_abort(),
-    )
-
-
 def name_cluster_errors(
     kind: str,
     cluster_id: str,
@@ -102,7 +92,13 @@ def name_cluster_errors(
                 err.str(),
                 extra={"event": "authentication_failed", "cluster": cluster_id, "reason": err.name()},
             )
-            err = _named(err, cluster_id)
+            err = KafkaError(
+                err.code(),
+                f"cluster '{cluster_id}': {err.str()}",
+                fatal=err.fatal(),
+                retriable=err.retriable(),
+                txn_requires_abort=err.txn_requires_abort(),
+            )
         elif app is None:
             outage.failure(logging.ERROR, ": %s", err.str())
         if app is not None:

@@ -293,6 +293,7 @@ Builder = Callable[[str, str, dict[str, Any], Callable[..., Any]], Any]
 _listeners: list[Listener] = []
 _configurers: list[Configurer] = []
 _builders: list[Builder] = []
+_REGISTRIES: tuple[list[Any], ...] = (_listeners, _configurers, _builders)
 #: every routed client constructed and still alive (for listeners subscribing late)
 _clients: weakref.WeakSet[Observed] = weakref.WeakSet()
 
@@ -302,24 +303,18 @@ def subscribe(
 ) -> None:
     """Add ``listener`` (called with every event), ``configurer`` (called with every
     cluster client configuration as it is built) and/or ``builder`` (see :func:`build`)."""
-    if listener is not None and listener not in _listeners:
-        _listeners.append(listener)
-    if configurer is not None and configurer not in _configurers:
-        _configurers.append(configurer)
-    if builder is not None and builder not in _builders:
-        _builders.append(builder)
+    for item, registry in zip((listener, configurer, builder), _REGISTRIES, strict=True):
+        if item is not None and item not in registry:
+            registry.append(item)
 
 
 def unsubscribe(
     listener: Listener | None = None, configurer: Configurer | None = None, builder: Builder | None = None
 ) -> None:
     """Remove what :func:`subscribe` added; unknown ones are ignored."""
-    if listener in _listeners:
-        _listeners.remove(listener)
-    if configurer in _configurers:
-        _configurers.remove(configurer)
-    if builder in _builders:
-        _builders.remove(builder)
+    for item, registry in zip((listener, configurer, builder), _REGISTRIES, strict=True):
+        if item in registry:
+            registry.remove(item)
 
 
 def build(kind: str, cluster_id: str, conf: dict[str, Any], factory: Callable[..., Any]) -> Any:
