@@ -61,11 +61,6 @@ class Subscription:
     routes: dict[str, Route] = field(default_factory=dict)
     next_refresh: float = 0.0
 
-    @property
-    def topics(self) -> list[str]:
-        """The logical topics read, in subscription order."""
-        return list(self.routes)
-
     def reset(
         self,
         kind: SubscriptionKind = SubscriptionKind.NONE,
