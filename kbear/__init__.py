@@ -5,9 +5,10 @@ on first use (PEP 562's module ``__getattr__``): ``import kbear`` alone imports 
 client, configuration or Kafka library, and ``from kbear import RoutedProducer``
 imports what the producer needs and no more.
 
-To export a new name: add ``"Name": "kbear.module"`` to ``_EXPORTS`` and the same
-import under ``if TYPE_CHECKING:`` (what mypy and editors read), and the name to
-``__all__`` (tests/test_lazy_import.py checks the three agree).
+To export a new name: add it to its module's entry of ``_MODULES`` (what resolves at
+run time, and ``__all__``) and the same import, written ``Name as Name`` (an explicit
+re-export), under ``if TYPE_CHECKING:`` (what mypy and editors read);
+tests/test_lazy_import.py checks that the two agree.
 """
 
 from __future__ import annotations
@@ -16,105 +17,72 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kbear import schema_registry
-    from kbear._cluster_id import WrongClusterError
-    from kbear._compiled import dispatcher
-    from kbear._identity import Client
-    from kbear._modes import AckMode, SwitchMode, SwitchStart
-    from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route, RuleVerdict
-    from kbear.admin import RoutedAdminClient
-    from kbear.aio import (
-        RoutedAIOConsumer,
-        RoutedAIOProducer,
-        RoutedAsyncDeserializingConsumer,
-        RoutedAsyncSerializingProducer,
-    )
-    from kbear.balanced import ClientBalancedConsumer
-    from kbear.config import ConfigError, ConfigProblem, KBearConfig, load_config
-    from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
-    from kbear.crrl import CrrlSyntaxError
-    from kbear.producer import RoutedProducer, RoutedSerializingProducer
-    from kbear.router import Router
-    from kbear.share import RoutedDeserializingShareConsumer, RoutedShareConsumer
-    from kbear.sources import ConfigSource, DirectorySource, MemorySource, open_source
+    from kbear import schema_registry as schema_registry
+    from kbear._cluster_id import WrongClusterError as WrongClusterError
+    from kbear._compiled import dispatcher as dispatcher
+    from kbear._identity import Client as Client
+    from kbear._modes import AckMode as AckMode
+    from kbear._modes import SwitchMode as SwitchMode
+    from kbear._modes import SwitchStart as SwitchStart
+    from kbear._route import Explanation as Explanation
+    from kbear._route import MetaServiceUnavailable as MetaServiceUnavailable
+    from kbear._route import NoRouteError as NoRouteError
+    from kbear._route import Route as Route
+    from kbear._route import RuleVerdict as RuleVerdict
+    from kbear.admin import RoutedAdminClient as RoutedAdminClient
+    from kbear.aio import RoutedAIOConsumer as RoutedAIOConsumer
+    from kbear.aio import RoutedAIOProducer as RoutedAIOProducer
+    from kbear.aio import RoutedAsyncDeserializingConsumer as RoutedAsyncDeserializingConsumer
+    from kbear.aio import RoutedAsyncSerializingProducer as RoutedAsyncSerializingProducer
+    from kbear.balanced import ClientBalancedConsumer as ClientBalancedConsumer
+    from kbear.config import ConfigError as ConfigError
+    from kbear.config import ConfigProblem as ConfigProblem
+    from kbear.config import KBearConfig as KBearConfig
+    from kbear.config import load_config as load_config
+    from kbear.consumer import RoutedConsumer as RoutedConsumer
+    from kbear.consumer import RoutedDeserializingConsumer as RoutedDeserializingConsumer
+    from kbear.crrl import CrrlSyntaxError as CrrlSyntaxError
+    from kbear.producer import RoutedProducer as RoutedProducer
+    from kbear.producer import RoutedSerializingProducer as RoutedSerializingProducer
+    from kbear.router import Router as Router
+    from kbear.share import RoutedDeserializingShareConsumer as RoutedDeserializingShareConsumer
+    from kbear.share import RoutedShareConsumer as RoutedShareConsumer
+    from kbear.sources import ConfigSource as ConfigSource
+    from kbear.sources import DirectorySource as DirectorySource
+    from kbear.sources import MemorySource as MemorySource
+    from kbear.sources import open_source as open_source
 
 __version__ = "0.1.0"
 
-#: public name -> the module defining it (a module itself when the name is the module's)
-_EXPORTS: dict[str, str] = {
-    "AckMode": "kbear._modes",
-    "Client": "kbear._identity",
-    "ClientBalancedConsumer": "kbear.balanced",
-    "ConfigError": "kbear.config",
-    "ConfigProblem": "kbear.config",
-    "ConfigSource": "kbear.sources",
-    "CrrlSyntaxError": "kbear.crrl",
-    "DirectorySource": "kbear.sources",
-    "Explanation": "kbear._route",
-    "KBearConfig": "kbear.config",
-    "MemorySource": "kbear.sources",
-    "MetaServiceUnavailable": "kbear._route",
-    "NoRouteError": "kbear._route",
-    "Route": "kbear._route",
-    "RoutedAIOConsumer": "kbear.aio",
-    "RoutedAIOProducer": "kbear.aio",
-    "RoutedAdminClient": "kbear.admin",
-    "RoutedAsyncDeserializingConsumer": "kbear.aio",
-    "RoutedAsyncSerializingProducer": "kbear.aio",
-    "RoutedConsumer": "kbear.consumer",
-    "RoutedDeserializingConsumer": "kbear.consumer",
-    "RoutedDeserializingShareConsumer": "kbear.share",
-    "RoutedProducer": "kbear.producer",
-    "RoutedSerializingProducer": "kbear.producer",
-    "RoutedShareConsumer": "kbear.share",
-    "Router": "kbear.router",
-    "RuleVerdict": "kbear._route",
-    "SwitchMode": "kbear._modes",
-    "SwitchStart": "kbear._modes",
-    "WrongClusterError": "kbear._cluster_id",
-    "dispatcher": "kbear._compiled",
-    "load_config": "kbear.config",
-    "open_source": "kbear.sources",
-    "schema_registry": "kbear.schema_registry",
+#: module -> the public names it defines (the name of a module itself: that module)
+_MODULES: dict[str, tuple[str, ...]] = {
+    "kbear._modes": ("AckMode", "SwitchMode", "SwitchStart"),
+    "kbear._identity": ("Client",),
+    "kbear.balanced": ("ClientBalancedConsumer",),
+    "kbear.config": ("ConfigError", "ConfigProblem", "KBearConfig", "load_config"),
+    "kbear.sources": ("ConfigSource", "DirectorySource", "MemorySource", "open_source"),
+    "kbear.crrl": ("CrrlSyntaxError",),
+    "kbear._route": ("Explanation", "MetaServiceUnavailable", "NoRouteError", "Route", "RuleVerdict"),
+    "kbear.aio": (
+        "RoutedAIOConsumer",
+        "RoutedAIOProducer",
+        "RoutedAsyncDeserializingConsumer",
+        "RoutedAsyncSerializingProducer",
+    ),
+    "kbear.admin": ("RoutedAdminClient",),
+    "kbear.consumer": ("RoutedConsumer", "RoutedDeserializingConsumer"),
+    "kbear.share": ("RoutedDeserializingShareConsumer", "RoutedShareConsumer"),
+    "kbear.producer": ("RoutedProducer", "RoutedSerializingProducer"),
+    "kbear.router": ("Router",),
+    "kbear._cluster_id": ("WrongClusterError",),
+    "kbear._compiled": ("dispatcher",),
+    "kbear.schema_registry": ("schema_registry",),
 }
+#: public name -> its module
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
-__all__ = [
-    "AckMode",
-    "Client",
-    "ClientBalancedConsumer",
-    "ConfigError",
-    "ConfigProblem",
-    "ConfigSource",
-    "CrrlSyntaxError",
-    "DirectorySource",
-    "Explanation",
-    "KBearConfig",
-    "MemorySource",
-    "MetaServiceUnavailable",
-    "NoRouteError",
-    "Route",
-    "RoutedAIOConsumer",
-    "RoutedAIOProducer",
-    "RoutedAdminClient",
-    "RoutedAsyncDeserializingConsumer",
-    "RoutedAsyncSerializingProducer",
-    "RoutedConsumer",
-    "RoutedDeserializingConsumer",
-    "RoutedDeserializingShareConsumer",
-    "RoutedProducer",
-    "RoutedSerializingProducer",
-    "RoutedShareConsumer",
-    "Router",
-    "RuleVerdict",
-    "SwitchMode",
-    "SwitchStart",
-    "WrongClusterError",
-    "__version__",
-    "dispatcher",
-    "load_config",
-    "open_source",
-    "schema_registry",
-]
+if not TYPE_CHECKING:  # mypy reads the explicit re-exports above; ``import *`` reads this
+    __all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -129,4 +97,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_EXPORTS})
