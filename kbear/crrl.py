@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -35,6 +36,10 @@ __all__ = ["KEYWORDS", "Condition", "CrrlSyntaxError", "Statement", "parse"]
 KEYWORDS = frozenset({"use", "cluster", "topic", "when", "and"})
 
 _SPECIAL = frozenset(',="')
+#: one token after white space (str.isspace's): punctuation, a quoted name (its
+#: escapes checked apart: only ``\"`` and ``\\``) or a bare word
+_TOKEN = re.compile(r'\s*(?P<token>[,=]|"(?P<body>(?:[^"\\]|\\.)*)(?P<close>"?)|[^\s,="]+)', re.DOTALL)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
 
 
 class CrrlSyntaxError(ValueError):
@@ -69,6 +74,9 @@ class _Kind(Enum):
     END = "end of rule"
 
 
+_PUNCTUATION = {",": _Kind.COMMA, "=": _Kind.EQUALS}
+
+
 @dataclass(frozen=True, slots=True)
 class _Token:
     kind: _Kind
@@ -87,45 +95,24 @@ class _Token:
 
 
 def _tokens(text: str) -> Iterator[_Token]:
-    i, n = 0, len(text)
-    while True:
-        while i < n and text[i].isspace():
-            i += 1
-        if i >= n:
-            yield _Token(_Kind.END, "", n + 1)
-            return
-        ch, start = text[i], i
-        if ch == ",":
-            i += 1
-            yield _Token(_Kind.COMMA, ch, start + 1)
-        elif ch == "=":
-            i += 1
-            yield _Token(_Kind.EQUALS, ch, start + 1)
-        elif ch == '"':
-            i += 1
-            chars: list[str] = []
-            while True:
-                if i >= n:
-                    raise CrrlSyntaxError(text, n + 1, "closing '\"'", "end of rule")
-                ch = text[i]
-                if ch == '"':
-                    i += 1
-                    break
-                if ch == "\\":
-                    nxt = text[i + 1] if i + 1 < n else ""
-                    if nxt not in ('"', "\\"):
-                        found = f"'\\{nxt}'" if nxt else "end of rule"
-                        raise CrrlSyntaxError(text, i + 1, "'\\\"' or '\\\\'", found)
-                    chars.append(nxt)
-                    i += 2
-                    continue
-                chars.append(ch)
-                i += 1
-            yield _Token(_Kind.QUOTED, "".join(chars), start + 1)
-        else:
-            while i < n and not text[i].isspace() and text[i] not in _SPECIAL:
-                i += 1
-            yield _Token(_Kind.WORD, text[start:i], start + 1)
+    pos = 0
+    while match := _TOKEN.match(text, pos):
+        token, body, column = match["token"], match["body"], match.start("token") + 1
+        pos = match.end()
+        if body is None:
+            yield _Token(_PUNCTUATION.get(token, _Kind.WORD), token, column)
+            continue
+        for escape in _ESCAPE.finditer(body):  # the text's index of the backslash is column + start
+            if escape[1] not in '"\\':
+                raise CrrlSyntaxError(
+                    text, column + escape.start() + 1, "'\\\"' or '\\\\'", f"'\\{escape[1]}'"
+                )
+        if not match["close"]:
+            if pos < len(text):  # a backslash ends the text
+                raise CrrlSyntaxError(text, pos + 1, "'\\\"' or '\\\\'", "end of rule")
+            raise CrrlSyntaxError(text, len(text) + 1, "closing '\"'", "end of rule")
+        yield _Token(_Kind.QUOTED, _ESCAPE.sub(r"\1", body), column)
+    yield _Token(_Kind.END, "", len(text) + 1)
 
 
 def _quote(value: str, *, force: bool = False) -> str:
