@@ -55,7 +55,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -82,7 +81,7 @@ from kbear._meta_http import (
 )
 from kbear._route import MetaServiceUnavailable, NoRouteError
 from kbear._source import ConfigSource
-from kbear.config import ConfigError, KBearConfig, documents_digest, load_documents
+from kbear.config import ConfigError, KBearConfig, documents_digest, load_documents, replace_file
 
 __all__ = ["MetaServiceSource", "ServiceUnreachableError", "default_cache_file", "load_everything"]
 
@@ -428,15 +427,7 @@ class MetaServiceSource(ConfigSource):
         }
         try:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.cache_file.parent, prefix=".meta-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, self.cache_file)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            replace_file(self.cache_file, json.dumps(data))  # mode 0600: the answer may hold secrets
         except OSError as exc:
             log.warning("kbear: meta-service cache %s not written: %s", self.cache_file, exc)
 

@@ -34,8 +34,6 @@ and picked up once complete.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -43,7 +41,7 @@ from typing import Protocol
 
 from kbear import _events
 from kbear._source import ConfigSource
-from kbear.config import ConfigError, KBearConfig
+from kbear.config import ConfigError, KBearConfig, replace_file
 from kbear.sources import DirectorySource
 
 __all__ = ["ConfigWatcher", "Reloadable", "replace_file"]
@@ -54,27 +52,6 @@ log = logging.getLogger("kbear.reload")
 SETTLE_S = 0.2
 
 _monotonic = time.monotonic  # the watcher's clock (a test replaces it)
-
-
-def replace_file(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically, as configuration files should be
-    written: a temporary file in the same directory, then ``os.replace`` over
-    ``path``. A reader (the watcher, another process) sees the old file or the new
-    one, never a part of it.
-
-    Raises:
-        OSError: the directory is not writable, the disk is full, ...; ``path`` is
-            then unchanged and the temporary file removed.
-    """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Reloadable(Protocol):

@@ -67,6 +67,7 @@ from kbear.config._documents import (
     ROUTE_RULES_FILE,
     TOPICS_FILE,
     config_digest,
+    replace_file,
 )
 from kbear.config._errors import ConfigError, ConfigProblem
 from kbear.config._failover import (
@@ -124,5 +125,6 @@ __all__ = [
     "load_config",
     "load_documents",
     "property_kind",
+    "replace_file",
     "resolve_placeholders",
 ]

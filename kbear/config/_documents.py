@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +278,25 @@ def _digest_update(h: Any, name: str, data: bytes) -> None:
     h.update(name.encode())
     h.update(len(data).to_bytes(8, "big"))
     h.update(data)
+
+
+def replace_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as configuration files should be
+    written: a temporary file in the same directory, then ``os.replace`` over
+    ``path``. A reader (the watcher, another process) sees the old file or the new
+    one, never a part of it. The new file is readable and writable by its owner only
+    (mode 0600, :func:`tempfile.mkstemp`'s).
+
+    Raises:
+        OSError: the directory is not writable, the disk is full, ...; ``path`` is
+            then unchanged and the temporary file removed.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

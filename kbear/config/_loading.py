@@ -233,10 +233,7 @@ class _Loader:
         before = len(self.problems)
         entries = self.read_entries(CLUSTERS_FILE)
         self.clusters_listed = len(self.problems) == before
-        for _, item in entries:
-            raw_id = _entry_id(item)
-            if raw_id is not None:
-                self.cluster_ids.add(raw_id)
+        self.cluster_ids = {cid for _, item in entries if (cid := _entry_id(item)) is not None}
         for label, item in entries:
             cluster_id = _entry_id(item)
             entry = f"cluster '{cluster_id}'" if cluster_id is not None else label
