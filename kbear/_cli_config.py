@@ -29,7 +29,7 @@ from kbear._cli_format import explain_json, explain_lines, no_route_message, rou
 from kbear._identity import Client
 from kbear._route import Explanation, MetaServiceUnavailable, NoRouteError, Route
 from kbear._standby import topics_note
-from kbear.config import ConfigError, KBearConfig
+from kbear.config import ConfigError, KBearConfig, load_config
 from kbear.router import Router
 from kbear.sources import check_location, is_url
 
@@ -76,13 +76,12 @@ def load(location: str, client: Client | None = None) -> Router | int:
 def load_config_of(location: str) -> tuple[KBearConfig, str | None] | int:
     """validate / lint: the configuration of a directory or of everything a service
     holds, and why rules are missing (None: they are checked); or the exit code."""
-    if not is_url(location):
-        router = load(location)
-        return router if isinstance(router, int) else (router.config, None)
-    from kbear._meta_http import fetch_everything
-
     try:
         check_location(location)
+        if not is_url(location):
+            return load_config(location), None
+        from kbear._meta_http import fetch_everything
+
         got = fetch_everything(location)
     except ConfigError as exc:
         return print_config_error(exc, location)

@@ -32,11 +32,9 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import yaml
-
 from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_OK, print_config_error
 from kbear._cli_init import DEFAULT_CLUSTERS, placeholder, write_config
-from kbear.config import CLUSTERS_FILE, TOPICS_FILE, ConfigError, ConfigProblem, load_config
+from kbear.config import CLUSTERS_FILE, ConfigError, ConfigProblem, KBearConfig, load_config
 
 if TYPE_CHECKING:
     from kbear.testing import EmbeddedCluster
@@ -69,49 +67,33 @@ def add_dev_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def placeholders(directory: Path, environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+def placeholders(config: KBearConfig, environ: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     """Cluster id -> the unset environment variable its ``bootstrap.servers`` is
-    (``${NAME}`` alone), in the order of ``clusters.yaml``.
+    (``${NAME}`` alone), in the order of ``clusters.yaml``; ``config`` loaded with
+    ``${NAME}`` kept as written (``load_config(..., resolve_env=False)``).
 
     Raises:
-        ConfigError: ``clusters.yaml`` cannot be read, or a cluster's
-            ``bootstrap.servers`` mixes an unset ``${NAME}`` with other text
-            (no single address to put there).
+        ConfigError: a cluster's ``bootstrap.servers`` mixes an unset ``${NAME}``
+            with other text (no single address to put there).
     """
-    path = directory / CLUSTERS_FILE
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError([ConfigProblem(str(path), None, f"cannot be read: {exc}")]) from None
     found: dict[str, str] = {}
-    for entry in doc.get("clusters") or [] if isinstance(doc, dict) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("meta"), dict):
-            continue
-        servers = str(entry["meta"].get("bootstrap.servers", ""))
+    for cluster in config.clusters.values():
+        servers = cluster.bootstrap_servers
         match = _ONLY_PLACEHOLDER.match(servers.strip())
         if match is not None and match.group(1) not in environ:
-            found[str(entry.get("id"))] = match.group(1)
-        elif "${" in servers and any(n not in environ for n in re.findall(r"\$\{(\w+)\}", servers)):
+            found[cluster.id] = match.group(1)
+        elif any(n not in environ for n in re.findall(r"\$\{(\w+)\}", servers)):
             raise ConfigError(
                 [
                     ConfigProblem(
                         CLUSTERS_FILE,
-                        f"cluster '{entry.get('id')}'",
+                        f"cluster '{cluster.id}'",
                         f"bootstrap.servers {servers!r} mixes an unset ${{NAME}} with other text; kbear dev "
                         "starts a cluster for a bootstrap.servers that is one ${NAME} alone",
                     )
                 ]
             )
     return found
-
-
-def _topics(directory: Path) -> list[str]:
-    try:
-        doc = yaml.safe_load((directory / TOPICS_FILE).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return []  # load_config reports it
-    entries = doc.get("topics") if isinstance(doc, dict) else None
-    return [str(t["id"]) for t in entries or [] if isinstance(t, dict) and "id" in t]
 
 
 def _write_env_file(path: Path, exports: list[str]) -> None:
@@ -149,7 +131,8 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return EXIT_CONFIG_ERROR
         print(f"wrote {directory} (kbear init: clusters {', '.join(DEFAULT_CLUSTERS)})", file=out)
     try:
-        wanted = placeholders(directory, os.environ)
+        written = load_config(directory, resolve_env=False)  # ${NAME} as written
+        wanted = placeholders(written, os.environ)
     except ConfigError as exc:
         return print_config_error(exc, str(directory))
     if not wanted:
@@ -169,11 +152,10 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     try:
         exports = []
-        topics = _topics(directory)
         for cluster_id, name in wanted.items():
             cluster = EmbeddedCluster(args.brokers)
             clusters.append(cluster)
-            for topic in topics:
+            for topic in written.topics:
                 cluster.create_topic(topic, _PARTITIONS)
             env[name] = cluster.bootstrap_servers
             exports.append(f"export {name}={cluster.bootstrap_servers}")

@@ -315,31 +315,31 @@ def _apply_line(plan: MovePlan, result: ApplyResult) -> str:
     return f"not switched after {watch.waited_s:.1f} s: lags on {plan.now.cluster_id} {watch.lags}"
 
 
-def _progress(out: TextIO, fleet: FleetWatch | None = None) -> Callable[[float, int, dict[str, int]], None]:
+def _every_2s(show: Callable[..., None]) -> Callable[..., None]:
+    """``show``, called at most once per 2 s (the calls between are dropped)."""
     last = [0.0]
 
-    def tick(elapsed: float, produced: int, lags: dict[str, int]) -> None:
+    def tick(*args: Any) -> None:
         if time.monotonic() - last[0] >= 2.0:
             last[0] = time.monotonic()
-            clients = "" if fleet is None else f"; {fleet.state.line()}"
-            print(
-                f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, "
-                f"lag {lags}{clients}",
-                file=out,
-            )
+            show(*args)
 
     return tick
+
+
+def _progress(out: TextIO, fleet: FleetWatch | None = None) -> Callable[[float, int, dict[str, int]], None]:
+    def show(elapsed: float, produced: int, lags: dict[str, int]) -> None:
+        clients = "" if fleet is None else f"; {fleet.state.line()}"
+        print(
+            f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, lag {lags}{clients}",
+            file=out,
+        )
+
+    return _every_2s(show)
 
 
 def _fleet_progress(out: TextIO) -> Callable[[FleetState], None]:
-    last = [0.0]
-
-    def tick(state: FleetState) -> None:
-        if time.monotonic() - last[0] >= 2.0:
-            last[0] = time.monotonic()
-            print(f"  waiting for the clients: {state.line()}", file=out)
-
-    return tick
+    return _every_2s(lambda state: print(f"  waiting for the clients: {state.line()}", file=out))
 
 
 def _fleet_line(plan: MovePlan, fleet: FleetWatch) -> str:

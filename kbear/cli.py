@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -90,14 +90,14 @@ from kbear._cli_config import (
     cmd_lint,
     cmd_route,
     cmd_validate,
-    load,
     load_config_of,
 )
-from kbear._cli_dev import add_dev_arguments
+from kbear._cli_dev import add_dev_arguments, cmd_dev
 from kbear._cli_init import add_init_arguments, cmd_init
 from kbear._cli_move import DESCRIPTION, add_arguments, use_service
 from kbear._cli_move import run as run_move
 from kbear._clients import current_factory, mount, quieted
+from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments, run_failover
 from kbear.balanced import run_assignments
 from kbear.router import Router
 from kbear.sources import is_url
@@ -145,6 +145,15 @@ def _add_lookup(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _command(
+    sub: Any, name: str, handler: Callable[[argparse.Namespace], int], help: str, description: str
+) -> argparse.ArgumentParser:
+    """Subcommand ``name`` (``kbear NAME``) run by ``handler``; its parser, to add the options to."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``kbear`` argument parser, with its subcommands."""
     parser = argparse.ArgumentParser(
@@ -157,72 +166,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kbear {kbear.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    route = sub.add_parser(
-        "route",
-        help="print the route of a lookup",
-        description="Look up the route of a producer (no --group) or consumer (--group) request.",
+    route_description = "Look up the route of a producer (no --group) or consumer (--group) request."
+    _add_lookup(_command(sub, "route", cmd_route, "print the route of a lookup", route_description))
+    explain_help = "print the chain of a lookup with each rule's verdict"
+    explain_description = "Print the chain of a lookup, one line per rule in chain order, and the winner."
+    _add_lookup(_command(sub, "explain", cmd_explain, explain_help, explain_description))
+    validate_description = "Load a configuration directory and print every problem (exit 2 if any)."
+    _add_config(
+        _command(sub, "validate", cmd_validate, "check a configuration directory", validate_description)
     )
-    _add_lookup(route)
-    route.set_defaults(handler=cmd_route)
-
-    explain = sub.add_parser(
-        "explain",
-        help="print the chain of a lookup with each rule's verdict",
-        description="Print the chain of a lookup, one line per rule in chain order, and the winner.",
-    )
-    _add_lookup(explain)
-    explain.set_defaults(handler=cmd_explain)
-
-    validate = sub.add_parser(
-        "validate",
-        help="check a configuration directory",
-        description="Load a configuration directory and print every problem (exit 2 if any).",
-    )
-    _add_config(validate)
-    validate.set_defaults(handler=cmd_validate)
-
-    lint = sub.add_parser(
+    lint = _command(
+        sub,
         "lint",
-        help="warn about rules that never win, order-dependent rules, unreachable topics, unused clusters",
-        description=(
-            "Load a configuration directory and print one line per warning "
-            "(exit 0 none, 1 warnings, 2 configuration error)."
-        ),
+        cmd_lint,
+        "warn about rules that never win, order-dependent rules, unreachable topics, unused clusters",
+        "Load a configuration directory and print one line per warning "
+        "(exit 0 none, 1 warnings, 2 configuration error).",
     )
     _add_config(lint)
     lint.add_argument("--json", action="store_true", help="print one JSON object (the warnings)")
-    lint.set_defaults(handler=cmd_lint)
-
-    init = sub.add_parser(
-        "init",
-        help="write a configuration directory to start from",
-        description=(
-            "Write the four files of a configuration directory, commented: clusters.yaml (the --cluster "
-            "options, or east and west with ${KBEAR_<ID>_BOOTSTRAP_SERVERS} placeholders), topics.yaml, "
-            "consumer-groups.yaml, route-rules.yaml. Exit 0 written, 2 refused."
-        ),
+    init_description = (
+        "Write the four files of a configuration directory, commented: clusters.yaml (the --cluster "
+        "options, or east and west with ${KBEAR_<ID>_BOOTSTRAP_SERVERS} placeholders), topics.yaml, "
+        "consumer-groups.yaml, route-rules.yaml. Exit 0 written, 2 refused."
     )
-    add_init_arguments(init)
-    init.set_defaults(handler=cmd_init)
-
-    dev = sub.add_parser(
-        "dev",
-        help="run local Kafka clusters for a configuration directory until Ctrl+C",
-        description=(
-            "Start an embedded Kafka cluster (in this process, on 127.0.0.1) for each cluster of DIR whose "
-            "bootstrap.servers is an unset ${NAME}, print the export lines for them, optionally run "
-            "kbear serve over DIR, and run until Ctrl+C. DIR is written by kbear init when missing."
-        ),
+    add_init_arguments(
+        _command(sub, "init", cmd_init, "write a configuration directory to start from", init_description)
     )
-    add_dev_arguments(dev)
-    dev.set_defaults(handler=_cmd_dev)
-
-    demo = sub.add_parser(
-        "demo",
-        help="run the demo on two embedded Kafka clusters",
-        description="Produce and consume through two in-process Kafka clusters, move a topic, count.",
+    dev_description = (
+        "Start an embedded Kafka cluster (in this process, on 127.0.0.1) for each cluster of DIR whose "
+        "bootstrap.servers is an unset ${NAME}, print the export lines for them, optionally run "
+        "kbear serve over DIR, and run until Ctrl+C. DIR is written by kbear init when missing."
     )
+    dev_help = "run local Kafka clusters for a configuration directory until Ctrl+C"
+    add_dev_arguments(_command(sub, "dev", cmd_dev, dev_help, dev_description))
+    demo_description = "Produce and consume through two in-process Kafka clusters, move a topic, count."
+    demo = _command(sub, "demo", _cmd_demo, "run the demo on two embedded Kafka clusters", demo_description)
     demo.add_argument(
         "--messages",
         type=positive_int,
@@ -239,16 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="serve kbear's metrics on 127.0.0.1:N while the demo runs (needs the 'metrics' extra)",
     )
-    demo.set_defaults(handler=_cmd_demo)
-
-    assignments = sub.add_parser(
+    assignments = _command(
+        sub,
         "assignments",
-        help="print a client-balanced group's partition -> node table",
-        description=(
-            "Read the ownership reports of ClientBalancedConsumer nodes of a group from every cluster "
-            "and print the partition -> node table (exit 1 when overlaps, orphans or misconfigured nodes "
-            "are flagged, or no node reports)."
-        ),
+        _cmd_assignments,
+        "print a client-balanced group's partition -> node table",
+        "Read the ownership reports of ClientBalancedConsumer nodes of a group from every cluster "
+        "and print the partition -> node table (exit 1 when overlaps, orphans or misconfigured nodes "
+        "are flagged, or no node reports).",
     )
     _add_config(assignments)
     assignments.add_argument("--group", required=True, type=non_empty, help="the consumer group (group.id)")
@@ -261,35 +238,30 @@ def build_parser() -> argparse.ArgumentParser:
     assignments.add_argument(
         "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout, seconds (default: 10)"
     )
-    assignments.set_defaults(handler=_cmd_assignments)
-
-    move = sub.add_parser("move", help="plan, prepare and apply the move of a topic", description=DESCRIPTION)
+    move = _command(sub, "move", _cmd_move, "plan, prepare and apply the move of a topic", DESCRIPTION)
     _add_config(move)
     add_arguments(move)
-    move.set_defaults(handler=_cmd_move)
-    from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments
-
     for name, back in (("failover", False), ("failback", True)):
         what = "a failed-over cluster back" if back else "a cluster to its standby"
-        sub_parser = sub.add_parser(
-            name, help=f"plan and apply the {name} of {what}", description=FAILOVER_DESCRIPTION[back]
+        handler = partial(_cmd_failover, back=back)
+        failover = _command(
+            sub, name, handler, f"plan and apply the {name} of {what}", FAILOVER_DESCRIPTION[back]
         )
-        _add_config(sub_parser)
-        add_failover_arguments(sub_parser)
-        sub_parser.set_defaults(handler=partial(_cmd_failover, back=back))
+        _add_config(failover)
+        add_failover_arguments(failover)
     _add_serve(sub)
     return parser
 
 
 def _add_serve(sub: Any) -> None:
-    serve = sub.add_parser(
+    serve = _command(
+        sub,
         "serve",
-        help="run the meta-service (KBear's protocol) over a configuration directory",
-        description=(
-            "Answer route and meta requests (the KBear meta-service protocol, JSON) from DIR, "
-            "watched: a valid edit is served, a bad one refused (see GET /health). "
-            "Needs the server extra: pip install 'kbear[server]'."
-        ),
+        _cmd_serve,
+        "run the meta-service (KBear's protocol) over a configuration directory",
+        "Answer route and meta requests (the KBear meta-service protocol, JSON) from DIR, "
+        "watched: a valid edit is served, a bad one refused (see GET /health). "
+        "Needs the server extra: pip install 'kbear[server]'.",
     )
     _add_config(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -377,7 +349,6 @@ def _add_serve(sub: Any) -> None:
     serve.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"
     )
-    serve.set_defaults(handler=_cmd_serve)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -413,8 +384,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load(location: str) -> Router | int:
     """assignments / move: the router of a directory, or of everything a meta-service
     holds; or the exit code after printing every problem on stderr."""
-    if not is_url(location):
-        return load(location)
     got = load_config_of(location)
     return got if isinstance(got, int) else Router(got[0])
 
@@ -423,12 +392,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
     return run_demo(messages=args.messages, config_dir=args.keep_config, metrics_port=args.metrics_port)
-
-
-def _cmd_dev(args: argparse.Namespace) -> int:
-    from kbear._cli_dev import cmd_dev  # lazily: it pulls in the embedded clusters
-
-    return cmd_dev(args)
 
 
 def _cmd_assignments(args: argparse.Namespace) -> int:
@@ -459,8 +422,6 @@ def _cmd_move(args: argparse.Namespace) -> int:
 
 
 def _cmd_failover(args: argparse.Namespace, back: bool) -> int:
-    from kbear.admin import run_failover
-
     with mount(quieted(current_factory())):
         return run_failover(args, back)
 
