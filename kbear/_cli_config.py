@@ -88,23 +88,35 @@ def load_config_of(location: str) -> tuple[KBearConfig, str | None] | int:
     return got.config, got.rules_missing
 
 
+def load_router(location: str) -> Router | int:
+    """assignments / move: the router of a directory, or of everything a meta-service
+    holds; or the exit code after printing every problem on stderr."""
+    got = load_config_of(location)
+    return got if isinstance(got, int) else Router(got[0])
+
+
 def client_of(args: argparse.Namespace) -> Client:
     """The lookup's client: ``--client-id`` and ``--client-meta``."""
     return Client(args.client_id, args.client_meta)
+
+
+def _failed(exc: MetaServiceUnavailable | NoRouteError | ConfigError, location: str) -> int:
+    """The exit code of a lookup's ``exc``, after printing it on stderr."""
+    if isinstance(exc, MetaServiceUnavailable):
+        print(f"kbear: meta-service unavailable: {exc}", file=sys.stderr)
+        return EXIT_META_UNAVAILABLE
+    if isinstance(exc, NoRouteError):
+        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
+        return EXIT_NO_ROUTE
+    return print_config_error(exc, location)
 
 
 def _lookup(router: Router, args: argparse.Namespace, client: Client) -> Route | int:
     """The route of the lookup, or the exit code after printing why there is none."""
     try:
         return router.route(args.topic, args.group, client)
-    except MetaServiceUnavailable as exc:
-        print(f"kbear: meta-service unavailable: {exc}", file=sys.stderr)
-        return EXIT_META_UNAVAILABLE
-    except NoRouteError as exc:
-        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
-        return EXIT_NO_ROUTE
-    except ConfigError as exc:
-        return print_config_error(exc, args.config)
+    except (MetaServiceUnavailable, NoRouteError, ConfigError) as exc:
+        return _failed(exc, args.config)
 
 
 def cmd_route(args: argparse.Namespace) -> int:
@@ -144,9 +156,7 @@ def _print_explanation(args: argparse.Namespace, client: Client, explanation: Ex
     else:
         print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
     if explanation.route is None:
-        exc = NoRouteError(client, args.topic, args.group)
-        print(f"kbear: no route: {no_route_message(exc)}", file=sys.stderr)
-        return EXIT_NO_ROUTE
+        return _failed(NoRouteError(client, args.topic, args.group), args.config)
     return EXIT_OK
 
 
@@ -162,11 +172,8 @@ def _explain_service(args: argparse.Namespace, client: Client) -> int:
         if isinstance(route, int) and route != EXIT_NO_ROUTE:
             return route  # unreachable, or its answer refused: nothing to explain
         explanation = _explain(router, args, client)
-    except MetaServiceUnavailable as exc:
-        print(f"kbear: meta-service unavailable: {exc}", file=sys.stderr)
-        return EXIT_META_UNAVAILABLE
-    except ConfigError as exc:
-        return print_config_error(exc, args.config)
+    except (MetaServiceUnavailable, ConfigError) as exc:
+        return _failed(exc, args.config)
     finally:
         router.close()
     code = _print_explanation(args, client, explanation)

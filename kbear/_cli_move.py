@@ -19,7 +19,8 @@ from typing import Any, TextIO
 from confluent_kafka import KafkaException
 
 from kbear._cli_args import add_client_options, non_empty
-from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_NO_ROUTE, EXIT_OK
+from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_NO_ROUTE, EXIT_OK, client_of, load_router
+from kbear._clients import current_factory, mount, quieted
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.admin import (
@@ -37,6 +38,7 @@ from kbear.admin import (
 )
 from kbear.config import ConfigError
 from kbear.router import Router
+from kbear.sources import is_url
 
 #: not ready: a cluster refused or did not answer, or the watch timed out
 EXIT_NOT_READY = 1
@@ -97,17 +99,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def use_service(args: argparse.Namespace) -> None:
-    """``--config URL``: plan on the directory the ``kbear serve`` at URL answers
-    from (read here) and wait for its fleet (``--meta-service URL``).
-
-    Raises:
-        ValueError: the service cannot be read or its directory is not here.
-    """
-    args.meta_service = [args.config, *args.meta_service]
-    args.config = service_directory(args.config)
-
-
 def _route(route: Route) -> str:
     return f"{route.cluster_id}/{route.topic} (rule {route.rule_id})"
 
@@ -166,8 +157,25 @@ def print_plan(plan: MovePlan, out: TextIO) -> None:
     w(f"ready: {'yes' if plan.ready else 'no'}")
 
 
-def run(args: argparse.Namespace, router: Router, client: Client) -> int:
-    """Run ``kbear move`` with parsed ``args`` on ``router``'s configuration."""
+def run(args: argparse.Namespace) -> int:
+    """Run ``kbear move`` with parsed ``args``. ``--config URL``: plan on the directory
+    the ``kbear serve`` at URL answers from (read here) and wait for its fleet too."""
+    if is_url(args.config):
+        args.meta_service = [args.config, *args.meta_service]
+        try:
+            args.config = service_directory(args.config)
+        except ValueError as exc:
+            print(f"kbear: {exc}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+    router = load_router(args.config)
+    if isinstance(router, int):
+        return router
+    # a cluster that does not answer: one line naming it, none of librdkafka's
+    with mount(quieted(current_factory())):
+        return _run(args, router, client_of(args))
+
+
+def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
     out = sys.stdout
     report: dict[str, Any] = {}
     admin = RoutedAdminClient({"kbear.reload.interval.ms": 0}, router=router, client=client)
@@ -331,7 +339,8 @@ def _progress(out: TextIO, fleet: FleetWatch | None = None) -> Callable[[float, 
     def show(elapsed: float, produced: int, lags: dict[str, int]) -> None:
         clients = "" if fleet is None else f"; {fleet.state.line()}"
         print(
-            f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, lag {lags}{clients}",
+            f"  {elapsed:5.1f} s: {produced} message(s) on the old cluster since the write, "
+            f"lag {lags}{clients}",
             file=out,
         )
 

@@ -85,22 +85,19 @@ from kbear._cli_config import (
     EXIT_META_UNAVAILABLE,
     EXIT_NO_ROUTE,
     EXIT_OK,
-    client_of,
     cmd_explain,
     cmd_lint,
     cmd_route,
     cmd_validate,
-    load_config_of,
+    load_router,
 )
 from kbear._cli_dev import add_dev_arguments, cmd_dev
 from kbear._cli_init import add_init_arguments, cmd_init
-from kbear._cli_move import DESCRIPTION, add_arguments, use_service
+from kbear._cli_move import DESCRIPTION, add_arguments
 from kbear._cli_move import run as run_move
 from kbear._clients import current_factory, mount, quieted
 from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments, run_failover
 from kbear.balanced import run_assignments
-from kbear.router import Router
-from kbear.sources import is_url
 
 __all__ = [
     "EXIT_CONFIG_ERROR",
@@ -238,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     assignments.add_argument(
         "--timeout", type=float, default=10.0, metavar="S", help="per-cluster timeout, seconds (default: 10)"
     )
-    move = _command(sub, "move", _cmd_move, "plan, prepare and apply the move of a topic", DESCRIPTION)
+    move = _command(sub, "move", run_move, "plan, prepare and apply the move of a topic", DESCRIPTION)
     _add_config(move)
     add_arguments(move)
     for name, back in (("failover", False), ("failback", True)):
@@ -381,13 +378,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- commands
 
 
-def _load(location: str) -> Router | int:
-    """assignments / move: the router of a directory, or of everything a meta-service
-    holds; or the exit code after printing every problem on stderr."""
-    got = load_config_of(location)
-    return got if isinstance(got, int) else Router(got[0])
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from kbear.demo import run_demo  # lazily: the demo pulls in the embedded clusters
 
@@ -395,7 +385,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_assignments(args: argparse.Namespace) -> int:
-    router = _load(args.config)
+    router = load_router(args.config)
     if isinstance(router, int):
         return router
     try:
@@ -404,21 +394,6 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
         )
     finally:
         router.close()
-
-
-def _cmd_move(args: argparse.Namespace) -> int:
-    if is_url(args.config):  # a kbear serve: its directory, read here, and its fleet
-        try:
-            use_service(args)
-        except ValueError as exc:
-            print(f"kbear: {exc}", file=sys.stderr)
-            return EXIT_CONFIG_ERROR
-    router = _load(args.config)
-    if isinstance(router, int):
-        return router
-    # a cluster that does not answer: one line naming it, none of librdkafka's
-    with mount(quieted(current_factory())):
-        return run_move(args, router, client_of(args))
 
 
 def _cmd_failover(args: argparse.Namespace, back: bool) -> int:

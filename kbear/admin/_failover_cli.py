@@ -208,11 +208,6 @@ def _entry_lines(lines: list[str], cluster_id: str) -> tuple[int, int] | None:
     return None
 
 
-def _changes(active: bool, decided: str) -> dict[str, str | None]:
-    """The meta keys a decision writes (a value) or removes (None)."""
-    return {FAILOVER_ACTIVE: "true" if active else None, FAILOVER_DECIDED: decided}
-
-
 def _edit(text: str, cluster_id: str, changes: dict[str, str | None]) -> str | None:
     """``text`` with ``cluster_id``'s meta keys set (a value) or removed (None), layout
     kept; None when the layout is not one this edit follows."""
@@ -318,7 +313,8 @@ def plan(
         out.why_not = f"cluster {needed!r} does not answer: {out.reachable[needed]}"
     out.ready = not out.why_not
     old = (directory / CLUSTERS_FILE).read_text(encoding="utf-8")
-    changes = _changes(not back, decision_stamp())
+    # the meta keys the decision writes (a value) or removes (None)
+    changes = {FAILOVER_ACTIVE: None if back else "true", FAILOVER_DECIDED: decision_stamp()}
     new = _edit(old, cluster_id, changes)
     if new is None:
         new, out.rewritten = _rewrite(old, cluster_id, changes), True

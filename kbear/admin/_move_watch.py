@@ -39,7 +39,6 @@ class WatchResult:
         waited_s: seconds the watch ran.
         lags: group -> its last lag on the old cluster.
         produced_after_write: messages the old cluster received after the rule write.
-        ticks: observations made.
     """
 
     switched: bool
@@ -47,7 +46,6 @@ class WatchResult:
     waited_s: float
     lags: dict[str, int] = field(default_factory=dict)
     produced_after_write: int = 0
-    ticks: int = 0
 
 
 def watch_switch(
@@ -115,7 +113,6 @@ def watch_switch(
             last_high = high
         except Exception:
             last_high = None
-        result.ticks += 1
         if on_tick is not None:
             on_tick(now - written_at, result.produced_after_write, dict(result.lags))
         if not quiet:
