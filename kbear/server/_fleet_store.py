@@ -53,9 +53,10 @@ CREATE INDEX IF NOT EXISTS fleet_topic_lookup ON fleet (topic, lookup_hash);
 CREATE INDEX IF NOT EXISTS fleet_lookup ON fleet (lookup_hash, client_hash, seen);
 CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)
 """
-#: The schema's version (``PRAGMA user_version``): a file of an older one has its
-#: entries dropped at open (they are a cache of the last ``--fleet-ttl`` seconds).
-_SCHEMA_VERSION = 3
+#: The schema's version (in ``kbear_schema``, written by the process that creates or
+#: migrates it): a fleet of an older one has its entries dropped at open (they are a
+#: cache of the last ``--fleet-ttl`` seconds; the audit log is kept).
+SCHEMA_VERSION = 3
 
 _UPSERT = """
 INSERT INTO fleet (key, client_id, meta, host, kind, topic, grp, address, cluster, route_topic, digest,
@@ -91,6 +92,31 @@ _COLUMNS = (
     "f.client_id, f.meta, f.address, f.kind, f.topic, f.grp, f.cluster, "
     "f.route_topic, f.digest, f.first_seen, f.seen"
 )
+
+
+def create_schema(db: sqlite3.Connection, schema: str, lock: str = "") -> None:
+    """Create the tables of ``schema`` in one transaction (after the statement ``lock``,
+    when given), the fleet's made anew when ``kbear_schema`` says it is older than
+    :data:`SCHEMA_VERSION` (``db``: a fleet file's connection or a PostgreSQL one)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if lock:
+            db.execute(lock)
+        db.execute("CREATE TABLE IF NOT EXISTS kbear_schema (name TEXT PRIMARY KEY, version INT NOT NULL)")
+        row = db.execute("SELECT version FROM kbear_schema WHERE name = 'fleet'").fetchone()
+        if row is None or row[0] < SCHEMA_VERSION:
+            db.execute("DROP TABLE IF EXISTS fleet")
+        for statement in schema.split(";"):
+            db.execute(statement)
+        db.execute(
+            "INSERT INTO kbear_schema VALUES ('fleet', ?) "
+            "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
+            (SCHEMA_VERSION,),
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 def _where(
@@ -194,18 +220,7 @@ class FleetStore:
         self._db: sqlite3.Connection | None = None
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                (version,) = db.execute("PRAGMA user_version").fetchone()
-                if version < _SCHEMA_VERSION:
-                    db.execute("DROP TABLE IF EXISTS fleet")
-                    db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-                for statement in _SCHEMA.split(";"):
-                    db.execute(statement)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            create_schema(db, _SCHEMA)
 
     def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
         db = sqlite3.connect(

@@ -23,13 +23,11 @@ from typing import Any
 
 import psycopg
 
-from kbear.server._fleet_store import _SCHEMA, FleetStore
+from kbear.server._fleet_store import _SCHEMA, FleetStore, create_schema
 from kbear.server._move_counts import MoveQuery, StragglerRow, move_progress
 
-__all__ = ["SCHEMA_VERSION", "PostgresFleetStore"]
+__all__ = ["PostgresFleetStore"]
 
-#: The schema's version (``kbear_schema``), written by the replica that creates or migrates it.
-SCHEMA_VERSION = 3
 #: An advisory lock's key: one replica creates or migrates the schema at a time.
 _LOCK = 0x6B62656172
 #: The SQLite store's tables, with an ``id`` column for SQLite's ``rowid``.
@@ -47,6 +45,7 @@ class _Dialect:
         (re.compile(r"\bmax\(seen, \?\)"), "GREATEST(seen, ?)"),
         (re.compile(r"\browid\b"), "id"),
         (re.compile(r"\bCROSS JOIN\b"), "JOIN"),
+        (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGSERIAL PRIMARY KEY"),
         (re.compile(r":([a-z]+)\b"), r"%(\1)s"),
         (re.compile(r"\?"), "%s"),
     )
@@ -90,24 +89,8 @@ class PostgresFleetStore(FleetStore):
         self.path = url  # type: ignore[assignment]  # named in log lines as the file is
         self._timeout = max(1, int(connect_timeout_s))
         self._db = None
-        with (
-            psycopg.connect(url, autocommit=True, connect_timeout=self._timeout) as db,
-            db.transaction(),
-        ):
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS kbear_schema (name TEXT PRIMARY KEY, version INT NOT NULL)"
-            )
-            row = db.execute("SELECT version FROM kbear_schema WHERE name = 'fleet'").fetchone()
-            if row is not None and row[0] < SCHEMA_VERSION:
-                db.execute("DROP TABLE IF EXISTS fleet")
-            for statement in _PG_SCHEMA.split(";"):
-                db.execute(statement.encode())
-            db.execute(
-                "INSERT INTO kbear_schema VALUES ('fleet', %s) "
-                "ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version",
-                (SCHEMA_VERSION,),
-            )
+        with contextlib.closing(self._open()) as db:
+            create_schema(db, _PG_SCHEMA, f"SELECT pg_advisory_xact_lock({_LOCK})")
 
     def _open(self, *, check_same_thread: bool = True) -> Any:
         return _Dialect(psycopg.connect(self.url, autocommit=True, connect_timeout=self._timeout))

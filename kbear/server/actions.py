@@ -45,6 +45,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request, cookie_parser
 from starlette.responses import JSONResponse, Response
 
@@ -52,7 +53,7 @@ from kbear.server.audit import AuditLog
 from kbear.server.auth import SESSION_COOKIE, csrf_token, session_valid
 from kbear.server.holder import ConfigHolder
 
-__all__ = ["ACTIONS", "PLAN_TIMEOUT_S", "Actions", "Asked", "fingerprint"]
+__all__ = ["ACTIONS", "PLAN_TIMEOUT_S", "Actions", "Asked", "fingerprint", "read_body"]
 
 log = logging.getLogger("kbear.server")
 
@@ -117,6 +118,22 @@ def _asked(action: str, fields: dict[str, Any], directory: str) -> Asked:
     if not cluster:
         raise _Refused(400, f"a {action} needs 'cluster'")
     return Asked(action, cluster, [action, "--config", directory, "--cluster", cluster], apply)
+
+
+async def read_body(
+    request: Request, limit: int, refuse: Callable[[int, str], Exception] = HTTPException
+) -> bytes:
+    """The request's body, read as it arrives: ``refuse(413, why)`` raised as soon as it is
+    (or its Content-Length says it is) over ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise refuse(413, f"request body over {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise refuse(413, f"request body over {limit} bytes")
+    return bytes(body)
 
 
 def run_kbear(argv: list[str], timeout_s: float) -> tuple[int, str]:
@@ -233,11 +250,7 @@ class Actions:
 
     async def _fields(self, request: Request) -> tuple[dict[str, Any], bool]:
         """The request's fields and whether it came from a form (the console)."""
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > _BODY_MAX:
-                raise _Refused(413, f"request body over {_BODY_MAX} bytes")
+        body = await read_body(request, _BODY_MAX, _Refused)
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media == "application/x-www-form-urlencoded":
             parsed = parse_qs(body.decode("utf-8", "replace"))

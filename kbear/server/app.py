@@ -55,21 +55,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kbear._meta_protocol import (
-    Ack,
-    ClustersRequest,
-    ConsumerGroupsRequest,
-    ConsumerRouteRequest,
-    ErrorCode,
-    ProducerRouteRequest,
-    RouteRulesRequest,
-    StatusResponse,
-    TopicsRequest,
-)
+from kbear.server import protocol as proto
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
-from kbear.server.actions import ACTIONS, Actions
-from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit, store_errors
+from kbear.server.actions import ACTIONS, Actions, read_body
+from kbear.server.audit import DEFAULT_PAGE, STORE_ERRORS, AuditLog, ConfigAudit
 from kbear.server.auth import BearerAuth
 from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
@@ -95,7 +85,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own 4xx (an unknown path: 404, a method not served there: 405)
     with the protocol's ``fail`` body, as every other refusal (found by fuzzing)."""
     assert isinstance(exc, HTTPException)
-    return service.fail(exc.status_code, ErrorCode.BAD_REQUEST, str(exc.detail), exc.headers)
+    return service.fail(exc.status_code, proto.ErrorCode.BAD_REQUEST, str(exc.detail), exc.headers)
 
 
 async def _store_down(request: Request, exc: Exception) -> Response:
@@ -105,21 +95,7 @@ async def _store_down(request: Request, exc: Exception) -> Response:
     lookups go on meanwhile (they are answered without being recorded; the outage's
     one log line and ``kbear_serve_fleet_store_up`` come from the fleet's writer)."""
     message = f"the fleet store cannot be read: {type(exc).__name__}: {' '.join(str(exc).split())}"
-    return service.fail(503, ErrorCode.SERVICE_EXCEPTION, message)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"request body over {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"request body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return service.fail(503, proto.ErrorCode.SERVICE_EXCEPTION, message)
 
 
 def _parse(model: type[_Req], body: bytes) -> _Req:
@@ -160,15 +136,22 @@ class _Endpoints:
         self.max_body_bytes = max_body_bytes
         self.fleet = fleet
 
-    def post(self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]) -> Callable[..., Any]:
+    def protocol(
+        self, model: type[_Req], answer: Callable[[Served, _Req], proto.StatusResponse]
+    ) -> Callable[..., Any]:
+        """The handler of a protocol path: a POST's body read as ``model``; a GET
+        (``.../all``) answers the empty request (everything)."""
+
         async def endpoint(request: Request) -> Response:
             path: str = request.scope["path"]
+            body = b""
             try:
-                _check_content_type(request)
-                body = await _read_body(request, self.max_body_bytes)
+                if request.method == "POST":
+                    _check_content_type(request)
+                    body = await read_body(request, self.max_body_bytes)
                 parsed = _parse(model, body)
             except HTTPException:  # answered by _http_error
-                self.metrics.answers.labels(path, Ack.FAIL.value).inc()
+                self.metrics.answers.labels(path, proto.Ack.FAIL.value).inc()
                 raise
             note = None
             if self.fleet is not None and path in _RECORDED:
@@ -178,28 +161,19 @@ class _Endpoints:
 
         return endpoint
 
-    def get_all(
-        self, model: type[_Req], answer: Callable[[Served, _Req], StatusResponse]
-    ) -> Callable[..., Any]:
-        async def endpoint(request: Request) -> Response:
-            empty = model()
-            return self.answer(request.scope["path"], lambda served: answer(served, empty))
-
-        return endpoint
-
     def answer(
         self,
         path: str,
-        produce: Callable[[Served], StatusResponse],
-        note: Callable[[StatusResponse, str], None] | None = None,
+        produce: Callable[[Served], proto.StatusResponse],
+        note: Callable[[proto.StatusResponse, str], None] | None = None,
     ) -> Response:
         served = self.holder.served  # one configuration for the whole answer
         try:
             response = produce(served)
         except Exception:
             log.exception("kbear serve: answering %s failed", path)
-            self.metrics.answers.labels(path, Ack.FAIL.value).inc()
-            return service.fail(500, ErrorCode.SERVICE_EXCEPTION, "service execution failed")
+            self.metrics.answers.labels(path, proto.Ack.FAIL.value).inc()
+            return service.fail(500, proto.ErrorCode.SERVICE_EXCEPTION, "service execution failed")
         self.metrics.answers.labels(path, response.status.ack.value).inc()
         if note is not None:
             note(response, served.config.digest)
@@ -283,13 +257,13 @@ def create_app(
         ``starlette.testclient.TestClient``). Its ``state.metrics`` is the
         :class:`ServerMetrics`.
     """
-    protocol: list[tuple[str, type[Any], Callable[[Served, Any], StatusResponse]]] = [
-        ("/route/producer", ProducerRouteRequest, service.producer_route),
-        ("/route/consumer", ConsumerRouteRequest, service.consumer_route),
-        ("/route/rules", RouteRulesRequest, service.route_rules),
-        ("/meta/clusters", ClustersRequest, service.clusters),
-        ("/meta/topics", TopicsRequest, service.topics),
-        ("/meta/consumer-groups", ConsumerGroupsRequest, service.consumer_groups),
+    protocol: list[tuple[str, type[Any], Callable[[Served, Any], proto.StatusResponse]]] = [
+        ("/route/producer", proto.ProducerRouteRequest, service.producer_route),
+        ("/route/consumer", proto.ConsumerRouteRequest, service.consumer_route),
+        ("/route/rules", proto.RouteRulesRequest, service.route_rules),
+        ("/meta/clusters", proto.ClustersRequest, service.clusters),
+        ("/meta/topics", proto.TopicsRequest, service.topics),
+        ("/meta/consumer-groups", proto.ConsumerGroupsRequest, service.consumer_groups),
     ]
     with_all = [entry for entry in protocol if entry[0] not in _RECORDED]
     metrics = ServerMetrics((), lambda: holder.refused is not None, lambda: holder.served.loaded_at)
@@ -322,7 +296,7 @@ def create_app(
             before = request.query_params.get("before")
             before_id = None if before is None else int(before)
         except ValueError:
-            return service.fail(400, ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
+            return service.fail(400, proto.ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
         config_audit.sync()
         entries = audit_log.page(limit, before_id)
         more = len(entries) == max(1, min(limit, 500)) and entries[-1].id > 1
@@ -333,9 +307,9 @@ def create_app(
             }
         )
 
-    routes = [Route(p, endpoints.post(model, answer), methods=["POST"]) for p, model, answer in protocol]
+    routes = [Route(p, endpoints.protocol(model, answer), methods=["POST"]) for p, model, answer in protocol]
     routes += [
-        Route(f"{p}/all", endpoints.get_all(model, answer), methods=["GET"]) for p, model, answer in with_all
+        Route(f"{p}/all", endpoints.protocol(model, answer), methods=["GET"]) for p, model, answer in with_all
     ]
     routes += [
         Route("/healthz", endpoints.healthz, methods=["GET"]),
@@ -380,7 +354,7 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={HTTPException: _http_error, **dict.fromkeys(store_errors(), _store_down)},
+        exception_handlers={HTTPException: _http_error, **dict.fromkeys(STORE_ERRORS, _store_down)},
     )
     app.state.metrics = metrics
     app.state.holder = holder

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kbear.server")
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "AuditEntry", "AuditLog", "ConfigAudit", "files_diff", "store_errors"]
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "STORE_ERRORS", "AuditEntry", "AuditLog", "ConfigAudit", "files_diff"]
 
 #: Entries per page of ``GET /audit`` by default, and at most.
 DEFAULT_PAGE, MAX_PAGE = 50, 500
@@ -62,10 +62,19 @@ CREATE TABLE IF NOT EXISTS audit (
 )
 """
 _INSERT = (
-    "INSERT OR IGNORE INTO audit (at, kind, who, action, target, plan, outcome, digest, "
-    "previous_digest, dedupe) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO audit (at, kind, who, action, target, plan, outcome, digest, previous_digest, dedupe) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
 )
 _COLUMNS = "id, at, kind, who, action, target, plan, outcome, digest, previous_digest"
+
+try:
+    import psycopg
+
+    #: What a fleet store or audit log raises when its database cannot be used:
+    #: :class:`sqlite3.Error`, and :class:`psycopg.Error` where psycopg is installed.
+    STORE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+except ImportError:  # psycopg is in the server extra; a PostgreSQL store needs it
+    STORE_ERRORS = (sqlite3.Error,)
 
 
 @dataclass(frozen=True)
@@ -130,16 +139,11 @@ class AuditLog:
             from kbear.server._fleet_store_pg import _Dialect
 
             self._db = _Dialect(psycopg.connect(self.path, autocommit=True, connect_timeout=5))
-            self._db.execute(_SCHEMA.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY"))
-            self._insert = (
-                _INSERT.replace("INSERT OR IGNORE", "INSERT") + " ON CONFLICT DO NOTHING RETURNING id"
-            )
-            return
-        self._db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
+        else:
+            self._db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
-        self._insert = _INSERT + " RETURNING id"
 
     def add(
         self,
@@ -160,7 +164,7 @@ class AuditLog:
         when = time.time() if at is None else at
         with self._lock:
             cursor = self._db.execute(
-                self._insert,
+                _INSERT,
                 (when, kind, who, action, target, plan, outcome, digest, previous_digest, dedupe),
             )
             row = cursor.fetchone()
@@ -205,16 +209,6 @@ def _texts(directory: Path) -> dict[str, str]:
     return out
 
 
-def store_errors() -> tuple[type[Exception], ...]:
-    """What a fleet store or audit log raises when its database cannot be used:
-    :class:`sqlite3.Error`, and :class:`psycopg.Error` where psycopg is installed."""
-    try:
-        import psycopg
-    except ImportError:
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
-
-
 class ConfigAudit:
     """Writes the configuration changes a holder applies, and the one it refuses,
     into an :class:`AuditLog`: an applied change when it is applied (the diff of the
@@ -238,7 +232,7 @@ class ConfigAudit:
                 previous_digest=previous_digest,
                 dedupe=dedupe,
             )
-        except store_errors():  # the change is applied (or refused) all the same
+        except STORE_ERRORS:  # the change is applied (or refused) all the same
             log.exception("kbear serve: writing the audit log failed")
 
     def _applied(self, old: KBearConfig, new: KBearConfig) -> None:

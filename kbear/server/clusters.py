@@ -35,12 +35,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from kbear._secrets import REDACTED, is_secret
 from kbear.admin import tcp_probe
 from kbear.config import ClusterConfig, KBearConfig, MirrorKind, UnsetVariableError, resolve_placeholders
+from kbear.server.holder import Rounds, iso
 from kbear.server.mirror_lag import MirrorLag, read_mirror_lag
 
 __all__ = ["DEFAULT_PROBE_INTERVAL_S", "ClusterBoard", "ProbeState", "mask_address"]
@@ -79,11 +79,7 @@ class ProbeState:
     last_error_at: float | None = None
 
 
-def _iso(unix_s: float | None) -> str | None:
-    return None if unix_s is None else datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")
-
-
-class ClusterBoard:
+class ClusterBoard(Rounds):
     """Probes the served clusters and answers ``GET /clusters``.
 
     Args:
@@ -107,15 +103,13 @@ class ClusterBoard:
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"probe interval must be > 0, got {interval_s}")
+        super().__init__(interval_s, "kbear-serve-probe", "probing the clusters", first_now=True)
         self._config = config
-        self.interval_s = interval_s
         self._probe = probe
         self._environ = os.environ if environ is None else environ
         self._clock = clock
         self._states: dict[str, ProbeState] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.mirror_interval_s = mirror_interval_s
         self._lags: dict[str, MirrorLag] = {}
@@ -209,28 +203,9 @@ class ClusterBoard:
         with self._lock:
             return self._states.get(cluster_id)
 
-    def start(self) -> None:
-        """Probe every ``interval_s`` in a daemon thread (once); the first round now."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while True:
-                try:
-                    self.check()
-                except Exception:  # a round that fails is logged; the next one runs
-                    log.exception("kbear serve: probing the clusters failed")
-                if self._stop.wait(self.interval_s):
-                    return
-
-        self._thread = threading.Thread(target=loop, name="kbear-serve-probe", daemon=True)
-        self._thread.start()
-
     def stop(self) -> None:
         """Stop probing (waits for the current round)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        super().stop()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -262,18 +237,20 @@ class ClusterBoard:
             "unresolved": unresolved,
             "properties": properties,
             "reachable": None if state is None else state.reachable,
-            "since": None if state is None else _iso(state.since),
-            "checkedAt": None if state is None else _iso(state.checked),
+            "since": None if state is None else iso(state.since, "seconds"),
+            "checkedAt": None if state is None else iso(state.checked, "seconds"),
             "error": None if state is None or not state.error else state.error,
             "lastError": None if state is None or not state.last_error else state.last_error,
-            "lastErrorAt": None if state is None else _iso(state.last_error_at),
+            "lastErrorAt": None
+            if state is None or state.last_error_at is None
+            else iso(state.last_error_at, "seconds"),
             "standby": failover.standby,
             "failedOver": failover.active,
             "decidedAt": None if failover.decided is None else failover.decided.isoformat(timespec="seconds"),
             "mirror": failover.mirror.value,
             "mirrorLag": None
             if (lag := self._lags.get(cluster.id)) is None
-            else {**lag.as_json(), "readAt": _iso(lag.read_at)},
+            else {**lag.as_json(), "readAt": iso(lag.read_at, "seconds")},
         }
 
     def clusters_json(self, config: KBearConfig) -> dict[str, Any]:

@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 
 import uvicorn
 
@@ -124,7 +123,5 @@ class EmbeddedMetaService:
     def __enter__(self) -> EmbeddedMetaService:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

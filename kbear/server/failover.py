@@ -23,7 +23,6 @@ a client cut off from the lost cluster alone does not split the fleet's writes.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,14 +31,14 @@ from kbear import _events
 from kbear._health import HealthBoard, Transition
 from kbear.admin import apply_failover, plan_failover, tcp_probe
 from kbear.config import ClusterConfig, ConfigError, KBearConfig
-from kbear.server.holder import load_unresolved
+from kbear.server.holder import Rounds, load_unresolved
 
 __all__ = ["FailoverWatch"]
 
 log = logging.getLogger("kbear.server")
 
 
-class FailoverWatch:
+class FailoverWatch(Rounds):
     """Fails a served cluster over when the lost-cluster policy says it is lost.
 
     Args:
@@ -61,20 +60,18 @@ class FailoverWatch:
         probe: Callable[[ClusterConfig, float], str | None] = tcp_probe,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(interval_s, "kbear-failover-watch", "failover watch round", first_now=False)
         self._directory = Path(directory)
         self._config = config
         self._board = HealthBoard(after_ms)
-        self._interval_s = interval_s
         self._probe = probe
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def check(self) -> list[Transition]:
         """One round: probe the watched clusters, fail over the ones declared lost;
         returns the policy's transitions."""
         config = self._config()
-        timeout_s = min(self._interval_s, 2.0)
+        timeout_s = min(self.interval_s, 2.0)
         for cluster in config.clusters.values():
             if cluster.failover.standby is None or cluster.failover.active:
                 continue
@@ -102,7 +99,7 @@ class FailoverWatch:
                 load_unresolved(self._directory),
                 cluster_id,
                 False,
-                min(self._interval_s, 2.0),
+                min(self.interval_s, 2.0),
                 check=self._probe,
                 load=load_unresolved,
             )
@@ -123,24 +120,3 @@ class FailoverWatch:
             extra=_events.fields("failed_over", None, cluster=cluster_id, reason="serve"),
         )
         _events.emit(_events.FailedOver("serve", cluster_id, plan.standby))
-
-    def start(self) -> None:
-        """Run :meth:`check` every ``interval_s`` in a daemon thread (once)."""
-        if self._thread is not None:
-            return
-
-        def loop() -> None:
-            while not self._stop.wait(self._interval_s):
-                try:
-                    self.check()
-                except Exception:  # a round that fails is logged; the next one runs
-                    log.exception("kbear serve: failover watch round failed")
-
-        self._thread = threading.Thread(target=loop, name="kbear-failover-watch", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (waits for its current round)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)

@@ -45,10 +45,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbear._meta_protocol import ClientMessage, ConsumerRouteResponse, ProducerRouteResponse, StatusResponse
 from kbear._secrets import redact
 from kbear.server._fleet_store import FleetEntry, FleetStats, FleetStore
 from kbear.server._move_counts import MoveQuery, StragglerRow
+from kbear.server.protocol import ClientMessage, ConsumerRouteResponse, ProducerRouteResponse, StatusResponse
 
 __all__ = [
     "DEFAULT_FLUSH_INTERVAL_S",

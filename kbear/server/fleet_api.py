@@ -27,7 +27,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from kbear._meta_protocol import ErrorCode
 from kbear.server._move_counts import Lookup, MoveQuery, MovingLookup
 from kbear.server.fleet import FleetEntry, FleetRecorder
 from kbear.server.holder import ConfigHolder, iso
@@ -40,6 +39,7 @@ from kbear.server.moves import (
     rules_test_client_id,
     topic_moves,
 )
+from kbear.server.protocol import ErrorCode
 from kbear.server.service import fail
 
 __all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from kbear.reload import ConfigWatcher
 from kbear.router import Router
 from kbear.sources import DirectorySource
 
-__all__ = ["DEFAULT_WATCH_INTERVAL_S", "ConfigHolder", "Served", "iso", "load_unresolved"]
+__all__ = ["DEFAULT_WATCH_INTERVAL_S", "ConfigHolder", "Rounds", "Served", "iso", "load_unresolved"]
 
 log = logging.getLogger("kbear.server")
 
@@ -51,6 +52,44 @@ def load_unresolved(directory: str | os.PathLike[str]) -> KBearConfig:
         ConfigError: the configuration is invalid (every problem listed).
     """
     return load_config(directory, resolve_env=False)
+
+
+class Rounds:
+    """Runs :meth:`check` (a round over the served configuration) every ``interval_s``
+    seconds in a daemon thread named ``name``, from :meth:`start` to :meth:`stop`: the
+    first round at once when ``first_now``, else after an interval; a round that fails
+    is logged ("``what`` failed") and the next one runs."""
+
+    def __init__(self, interval_s: float, name: str, what: str, first_now: bool) -> None:
+        self.interval_s = interval_s
+        self._name, self._what, self._first_now = name, what, first_now
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> object:
+        """One round."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Run :meth:`check` every ``interval_s`` in a daemon thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        wait = 0.0 if self._first_now else self.interval_s
+        while not self._stop.wait(wait):
+            try:
+                self.check()
+            except Exception:  # a round that fails is logged; the next one runs
+                log.exception("kbear serve: %s failed", self._what)
+            wait = self.interval_s
+
+    def stop(self) -> None:
+        """Stop the thread (waits for its current round)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from kbear._chain import index_rules
 from kbear._identity import Client
 from kbear._route import NoRouteError
-from kbear.config import ConsumerGroupConfig, KBearConfig, RouteRule
+from kbear.config import KBearConfig, RouteRule
 from kbear.server._move_counts import Lookup, MovingLookup, StragglerRow
 from kbear.server.holder import Served, iso
 
@@ -164,10 +164,6 @@ def classify(
 
 def _rule_list(rules: Iterable[RouteRule] | None) -> list[tuple[str, int, dict[str, str], str]]:
     return [(r.id, r.priority, dict(r.meta), str(r.statement)) for r in rules or ()]
-
-
-def _meta(group: ConsumerGroupConfig | None) -> dict[str, str] | None:
-    return None if group is None else dict(group.meta)
 
 
 def _differing(old: Mapping[_K, Any], new: Mapping[_K, Any], view: Callable[[Any], object]) -> set[_K]:

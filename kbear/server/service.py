@@ -45,39 +45,13 @@ from typing import TypeVar
 from starlette.responses import JSONResponse, Response
 
 from kbear._identity import Client
+from kbear._route import NoRouteError, Route
+from kbear.config import KBearConfig, RouteRule, UnsetVariableError, resolve_placeholders
 
 # Messages built here from a validated configuration skip pydantic's validation
 # (model_construct): a 1,000-topic answer would otherwise spend most of its time
 # re-checking strings the loader already checked.
-from kbear._meta_protocol import (
-    KBEAR_CLIENT_KEY,
-    Ack,
-    ClientMessage,
-    ClusterMessage,
-    ClustersRequest,
-    ClustersResponse,
-    ConsumerGroupIdMessage,
-    ConsumerGroupIdRoute,
-    ConsumerGroupMessage,
-    ConsumerGroupsRequest,
-    ConsumerGroupsResponse,
-    ConsumerRouteRequest,
-    ConsumerRouteResponse,
-    ErrorCode,
-    ProducerRouteRequest,
-    ProducerRouteResponse,
-    ResponseError,
-    ResponseStatus,
-    RouteMessage,
-    RouteRuleInfo,
-    RouteRulesRequest,
-    RouteRulesResponse,
-    TopicMessage,
-    TopicsRequest,
-    TopicsResponse,
-)
-from kbear._route import NoRouteError, Route
-from kbear.config import KBearConfig, RouteRule, UnsetVariableError, resolve_placeholders
+from kbear.server import protocol as proto
 from kbear.server.holder import Served
 
 __all__ = [
@@ -95,39 +69,43 @@ __all__ = [
 #: How many unanswered items a partial_fail message names at most.
 _NAMED_AT_MOST = 10
 
-_SUCCESS = ResponseStatus(ack=Ack.SUCCESS)
+_SUCCESS = proto.ResponseStatus(ack=proto.Ack.SUCCESS)
 _K = TypeVar("_K")
 
 
-def bad_request(message: str) -> ResponseStatus:
+def _status(ack: proto.Ack, code: proto.ErrorCode, message: str) -> proto.ResponseStatus:
+    return proto.ResponseStatus(ack=ack, error=proto.ResponseError(code=code, message=message))
+
+
+def bad_request(message: str) -> proto.ResponseStatus:
     """A ``fail`` status with ``error.code = bad_request``."""
-    return ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=ErrorCode.BAD_REQUEST, message=message))
+    return _status(proto.Ack.FAIL, proto.ErrorCode.BAD_REQUEST, message)
 
 
 def fail(
-    http_status: int, code: ErrorCode, message: str, headers: Mapping[str, str] | None = None
+    http_status: int, code: proto.ErrorCode, message: str, headers: Mapping[str, str] | None = None
 ) -> Response:
     """An HTTP answer ``http_status`` whose body is a ``fail`` status: ``{"status": {ack, error}}``."""
-    status = ResponseStatus(ack=Ack.FAIL, error=ResponseError(code=code, message=message))
+    status = _status(proto.Ack.FAIL, code, message)
     return JSONResponse({"status": status.model_dump(mode="json", exclude_none=True)}, http_status, headers)
 
 
-def _partial(code: ErrorCode, what: str, missing: Sequence[str]) -> ResponseStatus:
+def _partial(code: proto.ErrorCode, what: str, missing: Sequence[str]) -> proto.ResponseStatus:
     named = ", ".join(missing[:_NAMED_AT_MOST])
     more = f" and {len(missing) - _NAMED_AT_MOST} more" if len(missing) > _NAMED_AT_MOST else ""
     message = f"{len(missing)} {what}: {named}{more}"
-    return ResponseStatus(ack=Ack.PARTIAL_FAIL, error=ResponseError(code=code, message=message))
+    return _status(proto.Ack.PARTIAL_FAIL, code, message)
 
 
-def _client(message: ClientMessage) -> Client:
+def _client(message: proto.ClientMessage) -> Client:
     # The reference adds client.id only when the id is not blank.
     return Client(message.id or None, message.meta)
 
 
-def is_kbear_client(message: ClientMessage) -> bool:
-    """Whether the client says it is kbear's (its meta holds :data:`KBEAR_CLIENT_KEY`):
+def is_kbear_client(message: proto.ClientMessage) -> bool:
+    """Whether the client says it is kbear's (its meta holds :data:`~kbear.server.protocol.KBEAR_CLIENT_KEY`):
     it resolves ``${NAME}`` itself and applies remaps."""
-    return KBEAR_CLIENT_KEY in message.meta
+    return proto.KBEAR_CLIENT_KEY in message.meta
 
 
 @dataclass
@@ -138,10 +116,10 @@ class _Answering:
     config: KBearConfig
     kbear_client: bool
     environ: Mapping[str, str]
-    clusters: dict[str, ClusterMessage] = field(default_factory=dict)
-    topics: dict[str, TopicMessage] = field(default_factory=dict)
+    clusters: dict[str, proto.ClusterMessage] = field(default_factory=dict)
+    topics: dict[str, proto.TopicMessage] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
-    refused: list[tuple[ErrorCode, str]] = field(default_factory=list)
+    refused: list[tuple[proto.ErrorCode, str]] = field(default_factory=list)
 
     def take(self, item: str, route: Route) -> bool:
         """Add what ``route`` names; False (the item noted as refused) when this
@@ -153,52 +131,56 @@ class _Answering:
             reason = (
                 f"{item}: rule '{route.rule_id}' routes it to topic '{route.topic}' on cluster "
                 f"'{cluster_id}', a remap this client does not apply "
-                f"(kbear's clients send Client.meta '{KBEAR_CLIENT_KEY}')"
+                f"(kbear's clients send Client.meta '{proto.KBEAR_CLIENT_KEY}')"
             )
-            self.refused.append((ErrorCode.REMAP_NOT_APPLICABLE, reason))
+            self.refused.append((proto.ErrorCode.REMAP_NOT_APPLICABLE, reason))
             return False
         elif cluster_id not in self.clusters:
             try:
                 self.clusters[cluster_id] = _resolved_cluster(config, cluster_id, self.environ)
             except UnsetVariableError as exc:
                 reason = f"{item}: cluster '{cluster_id}': {exc} on the server"
-                self.refused.append((ErrorCode.UNRESOLVED_PLACEHOLDER, reason))
+                self.refused.append((proto.ErrorCode.UNRESOLVED_PLACEHOLDER, reason))
                 return False
         if route.topic not in self.topics:
             self.topics[route.topic] = _topic(config, route.topic)
         return True
 
-    def status(self, what: str) -> ResponseStatus:
+    def status(self, what: str) -> proto.ResponseStatus:
         """``success``, or ``partial_fail`` naming what was left out and why."""
         if self.refused:
             code = self.refused[0][0]
             reasons = [reason for _, reason in self.refused[:_NAMED_AT_MOST]]
             if self.missing:
-                reasons.append(_partial(ErrorCode.NO_ROUTE, what, self.missing).error.message)  # type: ignore[union-attr]
+                reasons.append(_partial(proto.ErrorCode.NO_ROUTE, what, self.missing).error.message)  # type: ignore[union-attr]
             message = f"{len(self.refused)} item(s) not answered to this client: " + "; ".join(reasons)
-            return ResponseStatus(ack=Ack.PARTIAL_FAIL, error=ResponseError(code=code, message=message))
-        return _partial(ErrorCode.NO_ROUTE, what, self.missing) if self.missing else _SUCCESS
+            return _status(proto.Ack.PARTIAL_FAIL, code, message)
+        return _partial(proto.ErrorCode.NO_ROUTE, what, self.missing) if self.missing else _SUCCESS
 
 
-def _answering(config: KBearConfig, client: ClientMessage, environ: Mapping[str, str] | None) -> _Answering:
+def _answering(
+    config: KBearConfig, client: proto.ClientMessage, environ: Mapping[str, str] | None
+) -> _Answering:
     return _Answering(config, is_kbear_client(client), os.environ if environ is None else environ)
 
 
-def _resolved_cluster(config: KBearConfig, cluster_id: str, environ: Mapping[str, str]) -> ClusterMessage:
+def _resolved_cluster(
+    config: KBearConfig, cluster_id: str, environ: Mapping[str, str]
+) -> proto.ClusterMessage:
     """The cluster's message with every ``${NAME}`` of its meta resolved from ``environ``.
 
     Raises:
         UnsetVariableError: a placeholder names a variable ``environ`` lacks.
     """
     meta = {k: resolve_placeholders(v, environ) for k, v in config.clusters[cluster_id].meta.items()}
-    return ClusterMessage.model_construct(id=cluster_id, meta=meta)
+    return proto.ClusterMessage.model_construct(id=cluster_id, meta=meta)
 
 
-def _cluster(config: KBearConfig, cluster_id: str) -> ClusterMessage:
-    return ClusterMessage.model_construct(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
+def _cluster(config: KBearConfig, cluster_id: str) -> proto.ClusterMessage:
+    return proto.ClusterMessage.model_construct(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
 
 
-def _add_cluster(config: KBearConfig, clusters: dict[str, ClusterMessage], cluster_id: str) -> None:
+def _add_cluster(config: KBearConfig, clusters: dict[str, proto.ClusterMessage], cluster_id: str) -> None:
     """``cluster_id`` into ``clusters``, with its chain of standbys (``kbear.failover.to``):
     a client's configuration made of the answer names them (the standby must be a
     cluster of it), and a client failing over itself needs their connection data."""
@@ -210,23 +192,23 @@ def _add_cluster(config: KBearConfig, clusters: dict[str, ClusterMessage], clust
         cluster_id = standby
 
 
-def _topic(config: KBearConfig, topic_id: str) -> TopicMessage:
-    return TopicMessage.model_construct(id=topic_id, meta=dict(config.topic_meta(topic_id)))
+def _topic(config: KBearConfig, topic_id: str) -> proto.TopicMessage:
+    return proto.TopicMessage.model_construct(id=topic_id, meta=dict(config.topic_meta(topic_id)))
 
 
-def _group(config: KBearConfig, group_id: ConsumerGroupIdMessage) -> ConsumerGroupMessage:
+def _group(config: KBearConfig, group_id: proto.ConsumerGroupIdMessage) -> proto.ConsumerGroupMessage:
     known = config.consumer_groups.get((group_id.group_name, group_id.topic_id))
     meta = {} if known is None else dict(known.meta)
-    return ConsumerGroupMessage.model_construct(id=group_id, meta=meta)
+    return proto.ConsumerGroupMessage.model_construct(id=group_id, meta=meta)
 
 
-def _group_label(group_id: ConsumerGroupIdMessage) -> str:
+def _group_label(group_id: proto.ConsumerGroupIdMessage) -> str:
     return f"{group_id.group_name}@{group_id.topic_id}"
 
 
 def producer_route(
-    served: Served, request: ProducerRouteRequest, environ: Mapping[str, str] | None = None
-) -> ProducerRouteResponse:
+    served: Served, request: proto.ProducerRouteRequest, environ: Mapping[str, str] | None = None
+) -> proto.ProducerRouteResponse:
     """The answer to ``/route/producer``: the route of each requested topic.
 
     Args:
@@ -234,11 +216,11 @@ def producer_route(
             (``os.environ`` when None).
     """
     if not request.topic_ids:
-        return ProducerRouteResponse(status=bad_request("topicIds is empty"))
+        return proto.ProducerRouteResponse(status=bad_request("topicIds is empty"))
     router = served.router
     client = _client(request.client)
     answering = _answering(served.config, request.client, environ)
-    routes: dict[str, RouteMessage] = {}
+    routes: dict[str, proto.RouteMessage] = {}
     for topic_id in dict.fromkeys(request.topic_ids):
         if not topic_id:
             answering.missing.append("''")
@@ -249,10 +231,10 @@ def producer_route(
             answering.missing.append(topic_id)
             continue
         if answering.take(f"topic '{topic_id}'", route):
-            routes[topic_id] = RouteMessage.model_construct(
+            routes[topic_id] = proto.RouteMessage.model_construct(
                 cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
             )
-    return ProducerRouteResponse(
+    return proto.ProducerRouteResponse(
         status=answering.status("topic(s) without a route"),
         topic_id_routes=routes,
         clusters=answering.clusters,
@@ -261,20 +243,20 @@ def producer_route(
 
 
 def consumer_route(
-    served: Served, request: ConsumerRouteRequest, environ: Mapping[str, str] | None = None
-) -> ConsumerRouteResponse:
+    served: Served, request: proto.ConsumerRouteRequest, environ: Mapping[str, str] | None = None
+) -> proto.ConsumerRouteResponse:
     """The answer to ``/route/consumer``: the route of each requested (group, topic).
 
     Args:
         environ: as for :func:`producer_route`.
     """
     if not request.consumer_group_ids:
-        return ConsumerRouteResponse(status=bad_request("consumerGroupIds is empty"))
+        return proto.ConsumerRouteResponse(status=bad_request("consumerGroupIds is empty"))
     config, router = served.config, served.router
     client = _client(request.client)
     answering = _answering(config, request.client, environ)
-    answered: list[ConsumerGroupIdRoute] = []
-    groups: list[ConsumerGroupMessage] = []
+    answered: list[proto.ConsumerGroupIdRoute] = []
+    groups: list[proto.ConsumerGroupMessage] = []
     for group_id in dict.fromkeys(request.consumer_group_ids):
         if not group_id.group_name or not group_id.topic_id:
             answering.missing.append(_group_label(group_id))
@@ -286,12 +268,12 @@ def consumer_route(
             continue
         if not answering.take(f"group '{_group_label(group_id)}'", route):
             continue
-        message = RouteMessage.model_construct(
+        message = proto.RouteMessage.model_construct(
             cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
         )
-        answered.append(ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
+        answered.append(proto.ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
         groups.append(_group(config, group_id))
-    return ConsumerRouteResponse(
+    return proto.ConsumerRouteResponse(
         status=answering.status("consumer group(s) without a route (group@topic)"),
         consumer_group_id_routes=answered,
         clusters=answering.clusters,
@@ -302,7 +284,7 @@ def consumer_route(
 
 def _selected(
     wanted: Sequence[_K], known: Iterable[_K], not_found: str, label: Callable[[_K], str] = str
-) -> tuple[list[_K], ResponseStatus]:
+) -> tuple[list[_K], proto.ResponseStatus]:
     """The ids ``wanted`` (every known id, in order, when none is) that are ``known``,
     and the answer's status (``partial_fail`` naming the missing ones, by ``label``, as ``not_found``)."""
     if not wanted:
@@ -311,40 +293,42 @@ def _selected(
     asked = list(dict.fromkeys(wanted))
     missing = [label(item) for item in asked if item not in known_set]
     found = [item for item in asked if item in known_set]
-    return found, _partial(ErrorCode.NOT_FOUND, not_found, missing) if missing else _SUCCESS
+    return found, _partial(proto.ErrorCode.NOT_FOUND, not_found, missing) if missing else _SUCCESS
 
 
-def _rule_info(rule: RouteRule) -> RouteRuleInfo:
-    return RouteRuleInfo(id=rule.id, priority=rule.priority, meta={**rule.meta, "rule": str(rule.statement)})
+def _rule_info(rule: RouteRule) -> proto.RouteRuleInfo:
+    return proto.RouteRuleInfo(
+        id=rule.id, priority=rule.priority, meta={**rule.meta, "rule": str(rule.statement)}
+    )
 
 
-def route_rules(served: Served, request: RouteRulesRequest) -> RouteRulesResponse:
+def route_rules(served: Served, request: proto.RouteRulesRequest) -> proto.RouteRulesResponse:
     """The answer to ``/route/rules``: the rules asked for (every rule, in file order, when none is)."""
     rules = {rule.id: rule for rule in served.config.rules}
     ids, status = _selected(request.route_rule_ids, rules, "route rule(s) not found")
-    return RouteRulesResponse(status=status, route_rules=[_rule_info(rules[i]) for i in ids])
+    return proto.RouteRulesResponse(status=status, route_rules=[_rule_info(rules[i]) for i in ids])
 
 
-def clusters(served: Served, request: ClustersRequest) -> ClustersResponse:
+def clusters(served: Served, request: proto.ClustersRequest) -> proto.ClustersResponse:
     """The answer to ``/meta/clusters`` (every cluster, in file order, when none is asked for)."""
     config = served.config
     ids, status = _selected(request.cluster_ids, config.clusters, "cluster(s) not found")
-    return ClustersResponse(status=status, clusters=[_cluster(config, c) for c in ids])
+    return proto.ClustersResponse(status=status, clusters=[_cluster(config, c) for c in ids])
 
 
-def topics(served: Served, request: TopicsRequest) -> TopicsResponse:
+def topics(served: Served, request: proto.TopicsRequest) -> proto.TopicsResponse:
     """The answer to ``/meta/topics``: topics of topics.yaml (all, in file order, when none is asked for)."""
     config = served.config
     ids, status = _selected(request.topic_ids, config.topics, "topic(s) not found")
-    return TopicsResponse(status=status, topics=[_topic(config, t) for t in ids])
+    return proto.TopicsResponse(status=status, topics=[_topic(config, t) for t in ids])
 
 
-def consumer_groups(served: Served, request: ConsumerGroupsRequest) -> ConsumerGroupsResponse:
+def consumer_groups(served: Served, request: proto.ConsumerGroupsRequest) -> proto.ConsumerGroupsResponse:
     """The answer to ``/meta/consumer-groups`` (all, in file order, when none is asked for)."""
     config = served.config
     wanted = [(g.group_name, g.topic_id) for g in request.consumer_group_ids]
     keys, status = _selected(
         wanted, config.consumer_groups, "consumer group(s) not found (group@topic)", "@".join
     )
-    groups = [_group(config, ConsumerGroupIdMessage(group_name=g, topic_id=t)) for g, t in keys]
-    return ConsumerGroupsResponse(status=status, consumer_groups=groups)
+    groups = [_group(config, proto.ConsumerGroupIdMessage(group_name=g, topic_id=t)) for g, t in keys]
+    return proto.ConsumerGroupsResponse(status=status, consumer_groups=groups)
