@@ -35,12 +35,12 @@ validation ("uses cluster 'x', which is not in clusters.yaml"), like a file.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from kbear import crrl
@@ -92,13 +92,8 @@ class ErrorCode(StrEnum):
     REMAP_NOT_APPLICABLE = "remap_not_applicable"
 
 
-def _none_as(empty: Callable[[], Any]) -> BeforeValidator:
-    """A validator reading JSON ``null`` as ``empty()`` ("", [] or {})."""
-    return BeforeValidator(lambda value: empty() if value is None else value)
-
-
-_Str = Annotated[str, _none_as(str)]
-_StrMap = Annotated[dict[str, str], _none_as(dict)]
+#: a string of a list (``topicIds``), JSON ``null`` read as ""
+_Str = Annotated[str, BeforeValidator(lambda value: "" if value is None else value)]
 
 
 class _Message(BaseModel):
@@ -107,6 +102,12 @@ class _Message(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True, strict=True
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """A field sent as JSON ``null`` reads as absent: empty ("", [] or {})."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
 
 # --------------------------------------------------------------------------- shared messages
 
@@ -114,8 +115,8 @@ class _Message(BaseModel):
 class ClientMessage(_Message):
     """``Client {id, meta}``: who asks. An empty ``id`` means no ``client.id`` factor."""
 
-    id: _Str = ""
-    meta: _StrMap = Field(default_factory=dict)
+    id: str = ""
+    meta: dict[str, str] = Field(default_factory=dict)
 
 
 class ClusterMessage(_Message):
@@ -123,28 +124,28 @@ class ClusterMessage(_Message):
     by ``kbear serve`` only for a client without :data:`KBEAR_CLIENT_KEY`)."""
 
     id: str
-    meta: _StrMap = Field(default_factory=dict)
+    meta: dict[str, str] = Field(default_factory=dict)
 
 
 class TopicMessage(_Message):
     """``Topic {id, meta}``; meta from topics.yaml, empty for a topic it does not list."""
 
     id: str
-    meta: _StrMap = Field(default_factory=dict)
+    meta: dict[str, str] = Field(default_factory=dict)
 
 
 class ConsumerGroupIdMessage(_Message):
     """``ConsumerGroupId {groupName, topicId}``."""
 
-    group_name: _Str = ""
-    topic_id: _Str = ""
+    group_name: str = ""
+    topic_id: str = ""
 
 
 class ConsumerGroupMessage(_Message):
     """``ConsumerGroup {id, meta}``; meta from consumer-groups.yaml, empty when not listed there."""
 
     id: ConsumerGroupIdMessage
-    meta: _StrMap = Field(default_factory=dict)
+    meta: dict[str, str] = Field(default_factory=dict)
 
 
 class RouteMessage(_Message):
@@ -162,15 +163,15 @@ class RouteRuleInfo(_Message):
 
     id: str
     priority: int = 0
-    meta: _StrMap = Field(default_factory=dict)
+    meta: dict[str, str] = Field(default_factory=dict)
 
 
 class ResponseError(_Message):
     """``ResponseError {code, message}``; ``code`` one of :class:`ErrorCode` from kbear,
     any string from another server."""
 
-    code: _Str = ""
-    message: _Str = ""
+    code: str = ""
+    message: str = ""
 
 
 class ResponseStatus(_Message):
@@ -182,58 +183,46 @@ class ResponseStatus(_Message):
 
 # --------------------------------------------------------------------------- requests
 
-_Ids = Annotated[list[_Str], _none_as(list)]
-_GroupIds = Annotated[list[ConsumerGroupIdMessage], _none_as(list)]
-
 
 class ProducerRouteRequest(_Message):
     """``/route/producer``: ``{client, topicIds}``."""
 
     client: ClientMessage = Field(default_factory=ClientMessage)
-    topic_ids: _Ids = Field(default_factory=list)
+    topic_ids: list[_Str] = Field(default_factory=list)
 
 
 class ConsumerRouteRequest(_Message):
     """``/route/consumer``: ``{client, consumerGroupIds}``."""
 
     client: ClientMessage = Field(default_factory=ClientMessage)
-    consumer_group_ids: _GroupIds = Field(default_factory=list)
+    consumer_group_ids: list[ConsumerGroupIdMessage] = Field(default_factory=list)
 
 
 class RouteRulesRequest(_Message):
     """``/route/rules``: ``{routeRuleIds}``; empty asks for every rule."""
 
-    route_rule_ids: _Ids = Field(default_factory=list)
+    route_rule_ids: list[_Str] = Field(default_factory=list)
 
 
 class ClustersRequest(_Message):
     """``/meta/clusters``: ``{clusterIds}``; empty asks for every cluster."""
 
-    cluster_ids: _Ids = Field(default_factory=list)
+    cluster_ids: list[_Str] = Field(default_factory=list)
 
 
 class TopicsRequest(_Message):
     """``/meta/topics``: ``{topicIds}``; empty asks for every topic."""
 
-    topic_ids: _Ids = Field(default_factory=list)
+    topic_ids: list[_Str] = Field(default_factory=list)
 
 
 class ConsumerGroupsRequest(_Message):
     """``/meta/consumer-groups``: ``{consumerGroupIds}``; empty asks for every group."""
 
-    consumer_group_ids: _GroupIds = Field(default_factory=list)
+    consumer_group_ids: list[ConsumerGroupIdMessage] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- responses
-
-_Clusters = Annotated[dict[str, ClusterMessage], _none_as(dict)]
-_Routes = Annotated[dict[str, RouteMessage], _none_as(dict)]
-_GroupRoutes = Annotated[list["ConsumerGroupIdRoute"], _none_as(list)]
-_Rules = Annotated[list[RouteRuleInfo], _none_as(list)]
-_ClusterList = Annotated[list[ClusterMessage], _none_as(list)]
-_TopicList = Annotated[list[TopicMessage], _none_as(list)]
-_Topics = Annotated[dict[str, TopicMessage], _none_as(dict)]
-_Groups = Annotated[list[ConsumerGroupMessage], _none_as(list)]
 
 
 class StatusResponse(_Message):
@@ -250,9 +239,9 @@ class ProducerRouteResponse(StatusResponse):
     **requested** topic id (the reference's remap defect fixed), ``topics`` by the
     physical topic of each route."""
 
-    topic_id_routes: _Routes = Field(default_factory=dict)
-    clusters: _Clusters = Field(default_factory=dict)
-    topics: _Topics = Field(default_factory=dict)
+    topic_id_routes: dict[str, RouteMessage] = Field(default_factory=dict)
+    clusters: dict[str, ClusterMessage] = Field(default_factory=dict)
+    topics: dict[str, TopicMessage] = Field(default_factory=dict)
 
 
 class ConsumerGroupIdRoute(_Message):
@@ -265,34 +254,34 @@ class ConsumerGroupIdRoute(_Message):
 class ConsumerRouteResponse(StatusResponse):
     """``{status, consumerGroupIdRoutes, clusters, topics, consumerGroups}``."""
 
-    consumer_group_id_routes: _GroupRoutes = Field(default_factory=list)
-    clusters: _Clusters = Field(default_factory=dict)
-    topics: _Topics = Field(default_factory=dict)
-    consumer_groups: _Groups = Field(default_factory=list)
+    consumer_group_id_routes: list[ConsumerGroupIdRoute] = Field(default_factory=list)
+    clusters: dict[str, ClusterMessage] = Field(default_factory=dict)
+    topics: dict[str, TopicMessage] = Field(default_factory=dict)
+    consumer_groups: list[ConsumerGroupMessage] = Field(default_factory=list)
 
 
 class RouteRulesResponse(StatusResponse):
     """``{status, routeRules}``."""
 
-    route_rules: _Rules = Field(default_factory=list)
+    route_rules: list[RouteRuleInfo] = Field(default_factory=list)
 
 
 class ClustersResponse(StatusResponse):
     """``{status, clusters}``."""
 
-    clusters: _ClusterList = Field(default_factory=list)
+    clusters: list[ClusterMessage] = Field(default_factory=list)
 
 
 class TopicsResponse(StatusResponse):
     """``{status, topics}``."""
 
-    topics: _TopicList = Field(default_factory=list)
+    topics: list[TopicMessage] = Field(default_factory=list)
 
 
 class ConsumerGroupsResponse(StatusResponse):
     """``{status, consumerGroups}``."""
 
-    consumer_groups: _Groups = Field(default_factory=list)
+    consumer_groups: list[ConsumerGroupMessage] = Field(default_factory=list)
 
 
 def client_message(client_id: str | None, meta: Mapping[str, str]) -> dict[str, Any]:

@@ -94,7 +94,8 @@ class _Reader:
         self.what = what
         self.at = 0
 
-    def _fixed(self, fmt: struct.Struct, field: str) -> int:
+    def number(self, fmt: struct.Struct, field: str) -> int:
+        """The ``fmt`` number (``INT16/32/64``) at the current byte."""
         if self.at + fmt.size > len(self.data):
             raise MirrorRecordError(
                 f"{self.what}: {field} needs {fmt.size} bytes at byte {self.at}, "
@@ -104,17 +105,8 @@ class _Reader:
         self.at += fmt.size
         return int(value)
 
-    def int16(self, field: str) -> int:
-        return self._fixed(_INT16, field)
-
-    def int32(self, field: str) -> int:
-        return self._fixed(_INT32, field)
-
-    def int64(self, field: str) -> int:
-        return self._fixed(_INT64, field)
-
     def string(self, field: str) -> str:
-        size = self._fixed(_INT16, f"{field} (length)")
+        size = self.number(_INT16, f"{field} (length)")
         if size < 0:
             raise MirrorRecordError(
                 f"{self.what}: {field} has length {size} (null), MirrorMaker 2 writes a string"
@@ -158,16 +150,16 @@ def decode_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
             non-UTF-8 string, or a value version other than :data:`CHECKPOINT_VERSION`.
     """
     k = _Reader(key, "checkpoint key")
-    group, topic, partition = k.string("group"), k.string("topic"), k.int32("partition")
+    group, topic, partition = k.string("group"), k.string("topic"), k.number(_INT32, "partition")
     k.done()
     v = _Reader(value, "checkpoint value")
-    version = v.int16("version")
+    version = v.number(_INT16, "version")
     if version != CHECKPOINT_VERSION:
         raise MirrorRecordError(
             f"checkpoint value: version {version} is not known (this kbear reads version "
             f"{CHECKPOINT_VERSION}, the one MirrorMaker 2 writes up to Kafka 4.3)"
         )
-    upstream, downstream = v.int64("upstream offset"), v.int64("downstream offset")
+    upstream, downstream = v.number(_INT64, "upstream offset"), v.number(_INT64, "downstream offset")
     metadata = v.string("metadata")
     v.done()
     return Checkpoint(group, topic, partition, upstream, downstream, metadata)
@@ -200,10 +192,10 @@ def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
         MirrorRecordError: a null, short or over-long key or value, a null or non-UTF-8 topic.
     """
     k = _Reader(key, "offset sync key")
-    topic, partition = k.string("topic"), k.int32("partition")
+    topic, partition = k.string("topic"), k.number(_INT32, "partition")
     k.done()
     v = _Reader(value, "offset sync value")
-    upstream, downstream = v.int64("upstream offset"), v.int64("downstream offset")
+    upstream, downstream = v.number(_INT64, "upstream offset"), v.number(_INT64, "downstream offset")
     v.done()
     return OffsetSync(topic, partition, upstream, downstream)
 
