@@ -59,23 +59,33 @@ def rules(cluster: str, topic: str) -> list[dict[str, Any]]:
     ]
 
 
-def cpu_wait_s() -> float:
-    """Seconds the Python threads of this process have waited for a CPU while
-    runnable since they started (the second field of Linux's
-    ``/proc/self/task/<id>/schedstat``): the calling thread's, and the
-    others', since a thread holding the GIL that waits for a CPU makes the calling
-    thread wait for the GIL. 0.0 where the kernel does not say: the check is then on
-    wall-clock time alone. A call blocked in kbear (a wait on the slow or dead
-    cluster, Python work) sleeps or runs meanwhile: that is not counted here, and
-    still fails the test."""
-    total = 0.0
+def cpu_waits() -> dict[tuple[int, int], int]:
+    """Nanoseconds each Python thread of this process has waited for a CPU while
+    runnable since it started (the second field of Linux's
+    ``/proc/self/task/<id>/schedstat``), by (thread ident, native id): the calling
+    thread's, and the others', since a thread holding the GIL that waits for a CPU
+    makes the calling thread wait for the GIL. Empty where the kernel does not say:
+    the check is then on wall-clock time alone."""
+    waits: dict[tuple[int, int], int] = {}
     for thread in threading.enumerate():
+        if thread.ident is None or thread.native_id is None:
+            continue
         try:
             with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
-                total += int(f.read().split()[1]) / 1e9
+                waits[(thread.ident, thread.native_id)] = int(f.read().split()[1])
         except (OSError, IndexError, ValueError):
             pass
-    return total
+    return waits
+
+
+def cpu_wait_s(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
+    """Seconds the threads present at both readings (``cpu_waits()``) waited for a
+    CPU between them, never below 0: a thread that started or ended in between is
+    left out (its total is not a wait of the call, and its absence at one end must
+    not shrink the sum), and a thread's counter never counts backwards. A call
+    blocked in kbear (a wait on the slow or dead cluster, Python work) sleeps or runs
+    meanwhile: that is not counted here, and still fails the test."""
+    return sum(max(0, after[key] - waited) for key, waited in before.items() if key in after) / 1e9
 
 
 class Timer:
@@ -99,7 +109,7 @@ class Timer:
         longest = 0.0
         end = time.monotonic() + seconds
         while time.monotonic() < end and not done():
-            waited = cpu_wait_s()
+            waits = cpu_waits()
             start = time.monotonic()
             if self.use_consume:
                 msgs = self.consumer.consume(100, TIMEOUT_S)
@@ -107,7 +117,7 @@ class Timer:
                 msg = self.consumer.poll(TIMEOUT_S)
                 msgs = [] if msg is None else [msg]
             took = time.monotonic() - start
-            waited = cpu_wait_s() - waited
+            waited = cpu_wait_s(waits, cpu_waits())
             longest = max(longest, took - waited)
             if took - waited > TIMEOUT_S + SLACK_S:
                 self.slow.append((round(start - self.t0, 2), round(took, 3), round(waited, 3), phase))
