@@ -12,17 +12,33 @@ Markdown mkdocstrings renders, without touching the docstrings in the code.
 :class:`Delegates` makes the methods a facade builds with
 :func:`kbear._delegate.delegate` (``poll = delegate("_loop", PollLoop.poll)``) read as
 the facade's own: each becomes an alias of the part's method, whose signature and
-docstring it has at run time too.
+docstring it has at run time too; and the coroutine methods an asyncio client builds
+with :func:`kbear.aio._notify.awaits` (``seek = awaits("AIOConsumer.seek")``) read as
+its own ``async`` methods, with the docstring they have at run time.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from griffe import Alias, Attribute, Class, ExprAttribute, ExprCall, Extension, Module
+from griffe import (
+    Alias,
+    Attribute,
+    Class,
+    Docstring,
+    ExprAttribute,
+    ExprCall,
+    Extension,
+    Function,
+    Module,
+    Parameter,
+    ParameterKind,
+    Parameters,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -70,7 +86,7 @@ class SphinxMarkup(Extension):
 
 class Delegates(Extension):
     """Class attributes ``name = delegate("_part", Part.method)`` become aliases of
-    ``Part.method`` (see the module docstring)."""
+    ``Part.method``, and ``name = awaits(...)`` ``async`` methods (see the module docstring)."""
 
     def on_package(self, **kwargs: Any) -> None:
         self._walk(kwargs["pkg"])
@@ -85,6 +101,27 @@ class Delegates(Extension):
                 target = _delegated(member)
                 if target is not None:
                     obj.set_member(member.name, Alias(member.name, target, parent=obj))
+                elif isinstance(member.value, ExprCall) and str(member.value.function) == "awaits":
+                    obj.set_member(member.name, _awaiting(obj, member))
+
+
+def _awaiting(cls: Class, attribute: Attribute) -> Function:
+    """The ``async`` method ``name = awaits(...)`` makes, ``(self, *args, **kwargs)``,
+    with its docstring at run time."""
+    runtime = getattr(importlib.import_module(cls.module.path), cls.name)
+    function = Function(
+        attribute.name,
+        lineno=attribute.lineno,
+        endlineno=attribute.endlineno,
+        parameters=Parameters(
+            Parameter("self", kind=ParameterKind.positional_or_keyword),
+            Parameter("args", kind=ParameterKind.var_positional),
+            Parameter("kwargs", kind=ParameterKind.var_keyword),
+        ),
+    )
+    function.labels.add("async")
+    function.docstring = Docstring(rst_to_markdown(getattr(runtime, attribute.name).__doc__), parent=function)
+    return function
 
 
 def _delegated(attribute: Attribute) -> str | None:

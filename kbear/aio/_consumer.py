@@ -23,7 +23,7 @@ from kbear._base import NO_CONFIG
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.aio._calls import Calls, blocking_callback, wrap_config_callbacks
-from kbear.aio._notify import AsyncRouted
+from kbear.aio._notify import AsyncRouted, awaits
 from kbear.consumer import RoutedConsumer
 from kbear.router import Router
 
@@ -209,81 +209,25 @@ class RoutedAIOConsumer(AsyncRouted):
                 kwargs[name] = blocking_callback(self._calls.loop, cb, self._edit_rebalance_args)
         await self._call(self._consumer.subscribe, *args, **kwargs)
 
-    async def unsubscribe(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.unsubscribe``."""
-        await self._call(self._consumer.unsubscribe, *args, **kwargs)
+    unsubscribe = awaits("AIOConsumer.unsubscribe")
 
     # ------------------------------------------------------------------ the rest, as confluent-kafka
 
-    async def commit(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.commit`` (each offset to the cluster of its topic)."""
-        return await self._call(self._consumer.commit, *args, **kwargs)
-
-    async def seek(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.seek``."""
-        await self._call(self._consumer.seek, *args, **kwargs)
-
-    async def pause(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.pause``."""
-        await self._call(self._consumer.pause, *args, **kwargs)
-
-    async def resume(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.resume``."""
-        await self._call(self._consumer.resume, *args, **kwargs)
-
-    async def store_offsets(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.store_offsets``."""
-        await self._call(self._consumer.store_offsets, *args, **kwargs)
-
-    async def committed(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.committed``."""
-        return await self._call(self._consumer.committed, *args, **kwargs)
-
-    async def assign(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.assign``."""
-        await self._call(self._consumer.assign, *args, **kwargs)
-
-    async def unassign(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.unassign``."""
-        await self._call(self._consumer.unassign, *args, **kwargs)
-
-    async def incremental_assign(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.incremental_assign``."""
-        await self._call(self._consumer.incremental_assign, *args, **kwargs)
-
-    async def incremental_unassign(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.incremental_unassign``."""
-        await self._call(self._consumer.incremental_unassign, *args, **kwargs)
-
-    async def assignment(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.assignment``."""
-        return await self._call(self._consumer.assignment, *args, **kwargs)
-
-    async def position(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.position``."""
-        return await self._call(self._consumer.position, *args, **kwargs)
-
-    async def consumer_group_metadata(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.consumer_group_metadata``."""
-        return await self._call(self._consumer.consumer_group_metadata, *args, **kwargs)
-
-    async def set_sasl_credentials(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOConsumer.set_sasl_credentials`` (every cluster's client)."""
-        await self._call(self._consumer.set_sasl_credentials, *args, **kwargs)
-
-    async def list_topics(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.list_topics``."""
-        return await self._call(self._consumer.list_topics, *args, **kwargs)
-
-    async def cluster_id(self, *args: Any, **kwargs: Any) -> str:
-        """As ``AIOConsumer.cluster_id``."""
-        result: str = await self._call(self._consumer.cluster_id, *args, **kwargs)
-        return result
-
-    async def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.get_watermark_offsets``."""
-        return await self._call(self._consumer.get_watermark_offsets, *args, **kwargs)
-
-    async def offsets_for_times(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOConsumer.offsets_for_times``."""
-        return await self._call(self._consumer.offsets_for_times, *args, **kwargs)
+    commit = awaits("AIOConsumer.commit", "each offset to the cluster of its topic")
+    seek = awaits("AIOConsumer.seek")
+    pause = awaits("AIOConsumer.pause")
+    resume = awaits("AIOConsumer.resume")
+    store_offsets = awaits("AIOConsumer.store_offsets")
+    committed = awaits("AIOConsumer.committed")
+    assign = awaits("AIOConsumer.assign")
+    unassign = awaits("AIOConsumer.unassign")
+    incremental_assign = awaits("AIOConsumer.incremental_assign")
+    incremental_unassign = awaits("AIOConsumer.incremental_unassign")
+    assignment = awaits("AIOConsumer.assignment")
+    position = awaits("AIOConsumer.position")
+    consumer_group_metadata = awaits("AIOConsumer.consumer_group_metadata")
+    set_sasl_credentials = awaits("AIOConsumer.set_sasl_credentials", "every cluster's client")
+    list_topics = awaits("AIOConsumer.list_topics")
+    cluster_id = awaits("AIOConsumer.cluster_id")
+    get_watermark_offsets = awaits("AIOConsumer.get_watermark_offsets")
+    offsets_for_times = awaits("AIOConsumer.offsets_for_times")

@@ -2,7 +2,8 @@
 notifications, delivered on the event loop.
 
 Responsible for: the executor, router and client properties and ``async with`` of
-both asyncio clients, and turning the application's ``on_route_change`` callback (a
+both asyncio clients, their methods that only await the blocking client's method of
+the same name (:func:`awaits`), and turning the application's ``on_route_change`` callback (a
 coroutine function or a plain function) into the listener the blocking routed
 client calls from the thread that applied the switch (an executor thread): the
 callback is scheduled on the loop and the switch does not wait for it.
@@ -14,7 +15,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Self
 
 from kbear._identity import Client
@@ -57,6 +58,10 @@ class AsyncRouted:
 
     _calls: Calls
 
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` (a blocking routed client's method) in the executor, awaited."""
+        return await self._calls.call(fn, *args, **kwargs)
+
     @property
     def routed(self) -> Any:
         """The blocking routed client this one drives."""
@@ -92,3 +97,20 @@ class AsyncRouted:
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
+
+
+def awaits(method: str, note: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
+    """A coroutine method for an asyncio client's class body that awaits
+    :meth:`AsyncRouted._call` of the blocking routed client's method of the same
+    name, with the same arguments: ``seek = awaits("AIOConsumer.seek")``, documented
+    "As ``AIOConsumer.seek``." (and `` (note)`` when given). The API pages show it
+    as the class's own ``async`` method (scripts/docs_griffe.py)."""
+    name = method.rpartition(".")[2]
+
+    async def call(self: AsyncRouted, *args: Any, **kwargs: Any) -> Any:
+        return await self._call(getattr(self.routed, name), *args, **kwargs)
+
+    call.__name__ = name
+    call.__qualname__ = f"AsyncRouted.{name}"
+    call.__doc__ = f"As ``{method}``" + (f" ({note})." if note else ".")
+    return call

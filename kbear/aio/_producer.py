@@ -26,7 +26,7 @@ from kbear._identity import Client
 from kbear._route import Route
 from kbear.aio._batch import Batch, MessageBuffer
 from kbear.aio._calls import Calls, keep_task, wrap_config_callbacks
-from kbear.aio._notify import AsyncRouted
+from kbear.aio._notify import AsyncRouted, awaits
 from kbear.producer import RoutedProducer
 from kbear.router import Router
 
@@ -278,33 +278,20 @@ class RoutedAIOProducer(AsyncRouted):
         self._last_activity = time.monotonic()
         await self._calls.call(self._producer.purge, *args, **kwargs)
 
-    async def list_topics(self, *args: Any, **kwargs: Any) -> Any:
-        """As ``AIOProducer.list_topics`` (see :meth:`kbear.RoutedProducer.list_topics`)."""
-        return await self._calls.call(self._producer.list_topics, *args, **kwargs)
-
-    async def cluster_id(self, *args: Any, **kwargs: Any) -> str:
-        """As ``AIOProducer.cluster_id`` (see :meth:`kbear.RoutedProducer.cluster_id`)."""
-        result: str = await self._calls.call(self._producer.cluster_id, *args, **kwargs)
-        return result
-
-    async def set_sasl_credentials(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOProducer.set_sasl_credentials`` (every cluster's client)."""
-        await self._calls.call(self._producer.set_sasl_credentials, *args, **kwargs)
+    list_topics = awaits("AIOProducer.list_topics", "see :meth:`kbear.RoutedProducer.list_topics`")
+    cluster_id = awaits("AIOProducer.cluster_id", "see :meth:`kbear.RoutedProducer.cluster_id`")
+    set_sasl_credentials = awaits("AIOProducer.set_sasl_credentials", "every cluster's client")
 
     # ------------------------------------------------------------------ transactions
 
-    async def init_transactions(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOProducer.init_transactions`` (see :class:`kbear.RoutedProducer`)."""
-        await self._calls.call(self._producer.init_transactions, *args, **kwargs)
+    init_transactions = awaits("AIOProducer.init_transactions", "see :class:`kbear.RoutedProducer`")
 
     async def begin_transaction(self, *args: Any, **kwargs: Any) -> None:
         """Flush, then begin a transaction, as ``AIOProducer.begin_transaction``."""
         await self.flush()
         await self._calls.call(self._producer.begin_transaction, *args, **kwargs)
 
-    async def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
-        """As ``AIOProducer.send_offsets_to_transaction``."""
-        await self._calls.call(self._producer.send_offsets_to_transaction, *args, **kwargs)
+    send_offsets_to_transaction = awaits("AIOProducer.send_offsets_to_transaction")
 
     async def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
         """Flush the buffer, then commit, as ``AIOProducer.commit_transaction``."""

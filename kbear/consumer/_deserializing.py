@@ -184,6 +184,3 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         (deserializers given ready-made stay the application's). Later calls do nothing."""
         super().close()
         self._serdes.close()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

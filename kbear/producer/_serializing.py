@@ -204,6 +204,3 @@ class RoutedSerializingProducer(RoutedProducer):
         result = super().close(timeout)
         self._serdes.close()
         return result
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
