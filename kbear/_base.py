@@ -229,22 +229,6 @@ def weak_method(method: Callable[..., Any], gone: Callable[[], Any] | None = Non
     return call
 
 
-def config_in_force(client: Any) -> Callable[[], KBearConfig]:
-    """A function returning the configuration in force of ``client`` (a routed
-    client: ``client.router.config``) at each call, holding ``client`` weakly (as
-    :func:`weak_method`): what a serializing client's serdes read cluster
-    properties from."""
-    ref = weakref.ref(client)
-
-    def config() -> KBearConfig:
-        owner = ref()
-        if owner is None:
-            raise RuntimeError("the routed client is gone")
-        return owner.router.config  # type: ignore[no-any-return]
-
-    return config
-
-
 def _release(router: Router, listener: Callable[..., None], owned: bool) -> None:
     """At a routed client's collection: stop its reload listener (and its router if owned)."""
     router.unsubscribe(listener)

@@ -29,10 +29,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from confluent_kafka.serialization import SerializationError
+from confluent_kafka.error import (
+    KeyDeserializationError,
+    KeySerializationError,
+    ValueDeserializationError,
+    ValueSerializationError,
+)
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from kbear.schema_registry import URL, PerCluster, registry_client, registry_config, stale_registries
 
@@ -44,8 +51,9 @@ __all__ = [
     "NoRegistry",
     "SerdeSpec",
     "SerdesCore",
+    "client_meta",
     "close_serdes",
-    "cluster_meta",
+    "failed",
     "kafka_cluster_id",
     "open_serdes",
 ]
@@ -74,8 +82,8 @@ class Built:
     Args:
         config: the application's configuration (anything but a mapping has no serdes:
             it is handed on as is, the routed client's own checks answer it).
-        key_prop, value_prop: ``key.serializer`` / ``value.serializer`` (or the
-            deserializers), with their ``.builder`` twins.
+        kind: ``"serializer"`` or ``"deserializer"``: the settings are ``key.<kind>``
+            and ``value.<kind>``, with their ``.builder`` twins.
 
     Attributes:
         serdes: the serdes in spec order (None where none is configured).
@@ -85,10 +93,10 @@ class Built:
         ValueError: a setting and its ``.builder`` are both given (confluent-kafka's words).
     """
 
-    def __init__(self, config: Any, key_prop: str, value_prop: str) -> None:
+    def __init__(self, config: Any, kind: str) -> None:
         self.serdes: list[Any] = []
         self.owned: list[Any] = []
-        self.props = (key_prop, value_prop)
+        key_prop, value_prop = self.props = (f"key.{kind}", f"value.{kind}")
         self._specs: list[SerdeSpec] = []
         self._conf = dict(config) if isinstance(config, Mapping) else config
         for prop, is_key in ((key_prop, True), (value_prop, False)) if isinstance(config, Mapping) else ():
@@ -181,47 +189,62 @@ def close_serdes(serdes: list[Any]) -> None:
 
 
 def open_serdes(
-    config: Any,
-    key_prop: str,
-    value_prop: str,
-    *,
-    meta: Callable[[str], Mapping[str, str] | None],
-    cluster_client: Callable[[str], Any],
+    config: Any, kind: str, client: Any, cluster_client: Callable[[str], Any]
 ) -> tuple[ClusterSerdes, Any]:
     """The serdes of a blocking serializing client, and its configuration without them.
 
     Args:
         config: the application's configuration (anything but a mapping is handed
             back as is: the routed client's own checks answer it).
-        key_prop, value_prop: ``key.serializer`` / ``value.serializer`` (or the
-            deserializers); their ``.builder`` twins are run here.
-        meta, cluster_client: as :class:`ClusterSerdes`.
+        kind: ``"serializer"`` or ``"deserializer"`` (as :class:`Built`); the
+            ``.builder`` settings are run here.
+        client: the routed client being built (:func:`client_meta`).
+        cluster_client: as :class:`ClusterSerdes`.
 
     Raises:
         ValueError: a setting and its ``.builder`` are both given, or a builder
             returned something else than ``(serde, dict)`` (confluent-kafka's words);
             the serdes built before are closed.
     """
-    built = Built(config, key_prop, value_prop)
+    built = Built(config, kind)
     try:
         for spec, result in built.calls():
             built.add(spec, result)
     except BaseException:
         close_serdes(built.owned)
         raise
-    return ClusterSerdes(built, meta=meta, cluster_client=cluster_client), built.rest()
+    return ClusterSerdes(built, meta=client_meta(client), cluster_client=cluster_client), built.rest()
 
 
-def cluster_meta(config: Callable[[], Any]) -> Callable[[str], Mapping[str, str] | None]:
-    """``meta(cluster_id)`` for the serdes: the cluster's ``clusters.yaml`` meta in the
-    configuration ``config()`` returns (a router's, read at each call), None when the
-    cluster is not configured."""
+def client_meta(client: Any) -> Callable[[str], Mapping[str, str] | None]:
+    """``meta(cluster_id)`` for the serdes of ``client`` (a routed client, held weakly):
+    the cluster's ``clusters.yaml`` meta in the configuration in force
+    (``client.router.config``, read at each call), None when the cluster is not configured.
+
+    Raises:
+        RuntimeError: (at a call) the routed client is gone.
+    """
+    ref = weakref.ref(client)
 
     def meta(cluster_id: str) -> Mapping[str, str] | None:
-        cluster = config().clusters.get(cluster_id)
+        owner = ref()
+        if owner is None:
+            raise RuntimeError("the routed client is gone")
+        cluster = owner.router.config.clusters.get(cluster_id)
         return None if cluster is None else cluster.meta
 
     return meta
+
+
+def failed(is_key: bool, exc: Exception, message: Any) -> Exception:
+    """The error confluent-kafka's clients raise when a key (``is_key``) or value
+    serde raised ``exc``: ``Key``/``ValueSerializationError`` when serializing
+    (``message`` None), ``Key``/``ValueDeserializationError`` holding ``message``
+    (the message read) when deserializing."""
+    if message is None:
+        return KeySerializationError(exc) if is_key else ValueSerializationError(exc)
+    error = KeyDeserializationError if is_key else ValueDeserializationError
+    return error(exception=exc, kafka_message=message)
 
 
 def kafka_cluster_id(client: Any, cluster_id: str) -> str:
@@ -412,6 +435,36 @@ class ClusterSerdes(SerdesCore):
                 for serde, registry in plan
             )
             return self._keep(cluster_id, generation, conf, (key, value))
+
+    def apply(
+        self, cluster_id: str, topic: str, headers: Any, key: Any, value: Any, message: Any = None
+    ) -> tuple[Any, Any]:
+        """(key, value) through the serdes of ``cluster_id`` (those without a serde as
+        they are), key first, as confluent-kafka's ``SerializingProducer``
+        (``message`` None) and ``DeserializingConsumer`` (``message``: the message
+        read) do; the ``SerializationContext`` carries ``topic`` and ``headers``.
+
+        Raises:
+            KeySerializationError, ValueSerializationError, KeyDeserializationError,
+                ValueDeserializationError: a serde failed (:func:`failed`).
+            Exception: as :meth:`get`.
+        """
+        key_serde, value_serde = self.pairs.get(cluster_id) or self.get(cluster_id)
+        if self.tracks_cluster:
+            self.current.cluster = cluster_id
+        ctx = SerializationContext(topic, MessageField.KEY, headers)
+        try:
+            if key_serde is not None:
+                key = key_serde(key, ctx)
+        except Exception as exc:
+            raise failed(True, exc, message) from exc
+        ctx.field = MessageField.VALUE
+        try:
+            if value_serde is not None:
+                value = value_serde(value, ctx)
+        except Exception as exc:
+            raise failed(False, exc, message) from exc
+        return key, value
 
     def close(self) -> None:
         """Close the serdes the factories and the builders made, each once (registry

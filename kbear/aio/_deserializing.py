@@ -19,22 +19,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
-from confluent_kafka.serialization import MessageField, SerializationContext
+from confluent_kafka.error import ConsumeError
 
-from kbear._base import NO_CONFIG, config_in_force, weak_method
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._consumer import RoutedAIOConsumer
-from kbear.aio._serdes import asyncinit, maybe_await, open_serdes
+from kbear.aio._serdes import asyncinit, open_serdes
 from kbear.config import KBearConfig
 from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
 from kbear.router import Router
 
 __all__ = ["RoutedAsyncDeserializingConsumer"]
-
-_KEY = MessageField.KEY
-_VALUE = MessageField.VALUE
 
 Read = tuple[Any, str]  # (message or None, id of the cluster it was read from)
 
@@ -131,13 +127,7 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
         router: Router | None = None,
         client: Client | None = None,
     ) -> None:
-        self._serdes, rest = await open_serdes(
-            conf,
-            "key.deserializer",
-            "value.deserializer",
-            config=config_in_force(self),
-            kafka_id=weak_method(self._kafka_id),
-        )
+        self._serdes, rest = await open_serdes(conf, "deserializer", self, weak_method(self._kafka_id))
         #: (message, cluster) pairs a cancelled poll()/consume() took: handed out first
         self._held: collections.deque[Read] = collections.deque()
         try:
@@ -231,27 +221,9 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
     async def _deserialize(self, msg: Any, cluster_id: str) -> Any:
         """``msg`` with its key and value deserialized for ``cluster_id`` (key first, as
         confluent-kafka's)."""
-        serdes = self._serdes
-        key_de, value_de = serdes.pairs.get(cluster_id) or await serdes.get(cluster_id)
-        token = serdes.current.set(cluster_id) if serdes.tracks_cluster else None
-        try:
-            ctx = SerializationContext(msg.topic(), _KEY, msg.headers())
-            key = msg.key()
-            if key_de is not None:
-                try:
-                    key = await maybe_await(key_de(key, ctx))
-                except Exception as se:
-                    raise KeyDeserializationError(exception=se, kafka_message=msg) from se
-            value = msg.value()
-            if value_de is not None:
-                ctx.field = _VALUE
-                try:
-                    value = await maybe_await(value_de(value, ctx))
-                except Exception as se:
-                    raise ValueDeserializationError(exception=se, kafka_message=msg) from se
-        finally:
-            if token is not None:
-                serdes.current.reset(token)
+        key, value = await self._serdes.apply(
+            cluster_id, msg.topic(), msg.headers(), msg.key(), msg.value(), msg
+        )
         msg.set_key(key)
         msg.set_value(value)
         return msg

@@ -30,10 +30,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from confluent_kafka.serialization import SerializationError
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from kbear._serdes import Built, CloseErrors, SerdesCore, cluster_meta
-from kbear.config import KBearConfig
+from kbear._serdes import Built, CloseErrors, SerdesCore, client_meta, failed
 from kbear.schema_registry import async_registry_client
 
 __all__ = ["AsyncClusterSerdes", "async_close_serdes", "asyncinit", "maybe_await", "open_serdes"]
@@ -85,21 +84,16 @@ async def async_close_serdes(serdes: list[Any]) -> None:
 
 
 async def open_serdes(
-    conf: Any,
-    key_prop: str,
-    value_prop: str,
-    *,
-    config: Callable[[], KBearConfig],
-    kafka_id: Callable[[str], Awaitable[str]],
+    conf: Any, kind: str, client: Any, kafka_id: Callable[[str], Awaitable[str]]
 ) -> tuple[AsyncClusterSerdes, Any]:
     """The serdes of an asyncio serializing client, and its configuration without them.
 
     Args:
         conf: the application's configuration (anything but a mapping is handed back
             as is: the routed client's own checks answer it).
-        key_prop, value_prop: ``key.serializer`` / ``value.serializer`` (or the
-            deserializers); their ``.builder`` twins are run here (awaited).
-        config: the configuration in force (the router's, read at each use).
+        kind: ``"serializer"`` or ``"deserializer"`` (as :class:`~kbear._serdes.Built`);
+            the ``.builder`` settings are run here (awaited).
+        client: the routed client being built (:func:`~kbear._serdes.client_meta`).
         kafka_id: as :class:`AsyncClusterSerdes`.
 
     Raises:
@@ -107,14 +101,14 @@ async def open_serdes(
             returned something else than ``(serde, dict)`` (confluent-kafka's words);
             the serdes built before are closed.
     """
-    built = Built(conf, key_prop, value_prop)
+    built = Built(conf, kind)
     try:
         for spec, result in built.calls():
             built.add(spec, await maybe_await(result))
     except BaseException:
         await async_close_serdes(built.owned)
         raise
-    return AsyncClusterSerdes(built, meta=cluster_meta(config), kafka_id=kafka_id), built.rest()
+    return AsyncClusterSerdes(built, meta=client_meta(client), kafka_id=kafka_id), built.rest()
 
 
 class AsyncClusterSerdes(SerdesCore):
@@ -166,6 +160,31 @@ class AsyncClusterSerdes(SerdesCore):
                     serde = self._made(built, cluster_id)
                 made.append(serde)
             return self._keep(cluster_id, generation, conf, (made[0], made[1]))
+
+    async def apply(
+        self, cluster_id: str, topic: str, headers: Any, key: Any, value: Any, message: Any = None
+    ) -> tuple[Any, Any]:
+        """(key, value) through the serdes of ``cluster_id`` (awaited when asyncio
+        ones), as :meth:`kbear._serdes.ClusterSerdes.apply`."""
+        key_serde, value_serde = self.pairs.get(cluster_id) or await self.get(cluster_id)
+        token = self.current.set(cluster_id) if self.tracks_cluster else None
+        try:
+            ctx = SerializationContext(topic, MessageField.KEY, headers)
+            try:
+                if key_serde is not None:
+                    key = await maybe_await(key_serde(key, ctx))
+            except Exception as exc:
+                raise failed(True, exc, message) from exc
+            ctx.field = MessageField.VALUE
+            try:
+                if value_serde is not None:
+                    value = await maybe_await(value_serde(value, ctx))
+            except Exception as exc:
+                raise failed(False, exc, message) from exc
+        finally:
+            if token is not None:
+                self.current.reset(token)
+        return key, value
 
     async def close(self) -> None:
         """Close the serdes the factories and the builders made, each once (registry

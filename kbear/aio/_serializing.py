@@ -28,16 +28,16 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from confluent_kafka.error import KeySerializationError, ValueSerializationError
-from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+from confluent_kafka.error import ValueSerializationError
+from confluent_kafka.serialization import SerializationError
 
-from kbear._base import NO_CONFIG, config_in_force, weak_method
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
 from kbear.aio._calls import blocking_callback
 from kbear.aio._producer import RoutedAIOProducer
-from kbear.aio._serdes import asyncinit, maybe_await, open_serdes
+from kbear.aio._serdes import asyncinit, open_serdes
 from kbear.config import KBearConfig
 from kbear.producer import RoutedProducer
 from kbear.router import Router
@@ -46,8 +46,6 @@ __all__ = ["RoutedAsyncSerializingProducer"]
 
 log = logging.getLogger("kbear.aio")
 
-_KEY = MessageField.KEY
-_VALUE = MessageField.VALUE
 #: Key of a buffered message's dict: (cluster serialized for, key object, value object).
 _ORIGIN = "kbear.origin"
 #: Key of a buffered message's dict: the error its re-serialization raised.
@@ -90,30 +88,6 @@ class _Engine(RoutedProducer):
         return kafka_cluster_id(None if entry is None else entry.producer, cluster_id)
 
 
-async def serialize(
-    key_ser: Any, value_ser: Any, topic: str, key: Any, value: Any, headers: Any
-) -> tuple[Any, Any]:
-    """(key bytes, value bytes) through the serdes (awaited when asyncio ones), as
-    confluent-kafka's ``AsyncSerializingProducer.produce``.
-
-    Raises:
-        KeySerializationError, ValueSerializationError: a serializer failed.
-    """
-    ctx = SerializationContext(topic, _KEY, headers)
-    if key_ser is not None:
-        try:
-            key = await maybe_await(key_ser(key, ctx))
-        except Exception as se:
-            raise KeySerializationError(se) from se
-    ctx.field = _VALUE
-    if value_ser is not None:
-        try:
-            value = await maybe_await(value_ser(value, ctx))
-        except Exception as se:
-            raise ValueSerializationError(se) from se
-    return key, value
-
-
 @asyncinit
 class RoutedAsyncSerializingProducer(RoutedAIOProducer):
     """A routed ``confluent_kafka.aio.AsyncSerializingProducer``: each message
@@ -152,13 +126,7 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         router: Router | None = None,
         client: Client | None = None,
     ) -> None:
-        self._serdes, rest = await open_serdes(
-            conf,
-            "key.serializer",
-            "value.serializer",
-            config=config_in_force(self),
-            kafka_id=weak_method(self._kafka_id),
-        )
+        self._serdes, rest = await open_serdes(conf, "serializer", self, weak_method(self._kafka_id))
         #: the serdes depend on the cluster: a message moved to another is serialized again
         self._per_cluster = self._serdes.varies
         try:
@@ -236,7 +204,7 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
                 failed: asyncio.Future[Any] = self._calls.loop.create_future()
                 failed.set_exception(exc)
                 return failed
-        key_bytes, value_bytes = await self._serialize_for(cluster_id, topic, key, value, headers)
+        key_bytes, value_bytes = await self._serdes.apply(cluster_id, topic, headers, key, value)
         if headers is not None:
             raise NotImplementedError(
                 "Headers are not supported in AIOProducer batch mode. "
@@ -248,19 +216,6 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         if self._per_cluster:
             message[_ORIGIN] = (cluster_id, key, value)
         return await self._accept(topic, partition, message)
-
-    async def _serialize_for(
-        self, cluster_id: str, topic: str, key: Any, value: Any, headers: Any
-    ) -> tuple[Any, Any]:
-        serdes = self._serdes
-        key_ser, value_ser = serdes.pairs.get(cluster_id) or await serdes.get(cluster_id)
-        if not serdes.tracks_cluster:
-            return await serialize(key_ser, value_ser, topic, key, value, headers)
-        token = serdes.current.set(cluster_id)
-        try:
-            return await serialize(key_ser, value_ser, topic, key, value, headers)
-        finally:
-            serdes.current.reset(token)
 
     # ------------------------------------------------------------------ send time (executor)
 
@@ -314,8 +269,8 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         for message in messages:
             _old, key, value = message[_ORIGIN]
             try:
-                message["key"], message["value"] = await self._serialize_for(
-                    cluster_id, topic, key, value, None
+                message["key"], message["value"] = await self._serdes.apply(
+                    cluster_id, topic, None, key, value
                 )
             except Exception as exc:
                 message[_FAILED] = exc

@@ -14,21 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka.error import ConsumeError, KeyDeserializationError, ValueDeserializationError
-from confluent_kafka.serialization import MessageField, SerializationContext
+from confluent_kafka.error import ConsumeError
 
-from kbear._base import NO_CONFIG, config_in_force, weak_method
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import cluster_meta, open_serdes
+from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._facade import RoutedConsumer
 from kbear.router import Router
 
 __all__ = ["RoutedDeserializingConsumer"]
-
-_KEY = MessageField.KEY
-_VALUE = MessageField.VALUE
 
 
 class _Source:
@@ -82,13 +78,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         #: the one cluster's own ``consume`` with its cluster id (kbear.aio's consume)
         self._fast_batch: tuple[Callable[..., Any], str] | None = None
         self._source = _Source()
-        self._serdes, rest = open_serdes(
-            config,
-            "key.deserializer",
-            "value.deserializer",
-            meta=cluster_meta(config_in_force(self)),
-            cluster_client=weak_method(self._cluster_client),
-        )
+        self._serdes, rest = open_serdes(config, "deserializer", self, weak_method(self._cluster_client))
         try:
             if isinstance(rest, Mapping) and str(rest.get("kbear.ack.mode", "")).lower() == "individual":
                 raise ValueError(
@@ -148,24 +138,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         error = msg.error()
         if error is not None:
             raise ConsumeError(error, kafka_message=msg)
-        serdes = self._serdes
-        key_de, value_de = serdes.pairs.get(cluster_id) or serdes.get(cluster_id)
-        if serdes.tracks_cluster:
-            serdes.current.cluster = cluster_id
-        ctx = SerializationContext(msg.topic(), _KEY, msg.headers())
-        key = msg.key()
-        if key_de is not None:
-            try:
-                key = key_de(key, ctx)
-            except Exception as se:
-                raise KeyDeserializationError(exception=se, kafka_message=msg) from se
-        value = msg.value()
-        if value_de is not None:
-            ctx.field = _VALUE
-            try:
-                value = value_de(value, ctx)
-            except Exception as se:
-                raise ValueDeserializationError(exception=se, kafka_message=msg) from se
+        key, value = self._serdes.apply(cluster_id, msg.topic(), msg.headers(), msg.key(), msg.value(), msg)
         msg.set_key(key)
         msg.set_value(value)
         return msg

@@ -14,12 +14,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka.error import KeySerializationError, ValueSerializationError
-from confluent_kafka.serialization import MessageField, SerializationContext
-
-from kbear._base import NO_CONFIG, config_in_force, weak_method
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import cluster_meta, open_serdes
+from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._facade import RoutedProducer
@@ -27,9 +24,6 @@ from kbear.producer._routes import Send
 from kbear.router import Router
 
 __all__ = ["RoutedSerializingProducer"]
-
-_KEY = MessageField.KEY
-_VALUE = MessageField.VALUE
 
 
 class RoutedSerializingProducer(RoutedProducer):
@@ -69,13 +63,7 @@ class RoutedSerializingProducer(RoutedProducer):
         topics: Iterable[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._serdes, rest = open_serdes(
-            config,
-            "key.serializer",
-            "value.serializer",
-            meta=cluster_meta(config_in_force(self)),
-            cluster_client=weak_method(self._cluster_client),
-        )
+        self._serdes, rest = open_serdes(config, "serializer", self, weak_method(self._cluster_client))
         try:
             super().__init__(rest, router=router, client=client, topics=topics, **kwargs)
         except BaseException:
@@ -141,22 +129,7 @@ class RoutedSerializingProducer(RoutedProducer):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         pair = None if state.pending or state.txn_open else self._table.bound.get(topic)
         cluster_id, send = pair if pair is not None else self._cluster_sender(topic)
-        serdes = self._serdes
-        key_ser, value_ser = serdes.pairs.get(cluster_id) or serdes.get(cluster_id)
-        if serdes.tracks_cluster:
-            serdes.current.cluster = cluster_id
-        ctx = SerializationContext(topic, _KEY, headers)
-        if key_ser is not None:
-            try:
-                key = key_ser(key, ctx)
-            except Exception as se:
-                raise KeySerializationError(se) from se
-        ctx.field = _VALUE
-        if value_ser is not None:
-            try:
-                value = value_ser(value, ctx)
-            except Exception as se:
-                raise ValueSerializationError(se) from se
+        key, value = self._serdes.apply(cluster_id, topic, headers, key, value)
         if kwargs or state.features:
             self._send_prepared(send, value, key, partition, on_delivery, timestamp, headers, kwargs)
             return

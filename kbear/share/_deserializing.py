@@ -8,15 +8,12 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Messages
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbear._base import NO_CONFIG, config_in_force, weak_method
+from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import cluster_meta, open_serdes
+from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
 from kbear.router import Router
 from kbear.share._facade import RoutedShareConsumer
-
-#: the configuration keys of the deserializers (confluent-kafka's)
-KEY_DESERIALIZER, VALUE_DESERIALIZER = "key.deserializer", "value.deserializer"
 
 
 class RoutedDeserializingShareConsumer(RoutedShareConsumer):
@@ -61,13 +58,7 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         if isinstance(config, Mapping) or (config is NO_CONFIG and kwargs):
             merged = {**(config if isinstance(config, Mapping) else {}), **kwargs}
             kwargs = {}
-        self._serdes, rest = open_serdes(
-            merged,
-            KEY_DESERIALIZER,
-            VALUE_DESERIALIZER,
-            meta=cluster_meta(config_in_force(self)),
-            cluster_client=weak_method(self._kafka_id_of),
-        )
+        self._serdes, rest = open_serdes(merged, "deserializer", self, weak_method(self._kafka_id_of))
         #: the deserializers as configured (confluent-kafka's attribute names)
         self._key_deserializer, self._value_deserializer = self._serdes.configured
         try:
