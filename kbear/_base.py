@@ -1,5 +1,6 @@
-"""What every routed client (RoutedProducer, RoutedConsumer, RoutedAdminClient) has
-alike (private), as parts a facade builds, never a base class:
+"""What every routed client (RoutedProducer, RoutedConsumer, RoutedAdminClient,
+RoutedShareConsumer) has alike (private), as parts a facade builds, and one base
+class of the facades (:class:`RoutedClient`: ``router``, ``client``, ``with``):
 
 - :class:`ClientCore`: who the client is (router, Client, kind, the confluent-kafka
   configuration later clients are built from) and who hears of its route changes
@@ -28,7 +29,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -299,6 +300,35 @@ class ReloadSubscription:
             self._finalizer.detach()
             self._router.unsubscribe(self.listener)
             self.listener = None
+
+
+class RoutedClient:
+    """The base of every routed client's facade: what it shows of its
+    :class:`ClientCore` (``_core``), and ``with`` (closed at the block's end,
+    exceptions of the block propagate). No state of its own."""
+
+    __slots__ = ()
+    _core: ClientCore
+
+    @property
+    def router(self) -> Router:
+        """The router in use."""
+        return self._core.router
+
+    @property
+    def client(self) -> Client:
+        """The client the routes are looked up for (``client.*`` factors)."""
+        return self._core.client
+
+    def close(self) -> Any:
+        """Close the client (each facade says what that does)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ClientCore:

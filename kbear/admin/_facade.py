@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kbear import _events
-from kbear._base import NO_CONFIG, RouteChangeCallback, open_client, open_core, refuse_calls
+from kbear._base import NO_CONFIG, RouteChangeCallback, RoutedClient, open_client, open_core, refuse_calls
 from kbear._clients import poll_clients
 from kbear._delegate import delegate
 from kbear._identity import Client
@@ -32,7 +32,7 @@ log = logging.getLogger("kbear.admin")
 _PARTS = ("_core", "_clusters", "_topics", "_groups", "_cluster_calls")
 
 
-class RoutedAdminClient:
+class RoutedAdminClient(RoutedClient):
     """A ``confluent_kafka.admin.AdminClient`` whose calls go to the clusters the
     routes name.
 
@@ -130,16 +130,6 @@ class RoutedAdminClient:
     elect_leaders = delegate("_cluster_calls", ClusterCalls.elect_leaders)
 
     @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._core.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._core.client
-
-    @property
     def clusters(self) -> list[str]:
         """The cluster ids of the configuration in force (clusters.yaml order)."""
         return list(self._core.router.config.clusters)
@@ -208,11 +198,3 @@ class RoutedAdminClient:
             return
         if self._router_closer is not None:
             self._router_closer()
-
-    def __enter__(self) -> RoutedAdminClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Close (as confluent-kafka's AdminClient after a ``with`` block: every call
-        then raises RuntimeError); exceptions of the block propagate."""
-        self.close()

@@ -30,6 +30,7 @@ from kbear._base import (
     NO_CONFIG,
     ReloadSubscription,
     RouteChangeCallback,
+    RoutedClient,
     open_client,
     open_core,
     refuse_calls,
@@ -68,7 +69,7 @@ _PARTS = (
 )
 
 
-class RoutedConsumer:
+class RoutedConsumer(RoutedClient):
     """A ``confluent_kafka.Consumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -282,16 +283,6 @@ class RoutedConsumer:
         """Logical topic -> route in use for the current subscription."""
         return dict(self._sub.routes)
 
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._core.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._core.client
-
     def on_route_change(self, callback: RouteChangeCallback) -> None:
         """Call ``callback(old_route, new_route)`` in the caller's thread when a
         topic in use has switched clusters (``new_route`` None: no route any more).
@@ -409,12 +400,6 @@ class RoutedConsumer:
         # cluster it is called for, as with confluent-kafka.
         if self._closed and self._rebalancer.current is None:
             raise RuntimeError(_CLOSED)
-
-    def __enter__(self) -> RoutedConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _refuse() -> None:

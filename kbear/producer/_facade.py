@@ -22,6 +22,7 @@ from kbear._base import (
     NO_CONFIG,
     ReloadSubscription,
     RouteChangeCallback,
+    RoutedClient,
     open_client,
     open_core,
     refuse_calls,
@@ -60,7 +61,7 @@ _CLOSED = "Producer has been closed"
 _PARTS = ("_core", "_state", "_routing", "_lock", "_clients", "_txn", "_meta", "_failover")
 
 
-class RoutedProducer:
+class RoutedProducer(RoutedClient):
     """A ``confluent_kafka.Producer`` that sends each topic to the cluster its route names.
 
     Args:
@@ -225,16 +226,6 @@ class RoutedProducer:
         self._binding.unbind()
 
     # ------------------------------------------------------------------ routing
-
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._core.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._core.client
 
     def route(self, topic: str) -> Route:
         """The route this producer uses for ``topic`` (routing it now if new).
@@ -472,12 +463,6 @@ class RoutedProducer:
         """Whether a reload waits to be applied (tests watch it)."""
         state = self._state
         return isinstance(state, ProducerState) and state.pending
-
-    def __enter__(self) -> RoutedProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _release(clients: ClientRegistry[ClusterProducer]) -> None:

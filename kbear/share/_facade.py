@@ -16,6 +16,7 @@ from kbear._base import (
     NO_CONFIG,
     ReloadSubscription,
     RouteChangeCallback,
+    RoutedClient,
     open_client,
     open_core,
     weak_method,
@@ -46,7 +47,7 @@ log = logging.getLogger("kbear.share")
 SLICE_S = 0.1
 
 
-class RoutedShareConsumer:
+class RoutedShareConsumer(RoutedClient):
     """A ``confluent_kafka.ShareConsumer`` reading each topic from the cluster its route names.
 
     Args:
@@ -355,16 +356,6 @@ class RoutedShareConsumer:
         moved to another cluster (``new_route`` None: no route any more)."""
         self._core.listeners.append(callback)
 
-    @property
-    def router(self) -> Router:
-        """The router in use."""
-        return self._core.router
-
-    @property
-    def client(self) -> Client:
-        """The client the routes are looked up for (``client.*`` factors)."""
-        return self._core.client
-
     def snapshot(self) -> _events.ClientSnapshot | None:
         """What this client shows kbear's metrics now; None once closed."""
         if self._guard.closed:
@@ -403,12 +394,6 @@ class RoutedShareConsumer:
                 self._core.router.close()
             if errors:
                 raise errors[0]
-
-    def __enter__(self) -> RoutedShareConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _close_clients(clusters: ShareClusters) -> list[BaseException]:
