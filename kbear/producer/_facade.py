@@ -284,15 +284,15 @@ class RoutedProducer(RoutedClient):
 
     def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
-        calls = prepare(
-            args,
-            kwargs,
-            chunking=self._settings.chunking_enable,
-            max_bytes=max_message_bytes(self._core.native),
-            now_s=time.time(),
-        )
-        for call in calls:
+        for call in self._prepare(args, kwargs):
             self._sender(topic)(**call)
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+        """The keyword arguments of each send of one produce() call (its arguments
+        after the topic) with ``kbear.delay.enable`` / ``kbear.chunking.enable``
+        (:func:`kbear.producer._chunking.prepare`)."""
+        chunking, max_bytes = self._settings.chunking_enable, max_message_bytes(self._core.native)
+        return prepare(args, kwargs, chunking=chunking, max_bytes=max_bytes, now_s=time.time())
 
     def _before_produce(self, topic: str) -> None:
         if self._state.pending:

@@ -10,7 +10,6 @@ a move is applied from another thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,7 +17,6 @@ from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
 from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
-from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._facade import RoutedProducer
 from kbear.producer._routes import Send
 from kbear.router import Router
@@ -130,41 +128,15 @@ class RoutedSerializingProducer(RoutedProducer):
         pair = None if state.pending or state.txn_open else self._table.bound.get(topic)
         cluster_id, send = pair if pair is not None else self._cluster_sender(topic)
         key, value = self._serdes.apply(cluster_id, topic, headers, key, value)
-        if kwargs or state.features:
-            self._send_prepared(send, value, key, partition, on_delivery, timestamp, headers, kwargs)
+        if kwargs or state.features:  # kbear.delay.enable / kbear.chunking.enable
+            call = dict(partition=partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
+            for one in self._prepare((value, key), {**call, **kwargs}):
+                send(**one)
             return
         if partition == -1 and on_delivery is None and not timestamp and headers is None:
             send(value, key)  # a plain call: the cluster client's produce as is
         else:
             send(value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
-
-    def _send_prepared(
-        self,
-        send: Any,
-        value: Any,
-        key: Any,
-        partition: int,
-        on_delivery: Any,
-        timestamp: int,
-        headers: Any,
-        kwargs: dict[str, Any],
-    ) -> None:
-        """The serialized message through ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
-        call = {
-            "partition": partition,
-            "on_delivery": on_delivery,
-            "timestamp": timestamp,
-            "headers": headers,
-        }
-        call.update(kwargs)
-        for one in prepare(
-            (value, key),
-            call,
-            chunking=self._settings.chunking_enable,
-            max_bytes=max_message_bytes(self._core.native),
-            now_s=time.time(),
-        ):
-            send(**one)
 
     def close(self, timeout: float | None = None) -> bool:
         """Close the producer (:meth:`RoutedProducer.close`), then the serializers it
