@@ -17,10 +17,12 @@ skipped record); no copy found, the offset sync's translation applies.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -125,12 +127,12 @@ def mark_of(offsets: Mapping[str, Any], cluster: str, topic: str, p: str, below:
     return None if got is None or int(got[0]) >= below else (int(got[0]), str(got[1]))
 
 
-def _find(
-    conf: Mapping[str, Any], topic: str, partition: int, digest: str, begin: int, stop: int | None
-) -> int | None:
-    """The offset of the first record of ``topic``/``partition`` in [begin, stop) (stop
-    None: the high watermark) whose fingerprint is ``digest``; None: none found within
-    :data:`COPY_SCAN_LIMIT` records and :data:`COPY_SCAN_TIMEOUT_S`."""
+def _scan(
+    conf: Mapping[str, Any], topic: str, partition: int, begin: int, stop: int | None
+) -> Generator[Any]:
+    """The data records of ``topic``/``partition`` in [begin, stop) (stop None: the high
+    watermark), in offset order, until :data:`COPY_SCAN_TIMEOUT_S` has passed or the
+    cluster does not answer."""
     consumer = Consumer(dict(conf))
     deadline = time.monotonic() + COPY_SCAN_TIMEOUT_S
     try:
@@ -138,25 +140,32 @@ def _find(
         if stop is None:
             stop = consumer.get_watermark_offsets(tp, timeout=COPY_SCAN_TIMEOUT_S, cached=False)[1]
         consumer.assign([TopicPartition(topic, partition, begin)])
-        seen = 0
-        while seen < COPY_SCAN_LIMIT and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             batch = consumer.consume(500, 0.5)
             if not batch and consumer.position([tp])[0].offset >= stop:
-                return None
+                return
             for msg in batch:
                 offset = msg.offset()
                 if msg.error() is not None or offset is None:
                     continue
                 if offset >= stop:
-                    return None
-                seen += 1
-                if fingerprint(msg) == digest:
-                    return int(offset)
-        return None
+                    return
+                yield msg
     except KafkaException:
-        return None
+        return
     finally:
         consumer.close()
+
+
+def _find(
+    conf: Mapping[str, Any], topic: str, partition: int, digest: str, begin: int, stop: int | None
+) -> int | None:
+    """The offset of the first record of ``topic``/``partition`` in [begin, stop) (stop
+    None: the high watermark) whose fingerprint is ``digest``; None: none found within
+    :data:`COPY_SCAN_LIMIT` records and :data:`COPY_SCAN_TIMEOUT_S`."""
+    with contextlib.closing(_scan(conf, topic, partition, begin, stop)) as records:
+        found = (m for m in itertools.islice(records, COPY_SCAN_LIMIT) if fingerprint(m) == digest)
+        return next((int(m.offset()) for m in found), None)
 
 
 def copy_after(
@@ -197,28 +206,6 @@ def copy_after(
     return None if found is None else found + 1
 
 
-def _records(conf: Mapping[str, Any], topic: str, partition: int, begin: int, count: int) -> list[Any]:
-    """Up to ``count`` records of ``topic``/``partition`` from offset ``begin`` (fewer
-    when the log ends first or within :data:`COPY_SCAN_TIMEOUT_S`)."""
-    consumer = Consumer(dict(conf))
-    deadline = time.monotonic() + COPY_SCAN_TIMEOUT_S
-    out: list[Any] = []
-    try:
-        tp = TopicPartition(topic, partition)
-        high = consumer.get_watermark_offsets(tp, timeout=COPY_SCAN_TIMEOUT_S, cached=False)[1]
-        consumer.assign([TopicPartition(topic, partition, begin)])
-        while len(out) < count and time.monotonic() < deadline:
-            batch = consumer.consume(min(500, count - len(out)), 0.5)
-            if not batch and consumer.position([tp])[0].offset >= high:
-                break
-            out.extend(m for m in batch if m.error() is None and m.offset() is not None)
-    except KafkaException:
-        pass
-    finally:
-        consumer.close()
-    return out[:count]
-
-
 def copied_in_step(
     source_conf: Mapping[str, Any],
     source_topic: str,
@@ -237,13 +224,13 @@ def copied_in_step(
     count = min(COPY_SCAN_LIMIT, max(0, target_end - target_begin))
     if count == 0:
         return begin
-    copies = _records(target_conf, target_topic, partition, target_begin, count)
-    copies = [m for m in copies if m.offset() < target_end]
     at = begin
-    for original, copy in zip(
-        _records(source_conf, source_topic, partition, begin, len(copies)), copies, strict=False
+    with (
+        contextlib.closing(_scan(target_conf, target_topic, partition, target_begin, target_end)) as copies,
+        contextlib.closing(_scan(source_conf, source_topic, partition, begin, None)) as originals,
     ):
-        if fingerprint(original) != fingerprint(copy):
-            break
-        at = int(original.offset()) + 1
+        for copy, original in zip(itertools.islice(copies, count), originals, strict=False):
+            if fingerprint(original) != fingerprint(copy):
+                break
+            at = int(original.offset()) + 1
     return at

@@ -35,15 +35,8 @@ from kbear._lost import LostWatch
 from kbear._route import Route
 from kbear._standby import standby_route
 from kbear.config import Failover, KBearConfig, MirrorKind
-from kbear.mirror import (
-    CheckpointIndex,
-    OffsetSync,
-    OffsetSyncIndex,
-    StartSource,
-    read_mirror,
-    translate_group,
-)
-from kbear.spark._copies import Mark, copied_in_step, copy_after
+from kbear.mirror import OffsetSync, OffsetSyncIndex, StartSource, read_mirror
+from kbear.spark._copies import copied_in_step, copy_after, mark_of
 from kbear.spark._read import READER_CONF
 
 __all__ = [
@@ -133,8 +126,7 @@ class SourceFailover:
 
     def route(self, route: Route, config: KBearConfig) -> Route:
         """``route``, or the same route to its standby when this source failed its cluster over."""
-        failed = self.failed
-        return standby_route(route, config, failed) if failed else route
+        return standby_route(route, config, self.failed)
 
     def recorded(self) -> dict[str, dict[str, Any]]:
         """This source's own failovers, for the offsets: cluster -> ``{"at": wall-clock
@@ -166,15 +158,8 @@ class SourceFailover:
         ``old``'s cluster is mirrored to (``mm2`` or ``identical``), to the mirror's
         copy of the topic, the cluster failed over by this source or by the operator
         (``kbear.failover.active``)."""
-        cluster = config.clusters.get(old.cluster_id)
-        if cluster is None:
-            return False
-        failover = cluster.failover
-        if failover.mirror is MirrorKind.NONE or failover.standby != new.cluster_id:
-            return False
-        if new.topic != failover.remote_topic(old.topic):
-            return False
-        return failover.active or old.cluster_id in self.failed
+        failover = _copied_to(config, old, new)
+        return failover is not None and (failover.active or old.cluster_id in self.failed)
 
 
 def mirror_of(config: KBearConfig, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
@@ -193,6 +178,21 @@ def mirror_of(config: KBearConfig, cluster: str, kind: MirrorKind | None = None)
     return failover
 
 
+def _copied_to(
+    config: KBearConfig, src: Route, dst: Route, kind: MirrorKind | None = None
+) -> Failover | None:
+    """``src``'s cluster's mirror declaration (by ``kind`` when given) when ``dst`` is the
+    mirror's copy of ``src``'s topic on its standby, else None."""
+    failover = mirror_of(config, src.cluster_id, kind)
+    if (
+        failover is None
+        or failover.standby != dst.cluster_id
+        or failover.remote_topic(src.topic) != dst.topic
+    ):
+        return None
+    return failover
+
+
 def mirror_start(
     config: KBearConfig,
     old: Route,
@@ -202,7 +202,7 @@ def mirror_start(
     properties: Callable[[str], dict[str, str]],
     old_answers: bool,
     fallback: str,
-    read: Mapping[int, Mark] | None = None,
+    last: Mapping[str, Any],
 ) -> tuple[dict[str, int], dict[str, Any]]:
     """Where the standby ``new`` is read from after a failover from ``old``.
 
@@ -216,9 +216,10 @@ def mirror_start(
             there too when the standby holds none).
         fallback: ``earliest`` or ``latest``: where a partition without a
             translation starts (``kbear.switch.start``).
-        read: partition -> the last record read on ``old`` before the position
-            (``(offset, fingerprint)``): under MirrorMaker 2, a partition starts right
-            after its copy when found on the standby (:mod:`kbear.spark._copies`).
+        last: offsets holding ``last``, the last record read of each partition
+            (:func:`~kbear.spark._copies.remember`): under MirrorMaker 2, a partition
+            read on ``old`` up to right after that record starts right after its copy
+            when found on the standby (:mod:`kbear.spark._copies`).
 
     Returns:
         (positions on ``new``: partition (str) -> offset, the translation for the
@@ -241,13 +242,11 @@ def mirror_start(
             properties(old.cluster_id) if old_answers else None,
             timeout_s=MIRROR_TIMEOUT_S,
         )
-        starts = translate_group(
-            "", old.topic, new.topic, marks, upstream=known, checkpoints=CheckpointIndex(), syncs=view.syncs
-        )
-        for p, s in starts.items():
+        for p, s in view.translate("", failover, old.topic, marks, upstream=known).items():
             by[p] = ("none", None) if s.source is StartSource.NONE else (s.source.value, s.offset)
-        for p, mark in (read or {}).items():
-            if p in by and by[p][1] is not None and p in known and mark[0] < known[p]:
+        for p, at in known.items():
+            mark = mark_of(last, old.cluster_id, old.topic, str(p), at)
+            if mark is not None and p in by and by[p][1] is not None:
                 where = ({**properties(new.cluster_id), **READER_CONF}, old.topic, new.topic, p)
                 found = copy_after(view.syncs, *where, mark)
                 if found is not None and found > (by[p][1] or 0):
@@ -339,15 +338,8 @@ def fail_back_start(
         "position"}}}``),
         or None when this is no fail-back through MirrorMaker 2.
     """
-    declared = config.clusters.get(new.cluster_id)
-    if declared is None:
-        return None
-    failover = declared.failover
-    if (
-        failover.mirror is not MirrorKind.MM2
-        or failover.standby != old.cluster_id
-        or failover.remote_topic(new.topic) != old.topic
-    ):
+    failover = _copied_to(config, new, old, MirrorKind.MM2)
+    if failover is None:
         return None
     view = read_mirror(
         failover, properties(old.cluster_id), properties(new.cluster_id), timeout_s=MIRROR_TIMEOUT_S

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kbear._identity import Client
@@ -122,16 +122,35 @@ def route_topics(
     Raises:
         NoRouteError: a topic has no route.
     """
-    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
-    names = [t for t in dict.fromkeys(names) if t]
+    names = topic_names(topics)
     if not names:
         raise ValueError("no topics given")
     return {t: router.route(t, group, client) for t in names}
 
 
-def group_id_prefix(cluster_id: str, group: str | None) -> str:
-    """The ``groupIdPrefix`` of one cluster's source: distinct per cluster, never shared."""
-    return f"{group or 'spark-kafka-source'}-kbear-{cluster_id}"
+def same_route(a: Route, b: Route) -> bool:
+    """Whether two routes read the same place: cluster and physical topic."""
+    return (a.cluster_id, a.topic) == (b.cluster_id, b.topic)
+
+
+def topic_names(topics: str | Iterable[str]) -> list[str]:
+    """Topic names, in order, once each: an iterable, or a comma-separated ``str`` (blanks trimmed)."""
+    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
+    return [t for t in dict.fromkeys(names) if t]
+
+
+def source_options(routes: Sequence[Route], group: str | None, opts: Mapping[str, str]) -> dict[str, str]:
+    """Options of Spark's Kafka source over ``routes`` (all on one cluster): the cluster's
+    translated properties, ``subscribe`` (the physical topics), ``groupIdPrefix``
+    (``<group or spark-kafka-source>-kbear-<cluster>``: distinct per cluster, never
+    shared; not with ``kafka.group.id`` in ``opts``), then ``opts``."""
+    cluster = routes[0].cluster_id
+    out = translate_properties(routes[0].properties, cluster=cluster)
+    out["subscribe"] = ",".join(dict.fromkeys(r.topic for r in routes))
+    if "kafka.group.id" not in opts:
+        out["groupIdPrefix"] = f"{group or 'spark-kafka-source'}-kbear-{cluster}"
+    out.update({k: str(v) for k, v in opts.items()})
+    return out
 
 
 def kafka_options(
@@ -183,13 +202,7 @@ def kafka_options(
                 "one cluster: use kbear.spark.read_stream(), which unions one source per cluster"
             ]
         )
-    route = next(iter(routes.values()))
-    out = translate_properties(route.properties, cluster=route.cluster_id)
-    out["subscribe"] = ",".join(dict.fromkeys(r.topic for r in routes.values()))
-    if "kafka.group.id" not in extra:
-        out["groupIdPrefix"] = group_id_prefix(route.cluster_id, group)
-    out.update({k: str(v) for k, v in extra.items()})
-    return out
+    return source_options(list(routes.values()), group, extra)
 
 
 def write_options(

@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +58,7 @@ _DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 MIRROR_TIMEOUT_S = 10.0
 
 
+@dataclass
 class StandbyRead:
     """Where a range may be finished when its cluster stops answering during the read:
     ``cluster``'s standby (``properties``), the topic's copy there (``topic``), the
@@ -65,57 +67,30 @@ class StandbyRead:
     records read last before the range and its last record (``(offset, fingerprint)``,
     :mod:`kbear.spark._copies`), when known, to find their copies on the standby."""
 
-    def __init__(
-        self,
-        cluster: str,
-        properties: dict[str, str],
-        topic: str,
-        failover: Failover,
-        after_s: float,
-        before: tuple[int, str] | None = None,
-        last: tuple[int, str] | None = None,
-    ):
-        self.cluster = cluster
-        self.properties = properties
-        self.topic = topic
-        self.failover = failover
-        self.after_s = after_s
-        self.before = before
-        self.last = last
-
-    def __repr__(self) -> str:
-        return f"StandbyRead(cluster={self.cluster!r}, topic={self.topic!r}, after_s={self.after_s})"
+    cluster: str
+    properties: dict[str, str] = field(repr=False)
+    topic: str
+    failover: Failover = field(repr=False)
+    after_s: float
+    before: tuple[int, str] | None = field(default=None, repr=False)
+    last: tuple[int, str] | None = field(default=None, repr=False)
 
 
+@dataclass(repr=False)
 class RangePart(InputPartition):
     """One Kafka partition's offset range [start, end) on one cluster."""
 
-    def __init__(
-        self,
-        cluster: str,
-        properties: dict[str, str],
-        topic: str,
-        logical: str,
-        partition: int,
-        start: int,
-        end: int,
-        include_headers: bool,
-        timeout_s: float,
-        standby: StandbyRead | None = None,
-        arrow: Any = None,
-    ) -> None:
-        super().__init__((cluster, topic, partition, start, end))
-        self.cluster = cluster
-        self.properties = properties
-        self.topic = topic
-        self.logical = logical
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.include_headers = include_headers
-        self.timeout_s = timeout_s
-        self.standby = standby
-        self.arrow = arrow
+    cluster: str
+    properties: dict[str, str]
+    topic: str
+    logical: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    timeout_s: float
+    standby: StandbyRead | None = None
+    arrow: Any = None
 
     def __repr__(self) -> str:
         return (

@@ -23,7 +23,7 @@ from kbear.router import Router
 from kbear.spark._clusters import ClusterQuestions
 from kbear.spark._copies import Mark, mark_of, remember
 from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, fail_back_start, mirror_of, mirror_start
-from kbear.spark._options import SparkOptionsError
+from kbear.spark._options import SparkOptionsError, same_route
 from kbear.spark._read import RangePart, StandbyRead, read_range
 from kbear.spark._source_settings import SourceSettings
 
@@ -60,10 +60,6 @@ Offsets = dict[str, Any]
 def _target(logical: str, where: Mapping[str, Any]) -> Route:
     """The route recorded in offsets as ``{"cluster", "topic"}`` for ``logical``."""
     return Route(str(where["cluster"]), str(where["topic"]), logical, "", "", {})
-
-
-def _same(a: Route, b: Route) -> bool:
-    return (a.cluster_id, a.topic) == (b.cluster_id, b.topic)
 
 
 class KBearStreamReader(DataSourceStreamReader):
@@ -224,7 +220,7 @@ class KBearStreamReader(DataSourceStreamReader):
         engine = self._engine(new, previous, now)
         for logical, route in list(routes.items()):
             current = previous.get(logical)
-            moved = current is not None and not _same(current, route)
+            moved = current is not None and not same_route(current, route)
             if moved and current is not None and self._mirror_move(current, route):
                 if not self._fail_over(new, engine, logical, current, route):
                     routes[logical] = current  # the standby does not answer: next batch
@@ -311,9 +307,6 @@ class KBearStreamReader(DataSourceStreamReader):
         engine.forget([logical])
         new["draining"].pop(logical, None)
         upstream = new["positions"].get(old.cluster_id, {}).get(old.topic, {})
-        read = {
-            int(p): m for p, at in upstream.items() if (m := mark_of(new, old.cluster_id, old.topic, p, at))
-        }
         try:
             starts, record = mirror_start(
                 self._router.config,
@@ -324,7 +317,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 self._properties,
                 old.cluster_id not in self._fo.down and old.cluster_id not in self._q.silent,
                 self._s.switch_start,
-                read,
+                new,
             )
         except KafkaException as exc:
             self._fo.unanswered(route.cluster_id, [route.topic], exc)

@@ -17,8 +17,9 @@ from kbear.spark._options import (
     SparkOptionsError,
     _router,
     check_options,
-    group_id_prefix,
     route_topics,
+    same_route,
+    source_options,
     translate_properties,
     write_options,
 )
@@ -146,7 +147,8 @@ def read_stream(
         if group is not None:
             reader = reader.option("kbear.group", group)
         return reader.options(**_client_options(client), **opts).load()
-    return _read_jvm(spark, topics, group, client, _router(router, config, client), opts)
+    routes = route_topics(topics, group=group, client=client, router=_router(router, config, client))
+    return jvm_frames(spark, routes, group, opts)
 
 
 def _source_names_enabled(spark: SparkSession) -> bool:
@@ -159,18 +161,6 @@ def _source_names_enabled(spark: SparkSession) -> bool:
         return False
     value = spark.conf.get("spark.sql.streaming.queryEvolution.enableSourceEvolution", "false")
     return str(value).strip().lower() == "true"
-
-
-def _read_jvm(
-    spark: SparkSession,
-    topics: str | Iterable[str],
-    group: str | None,
-    client: Client | None,
-    router: Router,
-    opts: dict[str, str],
-) -> DataFrame:
-    routes = route_topics(topics, group=group, client=client, router=router)
-    return jvm_frames(spark, routes, group, opts)
 
 
 def jvm_frames(
@@ -204,11 +194,7 @@ def jvm_frames(
     named = _source_names_enabled(spark)
     frames = []
     for cluster, logicals in sorted(by_cluster.items()):
-        options = translate_properties(routes[logicals[0]].properties, cluster=cluster)
-        options["subscribe"] = ",".join(dict.fromkeys(routes[t].topic for t in logicals))
-        if "kafka.group.id" not in opts:
-            options["groupIdPrefix"] = group_id_prefix(cluster, group)
-        options.update({k: str(v) for k, v in opts.items()})
+        options = source_options([routes[t] for t in logicals], group, opts)
         options.update((per_cluster or {}).get(cluster, {}))
         reader = spark.readStream.format("kafka").options(**options)
         if named:
@@ -314,22 +300,16 @@ def write_stream(
     cluster, routed when the batch runs. The kbear sink routes every batch.
     """
     opts = {str(k): str(v) for k, v in (options or {}).items()}
-    spark = df.sparkSession
-    chosen = _choose(spark, sink)
+    chosen = _choose(df.sparkSession, sink)
     data = _as_bytes_columns(df)
+    if chosen == "kafka" and topic is not None and "topic" in data.columns:
+        data = data.drop("topic")
     writer = data.writeStream.option("checkpointLocation", checkpoint).outputMode(output_mode)
     if query_name is not None:
         writer = writer.queryName(query_name)
     if trigger:
         writer = writer.trigger(**trigger)
     if chosen == "kafka" and topic is not None:
-        if "topic" in data.columns:
-            data = data.drop("topic")
-            writer = data.writeStream.option("checkpointLocation", checkpoint).outputMode(output_mode)
-            if query_name is not None:
-                writer = writer.queryName(query_name)
-            if trigger:
-                writer = writer.trigger(**trigger)
         return (
             writer.format("kafka")
             .options(**write_options(topic, client=client, router=router, config=config, **opts))
@@ -421,11 +401,7 @@ class RouteGuard:
             if self.fired is not None:
                 return
             now = {t: self._lookup(t) for t in self._routes}
-            moved = {
-                t: r
-                for t, r in now.items()
-                if r is None or (r.cluster_id, r.topic) != (self._routes[t].cluster_id, self._routes[t].topic)
-            }
+            moved = {t: r for t, r in now.items() if r is None or not same_route(r, self._routes[t])}
             if not moved:
                 return
             self.message = (

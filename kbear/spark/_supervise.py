@@ -34,9 +34,16 @@ from kbear._route import NoRouteError, Route
 from kbear.config import ConfigError, MirrorKind
 from kbear.router import Router
 from kbear.spark._clusters import EARLIEST, ClusterQuestions
-from kbear.spark._copies import mark_of, remember
+from kbear.spark._copies import remember
 from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, mirror_of, mirror_start
-from kbear.spark._options import FORBIDDEN_READ_OPTIONS, check_options, route_topics
+from kbear.spark._options import (
+    FORBIDDEN_READ_OPTIONS,
+    _router,
+    check_options,
+    route_topics,
+    same_route,
+    topic_names,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -126,7 +133,7 @@ class QuerySupervisor:
         self._routes = recorded if recorded is not None else self._lookup()
         self.query = self._start(None)
         now = self._lookup()
-        if any(not _same(now[t], self._routes[t]) for t in now):
+        if any(not same_route(now[t], self._routes[t]) for t in now):
             self._restart(now, "the routes changed while the application was down")
         self._thread = threading.Thread(target=self._loop, name="kbear-spark-supervisor", daemon=True)
         self._thread.start()
@@ -197,15 +204,9 @@ class QuerySupervisor:
                 return None
             old = self._routes[logical]
             upstream = committed.get(old.cluster_id, {}).get(old.topic, {})
-            if _same(old, route):
+            if same_route(old, route):
                 start = {str(p): upstream.get(str(p), EARLIEST) for p in marks}
             elif self._fo.mirror_move(config, old, route):
-                last = {"last": self._last}
-                read = {
-                    int(p): m
-                    for p, at in upstream.items()
-                    if (m := mark_of(last, old.cluster_id, old.topic, p, at))
-                }
                 start, translated[logical] = mirror_start(
                     config,
                     old,
@@ -215,7 +216,7 @@ class QuerySupervisor:
                     self._properties,
                     old.cluster_id not in self._fo.down,
                     "earliest",
-                    read,
+                    {"last": self._last},
                 )
             else:
                 start = {str(p): EARLIEST for p in marks}
@@ -336,7 +337,7 @@ class QuerySupervisor:
         except NoRouteError as exc:
             log.warning("kbear supervisor: %s; the query goes on", exc)
             return
-        moved = [t for t in now if not _same(now[t], self._routes[t])]
+        moved = [t for t in now if not same_route(now[t], self._routes[t])]
         if moved:
             config = self._router.config
             failover = all(
@@ -378,10 +379,6 @@ class QuerySupervisor:
         :attr:`exception`); True when it ended within ``timeout_s``."""
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
-
-
-def _same(a: Route, b: Route) -> bool:
-    return (a.cluster_id, a.topic) == (b.cluster_id, b.topic)
 
 
 def run_query(
@@ -431,18 +428,14 @@ def run_query(
         SparkOptionsError: forbidden options, an untranslatable cluster property.
         NoRouteError: a topic has no route.
     """
-    from kbear.spark._options import _router
-
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     check_options(opts, FORBIDDEN_READ_OPTIONS)
-    names = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
-    resolved = _router(router, config, client)
     return QuerySupervisor(
         spark,
-        [t for t in dict.fromkeys(names) if t],
+        topic_names(topics),
         build,
         checkpoint_root=checkpoint_root,
-        router=resolved,
+        router=_router(router, config, client),
         group=group,
         client=client,
         options=opts,

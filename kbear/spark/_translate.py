@@ -97,6 +97,10 @@ TRANSLATION_TABLE: tuple[tuple[str, str], ...] = (
 
 _SAME_NAME = frozenset(
     {
+        "bootstrap.servers",
+        "sasl.oauthbearer.token.endpoint.url",
+        "sasl.kerberos.service.name",
+        "ssl.key.password",
         "client.id",
         "client.dns.lookup",
         "request.timeout.ms",
@@ -123,10 +127,9 @@ _SKIPPED = frozenset(
         "log.connection.close",
     }
 )
-# Consumed by the rules below (not "unknown").
+# Consumed by the rules below (not "unknown"); _SAME_NAME: passed on with the kafka. prefix.
 _HANDLED = frozenset(
     {
-        "bootstrap.servers",
         "security.protocol",
         "sasl.mechanism",
         "sasl.mechanisms",
@@ -136,8 +139,6 @@ _HANDLED = frozenset(
         "sasl.oauthbearer.client.id",
         "sasl.oauthbearer.client.secret",
         "sasl.oauthbearer.scope",
-        "sasl.oauthbearer.token.endpoint.url",
-        "sasl.kerberos.service.name",
         "sasl.kerberos.keytab",
         "sasl.kerberos.principal",
         "ssl.ca.location",
@@ -146,7 +147,6 @@ _HANDLED = frozenset(
         "ssl.key.location",
         "ssl.certificate.pem",
         "ssl.key.pem",
-        "ssl.key.password",
         "ssl.keystore.location",
         "ssl.keystore.password",
         "ssl.endpoint.identification.algorithm",
@@ -228,8 +228,6 @@ def translate_properties(properties: Mapping[str, str], *, cluster: str = "?") -
                 "equivalent kbear knows (see kbear.spark.TRANSLATION_TABLE); pass the Java "
                 "setting yourself as a 'kafka.*' option and remove it from clusters.yaml for Spark"
             )
-    if "bootstrap.servers" in props:
-        out["kafka.bootstrap.servers"] = props["bootstrap.servers"]
     protocol = props.get("security.protocol", "").upper()
     if protocol:
         out["kafka.security.protocol"] = protocol
@@ -276,10 +274,6 @@ def _translate_sasl(
             }
             out["kafka.sasl.jaas.config"] = _jaas(_OAUTH_MODULE, **options)
             out["kafka.sasl.login.callback.handler.class"] = _OAUTH_HANDLER
-    if "sasl.oauthbearer.token.endpoint.url" in props:
-        out["kafka.sasl.oauthbearer.token.endpoint.url"] = props["sasl.oauthbearer.token.endpoint.url"]
-    if "sasl.kerberos.service.name" in props:
-        out["kafka.sasl.kerberos.service.name"] = props["sasl.kerberos.service.name"]
     if mechanism == "GSSAPI":
         keytab, principal = props.get("sasl.kerberos.keytab"), props.get("sasl.kerberos.principal")
         if keytab is None or principal is None:
@@ -326,8 +320,6 @@ def _translate_ssl(props: Mapping[str, str], cluster: str, out: dict[str, str], 
             out["kafka.ssl.keystore.type"] = "PEM"
             out["kafka.ssl.keystore.certificate.chain"] = cert
             out["kafka.ssl.keystore.key"] = key
-    if "ssl.key.password" in props:
-        out["kafka.ssl.key.password"] = props["ssl.key.password"]
     if "ssl.keystore.location" in props:
         out["kafka.ssl.keystore.type"] = "PKCS12"
         out["kafka.ssl.keystore.location"] = props["ssl.keystore.location"]
