@@ -5,13 +5,16 @@ answer is reported to the source's failover (:mod:`kbear.spark._failover`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kbear.spark._failover import SourceFailover
+from kbear.config import MirrorKind
+from kbear.spark._copies import remember
+from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover
 from kbear.spark._read import READER_CONF
 
-__all__ = ["EARLIEST", "LATEST", "ClusterQuestions"]
+__all__ = ["EARLIEST", "LATEST", "ClusterQuestions", "start_positions"]
 
 #: Spark's JSON ``startingOffsets`` values for the earliest and the latest offset.
 EARLIEST, LATEST = -2, -1
@@ -56,6 +59,13 @@ class ClusterQuestions:
         self._meta[cluster] = (props, consumer)
         return consumer
 
+    def remember(self, offsets: dict[str, Any], read: set[tuple[str, str]]) -> None:
+        """:func:`~kbear.spark._copies.remember` for ``read`` (cluster, physical topic)
+        on clusters mirrored by MirrorMaker 2 that answered since :meth:`begin`."""
+        fo = self._failover()
+        wanted = {(c, t) for c, t in read if c not in self.silent and fo.mirror(c, MirrorKind.MM2)}
+        remember(offsets, wanted, self.consumer, PROBE_TIMEOUT_S)
+
     def marks(self, cluster: str, topic: str) -> dict[int, tuple[int, int]]:
         """Partition -> (low, high) watermarks; empty when the topic does not exist.
 
@@ -86,20 +96,17 @@ class ClusterQuestions:
         self._failover().answered(cluster)
         return marks
 
-    def start_positions(self, cluster: str, topic: str, how: str | dict[str, int]) -> dict[str, int]:
-        """Partition (str) -> start offset: ``how`` is ``earliest``, ``latest`` or
-        partition (str) -> offset (-2 earliest, -1 latest; absent: earliest).
 
-        Raises:
-            KafkaException: the cluster did not answer.
-        """
-        marks = self.marks(cluster, topic)
-        out = {}
-        for p, (low, high) in marks.items():
-            wanted: int
-            if isinstance(how, dict):
-                wanted = int(how.get(str(p), EARLIEST))
-            else:
-                wanted = EARLIEST if how == "earliest" else LATEST
-            out[str(p)] = low if wanted == EARLIEST else high if wanted == LATEST else max(wanted, low)
-        return out
+def start_positions(marks: dict[int, tuple[int, int]], how: str | dict[str, int]) -> dict[str, int]:
+    """Partition (str) -> start offset, given the partitions' (low, high) watermarks
+    ``marks``: ``how`` is ``earliest``, ``latest`` or partition (str) -> offset (-2
+    earliest, -1 latest; absent: earliest)."""
+    out = {}
+    for p, (low, high) in marks.items():
+        wanted: int
+        if isinstance(how, dict):
+            wanted = int(how.get(str(p), EARLIEST))
+        else:
+            wanted = EARLIEST if how == "earliest" else LATEST
+        out[str(p)] = low if wanted == EARLIEST else high if wanted == LATEST else max(wanted, low)
+    return out

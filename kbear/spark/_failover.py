@@ -153,12 +153,16 @@ class SourceFailover:
                 datetime.fromtimestamp(float(what.get("at", 0.0)), UTC),
             )
 
-    def mirror_move(self, config: KBearConfig, old: Route, new: Route) -> bool:
+    def mirror(self, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
+        """:func:`mirror_of` in the configuration in force (None: not routed)."""
+        return None if self._config is None else mirror_of(self._config(), cluster, kind)
+
+    def mirror_move(self, old: Route, new: Route) -> bool:
         """Whether a move from ``old`` to ``new`` is a failover to the standby that
         ``old``'s cluster is mirrored to (``mm2`` or ``identical``), to the mirror's
         copy of the topic, the cluster failed over by this source or by the operator
         (``kbear.failover.active``)."""
-        failover = _copied_to(config, old, new)
+        failover = None if self._config is None else _copied_to(self._config(), old, new)
         return failover is not None and (failover.active or old.cluster_id in self.failed)
 
 

@@ -18,11 +18,11 @@ from kbear._modes import SwitchMode
 from kbear._route import NoRouteError, Route
 from kbear._switch import Progress, Switch, SwitchEngine
 from kbear._switch_report import tell
-from kbear.config import ConfigError, Failover, MirrorKind
+from kbear.config import ConfigError
 from kbear.router import Router
-from kbear.spark._clusters import ClusterQuestions
-from kbear.spark._copies import Mark, mark_of, remember
-from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, fail_back_start, mirror_of, mirror_start
+from kbear.spark._clusters import ClusterQuestions, start_positions
+from kbear.spark._copies import Mark, mark_of
+from kbear.spark._failover import SourceFailover, fail_back_start, mirror_start
 from kbear.spark._options import SparkOptionsError, same_route
 from kbear.spark._read import RangePart, StandbyRead, read_range
 from kbear.spark._source_settings import SourceSettings
@@ -71,22 +71,8 @@ class KBearStreamReader(DataSourceStreamReader):
     """
 
     def __init__(self, settings: SourceSettings, arrow: Any = None) -> None:
-        self._s = settings
-        self._arrow = arrow
-        self._router = (
-            Router.from_source(settings.config_dir, client=settings.client) if settings.config_dir else None
-        )
-        self._last: Offsets | None = None
-        self._fo = self._new_failover()
-        self._q = ClusterQuestions(self._properties, lambda: self._fo)
-
-    def _new_failover(self) -> SourceFailover:
-        router = self._router
-        return SourceFailover(
-            self._s.failover_enable,
-            self._s.failover_after_ms,
-            None if router is None else (lambda: router.config),
-        )
+        self.__setstate__({"_s": settings, "_arrow": arrow})
+        self._loaded()
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark pickles the reader to run read() on executors: the router (locks) and the
@@ -97,32 +83,37 @@ class KBearStreamReader(DataSourceStreamReader):
         self._s = state["_s"]
         self._arrow = state.get("_arrow")
         # executors may not see the configuration directory: loaded on first driver-side use
-        self._router = None
-        self._last = None
+        self._router: Router | None = None
+        self._last: Offsets | None = None
         self._fo = SourceFailover(False, 0, None)
         self._q = ClusterQuestions(self._properties, lambda: self._fo)
+
+    def _loaded(self) -> Router | None:
+        """The router, loaded here on first use (None: not routed)."""
+        s = self._s
+        if self._router is None and s.config_dir is not None:
+            router = self._router = Router.from_source(s.config_dir, client=s.client)
+            self._fo = SourceFailover(s.failover_enable, s.failover_after_ms, lambda: router.config)
+        return self._router
 
     # ------------------------------------------------------------------ routing
 
     def _routes(self, previous: Mapping[str, Route] | None = None) -> dict[str, Route]:
         """Logical topic -> route now (routed) or the fixed cluster (direct)."""
-        s = self._s
-        if self._router is None and s.config_dir is not None:
-            self._router = Router.from_source(s.config_dir, client=s.client)
-            self._fo = self._new_failover()
-        if self._router is None:
+        s, router = self._s, self._loaded()
+        if router is None:
             props = {"bootstrap.servers": str(s.bootstrap)}
             return {t: Route(s.cluster, t, t, str(s.bootstrap), "-", props) for t in s.topics}
         try:
-            self._router.reload()
+            router.reload()
         except ConfigError as exc:
             log.warning("kbear source: configuration reload refused, keeping the last good one: %s", exc)
-        config = self._router.config
+        config = router.config
         self._fo.release(config)
         out = {}
         for t in s.topics:
             try:
-                out[t] = self._fo.route(self._router.route(t, s.group, s.client), config)
+                out[t] = self._fo.route(router.route(t, s.group, s.client), config)
             except NoRouteError:
                 if previous is None or t not in previous:
                     raise
@@ -131,15 +122,10 @@ class KBearStreamReader(DataSourceStreamReader):
         return out
 
     def _properties(self, cluster: str) -> dict[str, str]:
-        if self._router is None and self._s.config_dir is not None:
-            self._router = Router.from_source(self._s.config_dir, client=self._s.client)
-        if self._router is None:
-            props = {"bootstrap.servers": str(self._s.bootstrap)}
-        else:
-            props = dict(self._router.config.clusters[cluster].client_properties)
-        merged = dict(self._s.extra)
-        merged.update(props)
-        return merged
+        router = self._loaded()
+        if router is None:
+            return {**self._s.extra, "bootstrap.servers": str(self._s.bootstrap)}
+        return {**self._s.extra, **router.config.clusters[cluster].client_properties}
 
     def initialOffset(self) -> Offsets:
         """The start of a new query: each topic's route and ``startingOffsets`` positions.
@@ -165,9 +151,8 @@ class KBearStreamReader(DataSourceStreamReader):
         for logical, route in self._routes().items():
             how = starting if isinstance(starting, str) else starting.get(logical, {})
             offsets["routes"][logical] = {"cluster": route.cluster_id, "topic": route.topic}
-            offsets["positions"].setdefault(route.cluster_id, {})[route.topic] = self._q.start_positions(
-                route.cluster_id, route.topic, how
-            )
+            marks = self._q.marks(route.cluster_id, route.topic)
+            offsets["positions"].setdefault(route.cluster_id, {})[route.topic] = start_positions(marks, how)
         self._last = offsets
         return offsets
 
@@ -221,7 +206,7 @@ class KBearStreamReader(DataSourceStreamReader):
         for logical, route in list(routes.items()):
             current = previous.get(logical)
             moved = current is not None and not same_route(current, route)
-            if moved and current is not None and self._mirror_move(current, route):
+            if moved and current is not None and self._fo.mirror_move(current, route):
                 if not self._fail_over(new, engine, logical, current, route):
                     routes[logical] = current  # the standby does not answer: next batch
                 continue
@@ -237,14 +222,9 @@ class KBearStreamReader(DataSourceStreamReader):
                 engine.route_changed(logical, current, route, now)
             new["routes"][logical] = {"cluster": route.cluster_id, "topic": route.topic}
             on_cluster = positions.setdefault(route.cluster_id, {})
-            if route.topic not in on_cluster and route.cluster_id not in self._q.silent:
-                try:
-                    on_cluster[route.topic] = self._q.start_positions(
-                        route.cluster_id, route.topic, self._s.switch_start
-                    )
-                except KafkaException as exc:
-                    self._q.silent.add(route.cluster_id)
-                    self._fo.unanswered(route.cluster_id, [route.topic], exc)
+            found = None if route.topic in on_cluster else self._q.answer(route.cluster_id, route.topic)
+            if found is not None:
+                on_cluster[route.topic] = start_positions(found, self._s.switch_start)
         marks = self._drive(engine, new, now)
         new["draining"] = {}
         for logical, (old, _) in engine.drains().items():
@@ -278,7 +258,7 @@ class KBearStreamReader(DataSourceStreamReader):
                 else:
                     wanted[(r["cluster"], r["topic"], key)] = high
         self._advance(positions, wanted, limit)
-        self._remember(new, {(c, t) for c, t, _ in wanted})
+        self._q.remember(new, {(c, t) for c, t, _ in wanted})
         new["failed"] = self._fo.recorded()
         if not new["failed"]:
             del new["failed"]
@@ -286,15 +266,6 @@ class KBearStreamReader(DataSourceStreamReader):
             del new["translated"]
         self._last = new
         return new
-
-    def _remember(self, new: Offsets, read: set[tuple[str, str]]) -> None:
-        """:func:`~kbear.spark._copies.remember` for ``read`` (cluster, physical topic)
-        on clusters mirrored by MirrorMaker 2 that answered this batch."""
-        wanted = {(c, t) for c, t in read if c not in self._q.silent and self._mirror(c, MirrorKind.MM2)}
-        remember(new, wanted, self._q.consumer, PROBE_TIMEOUT_S)
-
-    def _mirror_move(self, old: Route, new: Route) -> bool:
-        return self._router is not None and self._fo.mirror_move(self._router.config, old, new)
 
     def _fail_over(self, new: Offsets, engine: SwitchEngine, logical: str, old: Route, route: Route) -> bool:
         """Start ``logical`` on the standby ``route`` from this source's positions on
@@ -458,16 +429,13 @@ class KBearStreamReader(DataSourceStreamReader):
                     )
         return parts
 
-    def _mirror(self, cluster: str, kind: MirrorKind | None = None) -> Failover | None:
-        return None if self._router is None else mirror_of(self._router.config, cluster, kind)
-
     def _standby(
         self, cluster: str, topic: str, before: Mark | None = None, last: Mark | None = None
     ) -> StandbyRead | None:
         """Where a task may finish a range of ``cluster`` that stops answering: its
         standby when ``cluster`` is declared mirrored there (``kbear.mirror``), with the
         records read before the range and the range's last (``before``, ``last``)."""
-        failover = self._mirror(cluster)
+        failover = self._fo.mirror(cluster)
         if failover is None or failover.standby is None:
             return None
         return StandbyRead(

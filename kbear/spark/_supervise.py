@@ -31,11 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
-from kbear.config import ConfigError, MirrorKind
+from kbear.config import ConfigError
 from kbear.router import Router
 from kbear.spark._clusters import EARLIEST, ClusterQuestions
-from kbear.spark._copies import remember
-from kbear.spark._failover import PROBE_TIMEOUT_S, SourceFailover, mirror_of, mirror_start
+from kbear.spark._failover import SourceFailover, mirror_start
 from kbear.spark._options import (
     FORBIDDEN_READ_OPTIONS,
     _router,
@@ -206,7 +205,7 @@ class QuerySupervisor:
             upstream = committed.get(old.cluster_id, {}).get(old.topic, {})
             if same_route(old, route):
                 start = {str(p): upstream.get(str(p), EARLIEST) for p in marks}
-            elif self._fo.mirror_move(config, old, route):
+            elif self._fo.mirror_move(old, route):
                 start, translated[logical] = mirror_start(
                     config,
                     old,
@@ -299,22 +298,10 @@ class QuerySupervisor:
         for route in self._routes.values():
             self._q.answer(route.cluster_id, route.topic)
         self._fo.tick()
-        config = self._router.config
-        mirrored = {
-            (r.cluster_id, r.topic)
-            for r in self._routes.values()
-            if r.cluster_id not in self._q.silent and mirror_of(config, r.cluster_id, MirrorKind.MM2)
-        }
-        if mirrored:
-            committed = self._committed()
-            state = {"positions": committed, "last": self._last}
-            remember(
-                state,
-                {(c, t) for c, t in mirrored if t in committed.get(c, {})},
-                self._q.consumer,
-                PROBE_TIMEOUT_S,
-            )
-            self._last = state.get("last", {})
+        committed = self._committed()
+        state = {"positions": committed, "last": self._last}
+        self._q.remember(state, {(c, t) for c, topics in committed.items() for t in topics})
+        self._last = state.get("last", {})
 
     def _loop(self) -> None:
         while not self._stop.wait(self._poll_s):
@@ -339,10 +326,8 @@ class QuerySupervisor:
             return
         moved = [t for t in now if not same_route(now[t], self._routes[t])]
         if moved:
-            config = self._router.config
             failover = all(
-                self._fo.mirror_move(config, self._routes[t], now[t])
-                or self._routes[t].cluster_id in self._fo.down
+                self._fo.mirror_move(self._routes[t], now[t]) or self._routes[t].cluster_id in self._fo.down
                 for t in moved
             )
             if not failover:
