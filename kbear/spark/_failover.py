@@ -284,15 +284,19 @@ def mirror_start(
                 "spark", old.requested_topic, new.cluster_id, old.cluster_id, decided_by, count
             )
         )
-    record = {
+    parts = {str(p): {"from": known.get(p), "to": positions[str(p)], "by": by[p][0]} for p in sorted(marks)}
+    return positions, _translation(old, new, failover, parts)
+
+
+def _translation(
+    old: Route, new: Route, failover: Failover, parts: dict[str, Any], **more: Any
+) -> dict[str, Any]:
+    """The record of a start translated from ``old`` to ``new`` for the offsets' ``translated``."""
+    ends = {
         "from": {"cluster": old.cluster_id, "topic": old.topic},
         "to": {"cluster": new.cluster_id, "topic": new.topic},
-        "mirror": failover.mirror.value,
-        "partitions": {
-            str(p): {"from": known.get(p), "to": positions[str(p)], "by": by[p][0]} for p in sorted(marks)
-        },
     }
-    return positions, record
+    return {**ends, "mirror": failover.mirror.value, **more, "partitions": parts}
 
 
 def _last_sync_below(
@@ -385,11 +389,4 @@ def fail_back_start(
         starts,
         old.cluster_id,
     )
-    record = {
-        "from": {"cluster": old.cluster_id, "topic": old.topic},
-        "to": {"cluster": new.cluster_id, "topic": new.topic},
-        "mirror": failover.mirror.value,
-        "back": True,
-        "partitions": parts,
-    }
-    return starts, record
+    return starts, _translation(old, new, failover, parts, back=True)

@@ -8,7 +8,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from pyspark.sql.datasource import InputPartition
 from kbear._secrets import redact
 from kbear.config import Failover, MirrorKind
 from kbear.mirror import read_mirror
+from kbear.spark._copies import copy_after, fingerprint
 
 log = logging.getLogger("kbear.spark")
 
@@ -118,32 +119,21 @@ def read_range(part: RangePart) -> Iterator[Any]:
     there (:func:`_standby_rows`): a superset of it, the rows labelled with the
     standby. Else the read waits for the cluster, up to ``part.timeout_s``.
     """
-    yield from _rows(part, part.cluster, part.properties, part.topic, part.start, part.end, part.standby)
-
-
-def _rows(
-    part: RangePart,
-    cluster: str,
-    properties: dict[str, str],
-    topic: str,
-    start: int,
-    end: int,
-    standby: StandbyRead | None,
-) -> Iterator[Any]:
+    cluster, topic, end, standby = part.cluster, part.topic, part.end, part.standby
     down = [False]
 
     def on_error(err: KafkaError) -> None:
         if err.code() in _DOWN:
             down[0] = True
 
-    consumer = Consumer({**FETCH_DEFAULTS, **properties, **READER_CONF, "error_cb": on_error})
+    consumer = Consumer({**FETCH_DEFAULTS, **part.properties, **READER_CONF, "error_cb": on_error})
     fallback: Iterator[Any] | None = None
     read_last: Any = None  # the last message read (its copy is looked for on the standby)
     try:
-        consumer.assign([TopicPartition(topic, part.partition, start)])
+        consumer.assign([TopicPartition(topic, part.partition, part.start)])
         deadline = time.monotonic() + part.timeout_s
         progress_at = time.monotonic()
-        next_offset = start
+        next_offset = part.start
         while next_offset < end:
             now = time.monotonic()
             if now > deadline:
@@ -157,9 +147,7 @@ def _rows(
                     break
                 progress_at = now  # not on the standby yet: ask again later
             with _collector_paused():
-                got, after, rows, last = _fetch(
-                    consumer, part, cluster, end, min(BATCH_ROWS, end - next_offset)
-                )
+                got, after, rows, last = _fetch(consumer, part, min(BATCH_ROWS, end - next_offset))
             if not got:
                 # the range's tail may be gone (retention, compaction, control records)
                 if down[0]:
@@ -202,18 +190,17 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _fetch(
-    consumer: Consumer, part: RangePart, cluster: str, end: int, most: int
-) -> tuple[bool, int, Any, Any]:
+def _fetch(consumer: Consumer, part: RangePart, most: int) -> tuple[bool, int, Any, Any]:
     """One ``consume()`` of at most ``most`` messages: (whether it returned any, the offset
-    after the last one below ``end`` (``end`` when reached, else 0 when none), those
+    after the last one below ``part.end`` (``part.end`` when reached, else 0 when none), those
     messages as one record batch of ``part.arrow`` or, without it, a list of tuples,
     and the last of them; None and None when none)."""
     batch = consumer.consume(most, 0.5)
     if not batch:
         return False, 0, None, None
-    good, offsets, done = _in_range(batch, end, cluster)
-    after = end if done else offsets[-1] + 1 if offsets else 0
+    cluster = part.cluster
+    good, offsets, done = _in_range(batch, part.end, cluster)
+    after = part.end if done else offsets[-1] + 1 if offsets else 0
     if not good:
         return True, after, None, None
     if part.arrow is not None:
@@ -313,8 +300,6 @@ def _standby_rows(
     copy of the last record read (``read_last``, else ``standby.before``) and ends with
     the copy of the range's last record (``standby.last``) when found
     (:func:`kbear.spark._copies.copy_after`), else it spans the offset syncs around."""
-    from kbear.spark._copies import copy_after, fingerprint
-
     failover = standby.failover
     if failover.mirror is MirrorKind.IDENTICAL:
         start, stop = next_offset, part.end
@@ -349,4 +334,5 @@ def _standby_rows(
         start,
         stop,
     )
-    return _rows(part, standby.cluster, standby.properties, standby.topic, start, stop, None)
+    on_standby = replace(part, cluster=standby.cluster, properties=standby.properties, topic=standby.topic)
+    return read_range(replace(on_standby, start=start, end=stop, standby=None))

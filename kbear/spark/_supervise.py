@@ -128,7 +128,7 @@ class QuerySupervisor:
         self._root.mkdir(parents=True, exist_ok=True)
         done = sorted(int(p.name) for p in self._root.iterdir() if p.is_dir() and p.name.isdigit())
         self.generation = done[-1] if done else 0
-        recorded = self._recorded_routes(self.generation)
+        recorded = self._recorded_routes()
         self._routes = recorded if recorded is not None else self._lookup()
         self.query = self._start(None)
         now = self._lookup()
@@ -147,11 +147,8 @@ class QuerySupervisor:
         routes = route_topics(self._topics, group=self._group, client=self._client, router=self._router)
         return {t: self._fo.route(r, config) for t, r in routes.items()}
 
-    def _routes_file(self, generation: int) -> Path:
-        return self._root / f"{generation}.routes.json"
-
-    def _recorded_routes(self, generation: int) -> dict[str, Route] | None:
-        path = self._routes_file(generation)
+    def _recorded_routes(self) -> dict[str, Route] | None:
+        path = self._root / f"{self.generation}.routes.json"
         if not path.is_file():
             return None
         config = self._router.config
@@ -170,12 +167,10 @@ class QuerySupervisor:
     def _start(self, per_cluster: Mapping[str, Mapping[str, str]] | None) -> StreamingQuery:
         from kbear.spark._stream import jvm_frames
 
-        checkpoint = self._root / str(self.generation)
-        self._routes_file(self.generation).write_text(
-            json.dumps({t: {"cluster": r.cluster_id, "topic": r.topic} for t, r in self._routes.items()})
-        )
+        routes = {t: {"cluster": r.cluster_id, "topic": r.topic} for t, r in self._routes.items()}
+        (self._root / f"{self.generation}.routes.json").write_text(json.dumps(routes))
         df = jvm_frames(self._spark, self._routes, self._group, self._options, per_cluster)
-        return self._build(df, str(checkpoint))
+        return self._build(df, str(self._root / str(self.generation)))
 
     def _committed(self) -> Positions:
         """What the current generation committed, by cluster (its sources matched by topic names)."""
