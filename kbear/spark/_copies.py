@@ -222,8 +222,6 @@ def copied_in_step(
     :func:`fingerprint`); ``begin`` when the first differs. At most
     :data:`COPY_SCAN_LIMIT` records are compared."""
     count = min(COPY_SCAN_LIMIT, max(0, target_end - target_begin))
-    if count == 0:
-        return begin
     at = begin
     with (
         contextlib.closing(_scan(target_conf, target_topic, partition, target_begin, target_end)) as copies,

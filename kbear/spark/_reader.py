@@ -205,12 +205,11 @@ class KBearStreamReader(DataSourceStreamReader):
         engine = self._engine(new, previous, now)
         for logical, route in list(routes.items()):
             current = previous.get(logical)
-            moved = current is not None and not same_route(current, route)
-            if moved and current is not None and self._fo.mirror_move(current, route):
-                if not self._fail_over(new, engine, logical, current, route):
-                    routes[logical] = current  # the standby does not answer: next batch
-                continue
-            if moved and current is not None:
+            if current is not None and not same_route(current, route):
+                if self._fo.mirror_move(current, route):
+                    if not self._fail_over(new, engine, logical, current, route):
+                        routes[logical] = current  # the standby does not answer: next batch
+                    continue
                 log.info(
                     "kbear source: %s moves %s/%s -> %s/%s",
                     logical,
@@ -260,10 +259,9 @@ class KBearStreamReader(DataSourceStreamReader):
         self._advance(positions, wanted, limit)
         self._q.remember(new, {(c, t) for c, t, _ in wanted})
         new["failed"] = self._fo.recorded()
-        if not new["failed"]:
-            del new["failed"]
-        if not new["translated"]:
-            del new["translated"]
+        for key in ("failed", "translated"):
+            if not new[key]:
+                del new[key]
         self._last = new
         return new
 

@@ -20,6 +20,7 @@ from kbear.spark._options import (
     route_topics,
     same_route,
     source_options,
+    topic_names,
     translate_properties,
     write_options,
 )
@@ -141,12 +142,10 @@ def read_stream(
     check_options(opts, FORBIDDEN_READ_OPTIONS)
     if _choose(spark, source) == "kbear":
         register(spark)
-        reader = spark.readStream.format("kbear").option("kbear.config", _config_dir(router, config))
-        names = [topics] if isinstance(topics, str) else list(topics)
-        reader = reader.option("subscribe", ",".join(names))
+        kbear = {"kbear.config": _config_dir(router, config), "subscribe": ",".join(topic_names(topics))}
         if group is not None:
-            reader = reader.option("kbear.group", group)
-        return reader.options(**_client_options(client), **opts).load()
+            kbear["kbear.group"] = group
+        return spark.readStream.format("kbear").options(**kbear, **_client_options(client), **opts).load()
     routes = route_topics(topics, group=group, client=client, router=_router(router, config, client))
     return jvm_frames(spark, routes, group, opts)
 

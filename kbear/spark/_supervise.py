@@ -259,25 +259,18 @@ class QuerySupervisor:
     def _drain(self, moved: Iterable[str]) -> None:
         """Let the current generation read the old routes of ``moved`` up to their end
         offsets now (bounded by ``drain_timeout_s``)."""
-        ends: Positions = {}
+        ends: dict[tuple[str, str, str], int] = {}  # (cluster, physical topic, partition) -> end
         self._q.begin()
         for t in moved:
             old = self._routes[t]
             marks = self._q.answer(old.cluster_id, old.topic)
             if marks is None:
                 return
-            ends.setdefault(old.cluster_id, {})[old.topic] = {
-                str(p): high for p, (_low, high) in marks.items()
-            }
+            ends.update({(old.cluster_id, old.topic, str(p)): high for p, (_low, high) in marks.items()})
         deadline = time.monotonic() + self._drain_timeout_s
         while time.monotonic() < deadline and self.query.isActive and not self._stop.is_set():
             committed = self._committed()
-            if all(
-                committed.get(c, {}).get(t, {}).get(p, -1) >= end
-                for c, topics in ends.items()
-                for t, partitions in topics.items()
-                for p, end in partitions.items()
-            ):
+            if all(committed.get(c, {}).get(t, {}).get(p, -1) >= end for (c, t, p), end in ends.items()):
                 return
             time.sleep(min(self._poll_s, 1.0))
         log.warning(
