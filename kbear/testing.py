@@ -40,7 +40,6 @@ import ctypes
 import re
 import weakref
 from collections.abc import Sequence
-from types import TracebackType
 
 from kbear import _mock
 from kbear._clients import ClientFactory, ClientKind, confluent_client, mount
@@ -329,12 +328,7 @@ class EmbeddedCluster:
         """Return ``self``; the cluster is already running."""
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         """Call :meth:`close`."""
         self.close()
 

@@ -60,71 +60,32 @@ Nothing here imports anything of kbear above the configuration (the layers
 are written down in ``pyproject.toml``, ``[tool.importlinter]``).
 """
 
-from kbear.config._documents import (
-    CLUSTERS_FILE,
-    CONFIG_FILES,
-    CONSUMER_GROUPS_FILE,
-    ROUTE_RULES_FILE,
-    TOPICS_FILE,
-    config_digest,
-    replace_file,
-)
-from kbear.config._errors import ConfigError, ConfigProblem
-from kbear.config._failover import (
-    FAILOVER_ACTIVE,
-    FAILOVER_DECIDED,
-    FAILOVER_KEYS,
-    Failover,
-    MirrorKind,
-    ReplicationPolicy,
-)
-from kbear.config._librdkafka import property_kind
-from kbear.config._loading import (
-    UnsetVariableError,
-    documents_digest,
-    load_config,
-    load_documents,
-    resolve_placeholders,
-)
-from kbear.config._models import (
-    SERVED_RULE_ID,
-    ClusterConfig,
-    ConsumerGroupConfig,
-    ConsumerGroupId,
-    KBearConfig,
-    RouteRule,
-    RuleKind,
-    TopicConfig,
-)
-
-__all__ = [
-    "CLUSTERS_FILE",
-    "CONFIG_FILES",
-    "CONSUMER_GROUPS_FILE",
-    "FAILOVER_ACTIVE",
-    "FAILOVER_DECIDED",
-    "FAILOVER_KEYS",
-    "ROUTE_RULES_FILE",
-    "SERVED_RULE_ID",
-    "TOPICS_FILE",
-    "ClusterConfig",
-    "ConfigError",
-    "ConfigProblem",
-    "ConsumerGroupConfig",
-    "ConsumerGroupId",
-    "Failover",
-    "KBearConfig",
-    "MirrorKind",
-    "ReplicationPolicy",
-    "RouteRule",
-    "RuleKind",
-    "TopicConfig",
-    "UnsetVariableError",
-    "config_digest",
-    "documents_digest",
-    "load_config",
-    "load_documents",
-    "property_kind",
-    "replace_file",
-    "resolve_placeholders",
-]
+from kbear.config._documents import CLUSTERS_FILE as CLUSTERS_FILE
+from kbear.config._documents import CONFIG_FILES as CONFIG_FILES
+from kbear.config._documents import CONSUMER_GROUPS_FILE as CONSUMER_GROUPS_FILE
+from kbear.config._documents import ROUTE_RULES_FILE as ROUTE_RULES_FILE
+from kbear.config._documents import TOPICS_FILE as TOPICS_FILE
+from kbear.config._documents import config_digest as config_digest
+from kbear.config._documents import replace_file as replace_file
+from kbear.config._errors import ConfigError as ConfigError
+from kbear.config._errors import ConfigProblem as ConfigProblem
+from kbear.config._failover import FAILOVER_ACTIVE as FAILOVER_ACTIVE
+from kbear.config._failover import FAILOVER_DECIDED as FAILOVER_DECIDED
+from kbear.config._failover import FAILOVER_KEYS as FAILOVER_KEYS
+from kbear.config._failover import Failover as Failover
+from kbear.config._failover import MirrorKind as MirrorKind
+from kbear.config._failover import ReplicationPolicy as ReplicationPolicy
+from kbear.config._librdkafka import property_kind as property_kind
+from kbear.config._loading import UnsetVariableError as UnsetVariableError
+from kbear.config._loading import documents_digest as documents_digest
+from kbear.config._loading import load_config as load_config
+from kbear.config._loading import load_documents as load_documents
+from kbear.config._loading import resolve_placeholders as resolve_placeholders
+from kbear.config._models import SERVED_RULE_ID as SERVED_RULE_ID
+from kbear.config._models import ClusterConfig as ClusterConfig
+from kbear.config._models import ConsumerGroupConfig as ConsumerGroupConfig
+from kbear.config._models import ConsumerGroupId as ConsumerGroupId
+from kbear.config._models import KBearConfig as KBearConfig
+from kbear.config._models import RouteRule as RouteRule
+from kbear.config._models import RuleKind as RuleKind
+from kbear.config._models import TopicConfig as TopicConfig

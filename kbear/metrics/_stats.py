@@ -142,14 +142,11 @@ class StatsStore:
         with self._lock:
             slots = list(self._slots)
         now = time.monotonic()
-        out = []
-        for slot in slots:
-            stats = slot.stats
-            if stats is None:
-                continue
-            fresh = now - slot.at <= max(STALE_MIN_S, STALE_INTERVALS * slot.interval_s)
-            out.append((slot, stats, fresh))
-        return out
+        return [
+            (slot, stats, now - slot.at <= max(STALE_MIN_S, STALE_INTERVALS * slot.interval_s))
+            for slot in slots
+            if (stats := slot.stats) is not None
+        ]
 
 
 class _Callback:

@@ -11,42 +11,21 @@ translated from a mirror's source to its target.
 See docs/concepts/failover.md.
 """
 
-from kbear.mirror._codec import (
-    CHECKPOINT_VERSION,
-    Checkpoint,
-    MirrorRecordError,
-    OffsetSync,
-    decode_checkpoint,
-    decode_offset_sync,
-    encode_checkpoint,
-    encode_offset_sync,
-)
-from kbear.mirror._reading import MirrorView, checkpoints_topic, offset_syncs_topic, read_mirror, read_records
-from kbear.mirror._translate import (
-    CheckpointIndex,
-    OffsetSyncIndex,
-    StartSource,
-    TranslatedStart,
-    translate_group,
-)
-
-__all__ = [
-    "CHECKPOINT_VERSION",
-    "Checkpoint",
-    "CheckpointIndex",
-    "MirrorRecordError",
-    "MirrorView",
-    "OffsetSync",
-    "OffsetSyncIndex",
-    "StartSource",
-    "TranslatedStart",
-    "checkpoints_topic",
-    "decode_checkpoint",
-    "decode_offset_sync",
-    "encode_checkpoint",
-    "encode_offset_sync",
-    "offset_syncs_topic",
-    "read_mirror",
-    "read_records",
-    "translate_group",
-]
+from kbear.mirror._codec import CHECKPOINT_VERSION as CHECKPOINT_VERSION
+from kbear.mirror._codec import Checkpoint as Checkpoint
+from kbear.mirror._codec import MirrorRecordError as MirrorRecordError
+from kbear.mirror._codec import OffsetSync as OffsetSync
+from kbear.mirror._codec import decode_checkpoint as decode_checkpoint
+from kbear.mirror._codec import decode_offset_sync as decode_offset_sync
+from kbear.mirror._codec import encode_checkpoint as encode_checkpoint
+from kbear.mirror._codec import encode_offset_sync as encode_offset_sync
+from kbear.mirror._reading import MirrorView as MirrorView
+from kbear.mirror._reading import checkpoints_topic as checkpoints_topic
+from kbear.mirror._reading import offset_syncs_topic as offset_syncs_topic
+from kbear.mirror._reading import read_mirror as read_mirror
+from kbear.mirror._reading import read_records as read_records
+from kbear.mirror._translate import CheckpointIndex as CheckpointIndex
+from kbear.mirror._translate import OffsetSyncIndex as OffsetSyncIndex
+from kbear.mirror._translate import StartSource as StartSource
+from kbear.mirror._translate import TranslatedStart as TranslatedStart
+from kbear.mirror._translate import translate_group as translate_group
