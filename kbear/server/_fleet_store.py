@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -94,12 +94,24 @@ _COLUMNS = (
 )
 
 
+@contextlib.contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction of ``db`` (``BEGIN IMMEDIATE``: one process at a time),
+    committed when the block ends, rolled back when it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
 def create_schema(db: sqlite3.Connection, schema: str, lock: str = "") -> None:
     """Create the tables of ``schema`` in one transaction (after the statement ``lock``,
     when given), the fleet's made anew when ``kbear_schema`` says it is older than
     :data:`SCHEMA_VERSION` (``db``: a fleet file's connection or a PostgreSQL one)."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db):
         if lock:
             db.execute(lock)
         db.execute("CREATE TABLE IF NOT EXISTS kbear_schema (name TEXT PRIMARY KEY, version INT NOT NULL)")
@@ -113,10 +125,6 @@ def create_schema(db: sqlite3.Connection, schema: str, lock: str = "") -> None:
             "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
             (SCHEMA_VERSION,),
         )
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
 
 
 def _where(
@@ -264,9 +272,7 @@ class FleetStore:
         Raises:
             sqlite3.Error: the write failed (the transaction is rolled back).
         """
-        db = self._writer()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self._writer()) as db:
             if refreshes:
                 self._refresh(db, refreshes)
             db.executemany(_UPSERT, [(*row, *_hashes(row)) for row in rows])
@@ -285,10 +291,6 @@ class FleetStore:
                 "ON CONFLICT (name) DO UPDATE SET value = fleet_counters.value + excluded.value",
                 [(name, value) for name, value in added.items() if value],
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _refresh(self, db: sqlite3.Connection, refreshes: Sequence[Sequence[_Row]]) -> None:
         """The last-seen refreshes of :meth:`write`, in its transaction."""

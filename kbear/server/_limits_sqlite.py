@@ -26,6 +26,8 @@ from urllib.parse import unquote, urlparse
 
 from limits.storage import MovingWindowSupport, Storage
 
+from kbear.server._fleet_store import transaction
+
 __all__ = ["SQLiteStorage"]
 
 #: How long a call waits for another process's transaction, milliseconds.
@@ -98,14 +100,8 @@ class SQLiteStorage(Storage, MovingWindowSupport):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``: one process at a time), committed
         when the block ends, rolled back when it raises."""
-        with contextlib.closing(self._open()) as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with contextlib.closing(self._open()) as db, transaction(db):
+            yield db
 
     # ------------------------------------------------------------------ moving window
 

@@ -199,43 +199,37 @@ class Actions:
                 found = token
         return found
 
+    @staticmethod
+    def _signed_in(session: str, tokens: Collection[str]) -> str | None:
+        """The token of ``tokens`` the console session ``session`` was signed in with."""
+        return next((t for t in tokens if session and session_valid(session, [t.encode()])), None)
+
     def who(self, request: Request, fields: dict[str, Any]) -> str:
         """The operator asking (``token:<fingerprint>`` or ``session:<fingerprint>``).
 
         Raises:
             _Refused: 403, not an operator (the reason says why).
         """
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and given.strip():
             token = given.strip()
             operator = self._matches(token, self._operators)
-            if operator is not None:
-                return f"token:{fingerprint(operator)}"
-            raise _Refused(
-                403,
-                "a read token may look, not act: actions need an operator token",
-                f"token:{fingerprint(token)}",
-            )
-        session = cookie_parser(request.headers.get("cookie", "")).get(SESSION_COOKIE)
-        if session:
-            for token in self._operators:
-                if session_valid(session, [token.encode()]):
-                    given_csrf = str(fields.get("csrf") or request.headers.get("x-kbear-csrf", ""))
-                    if not hmac.compare_digest(given_csrf.encode(), csrf_token(session).encode()):
-                        raise _Refused(
-                            403,
-                            "a console session acts only with its CSRF token",
-                            f"session:{fingerprint(token)}",
-                        )
-                    return f"session:{fingerprint(token)}"
-            for token in self._read:
-                if session_valid(session, [token.encode()]):
-                    raise _Refused(
-                        403,
-                        "this session signed in with a read token: sign in with an operator token to act",
-                        f"session:{fingerprint(token)}",
-                    )
+            if operator is None:
+                reason = "a read token may look, not act: actions need an operator token"
+                raise _Refused(403, reason, f"token:{fingerprint(token)}")
+            return f"token:{fingerprint(operator)}"
+        session = cookie_parser(request.headers.get("cookie", "")).get(SESSION_COOKIE, "")
+        operator = self._signed_in(session, self._operators)
+        if operator is not None:
+            given_csrf = str(fields.get("csrf") or request.headers.get("x-kbear-csrf", ""))
+            if not hmac.compare_digest(given_csrf.encode(), csrf_token(session).encode()):
+                reason = "a console session acts only with its CSRF token"
+                raise _Refused(403, reason, f"session:{fingerprint(operator)}")
+            return f"session:{fingerprint(operator)}"
+        read = self._signed_in(session, self._read)
+        if read is not None:
+            reason = "this session signed in with a read token: sign in with an operator token to act"
+            raise _Refused(403, reason, f"session:{fingerprint(read)}")
         if not self._operators:
             raise _Refused(
                 403, "no operator token is configured (--operator-token-file or KBEAR_SERVE_OPERATOR_TOKEN)"
@@ -244,7 +238,7 @@ class Actions:
 
     def session_is_operator(self, session: str | None) -> bool:
         """Whether a console session was signed in with an operator token."""
-        return bool(session) and any(session_valid(session or "", [t.encode()]) for t in self._operators)
+        return self._signed_in(session or "", self._operators) is not None
 
     # ------------------------------------------------------------------ the endpoint
 

@@ -42,6 +42,7 @@ files it was answered from, so replicas can be compared.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -121,20 +122,14 @@ def _check_content_type(request: Request) -> None:
 _RECORDED = ("/route/producer", "/route/consumer")
 
 
+@dataclasses.dataclass
 class _Endpoints:
     """The request handlers over one :class:`ConfigHolder`."""
 
-    def __init__(
-        self,
-        holder: ConfigHolder,
-        metrics: ServerMetrics,
-        max_body_bytes: int,
-        fleet: FleetRecorder | None,
-    ) -> None:
-        self.holder = holder
-        self.metrics = metrics
-        self.max_body_bytes = max_body_bytes
-        self.fleet = fleet
+    holder: ConfigHolder
+    metrics: ServerMetrics
+    max_body_bytes: int
+    fleet: FleetRecorder | None
 
     def protocol(
         self, model: type[_Req], answer: Callable[[Served, _Req], proto.StatusResponse]

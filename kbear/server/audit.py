@@ -21,6 +21,7 @@ at most 500) per page, ``before`` the id of the last entry of the previous page.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -202,10 +203,8 @@ class AuditLog:
 def _texts(directory: Path) -> dict[str, str]:
     out = {}
     for name in CONFIG_FILES:
-        try:
+        with contextlib.suppress(OSError):  # a file missing: not in the diff
             out[name] = (directory / name).read_text(encoding="utf-8")
-        except OSError:
-            continue
     return out
 
 

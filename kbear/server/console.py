@@ -52,7 +52,7 @@ from kbear.server.audit import DEFAULT_PAGE, AuditLog, ConfigAudit
 from kbear.server.auth import SESSION_COOKIE, SESSION_TTL_S, csrf_token, session_cookie
 from kbear.server.clusters import ClusterBoard
 from kbear.server.fleet import FleetRecorder
-from kbear.server.fleet_api import fleet_json, moves_answer
+from kbear.server.fleet_api import filters, fleet_json, moves_answer
 from kbear.server.holder import ConfigHolder, Served, iso
 
 __all__ = ["LOGIN_FAILURES_ALLOWED", "PAGE_PATHS", "STATIC_PREFIX", "Console", "parse_meta"]
@@ -242,9 +242,7 @@ class Console:
             "topics_more": topics_more,
             "rules": [(rule, _kind(rule.kind), _scope(rule)) for rule in config.rules],
             "fleet_on": self.fleet is not None,
-            "fleet_filters": {
-                name: params.get(f"fleet_{name}") or None for name in ("topic", "group", "cluster")
-            },
+            "fleet_filters": filters(params, "fleet_"),
             "explain_params": {
                 name: params[name]
                 for name in ("client_id", "client_meta", "topic", "group")

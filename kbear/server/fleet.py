@@ -151,16 +151,14 @@ class FleetRecorder:
         self.store_up = True
         self._store: FleetStore
         location = str(path)
-        #: the SQLite file, or the PostgreSQL URL
-        self.path: Path | str
         if location.startswith(("postgresql://", "postgres://")):
             from kbear.server._fleet_store_pg import PostgresFleetStore  # psycopg: only then
 
-            self.path = location
             self._store = PostgresFleetStore(location)
         else:
-            self.path = Path(location.removeprefix("sqlite://"))
-            self._store = FleetStore(self.path)
+            self._store = FleetStore(location.removeprefix("sqlite://"))
+        #: the SQLite file, or the PostgreSQL URL
+        self.path: Path | str = self._store.path
 
     # ------------------------------------------------------------------ the request path
 

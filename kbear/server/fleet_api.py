@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -52,9 +53,10 @@ class FleetQueryError(ValueError):
     """A query parameter of ``/fleet`` is not usable (the message names it)."""
 
 
-def filters(params: Any) -> dict[str, str | None]:
-    """``topic``, ``group``, ``cluster`` of a query string (absent or empty: None)."""
-    return {name: (params.get(name) or None) for name in ("topic", "group", "cluster")}
+def filters(params: Any, prefix: str = "") -> dict[str, str | None]:
+    """``topic``, ``group``, ``cluster`` of a query string, their names after ``prefix``
+    (absent or empty: None)."""
+    return {name: (params.get(prefix + name) or None) for name in ("topic", "group", "cluster")}
 
 
 def limit_of(params: Any) -> int:
@@ -155,12 +157,12 @@ def moves_answer(recorder: FleetRecorder, holder: ConfigHolder, topic: str | Non
     return moves_json(moves, current, previous, current.loaded_at)
 
 
+@dataclass
 class FleetEndpoints:
     """The handlers of ``/fleet`` and ``/fleet/moves`` over a recorder (None: not recorded)."""
 
-    def __init__(self, holder: ConfigHolder, recorder: FleetRecorder | None) -> None:
-        self.holder = holder
-        self.recorder = recorder
+    holder: ConfigHolder
+    recorder: FleetRecorder | None
 
     def _off(self) -> Response:
         return fail(404, ErrorCode.NOT_FOUND, "the fleet is not recorded (kbear serve --fleet off)")
