@@ -10,6 +10,7 @@ plain AdminClient's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -25,6 +26,19 @@ from confluent_kafka.admin import OffsetSpec
 _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 
 
+#: list_offsets' checks of one (TopicPartition, OffsetSpec): confluent-kafka's, in its order
+_OFFSETS_CHECKS: tuple[tuple[Callable[[Any, Any], bool], type[Exception], str], ...] = (
+    (lambda tp, _: tp is None, TypeError, "partition cannot be None"),
+    (lambda tp, _: not isinstance(tp, TopicPartition), TypeError, "partition must be a TopicPartition"),
+    (lambda tp, _: tp.topic is None, TypeError, "partition topic name cannot be None"),
+    (lambda tp, _: not isinstance(tp.topic, str), TypeError, "partition topic name must be string"),
+    (lambda tp, _: not tp.topic, ValueError, "partition topic name cannot be empty"),
+    (lambda tp, _: tp.partition < 0, ValueError, "partition index must be non-negative"),
+    (lambda _, spec: spec is None, TypeError, "OffsetSpec cannot be None"),
+    (lambda _, spec: not isinstance(spec, OffsetSpec), TypeError, "Value must be a OffsetSpec"),
+)
+
+
 def check_list_offsets(request: Any, kwargs: dict[str, Any]) -> None:
     """``list_offsets(topic_partition_offsets, **kwargs)``: a dict of TopicPartition
     (topic a non-empty str, partition >= 0) -> OffsetSpec; ``isolation_level`` an
@@ -35,22 +49,9 @@ def check_list_offsets(request: Any, kwargs: dict[str, Any]) -> None:
             "for list offsets request"
         )
     for tp, spec in request.items():
-        if tp is None:
-            raise TypeError("partition cannot be None")
-        if not isinstance(tp, TopicPartition):
-            raise TypeError("partition must be a TopicPartition")
-        if tp.topic is None:
-            raise TypeError("partition topic name cannot be None")
-        if not isinstance(tp.topic, str):
-            raise TypeError("partition topic name must be string")
-        if not tp.topic:
-            raise ValueError("partition topic name cannot be empty")
-        if tp.partition < 0:
-            raise ValueError("partition index must be non-negative")
-        if spec is None:
-            raise TypeError("OffsetSpec cannot be None")
-        if not isinstance(spec, OffsetSpec):
-            raise TypeError("Value must be a OffsetSpec")
+        for bad, error, text in _OFFSETS_CHECKS:
+            if bad(tp, spec):
+                raise error(text)
     if "isolation_level" in kwargs and not isinstance(kwargs["isolation_level"], IsolationLevel):
         raise TypeError("isolation_level argument should be an IsolationLevel")
 

@@ -89,12 +89,10 @@ class FleetState:
 
 def _http(url: str, timeout_s: float) -> Any:
     try:
-        import httpx
+        from kbear._meta_http import http_client
     except ImportError as exc:  # pragma: no cover - the meta and server extras both bring httpx
         raise ValueError("--meta-service needs httpx: pip install 'kbear[meta]'") from exc
-    token = os.environ.get("KBEAR_META_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+    return http_client(url.rstrip("/"), timeout_s, None, None)  # token: KBEAR_META_TOKEN
 
 
 def read_fleet(clients: Sequence[Any], topic: str, digest: str) -> FleetState:
