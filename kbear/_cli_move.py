@@ -10,6 +10,7 @@ timed out; 2 configuration or usage error; 3 no route.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
-    out = sys.stdout
+    out = io.StringIO() if args.json else sys.stdout  # --json: the text lines go nowhere
     report: dict[str, Any] = {}
     admin = RoutedAdminClient({"kbear.reload.interval.ms": 0}, router=router, client=client)
     try:
@@ -187,18 +188,16 @@ def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
             except (KafkaException, ValueError) as exc:
                 report["create_error"] = str(exc)
                 return _finish(args, plan, report, EXIT_NOT_READY, f"--create failed: {exc}")
-            if not args.json:
-                for line in created:
-                    print(f"--create: {line}", file=out)
+            for line in created:
+                print(f"--create: {line}", file=out)
             plan = _plan(args, router, admin, client)
         if not args.apply or not plan.ready or plan.change is None:
             return _finish(args, plan, report, EXIT_OK if plan.ready else EXIT_NOT_READY)
-        if not args.json:
-            print_plan(plan, out)
-            print(
-                f"--apply: writing {plan.directory / 'route-rules.yaml'}, watching {plan.now.cluster_id}",
-                file=out,
-            )
+        print_plan(plan, out)
+        print(
+            f"--apply: writing {plan.directory / 'route-rules.yaml'}, watching {plan.now.cluster_id}",
+            file=out,
+        )
         fleet = (
             FleetWatch(args.meta_service, plan.topic, plan.change.config.digest)
             if args.meta_service
@@ -213,14 +212,12 @@ def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
                 stable_s=args.stable,
                 timeout_s=args.timeout,
                 request_timeout_s=args.request_timeout,
-                on_tick=None if args.json else _progress(out, fleet),
+                on_tick=_progress(out, fleet),
             )
             written_at = time.monotonic() - result.watch.waited_s
             fleet_done = True
             if fleet is not None:
-                fleet_done = fleet.wait(
-                    written_at + args.timeout, None if args.json else _fleet_progress(out)
-                )
+                fleet_done = fleet.wait(written_at + args.timeout, _fleet_progress(out))
                 report["fleet"] = {
                     **fleet.state.as_json(),
                     "done": fleet_done,
