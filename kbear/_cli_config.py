@@ -140,35 +140,16 @@ def _explain(router: Router, args: argparse.Namespace, client: Client) -> Explan
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    """``kbear explain``."""
+    """``kbear explain``. Over a meta-service: the service's route, then the chain of
+    the rules it serves (:meth:`Router.explain_consumer`), or a plain statement that
+    it serves none to explain with."""
     client = client_of(args)
-    if is_url(args.config):
-        return _explain_service(args, client)
-    router = load(args.config, client)
-    if isinstance(router, int):
-        return router
-    return _print_explanation(args, client, _explain(router, args, client))
-
-
-def _print_explanation(args: argparse.Namespace, client: Client, explanation: Explanation) -> int:
-    if args.json:
-        print(json.dumps(explain_json(explanation, args.topic, args.group, client)))
-    else:
-        print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
-    if explanation.route is None:
-        return _failed(NoRouteError(client, args.topic, args.group), args.config)
-    return EXIT_OK
-
-
-def _explain_service(args: argparse.Namespace, client: Client) -> int:
-    """``explain`` over a meta-service: the service's route, then the chain of the
-    rules it serves (:meth:`Router.explain_consumer`), or a plain statement that it
-    serves none to explain with."""
+    service = is_url(args.config)
     router = load(args.config, client)
     if isinstance(router, int):
         return router
     try:
-        route = _lookup(router, args, client)
+        route = _lookup(router, args, client) if service else None
         if isinstance(route, int) and route != EXIT_NO_ROUTE:
             return route  # unreachable, or its answer refused: nothing to explain
         explanation = _explain(router, args, client)
@@ -176,9 +157,15 @@ def _explain_service(args: argparse.Namespace, client: Client) -> int:
         return _failed(exc, args.config)
     finally:
         router.close()
-    code = _print_explanation(args, client, explanation)
+    if args.json:
+        print(json.dumps(explain_json(explanation, args.topic, args.group, client)))
+    else:
+        print("\n".join(explain_lines(explanation, args.topic, args.group, client)))
+    code = EXIT_OK
+    if explanation.route is None:
+        code = _failed(NoRouteError(client, args.topic, args.group), args.config)
     answered = route if isinstance(route, Route) else None
-    if explanation.chain_unknown is None and _target(explanation.route) != _target(answered):
+    if service and explanation.chain_unknown is None and _target(explanation.route) != _target(answered):
         said = "no route" if answered is None else route_line(answered)
         print(
             f"kbear: note: the service answered the lookup with {said}; the rules it serves "
