@@ -10,7 +10,6 @@ digest of a directory's files the watcher compares.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import tempfile
@@ -143,35 +142,6 @@ else:
     _fast_loader = _FastUniqueKeyLoader
 
 
-class _NotPlainJson(ValueError):
-    """A document the JSON fast path leaves to the YAML parser."""
-
-
-def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise _NotPlainJson("duplicate key")  # the YAML parser reports it with its line
-    return out
-
-
-def _json_float(text: str) -> str:
-    # YAML keeps a number's text as written ("1.10" stays "1.10"); so does this path.
-    raise _NotPlainJson(text)
-
-
-def _load_json(text: str) -> Any:
-    """A document written as JSON (a YAML subset: ``{"topics": [...]}``), parsed by
-    the standard library's json module, about 40 times faster than PyYAML on large
-    generated files. Anything it cannot take exactly as YAML would (duplicate keys,
-    floats, non-JSON syntax) goes to the YAML parser instead."""
-    try:
-        return json.loads(
-            text, object_pairs_hook=_json_object, parse_float=_json_float, parse_constant=_json_float
-        )
-    except (ValueError, RecursionError) as exc:
-        raise _NotPlainJson(str(exc)) from None
-
-
 def _written_int(text: str) -> int:
     value = _YamlInt(int(text))
     value.source = text
@@ -203,8 +173,8 @@ def _load_yaml(text: str) -> Any:
     """
     if text.lstrip()[:1] == "{":
         try:
-            return _load_json(text)
-        except _NotPlainJson:
+            return _fastyaml.load_json(text)
+        except _fastyaml.Declined:
             pass
     if _fastyaml.AVAILABLE and len(text) >= _FAST_YAML_MIN_CHARS:
         try:

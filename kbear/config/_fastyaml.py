@@ -1,4 +1,5 @@
-"""An accelerated reader for large YAML documents, exact to PyYAML or declining.
+"""Accelerated readers for large YAML documents, exact to PyYAML or declining: JSON
+(:func:`load_json`) and, below, block-style YAML through rapidyaml.
 
 PyYAML (even with libyaml) reads a 4 MB configuration in about 13 s on the
 reference machine; rapidyaml (PyPI ``rapidyaml``, the optional ``fast-yaml``
@@ -218,10 +219,26 @@ class Reader:
         return self._make_float(text)
 
 
+def load_json(text: str) -> Any:
+    """A document written as JSON (a YAML subset: ``{"topics": [...]}``), parsed by
+    the standard library's json module, about 40 times faster than PyYAML on large
+    generated files. Anything it cannot take exactly as YAML would (duplicate keys,
+    floats, non-JSON syntax) is declined.
+
+    Raises:
+        Declined: the document is not such JSON.
+    """
+    try:
+        # a float is declined: YAML keeps a number's text as written ("1.10" stays "1.10")
+        return json.loads(text, object_pairs_hook=_unique, parse_float=_refuse, parse_constant=_refuse)
+    except (ValueError, RecursionError) as exc:
+        raise Declined(str(exc)) from None
+
+
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        raise Declined("duplicate key")
+        raise Declined("duplicate key")  # the YAML parser reports it with its line
     return out
 
 
