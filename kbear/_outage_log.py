@@ -10,7 +10,7 @@ One :class:`OutageLog` per cluster client turns that into:
   cluster and carries librdkafka's words);
 - then one summary per ``interval_s`` (60 s) while failures go on: ``cluster
   'east': 312 connection failures in the last 60 s (last: ...)``;
-- one record (INFO) when the outage is over: ``quiet_s`` (30 s) passed without
+- one record (INFO) when the outage is over: :data:`QUIET_S` (30 s) passed without
   a failure (librdkafka retries a connection at least every
   ``reconnect.backoff.max.ms``, 10 s by default, and reports each failure; a
   client that stopped asking the cluster, a producer with nothing to send
@@ -47,7 +47,6 @@ class OutageLog:
         prefix: what each record starts with, naming the client and the cluster
             (``"kbear consumer: cluster 'east'"``).
         interval_s: seconds between two summaries.
-        quiet_s: seconds without a failure that end an outage.
         clock: monotonic seconds (tests give theirs).
     """
 
@@ -57,13 +56,11 @@ class OutageLog:
         prefix: str,
         *,
         interval_s: float = INTERVAL_S,
-        quiet_s: float = QUIET_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = logger
         self._prefix = prefix
         self._interval_s = interval_s
-        self._quiet_s = quiet_s
         self._clock = clock
         self._lock = threading.Lock()
         #: when the open outage began (None: no outage open)
@@ -106,13 +103,13 @@ class OutageLog:
 
     def tick(self) -> bool:
         """What the thread does every second: a summary when ``interval_s`` passed,
-        the end of the outage when ``quiet_s`` passed without a failure. Returns
+        the end of the outage when :data:`QUIET_S` passed without a failure. Returns
         whether the outage is still open."""
         now = self._clock()
         with self._lock:
             if self._since is None:
                 return False
-            if now - self._last_at >= self._quiet_s:
+            if now - self._last_at >= QUIET_S:
                 self._over(now)
                 return False
             if self._unlogged and now - self._window_start >= self._interval_s:
