@@ -76,8 +76,8 @@ class RoutedAIOConsumer(AsyncRouted):
             conf = dict(consumer_conf)
             wrap_config_callbacks(self._calls.loop, conf, _CONFIG_CALLBACKS)
         self._consumer = self._open(conf, router, client)
-        #: messages a cancelled poll()/consume() took: handed out first
-        self._kept: collections.deque[Message] = collections.deque()
+        #: messages a cancelled poll()/consume() took (_keep): handed out first
+        self._kept: collections.deque[Any] = collections.deque()
 
     def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedConsumer:
         """The blocking routed consumer this one drives (a subclass may drive a subclass)."""
@@ -122,37 +122,37 @@ class RoutedAIOConsumer(AsyncRouted):
     # ------------------------------------------------------------------ messages
 
     def _keep(self, result: Any) -> None:
+        """Keep what a cancelled poll() (a message or None) or consume() (a list) returned."""
         if isinstance(result, list):
             self._kept.extend(result)
         elif result is not None:
             self._kept.append(result)
 
+    async def _read(self, fn: Callable[..., Any], count: Any, *args: Any, **kwargs: Any) -> Any:
+        """What was kept (:meth:`_keep`) first: one item (``count`` None: a poll), or up
+        to ``count`` (a consume); else ``fn(*args, **kwargs)`` (the blocking poll or
+        consume) awaited, its result kept when the awaiting task is cancelled."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if self._kept and count is None:
+            return self._kept.popleft()
+        if self._kept and isinstance(count, int) and count > 0:
+            return [self._kept.popleft() for _ in range(min(count, len(self._kept)))]
+        return await self._calls.call_keeping(fn, self._keep, *args, **kwargs)
+
     async def poll(self, *args: Any, **kwargs: Any) -> Message | None:
         """Consume one message (``poll(timeout=None)``, timeout in seconds), as
         ``AIOConsumer.poll``. Cancelling the awaiting task loses no message: one
         the routed consumer had already returned is handed out by the next call."""
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-        if self._kept:
-            return self._kept.popleft()
-        calls = self._calls
-        result: Message | None = await calls.call_keeping(self._consumer.poll, self._keep, *args, **kwargs)
+        result: Message | None = await self._read(self._consumer.poll, None, *args, **kwargs)
         return result
 
     async def consume(self, *args: Any, **kwargs: Any) -> list[Message]:
         """Consume up to ``num_messages`` messages (``consume(num_messages=1,
         timeout=-1)``, timeout in seconds), as ``AIOConsumer.consume``; messages kept
         from a cancelled call come first (up to ``num_messages``)."""
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-        if self._kept:
-            num_messages = args[0] if args else kwargs.get("num_messages", 1)
-            if isinstance(num_messages, int) and num_messages > 0:
-                n = min(num_messages, len(self._kept))
-                return [self._kept.popleft() for _ in range(n)]
-        result: list[Message] = await self._calls.call_keeping(
-            self._consumer.consume, self._keep, *args, **kwargs
-        )
+        count = args[0] if args else kwargs.get("num_messages", 1)
+        result: list[Message] = await self._read(self._consumer.consume, count, *args, **kwargs)
         return result
 
     # ------------------------------------------------------------------ message-level acknowledgement

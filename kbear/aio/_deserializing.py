@@ -12,7 +12,6 @@ read during a move is decoded with the old cluster's registry.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import time
@@ -128,8 +127,6 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
         client: Client | None = None,
     ) -> None:
         self._serdes, rest = await open_serdes(conf, "deserializer", self, weak_method(self._kafka_id))
-        #: (message, cluster) pairs a cancelled poll()/consume() took: handed out first
-        self._held: collections.deque[Read] = collections.deque()
         try:
             RoutedAIOConsumer.__init__(self, rest, max_workers, executor, router=router, client=client)
         except BaseException:
@@ -157,11 +154,12 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
             await super().close(*args, **kwargs)
         await self._serdes.close()
 
-    def _hold(self, result: Read | list[Read]) -> None:
+    def _keep(self, result: Read | list[Read]) -> None:
+        """Keep the (message, cluster) pairs a cancelled poll() or consume() read."""
         if isinstance(result, list):
-            self._held.extend(result)
+            self._kept.extend(result)
         elif result[0] is not None:
-            self._held.append(result)
+            self._kept.append(result)
 
     async def poll(self, timeout: float = -1) -> Any:
         """Consume one message and deserialize its key and value with the serdes of
@@ -180,12 +178,7 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
                 (its exception and the message inside).
             RuntimeError: the consumer is closed.
         """
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-        if self._held:
-            msg, cluster_id = self._held.popleft()
-        else:
-            msg, cluster_id = await self._calls.call_keeping(self._engine.poll_from, self._hold, timeout)
+        msg, cluster_id = await self._read(self._engine.poll_from, None, timeout)
         if msg is None:
             return None
         error = msg.error()
@@ -205,14 +198,7 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
             ValueError: ``num_messages`` out of range.
             RuntimeError: the consumer is closed.
         """
-        if self._closed:
-            raise RuntimeError("Consumer closed")
-        if self._held and isinstance(num_messages, int) and num_messages > 0:
-            reads = [self._held.popleft() for _ in range(min(num_messages, len(self._held)))]
-        else:
-            reads = await self._calls.call_keeping(
-                self._engine.consume_from, self._hold, num_messages, timeout
-            )
+        reads = await self._read(self._engine.consume_from, num_messages, num_messages, timeout)
         out = []
         for msg, cluster_id in reads:
             out.append(msg if msg.error() is not None else await self._deserialize(msg, cluster_id))
