@@ -28,6 +28,7 @@ __all__ = [
     "close_producers",
     "home_cluster",
     "logical_callback",
+    "logical_callbacks",
     "produce_batch",
     "producer_registry",
     "single_cluster",
@@ -44,6 +45,21 @@ def logical_callback(cb: DeliveryCallback, logical: str) -> DeliveryCallback:
         cb(err, msg)
 
     return deliver
+
+
+def logical_callbacks(
+    args: tuple[Any, ...], kwargs: dict[str, Any], position: int, logical: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of a ``produce`` / ``produce_batch`` call (after the topic) with
+    its delivery callbacks (``on_delivery`` / ``callback`` keywords, or the positional
+    argument at ``position``) reporting under the topic name ``logical``
+    (:func:`logical_callback`); ``kwargs`` is changed in place."""
+    for name in ("on_delivery", "callback"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = logical_callback(kwargs[name], logical)
+    if len(args) > position and args[position] is not None:
+        args = (*args[:position], logical_callback(args[position], logical), *args[position + 1 :])
+    return args, kwargs
 
 
 class ClusterProducer(ClusterEntry):
@@ -171,11 +187,7 @@ def produce_batch(
         {**m, "callback": logical_callback(m["callback"], topic)} if m.get("callback") else dict(m)
         for m in messages
     ]
-    for name in ("on_delivery", "callback"):
-        if kwargs.get(name) is not None:
-            kwargs[name] = logical_callback(kwargs[name], topic)
-    if len(args) > 1 and args[1] is not None:
-        args = (args[0], logical_callback(args[1], topic), *args[2:])
+    args, kwargs = logical_callbacks(args, kwargs, 1, topic)
     queued = int(producer.produce_batch(route.topic, copies, *args, **kwargs))
     for original, copy in zip(messages, copies, strict=True):
         if "_error" in copy:

@@ -21,7 +21,7 @@ from kbear._clients import ClientRegistry, cluster_target
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
-from kbear.producer._cluster import ClusterProducer, home_cluster, logical_callback
+from kbear.producer._cluster import ClusterProducer, home_cluster, logical_callbacks
 from kbear.producer._dispatch import make_dispatcher
 from kbear.producer._state import ProducerState
 
@@ -96,16 +96,7 @@ class RouteTable:
 
 def _remapped_send(produce: Send, logical: str) -> Send:
     def send(physical: str, *args: Any, **kwargs: Any) -> None:
-        for name in ("on_delivery", "callback"):
-            cb = kwargs.get(name)
-            if cb is not None:
-                kwargs[name] = logical_callback(cb, logical)
-        if len(args) > _ON_DELIVERY_POS and args[_ON_DELIVERY_POS] is not None:
-            args = (
-                *args[:_ON_DELIVERY_POS],
-                logical_callback(args[_ON_DELIVERY_POS], logical),
-                *args[_ON_DELIVERY_POS + 1 :],
-            )
+        args, kwargs = logical_callbacks(args, kwargs, _ON_DELIVERY_POS, logical)
         produce(physical, *args, **kwargs)
 
     return send
