@@ -27,6 +27,7 @@ message, and confluent-kafka's registry client connects at its first request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import weakref
@@ -189,7 +190,7 @@ def close_serdes(serdes: list[Any]) -> None:
 
 
 def open_serdes(
-    config: Any, kind: str, client: Any, cluster_client: Callable[[str], Any]
+    config: Any, kind: str, client: Any, kafka_id: Callable[[str], str]
 ) -> tuple[ClusterSerdes, Any]:
     """The serdes of a blocking serializing client, and its configuration without them.
 
@@ -199,7 +200,7 @@ def open_serdes(
         kind: ``"serializer"`` or ``"deserializer"`` (as :class:`Built`); the
             ``.builder`` settings are run here.
         client: the routed client being built (:func:`client_meta`).
-        cluster_client: as :class:`ClusterSerdes`.
+        kafka_id: as :class:`ClusterSerdes`.
 
     Raises:
         ValueError: a setting and its ``.builder`` are both given, or a builder
@@ -213,7 +214,7 @@ def open_serdes(
     except BaseException:
         close_serdes(built.owned)
         raise
-    return ClusterSerdes(built, meta=client_meta(client), cluster_client=cluster_client), built.rest()
+    return ClusterSerdes(built, meta=client_meta(client), kafka_id=kafka_id), built.rest()
 
 
 def client_meta(client: Any) -> Callable[[str], Mapping[str, str] | None]:
@@ -300,6 +301,8 @@ class SerdesCore:
 
     #: the method through which a serde takes a cluster id resolver (confluent-kafka's)
     RESOLVER_SETTER = "set_cluster_id_resolver"
+    #: ``_kafka_id(cluster_id)``: that cluster's Kafka id (a coroutine for the asyncio serdes)
+    _kafka_id: Callable[[str], Any]
 
     def __init__(self, built: Built, meta: Callable[[str], Mapping[str, str] | None]) -> None:
         #: (key serde, value serde) as configured or built by builders
@@ -381,7 +384,7 @@ class SerdesCore:
         return False
 
     def _resolver(self, cluster_id: str) -> Callable[[], Any]:
-        raise NotImplementedError
+        return functools.partial(self._kafka_id, cluster_id)
 
     def _current_id(self) -> Any:
         raise NotImplementedError
@@ -392,9 +395,8 @@ class ClusterSerdes(SerdesCore):
 
     Args:
         built, meta: as :class:`SerdesCore`.
-        cluster_client: ``cluster_client(cluster_id)``: that cluster's
-            confluent-kafka client (its ``cluster_id(timeout)`` answers the Kafka
-            cluster id), None when not built.
+        kafka_id: ``kafka_id(cluster_id)``: that cluster's Kafka cluster id (KIP-78;
+            :func:`kafka_cluster_id` of its client).
 
     Attributes:
         current: a thread-local; ``current.cluster`` is the cluster of the message
@@ -406,9 +408,9 @@ class ClusterSerdes(SerdesCore):
         built: Built,
         *,
         meta: Callable[[str], Mapping[str, str] | None],
-        cluster_client: Callable[[str], Any],
+        kafka_id: Callable[[str], str],
     ) -> None:
-        self._cluster_client = cluster_client
+        self._kafka_id = kafka_id
         self._lock = threading.Lock()
         self.current = threading.local()
         super().__init__(built, meta)
@@ -477,14 +479,8 @@ class ClusterSerdes(SerdesCore):
         finally:
             close_serdes(owned)
 
-    def _resolver(self, cluster_id: str) -> Callable[[], str]:
-        def resolve() -> str:
-            return kafka_cluster_id(self._cluster_client(cluster_id), cluster_id)
-
-        return resolve
-
     def _current_id(self) -> str:
         cluster_id = getattr(self.current, "cluster", None)
         if cluster_id is None:
             raise SerializationError("kbear: no message being handled in this thread")
-        return kafka_cluster_id(self._cluster_client(cluster_id), cluster_id)
+        return str(self._kafka_id(cluster_id))

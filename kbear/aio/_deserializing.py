@@ -22,7 +22,6 @@ from confluent_kafka.error import ConsumeError
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import kafka_cluster_id
 from kbear.aio._consumer import RoutedAIOConsumer
 from kbear.aio._serdes import asyncinit, open_serdes
 from kbear.config import KBearConfig
@@ -52,6 +51,10 @@ class _Engine(RoutedDeserializingConsumer):
         """(the next message or None, the cluster it was read from)."""
         return self._poll_from(timeout)
 
+    def kafka_cluster_id(self, cluster_id: str) -> str:
+        """The Kafka cluster id (KIP-78) of cluster ``cluster_id`` (blocks up to 60 s)."""
+        return self._kafka_id(cluster_id)
+
     def consume_from(self, num_messages: int = 1, timeout: float | None = -1) -> list[Read]:
         """Up to ``num_messages`` (message, cluster) pairs: reading one cluster, its
         client's own ``consume``; else waits up to ``timeout`` seconds (None or -1:
@@ -79,14 +82,6 @@ class _Engine(RoutedDeserializingConsumer):
             elif deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
         return out
-
-    def kafka_cluster_id(self, cluster_id: str) -> str:
-        """The Kafka cluster id (KIP-78) of cluster ``cluster_id`` (blocks up to 60 s).
-
-        Raises:
-            SerializationError: no client of that cluster yet.
-        """
-        return kafka_cluster_id(self._cluster_client(cluster_id), cluster_id)
 
 
 @asyncinit

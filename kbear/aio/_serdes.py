@@ -196,14 +196,8 @@ class AsyncClusterSerdes(SerdesCore):
         finally:
             await async_close_serdes(owned)
 
-    def _resolver(self, cluster_id: str) -> Callable[[], Awaitable[str]]:
-        async def resolve() -> str:
-            return await self._kafka_id(cluster_id)
-
-        return resolve
-
     async def _current_id(self) -> str:
         cluster_id = self.current.get(None)
         if cluster_id is None:
             raise SerializationError("kbear: no message being handled in this task")
-        return await self._kafka_id(cluster_id)
+        return str(await self._kafka_id(cluster_id))

@@ -18,7 +18,7 @@ from confluent_kafka.error import ConsumeError
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import open_serdes
+from kbear._serdes import kafka_cluster_id, open_serdes
 from kbear.config import KBearConfig
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._facade import RoutedConsumer
@@ -78,7 +78,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         #: the one cluster's own ``consume`` with its cluster id (kbear.aio's consume)
         self._fast_batch: tuple[Callable[..., Any], str] | None = None
         self._source = _Source()
-        self._serdes, rest = open_serdes(config, "deserializer", self, weak_method(self._cluster_client))
+        self._serdes, rest = open_serdes(config, "deserializer", self, weak_method(self._kafka_id))
         try:
             if isinstance(rest, Mapping) and str(rest.get("kbear.ack.mode", "")).lower() == "individual":
                 raise ValueError(
@@ -91,9 +91,10 @@ class RoutedDeserializingConsumer(RoutedConsumer):
             self._serdes.close()
             raise
 
-    def _cluster_client(self, cluster_id: str) -> Any:
+    def _kafka_id(self, cluster_id: str) -> str:
+        """The Kafka cluster id of ``cluster_id`` (:func:`~kbear._serdes.kafka_cluster_id`)."""
         entry = self._registry.get(cluster_id)
-        return None if entry is None else entry.consumer
+        return kafka_cluster_id(None if entry is None else entry.consumer, cluster_id)
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         super()._on_config_change(old, new)

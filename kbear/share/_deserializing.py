@@ -10,7 +10,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import open_serdes
+from kbear._serdes import CLUSTER_ID_TIMEOUT_S, open_serdes
 from kbear.config import KBearConfig
 from kbear.router import Router
 from kbear.share._facade import RoutedShareConsumer
@@ -58,7 +58,7 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         if isinstance(config, Mapping) or (config is NO_CONFIG and kwargs):
             merged = {**(config if isinstance(config, Mapping) else {}), **kwargs}
             kwargs = {}
-        self._serdes, rest = open_serdes(merged, "deserializer", self, weak_method(self._kafka_id_of))
+        self._serdes, rest = open_serdes(merged, "deserializer", self, weak_method(self._kafka_id))
         #: the deserializers as configured (confluent-kafka's attribute names)
         self._key_deserializer, self._value_deserializer = self._serdes.configured
         try:
@@ -67,16 +67,10 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
             self._serdes.close()
             raise
 
-    def _kafka_id_of(self, cluster_id: str) -> Any:
-        """What the deserializers ask the Kafka cluster id of (``cluster_id(timeout)``)."""
-        clusters = self._clusters
-
-        class _Answer:
-            @staticmethod
-            def cluster_id(timeout: float = -1) -> str:
-                return clusters.kafka_cluster_id(cluster_id, timeout)
-
-        return _Answer()
+    def _kafka_id(self, cluster_id: str) -> str:
+        """The Kafka cluster id the deserializers ask for (:meth:`ShareClusters.kafka_cluster_id
+        <kbear.share._clusters.ShareClusters.kafka_cluster_id>`)."""
+        return self._clusters.kafka_cluster_id(cluster_id, CLUSTER_ID_TIMEOUT_S)
 
     def poll(self, timeout: float = -1) -> Messages:
         """A batch of records as :meth:`RoutedShareConsumer.poll`, each record's key
