@@ -204,15 +204,7 @@ class RoutedShareConsumer(RoutedClient):
         Raises:
             IllegalStateException: the consumer is closed.
         """
-        with self._guard.call():
-            self._moves.engine.forget()  # every drain: the subscription changed
-            self._subscription = []
-            self._routes = {}
-            self._readers.clear()
-            for entry in self._clusters.all():
-                if entry.topics:
-                    entry.topics.clear()
-                    entry.resubscribe()
+        self.subscribe([])
 
     def subscription(self) -> list[str]:
         """The subscribed topics (logical names), sorted as confluent-kafka returns them.
