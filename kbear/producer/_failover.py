@@ -89,11 +89,6 @@ class ClientFailover:
         its ``error_cb``), or what its statistics say of its brokers."""
         self._watch.observe(cluster_id, reachable)
 
-    def watching(self) -> bool:
-        """Whether ``flush()`` waits in slices (``kbear.failover.enable``: a cluster
-        may be lost while it waits, and the failover happens between two slices)."""
-        return self.enabled
-
     def tick(self) -> None:
         """Let time pass: a watched cluster whose client delivered again is reachable;
         a failover decided now is applied by the caller's thread, as a reload."""
@@ -123,8 +118,10 @@ class ClientFailover:
         self.tick()
         if self._state.pending:
             apply_changes()
+        # kbear.failover.enable: a cluster may be lost while flush() waits, and the
+        # failover happens between two slices
+        watching = self.enabled
         while True:
-            watching = self.watching()
             left = 0
             for entry in self._clients.all():
                 remaining = deadline.as_arg()
