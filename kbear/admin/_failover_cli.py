@@ -189,23 +189,19 @@ def tcp_probe(cluster: ClusterConfig, timeout_s: float) -> str | None:
 Probe = Callable[[ClusterConfig, float], str | None]
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
 def _entry_lines(lines: list[str], cluster_id: str) -> tuple[int, int] | None:
     """(first, end) line indexes of ``cluster_id``'s block-style list entry."""
     start = re.compile(rf"^(\s*)-\s+id:\s*['\"]?{re.escape(cluster_id)}['\"]?\s*(#.*)?$")
-    for i, line in enumerate(lines):
-        m = start.match(line)
-        if m is None:
-            continue
-        indent = len(m.group(1))
-        end = i + 1
-        while end < len(lines):
-            text = lines[end]
-            stripped = text.strip()
-            if stripped and not stripped.startswith("#") and len(text) - len(text.lstrip()) <= indent:
-                break
-            end += 1
-        return i, end
-    return None
+    first = next((i for i, line in enumerate(lines) if start.match(line)), None)
+    if first is None:
+        return None
+    indent = _indent(lines[first])
+    ends = (j for j in range(first + 1, len(lines)) if lines[j].strip()[:1] not in ("", "#"))
+    return first, next((j for j in ends if _indent(lines[j]) <= indent), len(lines))
 
 
 def _edit(text: str, cluster_id: str, changes: dict[str, str | None]) -> str | None:
@@ -219,29 +215,20 @@ def _edit(text: str, cluster_id: str, changes: dict[str, str | None]) -> str | N
     meta = next((i for i in range(first, end) if re.match(r"^\s*meta:\s*(#.*)?$", lines[i])), None)
     if meta is None:
         return None
-    meta_indent = len(lines[meta]) - len(lines[meta].lstrip())
     children = [
-        i
-        for i in range(meta + 1, end)
-        if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > meta_indent
+        i for i in range(meta + 1, end) if lines[i].strip() and _indent(lines[i]) > _indent(lines[meta])
     ]
     if not children:
         return None
-    child_indent = " " * (len(lines[children[0]]) - len(lines[children[0]].lstrip()))
+    child_indent = " " * _indent(lines[children[0]])
     keys = re.compile(rf"^\s*({'|'.join(re.escape(k) for k in changes)})\s*:")
     drop = {i for i in children if keys.match(lines[i])}
-    kept = [i for i in children if i not in drop]
-    after = kept[-1] if kept else meta
-    out: list[str] = []
-    for i, line in enumerate(lines):
-        if i in drop:
-            continue
-        out.append(line)
-        if i == after:
-            added = [f'{child_indent}{k}: "{v}"\n' for k, v in changes.items() if v is not None]
-            if added and not line.endswith("\n"):
-                out[-1] = line + "\n"
-            out.extend(added)
+    after = max([meta, *(i for i in children if i not in drop)])
+    out = ["" if i in drop else line for i, line in enumerate(lines)]
+    added = [f'{child_indent}{k}: "{v}"\n' for k, v in changes.items() if v is not None]
+    if added and not out[after].endswith("\n"):
+        out[after] += "\n"
+    out[after + 1 : after + 1] = added
     return "".join(out)
 
 
