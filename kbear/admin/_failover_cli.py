@@ -389,7 +389,6 @@ def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: Te
     if args.json:
         shown = asdict(result)
         del shown["new_text"]
-        shown["groups"] = [g.as_json() for g in result.groups]
         json.dump(shown, out)
         out.write("\n")
     else:

@@ -18,8 +18,7 @@ topic of ``topics.yaml`` and of ``consumer-groups.yaml``), else those of
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from kbear._route import NoRouteError, Route
 from kbear.admin._facade import RoutedAdminClient
@@ -47,9 +46,6 @@ class GroupStarts:
     standby_topic: str
     mirror: str
     starts: list[MirroredStart] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "starts": [s.as_json() for s in self.starts]}
 
 
 def _pairs(config: KBearConfig, groups: list[str], topics: list[str]) -> list[tuple[str, str]]:

@@ -13,7 +13,7 @@ switch: what it reads until then moves the start further, never back); for an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from kbear._route import Route
@@ -34,7 +34,7 @@ class MirroredStart:
             committed offset there, else ``auto.offset.reset``).
         decided_by: ``checkpoint``, ``offset-sync``, ``none`` (MirrorMaker 2) or
             ``identical``.
-        reread: at most how many messages are read again (None: unknown).
+        reread_at_most: at most how many messages are read again (None: unknown).
         mirror_behind: messages of the source not yet known mirrored (MirrorMaker
             2: past its last offset sync; identical: the source's end offset less
             the target's), None when unknown.
@@ -43,7 +43,7 @@ class MirroredStart:
     partition: int
     offset: int | None
     decided_by: str
-    reread: int | None
+    reread_at_most: int | None
     mirror_behind: int | None
 
     def describe(self, source_down: str | None = None) -> str:
@@ -51,7 +51,7 @@ class MirroredStart:
         re-reads bound, how far behind the mirror is (``source_down``: the source
         cluster, when it did not answer: why that is unknown)."""
         at = "committed offset there" if self.offset is None else f"offset {self.offset}"
-        reread = "" if self.reread is None else f", at most {self.reread} read again"
+        reread = "" if self.reread_at_most is None else f", at most {self.reread_at_most} read again"
         if self.mirror_behind is not None:
             behind = f"{self.mirror_behind} message(s)"
         else:
@@ -60,13 +60,7 @@ class MirroredStart:
         return f"partition {self.partition}: {start}; mirror behind: {behind}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "offset": self.offset,
-            "decided_by": self.decided_by,
-            "reread_at_most": self.reread,
-            "mirror_behind": self.mirror_behind,
-        }
+        return asdict(self)
 
 
 def mirrored_starts(
