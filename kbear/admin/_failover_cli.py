@@ -362,11 +362,8 @@ def _print(p: FailoverPlan, out: TextIO) -> None:
         print(f"not ready: {p.why_not}", file=out)
 
 
-def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """``kbear failover`` (``back`` False) or ``kbear failback``; returns the exit code
-    (``out``/``err``: default ``sys.stdout``/``sys.stderr`` at the call)."""
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
+def run(args: argparse.Namespace, back: bool) -> int:
+    """``kbear failover`` (``back`` False) or ``kbear failback``; returns the exit code."""
     location = str(args.config)
     try:
         directory = Path(service_directory(location) if "://" in location else location)
@@ -378,19 +375,18 @@ def run(args: argparse.Namespace, back: bool, out: TextIO | None = None, err: Te
                 config, args.cluster, args.group, args.topic, answers, args.timeout
             )
     except (ValueError, ConfigError, OSError) as exc:
-        print(f"kbear: {exc}", file=err)
+        print(f"kbear: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     if args.apply and result.ready and not result.done:
         try:
             apply(directory, result)
         except OSError as exc:
-            print(f"kbear: cannot write {directory / CLUSTERS_FILE}: {exc}", file=err)
+            print(f"kbear: cannot write {directory / CLUSTERS_FILE}: {exc}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
     if args.json:
         shown = asdict(result)
         del shown["new_text"]
-        json.dump(shown, out)
-        out.write("\n")
+        print(json.dumps(shown))
     else:
-        _print(result, out)
+        _print(result, sys.stdout)
     return EXIT_OK if result.ready else EXIT_NOT_READY

@@ -52,11 +52,6 @@ class Names:
         self._config = router.config
         self._remaps: dict[tuple[str, str], list[str]] | None = None
 
-    @property
-    def config(self) -> KBearConfig:
-        """The configuration the lookups use."""
-        return self._config
-
     def route(self, topic: str) -> Route:
         """The route of ``topic`` (logical name).
 
