@@ -35,6 +35,11 @@ log = logging.getLogger("kbear.aio")
 _CONFIG_CALLBACKS = ("error_cb", "throttle_cb", "stats_cb")
 #: How long one background poll for delivery reports waits, seconds.
 _REPORT_POLL_S = 0.05
+#: confluent-kafka's words when ``produce()`` is given headers (its batches cannot carry them)
+NO_HEADERS = (
+    "Headers are not supported in AIOProducer batch mode. "
+    "Use the synchronous Producer.produce() method if headers are required."
+)
 
 
 class RoutedAIOProducer(AsyncRouted):
@@ -172,10 +177,7 @@ class RoutedAIOProducer(AsyncRouted):
         if self._is_closed:
             raise RuntimeError("Producer has been closed")
         if "headers" in kwargs:
-            raise NotImplementedError(
-                "Headers are not supported in AIOProducer batch mode. "
-                "Use the synchronous Producer.produce() method if headers are required."
-            )
+            raise NotImplementedError(NO_HEADERS)
         message: dict[str, Any] = {"value": value, "key": key}
         if "timestamp" in kwargs:
             message["timestamp"] = kwargs["timestamp"]

@@ -36,7 +36,7 @@ from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
 from kbear.aio._calls import blocking_callback
-from kbear.aio._producer import RoutedAIOProducer
+from kbear.aio._producer import NO_HEADERS, RoutedAIOProducer
 from kbear.aio._serdes import asyncinit, open_serdes
 from kbear.config import KBearConfig
 from kbear.producer import RoutedProducer
@@ -206,10 +206,7 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
                 return failed
         key_bytes, value_bytes = await self._serdes.apply(cluster_id, topic, headers, key, value)
         if headers is not None:
-            raise NotImplementedError(
-                "Headers are not supported in AIOProducer batch mode. "
-                "Use the synchronous Producer.produce() method if headers are required."
-            )
+            raise NotImplementedError(NO_HEADERS)
         message: dict[str, Any] = {"value": value_bytes, "key": key_bytes}
         if timestamp:
             message["timestamp"] = timestamp
