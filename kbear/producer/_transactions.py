@@ -63,19 +63,11 @@ class Transactions:
         """A new client of ``cluster_id`` was built: it has not run init_transactions() yet."""
         self._txn_initialized.discard(cluster_id)
 
-    @property
-    def _txn_open(self) -> bool:
-        return self._state.txn_open
-
-    @_txn_open.setter
-    def _txn_open(self, value: bool) -> None:
-        self._state.txn_open = value
-
     # ------------------------------------------------------------------ transactions
 
     def _state_error(self, detail: str) -> KafkaException:
         """A ``_STATE`` error worded as librdkafka's, with kbear's ``detail`` after it."""
-        state = "InTransaction" if self._txn_open else "Ready" if self._txn_init_called else "Init"
+        state = "InTransaction" if self._state.txn_open else "Ready" if self._txn_init_called else "Init"
         return KafkaException(
             KafkaError(KafkaError._STATE, f"Operation not valid in state {state}: {detail}")
         )
@@ -166,16 +158,16 @@ class Transactions:
                 home.producer.begin_transaction()  # librdkafka answers for its state
                 self._txn_initialized.add(home.cluster_id)
                 self._txn_init_unfinished.discard(home.cluster_id)  # (its init finished)
-                self._txn_open = True
+                self._state.txn_open = True
                 self._txn_cluster = home.cluster_id
                 self._rebind()
                 return
             self._require_transactional_id()
             if not self._txn_init_called:
                 raise self._state_error("init_transactions() must be called first")
-            if self._txn_open:
+            if self._state.txn_open:
                 raise self._state_error("a transaction is already open")
-            self._txn_open = True
+            self._state.txn_open = True
             self._txn_cluster = None
             self._rebind()
 
@@ -204,7 +196,7 @@ class Transactions:
             home.producer.send_offsets_to_transaction(positions, group_metadata, *self._timeout_args(timeout))
             return
         self._require_transactional_id()
-        if not self._txn_open:
+        if not self._state.txn_open:
             raise self._state_error("no transaction is open")
         if self._txn_cluster is None:
             if len(self._clients) != 1:
@@ -239,7 +231,7 @@ class Transactions:
         self._end_transaction("abort_transaction", timeout)
 
     def _end_transaction(self, method: str, timeout: float | None) -> None:
-        if not self._txn_open:
+        if not self._state.txn_open:
             with self._lock:
                 home = self._home()
             if home is not None:
@@ -251,7 +243,7 @@ class Transactions:
         if self._txn_cluster is not None:
             producer = self._entry(self._txn_cluster).producer
             getattr(producer, method)(*self._timeout_args(timeout))
-        self._txn_open = False
+        self._state.txn_open = False
         self._txn_cluster = None
         self._rebind()
 
