@@ -494,14 +494,7 @@ class SwitchEngine:
                 actions.append(Switch(topic, drain.old, drain.new, start, cut))
                 if drain.then and drain.new is not None:
                     self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
-                    self._drains[topic] = _Drain(
-                        drain.new,
-                        drain.then[0],
-                        now,
-                        now,
-                        then=drain.then[1:],
-                        next_probe=now + self.first_probe_s,
-                    )
+                    self.resume(topic, drain.new, drain.then, now, now)
                 continue
             if drain.probe_seq is not None or now < drain.next_probe:
                 continue
