@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -173,17 +174,20 @@ def run_demo(
     """
     out = out or sys.stdout
     started = time.monotonic()
-    tmp = None if config_dir else tempfile.mkdtemp(prefix="kbear-demo-")
-    directory = Path(config_dir or tmp or ".")
-    east, west = EmbeddedCluster(), EmbeddedCluster()
     producers: dict[str, RoutedProducer] = {}
     consumers: dict[str, RoutedConsumer] = {}
     server = None
-    try:
+    with ExitStack() as cleanup:  # undone last to first
+        directory = Path(config_dir or tempfile.mkdtemp(prefix="kbear-demo-"))
+        if not config_dir:
+            cleanup.callback(shutil.rmtree, directory, ignore_errors=True)
+        east, west = cleanup.enter_context(EmbeddedCluster()), cleanup.enter_context(EmbeddedCluster())
         if metrics_port is not None:
             from kbear import _demo_metrics as metrics  # the metrics extra, imported only when asked for
 
             server = metrics.start(metrics_port, out)
+            cleanup.callback(server.server_close)
+            cleanup.callback(server.shutdown)
         for cluster in (east, west):
             for topic in _PHYSICAL_TOPICS:
                 cluster.create_topic(topic, _PARTITIONS)
@@ -196,6 +200,7 @@ def run_demo(
         for env in _ENVS:
             client = {"kbear.client.id": "demo-app", "kbear.client.meta.env": env, "client.id": f"demo-{env}"}
             producers[env] = RoutedProducer({**common, **client, "linger.ms": 5}, topics=_TOPICS)
+            cleanup.callback(producers[env].close, 5)
             consumer = RoutedConsumer(
                 {
                     **common,
@@ -206,6 +211,7 @@ def run_demo(
                     "kbear.switch.drain.idle.ms": 500,
                 }
             )
+            cleanup.callback(consumer.close)
             consumer.subscribe(list(_TOPICS))
             consumers[env] = consumer
         for env in _ENVS:
@@ -257,15 +263,3 @@ def run_demo(
             file=out,
         )
         return 0 if ok else 1
-    finally:
-        for consumer in consumers.values():
-            consumer.close()
-        for producer in producers.values():
-            producer.close(5)
-        east.close()
-        west.close()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
