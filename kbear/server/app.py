@@ -278,8 +278,8 @@ def create_app(
         every_token,
         None if login_failures_db is None else SQLiteStorage(path=login_failures_db),
         board,
-        actions=actions,
-        audit=(audit_log, config_audit),
+        actions,
+        (audit_log, config_audit),
     )
 
     async def clusters_answer(request: Request) -> Response:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -140,21 +141,17 @@ class BearerAuth:
         self._pages = frozenset(page_paths)
 
     def _accepted(self, scope: Scope) -> bool:
-        for name, value in scope["headers"]:
-            if name == b"cookie":
-                session = cookie_parser(value.decode("latin-1")).get(SESSION_COOKIE)
-                if session and session_valid(session, self._tokens):
-                    return True
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() != b"bearer":
-                    return False
-                token = token.strip()
-                # Every token is compared, so the time taken does not tell which one was close.
-                matches = [hmac.compare_digest(token, accepted) for accepted in self._tokens]
-                return any(matches)
-        return False
+        headers = Headers(scope=scope)
+        for cookie in headers.getlist("cookie"):
+            session = cookie_parser(cookie).get(SESSION_COOKIE)
+            if session and session_valid(session, self._tokens):
+                return True
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        given = token.encode("latin-1").strip()
+        # Every token is compared, so the time taken does not tell which one was close.
+        return any([hmac.compare_digest(given, accepted) for accepted in self._tokens])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (

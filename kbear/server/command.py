@@ -17,6 +17,7 @@ import os
 import ssl
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,8 @@ _WORKER_HEALTHCHECK_S = 30
 _WORKER_ENV = "KBEAR_SERVE_WORKER_SETTINGS"
 
 
-def _fail(message: str) -> int:
-    print(f"kbear serve: {message}", file=sys.stderr)
+def _fail(message: str, details: Iterable[object] = ()) -> int:
+    print(f"kbear serve: {message}", *(f"  {detail}" for detail in details), sep="\n", file=sys.stderr)
     return _EXIT_CONFIG_ERROR
 
 
@@ -82,13 +83,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         holder = ConfigHolder(args.config, args.watch_interval)
     except ConfigError as exc:
-        print(
-            f"kbear serve: invalid configuration in {args.config}: {len(exc.problems)} problem(s)",
-            file=sys.stderr,
-        )
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return _EXIT_CONFIG_ERROR
+        return _fail(f"invalid configuration in {args.config}: {len(exc.problems)} problem(s)", exc.problems)
     except ValueError as exc:
         return _fail(str(exc))
     _configure_logging(args.log_level)

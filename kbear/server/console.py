@@ -151,10 +151,10 @@ class Console:
         tokens: the accepted bearer tokens (empty: the server needs none).
         login_failures: where failed sign-ins are counted (a ``limits`` storage with
             the moving window); None: in this process's memory.
-        clusters: the clusters' probes (None: a board that does not probe).
-        actions: the action endpoints (the console's forms post to them); None: no form.
+        clusters: the clusters' probes.
+        actions: the action endpoints (the console's forms post to them).
         audit: the audit log and what writes the configuration changes to it (the
-            history page); None: no history.
+            history page).
     """
 
     def __init__(
@@ -162,14 +162,13 @@ class Console:
         holder: ConfigHolder,
         fleet: FleetRecorder | None,
         tokens: Collection[str],
-        login_failures: Storage | None = None,
-        clusters: ClusterBoard | None = None,
-        *,
-        actions: Actions | None = None,
-        audit: tuple[AuditLog, ConfigAudit] | None = None,
+        login_failures: Storage | None,
+        clusters: ClusterBoard,
+        actions: Actions,
+        audit: tuple[AuditLog, ConfigAudit],
     ) -> None:
         self.holder = holder
-        self.clusters = clusters if clusters is not None else ClusterBoard(lambda: holder.served.config)
+        self.clusters = clusters
         self.actions = actions
         self.audit = audit
         self.fleet = fleet
@@ -198,14 +197,12 @@ class Console:
         context = await run_in_threadpool(self._context, params)
         session = request.cookies.get(SESSION_COOKIE)
         context["csrf"] = csrf_token(session) if session else ""
-        context["operator"] = self.actions is not None and self.actions.session_is_operator(session)
+        context["operator"] = self.actions.session_is_operator(session)
         context["cluster_ids"] = list(self.holder.served.config.clusters)
         return self._html("console.html", title="console", refresh=True, **context)
 
     async def history(self, request: Request) -> Response:
         """The audit log's page (``/history?before=ID``): newest first, 50 a page."""
-        if self.audit is None:
-            return Response(b"not found", 404, media_type="text/plain")
         log_, config_audit = self.audit
         before_text = request.query_params.get("before", "")
         before = int(before_text) if before_text.isdigit() else None
