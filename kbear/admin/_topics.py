@@ -48,7 +48,16 @@ def _config_resource(resource: ConfigResource, name: str) -> ConfigResource:
     )
 
 
-def _renaming(name: str) -> Callable[[Any], Any]:
+def _topic_of(item: Any) -> str:
+    return str(item.topic)
+
+
+def _same(_item: Any, physical: str) -> str:
+    """A name-keyed call's item and key on a cluster: the physical name itself."""
+    return physical
+
+
+def _renaming(_topic: Any, name: str) -> Callable[[Any], Any]:
     """Sets ``.name`` of a TopicDescription to the logical name."""
 
     def rename(description: Any) -> Any:
@@ -129,13 +138,8 @@ class TopicCalls:
         """
         topics = [x.topic for x in new_topics]
         _check_list(new_topics, "NewTopic objects")
-        shares = self._shares(
-            dict(zip(topics, new_topics, strict=True)),
-            lambda s: str(s.topic),
-            _new_topic,
-            lambda _s, t: t,
-            cluster,
-        )
+        specs = dict(zip(topics, new_topics, strict=True))
+        shares = self._shares(specs, _topic_of, _new_topic, _same, cluster)
         return fan_out(shares, self._clusters.admin, lambda a, items: a.create_topics(items, **kwargs))
 
     def delete_topics(
@@ -148,9 +152,7 @@ class TopicCalls:
             NoRouteError, ValueError, TypeError, KafkaException: as :meth:`create_topics`.
         """
         _check_list(topics, "topic strings")
-        shares = self._shares(
-            {t: t for t in topics}, lambda t: str(t), lambda _t, p: p, lambda _t, p: p, cluster
-        )
+        shares = self._shares({t: t for t in topics}, str, _same, _same, cluster)
         return fan_out(shares, self._clusters.admin, lambda a, items: a.delete_topics(items, **kwargs))
 
     def create_partitions(
@@ -164,13 +166,8 @@ class TopicCalls:
         """
         topics = [x.topic for x in new_partitions]
         _check_list(new_partitions, "NewPartitions objects")
-        shares = self._shares(
-            dict(zip(topics, new_partitions, strict=True)),
-            lambda s: str(s.topic),
-            _new_partitions,
-            lambda _s, t: t,
-            cluster,
-        )
+        specs = dict(zip(topics, new_partitions, strict=True))
+        shares = self._shares(specs, _topic_of, _new_partitions, _same, cluster)
         return fan_out(shares, self._clusters.admin, lambda a, items: a.create_partitions(items, **kwargs))
 
     def describe_topics(
@@ -194,14 +191,7 @@ class TopicCalls:
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"Expected list of topics strings, not {type(name).__name__}")
-        shares = self._shares(
-            {t: t for t in names},
-            lambda t: str(t),
-            lambda _t, p: p,
-            lambda _t, p: p,
-            cluster,
-            lambda _t, logical: _renaming(logical),
-        )
+        shares = self._shares({t: t for t in names}, str, _same, _same, cluster, _renaming)
         return self._fan_out(
             shares, cluster, lambda a, items: a.describe_topics(TopicCollection(items), **kwargs)
         )
@@ -321,7 +311,7 @@ class TopicCalls:
         check_delete_records(topic_partition_offsets)
         shares = self._shares(
             {tp: tp for tp in topic_partition_offsets},
-            lambda tp: str(tp.topic),
+            _topic_of,
             renamed,
             lambda tp, topic: TopicPartition(topic, tp.partition),
             cluster,
