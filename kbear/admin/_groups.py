@@ -141,12 +141,18 @@ class GroupCalls:
         )
 
     def _per_group(
-        self,
-        group_ids: list[str],
-        cluster: str | None,
-        send: Callable[[AdminClient, list[str]], dict[str, Future[Any]]],
-        decide: Decide,
+        self, verb: str, group_ids: list[str], cluster: str | None, kwargs: dict[str, Any], decide: Decide
     ) -> dict[str, Future[Any]]:
+        """``AdminClient.<verb>_consumer_groups`` on the clusters of each group (or
+        ``cluster``), their answers ``decide``d per group."""
+        if not isinstance(group_ids, list):
+            raise TypeError(f"Expected input to be list of group ids to be {verb}d")
+        if len(group_ids) == 0:
+            raise ValueError(f"Expected at least one group to be {verb}d")
+
+        def send(admin: AdminClient, groups: list[str]) -> dict[str, Future[Any]]:
+            return getattr(admin, f"{verb}_consumer_groups")(groups, **kwargs)  # type: ignore[no-any-return]
+
         target = self._clusters.target(cluster)
         if target is not None:
             return send(self._clusters.admin(target), group_ids)
@@ -177,10 +183,6 @@ class GroupCalls:
         Raises:
             TypeError, ValueError: as confluent-kafka (not a list, empty list).
         """
-        if not isinstance(group_ids, list):
-            raise TypeError("Expected input to be list of group ids to be described")
-        if len(group_ids) == 0:
-            raise ValueError("Expected at least one group to be described")
 
         def decide(group: str, clusters: list[str], futures: Sequence[Future[Any]]) -> Any:
             failed = [f for f in futures if f.exception() is not None]
@@ -204,9 +206,7 @@ class GroupCalls:
                     assignment.topic_partitions = rename_partitions(assignment.topic_partitions, logical)
             return description
 
-        return self._per_group(
-            group_ids, cluster, lambda a, groups: a.describe_consumer_groups(groups, **kwargs), decide
-        )
+        return self._per_group("describe", group_ids, cluster, kwargs, decide)
 
     def delete_consumer_groups(
         self, /, group_ids: list[str], *, cluster: str | None = None, **kwargs: Any
@@ -223,10 +223,6 @@ class GroupCalls:
         Raises:
             TypeError, ValueError: as confluent-kafka (not a list, empty list).
         """
-        if not isinstance(group_ids, list):
-            raise TypeError("Expected input to be list of group ids to be deleted")
-        if len(group_ids) == 0:
-            raise ValueError("Expected at least one group to be deleted")
 
         def decide(group: str, clusters: list[str], futures: Sequence[Future[Any]]) -> Any:
             errors = [f.exception() for f in futures]
@@ -242,6 +238,4 @@ class GroupCalls:
                 raise missing[0]
             return None
 
-        return self._per_group(
-            group_ids, cluster, lambda a, groups: a.delete_consumer_groups(groups, **kwargs), decide
-        )
+        return self._per_group("delete", group_ids, cluster, kwargs, decide)
