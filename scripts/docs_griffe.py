@@ -106,8 +106,8 @@ class Delegates(Extension):
 
 
 def _awaiting(cls: Class, attribute: Attribute) -> Function:
-    """The ``async`` method ``name = awaits(...)`` makes, ``(self, *args, **kwargs)``,
-    with its docstring at run time."""
+    """The ``async`` method ``name = awaits(...)`` makes, ``(self, *args: Any, **kwargs: Any)
+    -> Any``, with its docstring at run time."""
     runtime = getattr(importlib.import_module(cls.module.path), cls.name)
     function = Function(
         attribute.name,
@@ -115,9 +115,10 @@ def _awaiting(cls: Class, attribute: Attribute) -> Function:
         endlineno=attribute.endlineno,
         parameters=Parameters(
             Parameter("self", kind=ParameterKind.positional_or_keyword),
-            Parameter("args", kind=ParameterKind.var_positional),
-            Parameter("kwargs", kind=ParameterKind.var_keyword),
+            Parameter("args", annotation="Any", kind=ParameterKind.var_positional),
+            Parameter("kwargs", annotation="Any", kind=ParameterKind.var_keyword),
         ),
+        returns="Any",
     )
     function.labels.add("async")
     function.docstring = Docstring(rst_to_markdown(getattr(runtime, attribute.name).__doc__), parent=function)
