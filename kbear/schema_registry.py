@@ -37,6 +37,7 @@ confluent-kafka's registry client comes with the ``schema-registry`` extra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -130,15 +131,10 @@ def per_cluster(factory: Callable[[Any], Serde], *, default: Serde | None = None
 
 
 def _value(key: str, value: str) -> Any:
-    if key in _NUMERIC:
-        try:
-            return int(value)
-        except ValueError:
-            try:
-                return float(value)
-            except ValueError:
-                return value  # confluent-kafka's TypeError names the key
-    return value
+    for number in (int, float) if key in _NUMERIC else ():
+        with contextlib.suppress(ValueError):
+            return number(value)
+    return value  # (not a number where one is due: confluent-kafka's TypeError names the key)
 
 
 def registry_config(meta: Mapping[str, str] | None) -> dict[str, Any] | None:
@@ -185,12 +181,11 @@ def stale_registries(
     built with) whose ``schema.registry.*`` meta (``meta(cluster_id)``) now says otherwise;
     a cluster no longer configured (meta None) is not stale: its messages may still be
     in flight."""
-    stale = []
-    for cluster_id, conf in list(confs.items()):
-        now = meta(cluster_id)
-        if now is not None and registry_config(now) != conf:
-            stale.append(cluster_id)
-    return stale
+    return [
+        cluster_id
+        for cluster_id, conf in list(confs.items())
+        if (now := meta(cluster_id)) is not None and registry_config(now) != conf
+    ]
 
 
 _clients: dict[tuple[tuple[str, str], ...], Any] = {}
