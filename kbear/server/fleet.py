@@ -36,6 +36,7 @@ counted); entries unseen for ``ttl_s`` seconds are deleted; past
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import re
@@ -80,6 +81,12 @@ _MAINTENANCE_S = 1.0
 def shown_location(location: object) -> str:
     """A store's location for a log line: a URL's password hidden."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(location))
+
+
+@functools.lru_cache(maxsize=10_000)
+def _meta_json(items: tuple[tuple[str, str], ...]) -> str:
+    """A client's meta (its items) as kept: secret-looking values hidden, JSON with sorted keys."""
+    return json.dumps(redact(dict(items)), sort_keys=True)
 
 
 class FleetRecorder:
@@ -138,7 +145,6 @@ class FleetRecorder:
         # (the refreshes of one note: one last-seen time, address and digest)
         self._refreshed: list[list[tuple[str | float, ...]]] = []
         self._maintained_at = 0.0
-        self._meta_json: dict[tuple[tuple[str, str], ...], str] = {}
         # requests this process noted last: (peer, digest, request body) -> when
         self._answers: dict[tuple[Any, ...], float] = {}
         self._dropped = 0
@@ -184,7 +190,7 @@ class FleetRecorder:
         """
         when = time.time() if at is None else at
         host = address.rsplit(":", 1)[0]
-        head = (kind, client_id, self._meta_json_of(meta), host, address, digest, when)
+        head = (kind, client_id, _meta_json(tuple(meta.items())), host, address, digest, when)
         self._note(head + tuple(item for lookup in lookups for item in lookup))
         self._news.set()
 
@@ -237,7 +243,9 @@ class FleetRecorder:
         if not flat:
             return
         host, address = ("unknown", "unknown") if peer is None else (peer[0], f"{peer[0]}:{peer[1]}")
-        self._note((kind, client.id, self._meta_json_of(client.meta), host, address, digest, at, *flat))
+        self._note(
+            (kind, client.id, _meta_json(tuple(client.meta.items())), host, address, digest, at, *flat)
+        )
         if last is None and not self._news.is_set():
             self._news.set()  # a request not answered before from this connection: maybe news
 
@@ -246,16 +254,6 @@ class FleetRecorder:
             self._dropped += 1
             return
         self._pending.append(note)
-
-    def _meta_json_of(self, meta: Mapping[str, str]) -> str:
-        """The meta as kept: secret-looking values hidden, JSON with sorted keys (cached)."""
-        items = tuple(meta.items())
-        meta_json = self._meta_json.get(items)
-        if meta_json is None:
-            if len(self._meta_json) > 10_000:
-                self._meta_json.clear()
-            meta_json = self._meta_json[items] = json.dumps(redact(meta), sort_keys=True)
-        return meta_json
 
     # ------------------------------------------------------------------ the writer
 
