@@ -44,21 +44,25 @@ def mirror_to_west(
     partitions: int = 2,
 ) -> Iterator[MirrorMaker2]:
     """``topics`` created on east and west (``partitions`` each) and MirrorMaker 2
-    mirroring them (and ``groups``' offsets) east -> west, stopped on exit; skips the
-    test when MirrorMaker 2 cannot run here."""
+    mirroring them (and ``groups``' offsets) east -> west, its JVM killed on every
+    way out (the test's end or failure, an exception or ^C, during set-up too; a run
+    killed outright: :class:`MirrorMaker2` dies with its parent); skips the test when
+    MirrorMaker 2 cannot run here."""
     for topic in topics:
         east.create_topic(topic, partitions)
         it.create_topic(topic, partitions, "B")
+    mm2: MirrorMaker2 | None = None
     try:
-        mm2 = MirrorMaker2(
-            east, it.clusters["B"], directory, topics="|".join(topics), groups=groups, identity=True
-        )
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
+        try:
+            mm2 = MirrorMaker2(
+                east, it.clusters["B"], directory, topics="|".join(topics), groups=groups, identity=True
+            )
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
         yield mm2
     finally:
-        mm2.close()
+        if mm2 is not None:
+            mm2.close()
 
 
 def declare_failover(it: Harness, east: Cluster) -> ConfigDir:

@@ -19,9 +19,11 @@ and ``Checkpoint`` of connect-mirror, byte for byte), re-exported here for the t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import signal
 import subprocess
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from integration.backends import _LIVE, BackendUnavailable, Cluster
@@ -87,6 +89,23 @@ def mm2_properties(
     if missing:
         raise ValueError(f"{EXAMPLE}: no line for {sorted(missing)}")
     return "\n".join(out) + "\n"
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when the process that started
+    it ends, however it ends (Linux's ``PR_SET_PDEATHSIG``, kept across ``exec``): a
+    test run ended by SIGTERM or SIGKILL, or by pytest-timeout's ``os._exit``, runs
+    no ``finally`` and no ``atexit`` hook. None off Linux. The signal follows the
+    *thread* that started the child: start it from a thread that outlives it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, sigkill)
+
+    return preexec
 
 
 def mirror_classpath(version: str | None = None) -> str:
@@ -172,15 +191,17 @@ class MirrorMaker2:
             "--clusters",
             aliases[1],
         ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        _LIVE.add(self)  # stopped by the atexit hook of the brokers too (before it starts)
         with open(directory / "stdout.log", "ab") as out:
-            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            self.proc = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True,  # no ^C of the run's terminal: close() or atexit stops it
+                preexec_fn=_dies_with_parent(),  # a run killed without atexit: the kernel does
             )
-        _LIVE.add(self)  # stopped by the atexit hook of the brokers too
 
     def remote_topic(self, topic: str) -> str:
         """The mirrored topic's name on the target."""
@@ -200,13 +221,17 @@ class MirrorMaker2:
         return self.proc is not None and self.proc.poll() is None
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
+        """Stop the process (SIGTERM; SIGKILL after 15 s, or at once when the wait is
+        interrupted: a second ^C); idempotent."""
+        proc = self.proc
+        try:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=15)
+        finally:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
-        with contextlib.suppress(KeyError):
-            _LIVE.remove(self)
+            self.proc = None
+            _LIVE.discard(self)
