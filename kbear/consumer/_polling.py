@@ -184,8 +184,11 @@ class PollLoop:
                 msg = entry.consumer.poll(step)
                 if msg is not None:
                     return self._out(entry, msg)  # type: ignore[no-any-return]
+            left = deadline.remaining()
+            if left is not None and left <= 0:
+                return None  # the work due is the next call's (counted in its timeout)
             if self._needs_care() or self.registry.leaving:
-                self.between_calls(deadline.remaining())
+                self.between_calls(left)
                 if self.registry.leaving:
                     leftover = self._serve_leaving()
                     if leftover is not None:
@@ -246,7 +249,6 @@ class PollLoop:
                 return out
             if self.gate.waiting and not self.gate.yield_to(left):
                 return out
-            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
             if self._needs_care() or self.registry.leaving:
                 self.between_calls(deadline.remaining())
                 if self.registry.leaving:
@@ -257,6 +259,10 @@ class PollLoop:
                 n = len(active)
                 if not n:
                     return out
+            left = deadline.remaining()  # what the work between slices left
+            if left is not None and left <= 0:
+                return out
+            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
 
     def _serve_leaving(self) -> Message | None:
         """Poll (timeout 0) the clients of clusters just unsubscribed, so their
