@@ -21,6 +21,7 @@ ends (Ctrl+C, or SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -30,14 +31,11 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_OK, print_config_error
 from kbear._cli_init import DEFAULT_CLUSTERS, placeholder, write_config
 from kbear.config import CLUSTERS_FILE, ConfigError, ConfigProblem, KBearConfig, load_config
-
-if TYPE_CHECKING:
-    from kbear.testing import EmbeddedCluster
 
 __all__ = ["add_dev_arguments", "cmd_dev", "placeholders"]
 
@@ -117,6 +115,12 @@ def _start_serve(directory: Path, port: int, env: dict[str, str], out: TextIO) -
     return child
 
 
+def _end(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        child.wait(10)
+
+
 def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``kbear dev``: 0 after Ctrl+C (or SIGTERM), 2 a configuration error."""
     from kbear.testing import EmbeddedCluster  # lazily: loads librdkafka's mock cluster API
@@ -143,18 +147,20 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
         )
         return EXIT_CONFIG_ERROR
     stop = threading.Event()
-    clusters: list[EmbeddedCluster] = []
     env = dict(os.environ)
     env_file = Path(args.env_file) if args.env_file else None
-    if env_file is not None:
-        env_file.unlink(missing_ok=True)  # never the addresses of an earlier run
     serve: subprocess.Popen[bytes] | None = None
-    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    try:
+    # undone in reverse order at the end: kbear serve ended, clusters closed, the export
+    # file removed, SIGTERM's handler restored; Ctrl+C ends the run
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.suppress(KeyboardInterrupt))
+        stack.callback(signal.signal, signal.SIGTERM, signal.signal(signal.SIGTERM, lambda *_: stop.set()))
+        if env_file is not None:
+            env_file.unlink(missing_ok=True)  # never the addresses of an earlier run
+            stack.callback(env_file.unlink, missing_ok=True)
         exports = []
         for cluster_id, name in wanted.items():
-            cluster = EmbeddedCluster(args.brokers)
-            clusters.append(cluster)
+            cluster = stack.enter_context(EmbeddedCluster(args.brokers))
             for topic in written.topics:
                 cluster.create_topic(topic, _PARTITIONS)
             env[name] = cluster.bootstrap_servers
@@ -166,6 +172,7 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return print_config_error(exc, str(directory))
         if args.serve:
             serve = _start_serve(directory, args.port, env, out)
+            stack.callback(_end, serve)
         print(
             f"configuration: {directory} ({len(config.clusters)} clusters, {len(config.rules)} rules)",
             file=out,
@@ -182,16 +189,5 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if serve is not None and serve.poll() is not None:
                 print(f"kbear: dev: kbear serve ended (exit {serve.returncode})", file=sys.stderr)
                 return EXIT_CONFIG_ERROR
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if serve is not None and serve.poll() is None:
-            serve.terminate()
-            serve.wait(10)
-        if env_file is not None:
-            env_file.unlink(missing_ok=True)
-        for cluster in clusters:
-            cluster.close()
     print("stopped: the clusters are gone", file=out)
     return EXIT_OK
