@@ -339,9 +339,8 @@ def create_on_target(admin: RoutedAdminClient, plan: MovePlan, timeout_s: float 
         return done
     if target.partitions < source.partitions:
         spec_p = NewPartitions(target.topic, source.partitions)
-        admin.create_partitions([spec_p], cluster=plan.to, request_timeout=timeout_s)[target.topic].result(
-            wait
-        )
+        futures = admin.create_partitions([spec_p], cluster=plan.to, request_timeout=timeout_s)
+        futures[target.topic].result(wait)
         done.append(f"'{target.topic}' on {plan.to}: {target.partitions} -> {source.partitions} partitions")
     changes = [
         ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
@@ -350,9 +349,8 @@ def create_on_target(admin: RoutedAdminClient, plan: MovePlan, timeout_s: float 
     ]
     if changes:
         resource = ConfigResource(ResourceType.TOPIC, target.topic, incremental_configs=changes)
-        admin.incremental_alter_configs([resource], cluster=plan.to, request_timeout=timeout_s)[
-            resource
-        ].result(wait)
+        altered = admin.incremental_alter_configs([resource], cluster=plan.to, request_timeout=timeout_s)
+        altered[resource].result(wait)
         done.append(
             f"'{target.topic}' on {plan.to}: set " + ", ".join(f"{c.name}={c.value}" for c in changes)
         )
