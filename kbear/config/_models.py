@@ -54,11 +54,9 @@ def _meta(value: Any) -> Any:
 def _brief(value: Any) -> str:
     """A short, safe rendering of a bad value for an error message: never the
     repr of a whole (possibly huge, alias-multiplied) structure."""
-    if isinstance(value, bool | int | float) and not isinstance(value, _YamlInt | _YamlFloat):
-        text = repr(value)
-    elif isinstance(value, _YamlInt | _YamlFloat):
+    if isinstance(value, _YamlInt | _YamlFloat):
         text = value.source
-    elif isinstance(value, str):
+    elif isinstance(value, bool | int | float | str):
         text = repr(value)
     else:
         return f"a {type(value).__name__}"
