@@ -264,33 +264,31 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
 
     warnings: list[LintWarning] = []
     flagged: set[str] = set()
+
+    def warn(code: str, subject: str, message: str) -> None:
+        warnings.append(LintWarning(code, ROUTE_RULES_FILE, subject, message))
+
     for rule in config.rules:
         record = seen[rule.id]
         subject = f"rule '{rule.id}'"
         if all(v is False for v in record.verdicts):
             flagged.add(rule.id)
-            warnings.append(
-                LintWarning(
-                    "never-matches",
-                    ROUTE_RULES_FILE,
-                    subject,
-                    f"never matches: its conditions ({' and '.join(map(str, rule.statement.conditions))}) "
-                    "are false in every lookup it takes part in",
-                )
+            warn(
+                "never-matches",
+                subject,
+                f"never matches: its conditions ({' and '.join(map(str, rule.statement.conditions))}) "
+                "are false in every lookup it takes part in",
             )
         elif all(s is not None for s in record.shadowers):
             flagged.add(rule.id)
             shadowers = list(dict.fromkeys(s.id for s in record.shadowers if s is not None))
             names = " and ".join(f"'{s}'" for s in shadowers)
             which = f"rule {names} comes" if len(shadowers) == 1 else f"rules {names} come"
-            warnings.append(
-                LintWarning(
-                    "shadowed",
-                    ROUTE_RULES_FILE,
-                    subject,
-                    f"can never win: {which} before it and always match"
-                    f"{'es' if len(shadowers) == 1 else ''} in every chain it takes part in",
-                )
+            warn(
+                "shadowed",
+                subject,
+                f"can never win: {which} before it and always match"
+                f"{'es' if len(shadowers) == 1 else ''} in every chain it takes part in",
             )
     for earlier, later in order_pairs.values():
         if earlier.id in flagged or later.id in flagged:
@@ -301,15 +299,12 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
             scope = f"topic '{earlier.topic_id}'"
         else:
             scope = f"consumer group '{earlier.group_name}' on topic '{earlier.topic_id}'"
-        warnings.append(
-            LintWarning(
-                "order-dependent",
-                ROUTE_RULES_FILE,
-                f"rules '{earlier.id}' and '{later.id}'",
-                f"same priority {earlier.priority} and scope ({scope}), one lookup can match both, and "
-                f"they pick {_describe_target(earlier)} and {_describe_target(later)}: "
-                f"only their order in {ROUTE_RULES_FILE} decides ('{earlier.id}' wins)",
-            )
+        warn(
+            "order-dependent",
+            f"rules '{earlier.id}' and '{later.id}'",
+            f"same priority {earlier.priority} and scope ({scope}), one lookup can match both, and "
+            f"they pick {_describe_target(earlier)} and {_describe_target(later)}: "
+            f"only their order in {ROUTE_RULES_FILE} decides ('{earlier.id}' wins)",
         )
     return warnings
 
