@@ -53,15 +53,15 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
-    field_validator,
     model_validator,
 )
 
@@ -99,6 +99,84 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
         return ""
     found = difflib.get_close_matches(word, sorted(known), n=1, cutoff=SUGGEST_CUTOFF)
     return f" (did you mean '{found[0]}'?)" if found else ""
+
+
+def _key(info: ValidationInfo) -> str:
+    """The kbear key of the field being validated: its alias."""
+    return str(KBearSettings.model_fields[str(info.field_name)].alias)
+
+
+def _count(value: Any, info: ValidationInfo) -> int:
+    key = _key(info)
+    try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        number = int(value)
+    except (TypeError, ValueError):
+        what = "an integer number of milliseconds" if key.endswith(".ms") else "an integer"
+        raise ValueError(f"{key} must be {what}, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{key} must be >= 0, got {number}")
+    return number
+
+
+def _choice(value: Any, info: ValidationInfo) -> StrEnum:
+    field = KBearSettings.model_fields[str(info.field_name)]
+    kind = cast(type[StrEnum], field.annotation)
+    try:
+        return kind(str(value))
+    except ValueError:
+        names = [member.value for member in kind]
+        allowed = f"'{names[0]}' or '{names[1]}'" if len(names) == 2 else f"one of {', '.join(names)}"
+        raise ValueError(f"{field.alias} must be {allowed}, got {str(value)!r}") from None
+
+
+def _multiplier(value: Any) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"kbear.nack.backoff.multiplier must be a number, got {value!r}") from None
+    if not number >= 1.0 or number == float("inf"):
+        raise ValueError(f"kbear.nack.backoff.multiplier must be >= 1, got {value!r}")
+    return number
+
+
+def _flag(value: Any, info: ValidationInfo) -> bool:
+    text = value if isinstance(value, bool) else str(value).strip().lower()
+    if text in (True, "true", "1"):
+        return True
+    if text in (False, "false", "0"):
+        return False
+    raise ValueError(f"{_key(info)} must be true or false, got {value!r}")
+
+
+def _template(value: Any, info: ValidationInfo) -> str:
+    text = str(value)
+    try:
+        name = text.format(topic="t", group="g")
+    except (KeyError, IndexError, ValueError):
+        raise ValueError(
+            f"{_key(info)} may use only the placeholders {{topic}} and {{group}}, got {text!r}"
+        ) from None
+    if not name:
+        raise ValueError(f"{_key(info)} must not be empty")
+    return text
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+# The kinds of value of the kbear keys, each checked before pydantic's own validation
+# (the messages name the key).
+_Count = Annotated[int, BeforeValidator(_count)]  # ms or a count, >= 0
+_Choice = BeforeValidator(_choice)  # one of the field's StrEnum
+_Flag = Annotated[bool, BeforeValidator(_flag)]
+_Multiplier = Annotated[float, BeforeValidator(_multiplier)]
+_Template = Annotated[str, BeforeValidator(_template)]
+_Text = BeforeValidator(_text)
 
 
 class KBearSettings(BaseModel):
@@ -205,115 +283,33 @@ class KBearSettings(BaseModel):
         frozen=True, extra="forbid", populate_by_name=True, arbitrary_types_allowed=True
     )
 
-    config_dir: str | None = Field(None, alias="kbear.config")
+    config_dir: Annotated[str | None, _Text] = Field(None, alias="kbear.config")
     client: Client = Field(default_factory=lambda: Client(None, {}))
-    reload_interval_ms: int = Field(10_000, alias="kbear.reload.interval.ms")
-    drain_timeout_ms: int = Field(30_000, alias="kbear.switch.drain.timeout.ms")
-    drain_idle_ms: int = Field(2_000, alias="kbear.switch.drain.idle.ms")
-    switch_mode: SwitchMode = Field(SwitchMode.DRAIN, alias="kbear.switch.mode")
-    switch_start: SwitchStart = Field(SwitchStart.COMMITTED, alias="kbear.switch.start")
-    timestamp_margin_ms: int = Field(0, alias="kbear.switch.timestamp.margin.ms")
-    group: str | None = Field(None, alias="kbear.group")
-    cluster: str = Field("kafka", alias="kbear.cluster")
-    metrics_enable: bool = Field(False, alias="kbear.metrics.enable")
-    ack_mode: AckMode = Field(AckMode.OFFSET, alias="kbear.ack.mode")
-    nack_backoff_min_ms: int = Field(1_000, alias="kbear.nack.backoff.min.ms")
-    nack_backoff_max_ms: int = Field(60_000, alias="kbear.nack.backoff.max.ms")
-    nack_backoff_multiplier: float = Field(2.0, alias="kbear.nack.backoff.multiplier")
-    ack_timeout_ms: int = Field(0, alias="kbear.ack.timeout.ms")
-    ack_timeout_tick_ms: int = Field(1_000, alias="kbear.ack.timeout.tick.ms")
-    retry_enable: bool = Field(False, alias="kbear.retry.enable")
-    retry_topic: str = Field("{topic}-{group}-RETRY", alias="kbear.retry.topic")
-    dlq_topic: str = Field("{topic}-{group}-DLQ", alias="kbear.dlq.topic")
-    max_redeliver_count: int = Field(0, alias="kbear.max.redeliver.count")
-    chunking_enable: bool = Field(False, alias="kbear.chunking.enable")
-    chunking_expire_ms: int = Field(60_000, alias="kbear.chunking.expire.ms")
-    chunking_max_pending: int = Field(10, alias="kbear.chunking.max.pending")
-    delay_enable: bool = Field(False, alias="kbear.delay.enable")
-    failover_enable: bool = Field(False, alias="kbear.failover.enable")
-    failover_after_ms: int = Field(30_000, alias="kbear.failover.after.ms")
-
-    @field_validator(
-        "reload_interval_ms",
-        "drain_timeout_ms",
-        "drain_idle_ms",
-        "timestamp_margin_ms",
-        "nack_backoff_min_ms",
-        "nack_backoff_max_ms",
-        "ack_timeout_ms",
-        "ack_timeout_tick_ms",
-        "max_redeliver_count",
-        "chunking_expire_ms",
-        "chunking_max_pending",
-        "failover_after_ms",
-        mode="before",
-    )
-    @classmethod
-    def _milliseconds(cls, value: Any, info: ValidationInfo) -> int:
-        key = cls.model_fields[str(info.field_name)].alias
-        try:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            number = int(value)
-        except (TypeError, ValueError):
-            what = "an integer number of milliseconds" if str(key).endswith(".ms") else "an integer"
-            raise ValueError(f"{key} must be {what}, got {value!r}") from None
-        if number < 0:
-            raise ValueError(f"{key} must be >= 0, got {number}")
-        return number
-
-    @field_validator("ack_mode", "switch_mode", "switch_start", mode="before")
-    @classmethod
-    def _choice(cls, value: Any, info: ValidationInfo) -> StrEnum:
-        field = cls.model_fields[str(info.field_name)]
-        kind = cast(type[StrEnum], field.annotation)
-        try:
-            return kind(str(value))
-        except ValueError:
-            names = [member.value for member in kind]
-            allowed = f"'{names[0]}' or '{names[1]}'" if len(names) == 2 else f"one of {', '.join(names)}"
-            raise ValueError(f"{field.alias} must be {allowed}, got {str(value)!r}") from None
-
-    @field_validator("nack_backoff_multiplier", mode="before")
-    @classmethod
-    def _multiplier(cls, value: Any) -> float:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"kbear.nack.backoff.multiplier must be a number, got {value!r}") from None
-        if not number >= 1.0 or number == float("inf"):
-            raise ValueError(f"kbear.nack.backoff.multiplier must be >= 1, got {value!r}")
-        return number
-
-    @field_validator(
-        "retry_enable", "chunking_enable", "delay_enable", "metrics_enable", "failover_enable", mode="before"
-    )
-    @classmethod
-    def _flag(cls, value: Any, info: ValidationInfo) -> bool:
-        key = cls.model_fields[str(info.field_name)].alias
-        text = value if isinstance(value, bool) else str(value).strip().lower()
-        if text in (True, "true", "1"):
-            return True
-        if text in (False, "false", "0"):
-            return False
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-
-    @field_validator("retry_topic", "dlq_topic", mode="before")
-    @classmethod
-    def _template(cls, value: Any, info: ValidationInfo) -> str:
-        key = cls.model_fields[str(info.field_name)].alias
-        text = str(value)
-        try:
-            name = text.format(topic="t", group="g")
-        except (KeyError, IndexError, ValueError):
-            raise ValueError(
-                f"{key} may use only the placeholders {{topic}} and {{group}}, got {text!r}"
-            ) from None
-        if not name:
-            raise ValueError(f"{key} must not be empty")
-        return text
+    reload_interval_ms: _Count = Field(10_000, alias="kbear.reload.interval.ms")
+    drain_timeout_ms: _Count = Field(30_000, alias="kbear.switch.drain.timeout.ms")
+    drain_idle_ms: _Count = Field(2_000, alias="kbear.switch.drain.idle.ms")
+    switch_mode: Annotated[SwitchMode, _Choice] = Field(SwitchMode.DRAIN, alias="kbear.switch.mode")
+    switch_start: Annotated[SwitchStart, _Choice] = Field(SwitchStart.COMMITTED, alias="kbear.switch.start")
+    timestamp_margin_ms: _Count = Field(0, alias="kbear.switch.timestamp.margin.ms")
+    group: Annotated[str | None, _Text] = Field(None, alias="kbear.group")
+    cluster: Annotated[str, _Text] = Field("kafka", alias="kbear.cluster")
+    metrics_enable: _Flag = Field(False, alias="kbear.metrics.enable")
+    ack_mode: Annotated[AckMode, _Choice] = Field(AckMode.OFFSET, alias="kbear.ack.mode")
+    nack_backoff_min_ms: _Count = Field(1_000, alias="kbear.nack.backoff.min.ms")
+    nack_backoff_max_ms: _Count = Field(60_000, alias="kbear.nack.backoff.max.ms")
+    nack_backoff_multiplier: _Multiplier = Field(2.0, alias="kbear.nack.backoff.multiplier")
+    ack_timeout_ms: _Count = Field(0, alias="kbear.ack.timeout.ms")
+    ack_timeout_tick_ms: _Count = Field(1_000, alias="kbear.ack.timeout.tick.ms")
+    retry_enable: _Flag = Field(False, alias="kbear.retry.enable")
+    retry_topic: _Template = Field("{topic}-{group}-RETRY", alias="kbear.retry.topic")
+    dlq_topic: _Template = Field("{topic}-{group}-DLQ", alias="kbear.dlq.topic")
+    max_redeliver_count: _Count = Field(0, alias="kbear.max.redeliver.count")
+    chunking_enable: _Flag = Field(False, alias="kbear.chunking.enable")
+    chunking_expire_ms: _Count = Field(60_000, alias="kbear.chunking.expire.ms")
+    chunking_max_pending: _Count = Field(10, alias="kbear.chunking.max.pending")
+    delay_enable: _Flag = Field(False, alias="kbear.delay.enable")
+    failover_enable: _Flag = Field(False, alias="kbear.failover.enable")
+    failover_after_ms: _Count = Field(30_000, alias="kbear.failover.after.ms")
 
     @model_validator(mode="after")
     def _ranges(self) -> KBearSettings:
@@ -327,11 +323,6 @@ class KBearSettings(BaseModel):
         if self.chunking_max_pending == 0:
             raise ValueError("kbear.chunking.max.pending must be >= 1")
         return self
-
-    @field_validator("config_dir", "group", "cluster", mode="before")
-    @classmethod
-    def _text(cls, value: Any) -> str | None:
-        return None if value is None else str(value)
 
 
 #: key -> default, for every kbear key of :class:`KBearSettings` (the settings
