@@ -188,12 +188,6 @@ class AuditLog:
             rows = self._db.execute(f"SELECT {_COLUMNS} FROM audit{where} ORDER BY id DESC LIMIT ?", params)
             return [AuditEntry(*row) for row in rows.fetchall()]
 
-    def get(self, entry_id: int) -> AuditEntry | None:
-        """Entry ``entry_id``, or None."""
-        with self._lock:
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM audit WHERE id = ?", (entry_id,)).fetchone()
-        return None if row is None else AuditEntry(*row)
-
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
