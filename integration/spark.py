@@ -72,16 +72,16 @@ def java_version() -> str | None:
     return out.stderr.splitlines()[0] if out.returncode == 0 and out.stderr else None
 
 
-def session(jars: list[Path] | None) -> SparkSession:
-    """A local SparkSession (``local[2]``, no UI, 127.0.0.1, 2 shuffle partitions) for the
-    tests, with ``jars`` as ``spark.jars`` when given. Its Python workers run this
-    interpreter."""
+def session(jars: list[Path] | None, master: str = "local[2]", app: str = "kbear-tests") -> SparkSession:
+    """A SparkSession on ``master`` (default ``local[2]``; no UI, 127.0.0.1, 2 shuffle
+    partitions) for the tests and the applications they run (``app``: its name), with
+    ``jars`` as ``spark.jars`` when given. Its Python workers run this interpreter."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("kbear-tests")
+        SparkSession.builder.master(master)
+        .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.host", "127.0.0.1")

@@ -21,20 +21,12 @@ from typing import Any
 
 
 def main(topic: str, out: str, stop: str, checkpoint: str, options: str) -> int:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
+    from integration.spark import session
     from kbear.spark import read_stream
 
-    spark = (
-        SparkSession.builder.master(os.environ["KBEAR_SPARK_MASTER"])
-        .appName("kbear-failover-job")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.pyspark.python", sys.executable)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session(None, os.environ["KBEAR_SPARK_MASTER"], "kbear-failover-job")
     df = read_stream(
         spark, [topic], config=os.environ["KBEAR_CONFIG"], source="kbear", options=json.loads(options)
     )
