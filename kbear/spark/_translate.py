@@ -117,9 +117,6 @@ _SKIPPED = frozenset(
         "debug",
         "log_level",
         "statistics.interval.ms",
-        "api.version.request",
-        "api.version.request.timeout.ms",
-        "api.version.fallback.ms",
         "broker.version.fallback",
         "socket.keepalive.enable",
         "socket.nagle.disable",
@@ -220,7 +217,7 @@ def translate_properties(properties: Mapping[str, str], *, cluster: str = "?") -
     for key, value in props.items():
         if key in _SAME_NAME:
             out[f"kafka.{key}"] = value
-        elif key in _SKIPPED or key.startswith("test.mock."):
+        elif key in _SKIPPED or key.startswith(("api.version.", "test.mock.")):
             log.debug("cluster %s: librdkafka property %s has no Java equivalent; skipped", cluster, key)
         elif key not in _HANDLED:
             problems.append(
