@@ -55,8 +55,6 @@ META_TIMEOUT_S = 10.0
 #: The same, to a cluster that did not answer its last question (seconds): a batch
 #: does not wait long on a cluster known down.
 PROBE_TIMEOUT_S = 2.0
-#: Bound of each read of a mirror's topics at a translated start (seconds).
-MIRROR_TIMEOUT_S = 10.0
 
 
 class SourceFailover:
@@ -244,7 +242,6 @@ def mirror_start(
             failover,
             properties(new.cluster_id),
             properties(old.cluster_id) if old_answers else None,
-            timeout_s=MIRROR_TIMEOUT_S,
         )
         for p, s in view.translate("", failover, old.topic, marks, upstream=known).items():
             by[p] = ("none", None) if s.source is StartSource.NONE else (s.source.value, s.offset)
@@ -349,9 +346,7 @@ def fail_back_start(
     failover = _copied_to(config, new, old, MirrorKind.MM2)
     if failover is None:
         return None
-    view = read_mirror(
-        failover, properties(old.cluster_id), properties(new.cluster_id), timeout_s=MIRROR_TIMEOUT_S
-    )
+    view = read_mirror(failover, properties(old.cluster_id), properties(new.cluster_id))
     starts: dict[str, int] = {}
     parts: dict[str, dict[str, Any]] = {}
     for p, at in positions.items():

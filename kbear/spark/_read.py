@@ -55,8 +55,6 @@ BATCH_ROWS = 10_000
 
 #: librdkafka errors (``error_cb``) saying the cluster does not answer: _TRANSPORT, _ALL_BROKERS_DOWN
 _DOWN = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
-#: Bound of each read of a mirror's topics by a task (seconds).
-MIRROR_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -304,7 +302,7 @@ def _standby_rows(
     if failover.mirror is MirrorKind.IDENTICAL:
         start, stop = next_offset, part.end
     else:
-        view = read_mirror(failover, standby.properties, None, timeout_s=MIRROR_TIMEOUT_S)
+        view = read_mirror(failover, standby.properties, None)
         last = view.syncs.at_or_after(part.topic, part.partition, part.end - 1)
         if last is None:
             return None
