@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -202,10 +203,7 @@ def jvm_frames(
         pairs = [x for t in logicals for x in (F.lit(routes[t].topic), F.lit(t))]
         df = df.withColumn("topic", F.coalesce(F.create_map(*pairs)[F.col("topic")], F.col("topic")))
         frames.append(df.withColumn("cluster", F.lit(cluster)))
-    out = frames[0]
-    for df in frames[1:]:
-        out = out.unionByName(df)
-    return out
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
 # --------------------------------------------------------------------------- sink
