@@ -39,9 +39,7 @@ def total(registry: CollectorRegistry, name: str, **labels: str) -> float:
     )
 
 
-def agree(
-    delivered: Counts, consumed: Counts, clients: Iterable[Any], out: TextIO, client_id: str = "demo-{env}"
-) -> bool:
+def agree(delivered: Counts, consumed: Counts, clients: Iterable[Any], out: TextIO) -> bool:
     """Whether the scraped figures equal the demo's table: per (env, topic, cluster),
     messages transmitted by the producer (``kbear_producer_transmitted_messages_total``)
     = delivered, handed to the application by the consumer (``kbear_consumer_messages_total``) =
@@ -56,7 +54,7 @@ def agree(
             ("kbear_consumer_messages_total", consumed),
         ):
             for (env, topic, cluster), count in counts.items():
-                got = total(REGISTRY, name, client=client_id.format(env=env), topic=topic, cluster=cluster)
+                got = total(REGISTRY, name, client=f"demo-{env}", topic=topic, cluster=cluster)
                 if got != count:
                     diffs.append(
                         f"{name}{{env={env}, topic={topic}, cluster={cluster}}} = {got:g}, table {count}"
