@@ -245,13 +245,6 @@ def _rewrite(text: str, cluster_id: str, changes: dict[str, str | None]) -> str:
     return str(yaml.safe_dump(document, sort_keys=False))
 
 
-def decision_stamp(now: datetime | None = None) -> str:
-    """``kbear.failover.decided``'s value for a decision taken ``now`` (default: the
-    wall clock), UTC to the millisecond: ``2026-11-28T15:20:03.123Z``."""
-    when = (now or datetime.now(UTC)).astimezone(UTC)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def plan(
     directory: Path,
     config: KBearConfig,
@@ -300,8 +293,10 @@ def plan(
         out.why_not = f"cluster {needed!r} does not answer: {out.reachable[needed]}"
     out.ready = not out.why_not
     old = (directory / CLUSTERS_FILE).read_text(encoding="utf-8")
-    # the meta keys the decision writes (a value) or removes (None)
-    changes = {FAILOVER_ACTIVE: None if back else "true", FAILOVER_DECIDED: decision_stamp()}
+    # the meta keys the decision writes (a value) or removes (None); the decision's time
+    # in UTC to the millisecond: 2026-11-28T15:20:03.123Z
+    decided = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    changes = {FAILOVER_ACTIVE: None if back else "true", FAILOVER_DECIDED: decided}
     new = _edit(old, cluster_id, changes)
     if new is None:
         new, out.rewritten = _rewrite(old, cluster_id, changes), True

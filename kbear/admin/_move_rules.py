@@ -39,11 +39,6 @@ from kbear.config import KBearConfig, RuleKind, load_config
 RULES_FILE = "route-rules.yaml"
 
 
-def move_rule_id(topic: str) -> str:
-    """The id of the rule ``kbear move`` writes for ``topic``."""
-    return f"move-{topic}"
-
-
 @dataclass(frozen=True)
 class RuleChange:
     """route-rules.yaml before and after a move.
@@ -161,7 +156,7 @@ def plan_rule_change(config: KBearConfig, topic: str, cluster: str, physical: st
         raise ValueError(f"unknown cluster {cluster!r} (clusters.yaml has: {', '.join(config.clusters)})")
     directory = Path(config.directory)
     old_text = (directory / RULES_FILE).read_text(encoding="utf-8")
-    rule_id = move_rule_id(topic)
+    rule_id = f"move-{topic}"  # the rule kbear move writes for the topic
     statement = f"use cluster {_crrl_name(cluster)}"
     if physical is not None and physical != topic:
         statement += f", topic {_crrl_name(physical)}"
