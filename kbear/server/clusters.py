@@ -110,7 +110,7 @@ class ClusterBoard(Rounds):
         self._clock = clock
         self._states: dict[str, ProbeState] = {}
         self._lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kbear-probe")
         self.mirror_interval_s = mirror_interval_s
         self._lags: dict[str, MirrorLag] = {}
         self._lag_asked: dict[str, float] = {}
@@ -166,8 +166,6 @@ class ClusterBoard(Rounds):
                 for c in config.clusters.values()
                 if (s := self._states.get(c.id)) is None or now - s.checked >= self.interval_s * 0.9
             ]
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kbear-probe")
         for cluster in config.clusters.values():
             standby = config.clusters.get(cluster.failover.standby or "")
             if cluster.failover.mirror is not MirrorKind.MM2 or standby is None:
@@ -206,8 +204,7 @@ class ClusterBoard(Rounds):
     def stop(self) -> None:
         """Stop probing (waits for the current round)."""
         super().stop()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ the answer
 
