@@ -76,7 +76,8 @@ def background_closes_end(*clusters: EmbeddedCluster) -> None:
     if not closes:
         return
     for cluster in clusters:
-        cluster.set_broker_up(-1)
+        if not cluster.closed:  # a test may have closed a cluster to lose it for good
+            cluster.set_broker_up(-1)
     deadline = time.monotonic() + BACKGROUND_CLOSE_WAIT_S
     for thread in closes:
         thread.join(max(0.0, deadline - time.monotonic()))
