@@ -49,11 +49,12 @@ def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
     and after the closes kbear left running in the background (:func:`background_closes_end`)."""
     a = EmbeddedCluster()
     b = EmbeddedCluster()
+    earlier = set(background_closes())
     try:
         yield a, b
     finally:
         try:
-            background_closes_end(a, b)
+            background_closes_end([t for t in background_closes() if t not in earlier], a, b)
         finally:
             b.close()
             a.close()
@@ -63,16 +64,20 @@ def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
 BACKGROUND_CLOSE_WAIT_S = 20.0
 
 
-def background_closes_end(*clusters: EmbeddedCluster) -> None:
-    """Wait (at most :data:`BACKGROUND_CLOSE_WAIT_S`) for the closes a RoutedConsumer
-    left to its ``kbear-close-<cluster>`` threads (the client of a cluster it held
-    for lost), every broker of ``clusters`` up again first: librdkafka's close
+def background_closes() -> list[threading.Thread]:
+    """The closes RoutedConsumers left running in the background: their
+    ``kbear-close-<cluster>`` threads (the client of a cluster held for lost)."""
+    return [t for t in threading.enumerate() if t.name.startswith("kbear-close-")]
+
+
+def background_closes_end(closes: Sequence[threading.Thread], *clusters: EmbeddedCluster) -> None:
+    """Wait (at most :data:`BACKGROUND_CLOSE_WAIT_S`) for ``closes`` (threads of
+    :func:`background_closes`), every broker of ``clusters`` up again first: librdkafka's close
     commits what was consumed and waits for the group coordinator to answer (45 s
     with ``group.protocol=consumer`` when it never does), so a cluster closed under
     it leaves a client retrying its connection every 50 ms for the rest of the run.
     Once the broker is back, such a close ends in about 0.6 s. A close still running
     after the wait is reported as a warning."""
-    closes = [t for t in threading.enumerate() if t.name.startswith("kbear-close-")]
     if not closes:
         return
     for cluster in clusters:
