@@ -276,13 +276,7 @@ class ReloadSubscription:
         owns_router: bool,
         release: Callable[[], None] | None = None,
     ) -> None:
-        ref = weakref.WeakMethod(on_change)
-
-        def listener(old: KBearConfig, new: KBearConfig) -> None:
-            method = ref()
-            if method is not None:
-                method(old, new)
-
+        listener = weak_method(on_change)
         self._router = router
         self.listener: Callable[[KBearConfig, KBearConfig], None] | None = listener
         router.subscribe(listener)
