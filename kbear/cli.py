@@ -95,7 +95,6 @@ from kbear._cli_dev import add_dev_arguments, cmd_dev
 from kbear._cli_init import add_init_arguments, cmd_init
 from kbear._cli_move import DESCRIPTION, add_arguments
 from kbear._cli_move import run as run_move
-from kbear._clients import current_factory, mount, quieted
 from kbear.admin import FAILOVER_DESCRIPTION, add_failover_arguments, run_failover
 from kbear.balanced import run_assignments
 
@@ -240,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(move)
     for name, back in (("failover", False), ("failback", True)):
         what = "a failed-over cluster back" if back else "a cluster to its standby"
-        handler = partial(_cmd_failover, back=back)
+        handler = partial(run_failover, back=back)
         failover = _command(
             sub, name, handler, f"plan and apply the {name} of {what}", FAILOVER_DESCRIPTION[back]
         )
@@ -394,11 +393,6 @@ def _cmd_assignments(args: argparse.Namespace) -> int:
         )
     finally:
         router.close()
-
-
-def _cmd_failover(args: argparse.Namespace, back: bool) -> int:
-    with mount(quieted(current_factory())):
-        return run_failover(args, back)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

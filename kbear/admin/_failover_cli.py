@@ -41,7 +41,7 @@ import yaml
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
-from kbear._clients import DebugLog
+from kbear._clients import DebugLog, current_factory, mount, quieted
 from kbear._standby import topics_note
 from kbear.admin._failover_starts import GroupStarts, failover_starts
 from kbear.admin._move_fleet import service_directory
@@ -360,15 +360,17 @@ def _print(p: FailoverPlan, out: TextIO) -> None:
 def run(args: argparse.Namespace, back: bool) -> int:
     """``kbear failover`` (``back`` False) or ``kbear failback``; returns the exit code."""
     location = str(args.config)
+    # a cluster that does not answer: one line naming it, none of librdkafka's
     try:
-        directory = Path(service_directory(location) if "://" in location else location)
-        config = load_config(directory)
-        result = plan(directory, config, args.cluster, back, args.timeout)
-        if not back and not result.done and result.reachable.get(result.standby) is None:
-            answers = result.reachable.get(result.cluster) is None
-            result.groups = failover_starts(
-                config, args.cluster, args.group, args.topic, answers, args.timeout
-            )
+        with mount(quieted(current_factory())):
+            directory = Path(service_directory(location) if "://" in location else location)
+            config = load_config(directory)
+            result = plan(directory, config, args.cluster, back, args.timeout)
+            if not back and not result.done and result.reachable.get(result.standby) is None:
+                answers = result.reachable.get(result.cluster) is None
+                result.groups = failover_starts(
+                    config, args.cluster, args.group, args.topic, answers, args.timeout
+                )
     except (ValueError, ConfigError, OSError) as exc:
         print(f"kbear: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
