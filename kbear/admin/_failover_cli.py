@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 from confluent_kafka import KafkaError
@@ -316,45 +316,43 @@ def apply(directory: Path, result: FailoverPlan) -> None:
     result.applied = True
 
 
-def _print(p: FailoverPlan, out: TextIO) -> None:
+def _print(p: FailoverPlan) -> None:
     arrow = f"{p.cluster} -> {p.standby}" if p.action == "failover" else f"{p.standby} -> {p.cluster}"
-    print(f"{p.action} of cluster {p.cluster!r} (standby {p.standby!r}): routes {arrow}", file=out)
-    print(f"  state now: {p.state}", file=out)
+    print(f"{p.action} of cluster {p.cluster!r} (standby {p.standby!r}): routes {arrow}")
+    print(f"  state now: {p.state}")
     for cid, err in p.reachable.items():
-        print(f"  {cid}: {'answers' if err is None else 'does not answer: ' + err}", file=out)
-    print(f"  rules naming {p.cluster!r}: {', '.join(p.rules) or 'none'}", file=out)
+        print(f"  {cid}: {'answers' if err is None else 'does not answer: ' + err}")
+    print(f"  rules naming {p.cluster!r}: {', '.join(p.rules) or 'none'}")
     if p.done:
-        print("  done: nothing to change", file=out)
+        print("  done: nothing to change")
         return
     if p.action == "failover" and p.reachable.get(p.cluster) is None:
         print(
             f"  warning: {p.cluster!r} still answers here: clients that still reach it keep writing there "
             "until they reload (split brain until the whole fleet has reloaded)",
-            file=out,
         )
     if p.action == "failback" and p.state == "normal":
         print(
             f"  {CLUSTERS_FILE} does not fail {p.cluster!r} over: the fail-back writes the decision's time "
             f"({FAILOVER_DECIDED}); clients that failed {p.cluster!r} over themselves come back at their "
             "next reload",
-            file=out,
         )
-    print(f"  {p.topics}", file=out)
+    print(f"  {p.topics}")
     if p.rewritten:
-        print(f"  {CLUSTERS_FILE} is written back whole by PyYAML (its layout: comments are lost)", file=out)
+        print(f"  {CLUSTERS_FILE} is written back whole by PyYAML (its layout: comments are lost)")
     for g in p.groups:
         where = f"on {p.standby} as '{g.standby_topic}'"
-        print(f"  group '{g.group}', topic '{g.topic}' {where}: {g.mirror}", file=out)
+        print(f"  group '{g.group}', topic '{g.topic}' {where}: {g.mirror}")
         source_down = None if p.reachable.get(p.cluster) is None else p.cluster
         for start in g.starts:
-            print(f"    {start.describe(source_down)}", file=out)
-    out.write(p.diff)
+            print(f"    {start.describe(source_down)}")
+    print(p.diff, end="")
     if p.applied:
-        print(f"applied: {CLUSTERS_FILE} written; clients follow at their next reload", file=out)
+        print(f"applied: {CLUSTERS_FILE} written; clients follow at their next reload")
     elif p.ready:
-        print("ready: --apply writes it", file=out)
+        print("ready: --apply writes it")
     else:
-        print(f"not ready: {p.why_not}", file=out)
+        print(f"not ready: {p.why_not}")
 
 
 def run(args: argparse.Namespace, back: bool) -> int:
@@ -385,5 +383,5 @@ def run(args: argparse.Namespace, back: bool) -> int:
         del shown["new_text"]
         print(json.dumps(shown))
     else:
-        _print(result, sys.stdout)
+        _print(result)
     return EXIT_OK if result.ready else EXIT_NOT_READY
