@@ -313,12 +313,8 @@ def write_stream(
             .start()
         )
     if chosen == "kafka":
-        route_source = _router(router, config, client)
-
-        def write_batch_jvm(batch: DataFrame, _batch_id: int) -> None:
-            _write_split(batch, route_source, client, opts)
-
-        return writer.foreachBatch(write_batch_jvm).start()
+        routed = _router(router, config, client)
+        return writer.foreachBatch(lambda batch, _batch_id: _write_split(batch, routed, client, opts)).start()
     directory = _config_dir(router, config)
 
     def write_batch(batch: DataFrame, _batch_id: int) -> None:
