@@ -112,10 +112,6 @@ class AckTracker:
         reads again from the committed offset)."""
         self._parts.pop(key, None)
 
-    def keys(self) -> list[PartitionKey]:
-        """The partitions tracked."""
-        return list(self._parts)
-
     def __len__(self) -> int:
         """How many offsets are read and not acknowledged, over every partition."""
         return sum(len(p.open) for p in self._parts.values())

@@ -186,9 +186,7 @@ def assemble(
         repin=repin,
         standby=failover.route,
     )
-    assigned = AssignedMoves(
-        state.sub, registry, rebalancer, driver, guard, placement, repin=repin, notify=notify
-    )
+    assigned = AssignedMoves(state.sub, registry, rebalancer, driver, placement)
     partitions = PartitionCalls(
         state.sub,
         registry,

@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_END, OFFSET_STORED, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_STORED, TopicPartition
 
 from kbear import _events
 from kbear._route import Route
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterRegistry
-from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._placing import Placement
-from kbear.consumer._rebalance import TIMESTAMP_LOOKUP_TIMEOUT_S, Rebalancer, commit_async
+from kbear.consumer._rebalance import Rebalancer, commit_async, planned
 from kbear.consumer._subscription import Subscription, SubscriptionKind
 
 log = logging.getLogger("kbear.consumer")
@@ -47,11 +46,9 @@ class AssignedMoves:
 
     Args:
         sub: the consumer's subscription (kind ``ASSIGNED`` while it follows).
-        registry, rebalancer, driver, guard: the consumer's per-cluster clients,
-            rebalance state, switch driver and move guard.
+        registry, rebalancer, driver: the consumer's per-cluster clients,
+            rebalance state and switch driver.
         placement: where its partitions are read.
-        repin: called when the clients read changed.
-        notify: ``notify(old, new)`` tells the route-change listeners.
 
     Attributes:
         switched_hook: called after an assigned topic's partitions moved (a
@@ -62,11 +59,7 @@ class AssignedMoves:
     registry: ClusterRegistry
     rebalancer: Rebalancer
     driver: SwitchDriver
-    guard: MoveGuard
     placement: Placement
-    _: KW_ONLY
-    repin: Callable[[], None]
-    notify: Callable[[Route, Route | None], None]
 
     switched_hook: SwitchedHook | None = None
 
@@ -123,12 +116,12 @@ class AssignedMoves:
         else:
             self.sub.routes[topic] = new
             if moved:
-                split = self.placement.split(self._start_partitions(topic, new, moved, start))
-                for entry, _, parts in split:
-                    entry.consumer.incremental_assign(parts)
-                self.placement.assigned(entry for entry, _, _ in split)
-        self.guard.switched(self.driver.engine.draining)
-        self.repin()
+                entry = self.placement.client_for(new)
+                physical = [TopicPartition(new.topic, p, OFFSET_STORED) for p in moved]
+                starts = planned(entry, physical, start, self.rebalancer.translate)
+                self.placement.assign(
+                    [TopicPartition(topic, tp.partition, tp.offset) for tp in starts], incremental=True
+                )
         log.info(
             "kbear: assigned topic %r (partitions %s) switched from %r to %r",
             topic,
@@ -139,32 +132,3 @@ class AssignedMoves:
         )
         if self.switched_hook is not None:
             self.switched_hook(topic, old, new, moved)
-        self.notify(old, new)
-
-    def _start_partitions(
-        self, topic: str, new: Route, moved: list[int], start: StartPlan
-    ) -> list[TopicPartition]:
-        """``topic``'s partitions ``moved`` (logical name) with their start offsets on
-        ``new``'s cluster: the group's committed offsets there (else
-        ``auto.offset.reset``), the beginning, the end, by timestamp, or translated
-        through the old cluster's mirror."""
-        if start.translated and self.rebalancer.translate is not None:
-            entry = self.placement.client_for(new)
-            physical = [TopicPartition(new.topic, p, OFFSET_STORED) for p in moved]
-            return [
-                TopicPartition(topic, tp.partition, tp.offset)
-                for tp in self.rebalancer.translate(entry, physical, start)
-            ]
-        if start.offset is None:
-            return [TopicPartition(topic, p, OFFSET_STORED) for p in moved]
-        if not start.by_time:
-            return [TopicPartition(topic, p, start.offset) for p in moved]
-        entry = self.placement.client_for(new)
-        found: dict[int, int] = {}
-        try:
-            asked = [TopicPartition(new.topic, p, start.offset) for p in moved]
-            for tp in entry.consumer.offsets_for_times(asked, timeout=TIMESTAMP_LOOKUP_TIMEOUT_S):
-                found[tp.partition] = tp.offset
-        except KafkaException as exc:  # a lookup that fails starts at the end, as a subscription's
-            log.warning("kbear: offsets by time of %r on %r failed: %s", topic, new.cluster_id, exc)
-        return [TopicPartition(topic, p, found[p] if found.get(p, -1) >= 0 else OFFSET_END) for p in moved]

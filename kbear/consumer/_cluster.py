@@ -30,13 +30,12 @@ class ClusterClient:
     Attributes:
         topics: physical topics subscribed, in subscription order.
         logical: physical -> logical name of remapped topics subscribed here.
-        physical: logical -> physical name of the same.
         former: physical -> logical name of remapped topics no longer subscribed
             here: their revocation (on_revoke, assignment()) and leftover
             messages keep the logical name.
     """
 
-    __slots__ = ("cluster_id", "consumer", "former", "logical", "physical", "properties", "topics")
+    __slots__ = ("cluster_id", "consumer", "former", "logical", "properties", "topics")
 
     def __init__(self, cluster_id: str, properties: Mapping[str, str], consumer: Any) -> None:
         self.cluster_id = cluster_id
@@ -44,7 +43,6 @@ class ClusterClient:
         self.consumer = consumer
         self.topics: list[str] = []
         self.logical: dict[str, str] = {}
-        self.physical: dict[str, str] = {}
         self.former: dict[str, str] = {}
 
     @property
@@ -59,7 +57,6 @@ class ClusterClient:
         self.former.pop(route.topic, None)
         if route.remapped:
             self.logical[route.topic] = topic
-            self.physical[topic] = route.topic
 
     def detach(self, topic: str, route: Route) -> None:
         """Stop reading logical ``topic`` (``route.topic`` here); a remapped name is
@@ -69,20 +66,17 @@ class ClusterClient:
         name = self.logical.pop(route.topic, None)
         if name is not None:
             self.former[route.topic] = name
-        self.physical.pop(topic, None)
 
     def forget_topics(self) -> None:
         """Drop every subscribed topic, remembering the remapped names in ``former``."""
         self.topics = []
         self.former.update(self.logical)
         self.logical.clear()
-        self.physical.clear()
 
     def take_names(self, old: ClusterClient) -> None:
         """Read the same topics under the same names as ``old`` (a rebuilt client)."""
         self.topics = list(old.topics)
         self.logical = dict(old.logical)
-        self.physical = dict(old.physical)
         self.former = dict(old.former)
 
     def logical_name(self, physical: str) -> str:
@@ -106,9 +100,8 @@ class ClusterClient:
     def to_physical(self, parts: list[TopicPartition]) -> list[TopicPartition]:
         """``parts`` (logical names) as this cluster's TopicPartitions, for a
         rebalance callback's calls: a revoked topic may have moved away already."""
-        physical = dict(self.physical)
-        for phys, logical in self.former.items():
-            physical.setdefault(logical, phys)
+        # (a name remapped here now wins over a former one)
+        physical = {logical: phys for phys, logical in [*self.former.items(), *self.logical.items()]}
         if not physical:
             return parts
         return [tp if (name := physical.get(tp.topic)) is None else renamed(tp, name) for tp in parts]

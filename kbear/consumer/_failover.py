@@ -65,11 +65,6 @@ class ConsumerFailover:
         router = self.router
         self._watch = LostWatch("consumer", self.enabled, after_ms, lambda: router.config, log)
 
-    @property
-    def failed(self) -> set[str]:
-        """The clusters this consumer failed over itself."""
-        return self._watch.failed
-
     def held_lost(self) -> frozenset[str]:
         """The clusters this consumer holds for lost: failed over by it, or declared
         lost by the policy (:mod:`kbear._health`) and not recovered."""

@@ -50,25 +50,22 @@ LookUp = Callable[[], "Future[dict[Key, int]]"]
 Submit = Callable[..., "Future[Any]"]
 
 
-def pause_quietly(entry: ClusterClient, parts: list[TopicPartition]) -> bool:
-    """Pause ``parts`` on ``entry``'s client; a failure (not assigned, the client
-    closed) is logged on ``kbear.consumer`` at debug level, never raised. Returns
-    whether the pause was made."""
+def pause_quietly(entry: ClusterClient, parts: list[TopicPartition], resume: bool = False) -> bool:
+    """Pause (``resume``: resume) ``parts`` on ``entry``'s client; a failure (not
+    assigned any more, the client closed) is logged on ``kbear.consumer`` at debug
+    level, never raised. Returns whether the call was made."""
+    call = "resume" if resume else "pause"
     try:
-        entry.consumer.pause(parts)
+        (entry.consumer.resume if resume else entry.consumer.pause)(parts)
     except (KafkaException, RuntimeError) as exc:
-        log.debug("kbear: pause on cluster %r failed: %s", entry.cluster_id, exc)
+        log.debug("kbear: %s on cluster %r failed: %s", call, entry.cluster_id, exc)
         return False
     return True
 
 
 def resume_quietly(entry: ClusterClient, parts: list[TopicPartition]) -> None:
-    """Resume ``parts`` on ``entry``'s client; a failure (not assigned any more, the
-    client closed) is logged on ``kbear.consumer`` at debug level, never raised."""
-    try:
-        entry.consumer.resume(parts)
-    except (KafkaException, RuntimeError) as exc:
-        log.debug("kbear: resume on cluster %r failed: %s", entry.cluster_id, exc)
+    """Resume ``parts`` on ``entry``'s client (:func:`pause_quietly`)."""
+    pause_quietly(entry, parts, resume=True)
 
 
 @dataclass(eq=False)

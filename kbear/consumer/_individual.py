@@ -119,10 +119,9 @@ class AckLayer:
             gone = {id(x): x for x in (offsets.pop(o, None) for o in done) if x is not None}
             for x in gone.values():
                 self._discard(x)
+            # (those ready to hand out are skipped as done; held ones no longer hold their partition)
             if gone and d.key in self.state.held:
                 self.state.held[d.key] = deque(x for x in self.state.held[d.key] if id(x) not in gone)
-            if gone:
-                self.state.ready = deque(x for x in self.state.ready if id(x) not in gone)
             self._store(d.key, point)
 
     def nack(self, msg: Any) -> None:
@@ -132,8 +131,7 @@ class AckLayer:
             d = self._find(msg)
             if d is None or d.lettering:
                 return
-            if self.state.timer is not None:
-                self.state.timer.stop(d)
+            self._unschedule(d)
             self.fail(d, self.state.clock(), "nack")
 
     def reconsume_later(
@@ -220,15 +218,17 @@ class AckLayer:
 
         self.state.letters.send(topic, msg.key(), msg.value(), headers, done)
         d.lettering = True
+        self._unschedule(d)
+
+    def _unschedule(self, d: Delivery) -> None:
+        """``d`` is neither redelivered nor timed out (unless scheduled again)."""
         self.state.redeliver.discard(d)
         if self.state.timer is not None:
             self.state.timer.stop(d)
 
     def _discard(self, d: Delivery) -> None:
         d.done = True
-        self.state.redeliver.discard(d)
-        if self.state.timer is not None:
-            self.state.timer.stop(d)
+        self._unschedule(d)
         if self.state.by_id.get(id(d.message)) is d:
             del self.state.by_id[id(d.message)]
 
@@ -242,6 +242,7 @@ class AckLayer:
         self._store(d.key, self.state.tracker.ack(d.key, d.offsets))
 
     def drop_chunks(self, parts: list[Delivery], why: str) -> None:
+        """An incomplete chunked message is given up (its chunks acknowledged)."""
         log.warning("kbear: incomplete chunked message dropped (%d chunks read; %s)", len(parts), why)
         for d in parts:
             self.settle(d)
@@ -320,13 +321,10 @@ class AckLayer:
         self.state.tracker.forget(key)
         self._stored.pop(key, None)
         self.state.dirty.pop(key, None)
-        gone = self.state.open.pop(key, {})
-        for d in gone.values():
-            self._discard(d)
+        for d in self.state.open.pop(key, {}).values():
+            self._discard(d)  # (skipped as done if ready to hand out)
         self.state.held.pop(key, None)
         self.state.paused.discard(key)
-        if gone:
-            self.state.ready = deque(d for d in self.state.ready if d.key != key)
         if self.state.chunks is not None:
             self.state.chunks.forget(lambda d: d.key != key)
 

@@ -114,6 +114,8 @@ class PartitionCalls:
     def _per_cluster(
         self, partitions: list[TopicPartition], call: Callable[[Any, list[TopicPartition]], Any]
     ) -> list[TopicPartition]:
+        if not partitions:  # (also inside a rebalance callback: nothing asked of the client)
+            return []
         result: list[TopicPartition | None] = [None] * len(partitions)
         for entry, indexes, parts in self.placement.split(partitions):
             answered = call(entry.consumer, parts)
@@ -151,20 +153,33 @@ class PartitionCalls:
         already committed there by the switch; committing it afterwards is a
         no-op until the new cluster has delivered a message of that topic.
         """
+        if message is None and offsets is None:
+            return self._commit_all(asynchronous)
+        given = self._given("commit", message, offsets)
+        committed = self._per_cluster(
+            given, lambda c, parts: c.commit(offsets=parts, asynchronous=asynchronous) or []
+        )
+        return None if asynchronous else committed
+
+    def _given(
+        self, call: str, message: Message | None, offsets: list[TopicPartition] | None
+    ) -> list[TopicPartition]:
+        """The offsets that ``call`` (``commit``, ``store_offsets``) is given: ``offsets``,
+        or ``message``'s offset + 1 (none: a message of the old cluster of a topic
+        switched since, committed there by the switch).
+
+        Raises:
+            ValueError: both are given.
+            KafkaException: ``_INVALID_ARG`` with ``kbear.ack.mode=individual``.
+        """
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
-        if self.acks is not None and (message is not None or offsets is not None):
-            raise _individual_refusal("commit")
-        if message is not None:
-            if str(message.topic()) in self.driver.stale_commits:
-                return None if asynchronous else []
-            offsets = [next_offset(message)]
+        if self.acks is not None:
+            raise _individual_refusal(call)
         if offsets is not None:
-            committed = self._per_cluster(
-                offsets, lambda c, parts: c.commit(offsets=parts, asynchronous=asynchronous) or []
-            )
-            return None if asynchronous else committed
-        return self._commit_all(asynchronous)
+            return offsets
+        assert message is not None
+        return [] if str(message.topic()) in self.driver.stale_commits else [next_offset(message)]
 
     def _commit_all(self, asynchronous: bool) -> list[TopicPartition] | None:
         if self.acks is not None:  # kbear.ack.mode=individual: the acknowledged prefixes
@@ -263,18 +278,10 @@ class PartitionCalls:
         Raises:
             ValueError: neither or both of ``message`` and ``offsets`` are given.
         """
-        if message is not None and offsets is not None:
-            raise ValueError("message and offsets are mutually exclusive")
         if message is None and offsets is None:
             raise ValueError("expected either message or offsets")
-        if self.acks is not None:
-            raise _individual_refusal("store_offsets")
-        if message is not None:
-            if str(message.topic()) in self.driver.stale_commits:
-                return
-            offsets = [next_offset(message)]
-        assert offsets is not None
-        self._per_cluster(offsets, lambda c, parts: c.store_offsets(offsets=parts))
+        given = self._given("store_offsets", message, offsets)
+        self._per_cluster(given, lambda c, parts: c.store_offsets(offsets=parts))
 
     @locked
     def seek(self, partition: TopicPartition) -> None:
@@ -315,13 +322,9 @@ class PartitionCalls:
             NoRouteError: a topic has no route.
             KafkaException: confluent-kafka refused the assignment.
         """
-        split = self.placement.split(partitions)
-        for entry, _, parts in split:
-            entry.consumer.assign(parts)
-        self.placement.assigned(entry for entry, _, _ in split)
+        named = self.placement.assign(partitions, incremental=False)
         self.assigned.follow((tp.topic for tp in partitions), replace=True)
         if self.rebalancer.current is None:
-            named = {entry.cluster_id for entry, _, _ in split}
             for entry in self.registry:
                 if entry.cluster_id not in named and not entry.topics:
                     entry.consumer.unassign()
@@ -349,10 +352,7 @@ class PartitionCalls:
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         """Add ``partitions`` (logical names) to the assignment of their clusters
         (outside a subscription their topics follow route changes, as with ``assign``)."""
-        split = self.placement.split(partitions)
-        for entry, _, parts in split:
-            entry.consumer.incremental_assign(parts)
-        self.placement.assigned(entry for entry, _, _ in split)
+        self.placement.assign(partitions, incremental=True)
         self.assigned.follow((tp.topic for tp in partitions), replace=False)
 
     @locked

@@ -126,6 +126,20 @@ class Placement:
                 self.registry.leave(entry)
         self.repin()
 
+    def assign(self, partitions: list[TopicPartition], *, incremental: bool) -> set[str]:
+        """Assign ``partitions`` (logical names) on their clusters' clients
+        (``incremental``: added to their assignments); returns those clusters' ids.
+
+        Raises:
+            NoRouteError: a topic has no route.
+            KafkaException: confluent-kafka refused the assignment.
+        """
+        split = self.split(partitions)
+        for entry, _, parts in split:
+            (entry.consumer.incremental_assign if incremental else entry.consumer.assign)(parts)
+        self.assigned(entry for entry, _, _ in split)
+        return {entry.cluster_id for entry, _, _ in split}
+
     def assigned(self, entries: Iterable[ClusterClient]) -> None:
         """The clients of ``entries`` were just assigned partitions: they are read."""
         for entry in entries:

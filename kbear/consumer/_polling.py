@@ -31,6 +31,19 @@ from kbear.consumer._subscription import ReadState, SubscriptionKind
 _POLL_SLICE_S = 0.01
 
 
+#: ``fetch(entry, num_messages, timeout)``: messages of ``entry``'s client
+Fetch = Callable[[ClusterClient, int, float], list[Message]]
+
+
+def _poll_one(entry: ClusterClient, _num_messages: int, timeout: float) -> list[Message]:
+    msg = entry.consumer.poll(timeout)
+    return [] if msg is None else [msg]
+
+
+def _consume(entry: ClusterClient, num_messages: int, timeout: float) -> list[Message]:
+    return entry.consumer.consume(num_messages, timeout)  # type: ignore[no-any-return]
+
+
 @dataclass(eq=False)
 class PollLoop:
     """``poll`` and ``consume`` of :class:`~kbear.RoutedConsumer` over its clusters
@@ -144,59 +157,8 @@ class PollLoop:
             RuntimeError: the consumer is closed.
             KafkaException: errors of confluent-kafka.
         """
-        through, timeout = self._take_turn(timeout)
-        if not through:
-            return None
-        if self.registry.leaving:
-            leftover = self._serve_leaving()
-            if leftover is not None:
-                return leftover
-        active = self.registry.active
-        if self._alone(active):
-            entry = active[0]
-            msg: Message | None = entry.consumer.poll(-1 if timeout is None else timeout)
-            if msg is not None and self._looks_at(entry):
-                self._out(entry, msg)
-            return msg
-        if not active:
-            self.check_open()
-            return self._idle(timeout)
-        n = len(active)
-        start = self._rr = (self._rr + 1) % n
-        # First pass without waiting: the common case under load.
-        for i in range(n):
-            entry = active[(start + i) % n]
-            msg = entry.consumer.poll(0)
-            if msg is not None:
-                return self._out(entry, msg)  # type: ignore[no-any-return]
-        if timeout == 0:
-            return None
-        deadline = Deadline(timeout)
-        while True:
-            left = deadline.remaining()
-            if left is not None and left <= 0:
-                return None
-            if self.gate.waiting and not self.gate.yield_to(left):
-                return None
-            step = _POLL_SLICE_S if left is None else min(_POLL_SLICE_S, left / n)
-            for i in range(n):
-                entry = active[(start + i) % n]
-                msg = entry.consumer.poll(step)
-                if msg is not None:
-                    return self._out(entry, msg)  # type: ignore[no-any-return]
-            left = deadline.remaining()
-            if left is not None and left <= 0:
-                return None  # the work due is the next call's (counted in its timeout)
-            if self._needs_care() or self.registry.leaving:
-                self.between_calls(left)
-                if self.registry.leaving:
-                    leftover = self._serve_leaving()
-                    if leftover is not None:
-                        return leftover
-                active = self.registry.active
-                n = len(active)
-                if not n:
-                    return None
+        msgs = self._read(_poll_one, 1, timeout)
+        return msgs[0] if msgs else None
 
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Message]:
         """Consume up to ``num_messages`` messages, from the clusters in turn.
@@ -213,6 +175,11 @@ class PollLoop:
             ValueError: ``num_messages`` out of range (as confluent-kafka).
             RuntimeError: the consumer is closed.
         """
+        return self._read(_consume, num_messages, timeout)
+
+    def _read(self, fetch: Fetch, num_messages: int, timeout: float | None) -> list[Message]:
+        """``poll``/``consume`` with ``fetch``: a leftover of a client still leaving,
+        else one client's own call when it is read alone, else :meth:`_in_turn`."""
         through, timeout = self._take_turn(timeout)
         if not through:
             return []
@@ -224,7 +191,7 @@ class PollLoop:
         tmo = -1 if timeout is None else timeout
         if self._alone(active):
             entry = active[0]
-            msgs: list[Message] = entry.consumer.consume(num_messages, tmo)
+            msgs = fetch(entry, num_messages, tmo)
             return [self._out(entry, m) for m in msgs] if self._looks_at(entry) else msgs
         if not 0 <= num_messages <= 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")  # confluent-kafka's words
@@ -232,16 +199,23 @@ class PollLoop:
             self.check_open()
             leftover = self._idle(timeout)
             return [] if leftover is None else [leftover]
+        return self._in_turn(active, fetch, num_messages, tmo)
+
+    def _in_turn(
+        self, active: list[ClusterClient], fetch: Fetch, num_messages: int, timeout: float | None
+    ) -> list[Message]:
+        """Up to ``num_messages`` messages fetched from ``active`` in turn: once each
+        without waiting, then in slices of ``_POLL_SLICE_S`` (the work between calls
+        done between slices) until some came or ``timeout`` ends."""
         n = len(active)
         start = self._rr = (self._rr + 1) % n
-        deadline = Deadline(tmo)
+        deadline = Deadline(timeout)
         step = 0.0
         out: list[Message] = []
         while True:
             for i in range(n):
                 entry = active[(start + i) % n]
-                got = entry.consumer.consume(num_messages - len(out), step)
-                out.extend(self._out(entry, m) for m in got)
+                out.extend(self._out(entry, m) for m in fetch(entry, num_messages - len(out), step))
                 if len(out) >= num_messages:
                     return out
             left = deadline.remaining()

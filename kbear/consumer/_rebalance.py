@@ -42,7 +42,7 @@ from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._subscription import RebalanceCallback
 
 if TYPE_CHECKING:
-    from kbear.consumer._startlater import LaterStarts
+    from kbear.consumer._startlater import LaterStarts, Translate
 
 log = logging.getLogger("kbear.consumer")
 
@@ -125,9 +125,7 @@ class Rebalancer:
         #: ``kbear.switch.start=translated``: the start offsets of a moved topic's
         #: partitions (physical names) on ``entry``'s cluster, from its plan
         #: (:class:`kbear.consumer._translated.MirrorStarts`)
-        self.translate: (
-            Callable[[ClusterClient, list[TopicPartition], StartPlan], list[TopicPartition]] | None
-        ) = None
+        self.translate: Translate | None = None
         #: when set, ``translate`` runs in the background: the moved topic's partitions
         #: are assigned paused and sought once it answered (:mod:`kbear.consumer._startlater`)
         self.later: LaterStarts | None = None
@@ -167,31 +165,22 @@ class Rebalancer:
         ):
             out["on_revoke"] = self._revoke(entry)
         if "on_lost" in self.callbacks:
-            out["on_lost"] = self._lost(entry, self.callbacks["on_lost"])
+            out["on_lost"] = self._revoke(entry, lost=True)
         return out
 
-    def _lost(self, entry: ClusterClient, user_cb: RebalanceCallback) -> Callable[[Any, list[Any]], None]:
-        def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
-            # lost partitions are forgotten as revoked ones are
-            with self._serving(entry), contextlib.ExitStack() as then:
-                if self.revoked_hook is not None:  # also when the application's callback raised
-                    then.callback(self.revoked_hook, entry, partitions)
-                self._start_again(entry, partitions)
-                if not self.owner_gone:
-                    user_cb(self.owner, entry.to_logical(partitions))
+    def _revoke(self, entry: ClusterClient, *, lost: bool = False) -> Callable[[Any, list[Any]], None]:
+        """``on_revoke`` of ``entry``'s client, or (``lost``) its ``on_lost``: lost
+        partitions are forgotten as revoked ones are, and commit nothing."""
 
-        return callback
-
-    def _revoke(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:
         def callback(_consumer: Any, partitions: list[TopicPartition]) -> None:
             with self._serving(entry), contextlib.ExitStack() as then:
                 if self.revoked_hook is not None:  # also when the application's callback raised
                     then.callback(self.revoked_hook, entry, partitions)
-                if self.revoking_hook is not None:
+                if self.revoking_hook is not None and not lost:
                     self.revoking_hook(entry)
                 self._start_again(entry, partitions)
-                positions = self._positions_to_commit(entry, partitions)
-                user_cb = self.callbacks.get("on_revoke")
+                positions = [] if lost else self._positions_to_commit(entry, partitions)
+                user_cb = self.callbacks.get("on_lost" if lost else "on_revoke")
                 if user_cb is not None and not self.owner_gone:
                     user_cb(self.owner, entry.to_logical(partitions))
                 if positions:
@@ -334,38 +323,22 @@ class Rebalancer:
                 plans[topic] = plan
         if not plans:
             return partitions, [], {}
-        offsets = {topic: plan.offset for topic, plan in plans.items() if plan.offset is not None}
-        out = [
-            tp if tp.topic not in offsets else TopicPartition(tp.topic, tp.partition, offsets[tp.topic])
-            for tp in partitions
-        ]
-        translated = {topic: plan for topic, plan in plans.items() if plan.translated}
         later: dict[str, tuple[list[TopicPartition], StartPlan]] = {}
-        if translated and self.translate is not None and self.later is not None:
-            later = {
-                topic: ([tp for tp in out if tp.topic == topic], plan) for topic, plan in translated.items()
-            }
-            translated = {}
-        elif translated and self.translate is not None:
-            starts = {
-                (tp.topic, tp.partition): tp
-                for topic, plan in translated.items()
-                for tp in self.translate(entry, [tp for tp in out if tp.topic == topic], plan)
-            }
-            out = [starts.get((tp.topic, tp.partition), tp) for tp in out]
-        found_by_mirror = [tp for tp in out if tp.topic in translated and tp.offset >= 0]
-        by_time = [tp for tp in out if tp.topic in plans and plans[tp.topic].by_time]
-        if by_time:
-            found = {
-                (tp.topic, tp.partition): tp.offset
-                for tp in entry.consumer.offsets_for_times(by_time, timeout=TIMESTAMP_LOOKUP_TIMEOUT_S)
-            }
-            out = [
-                tp
-                if (key := (tp.topic, tp.partition)) not in found
-                else TopicPartition(tp.topic, tp.partition, found[key] if found[key] >= 0 else OFFSET_END)
-                for tp in out
-            ]
+        starts: dict[tuple[str, int], TopicPartition] = {}
+        for topic, plan in plans.items():
+            parts = [tp for tp in partitions if tp.topic == topic]
+            if plan.translated and self.translate is not None and self.later is not None:
+                later[topic] = (parts, plan)
+            else:
+                starts.update(
+                    ((tp.topic, tp.partition), tp) for tp in planned(entry, parts, plan, self.translate)
+                )
+        out = [starts.get((tp.topic, tp.partition), tp) for tp in partitions]
+        found_by_mirror = [
+            tp
+            for tp in out
+            if tp.topic in plans and plans[tp.topic].translated and tp.topic not in later and tp.offset >= 0
+        ]
         log.info(
             "kbear: start of moved topics on cluster %r: %s%s",
             entry.cluster_id,
@@ -373,6 +346,36 @@ class Rebalancer:
             f" (translated in the background: {sorted(later)})" if later else "",
         )
         return out, found_by_mirror, later
+
+
+def planned(
+    entry: ClusterClient,
+    parts: list[TopicPartition],
+    plan: StartPlan,
+    translate: Translate | None,
+) -> list[TopicPartition]:
+    """``parts`` (one topic moved to ``entry``'s cluster, physical names) with the start
+    offsets of ``plan``: as given (the group's committed offsets there, else
+    ``auto.offset.reset``), the beginning, the end, by timestamp (no offset at or
+    after it, or a lookup that fails: the end), or translated through the old
+    cluster's mirror (``translate``, blocking)."""
+    if plan.translated and translate is not None:
+        return translate(entry, parts, plan)
+    if plan.offset is None:
+        return parts
+    out = [TopicPartition(tp.topic, tp.partition, plan.offset) for tp in parts]
+    if not plan.by_time:
+        return out
+    found: dict[int, int] = {}
+    try:
+        for tp in entry.consumer.offsets_for_times(out, timeout=TIMESTAMP_LOOKUP_TIMEOUT_S):
+            found[tp.partition] = tp.offset
+    except KafkaException as exc:
+        log.warning("kbear: offsets by time of %r on %r failed: %s", out[0].topic, entry.cluster_id, exc)
+    return [
+        TopicPartition(tp.topic, tp.partition, o if (o := found.get(tp.partition, -1)) >= 0 else OFFSET_END)
+        for tp in out
+    ]
 
 
 def _still_unstarted(

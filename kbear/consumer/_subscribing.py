@@ -314,27 +314,27 @@ class SubscriptionCalls:
         topic moves its partitions instead (:meth:`AssignedMoves.switch`)."""
         if self._sub.kind is SubscriptionKind.ASSIGNED:
             self.assigned.switch(topic, old, new, start, clean)
-            return
-        old_entry = self.registry.get(old.cluster_id)
-        if old_entry is not None:
-            old_entry.detach(topic, old)
-            if clean:
-                self.rebalancer.committed_to_end.add((old.cluster_id, old.topic))
-            elif not self.rebalancer.commit_on_revoke:
-                # the drain timed out and the application commits: what it stored is
-                # committed as the topic leaves
-                commit_async(old_entry, None, "at route switch")
-            self.placement.resubscribe([old_entry])
-        if new is None:
-            self._sub.routes.pop(topic, None)
         else:
-            self._sub.routes[topic] = new
-            self.rebalancer.start_at[(new.cluster_id, new.topic)] = start
-            entry = self.placement.client_for(new)
-            entry.attach(topic, new)
-            self.placement.resubscribe([entry])
+            old_entry = self.registry.get(old.cluster_id)
+            if old_entry is not None:
+                old_entry.detach(topic, old)
+                if clean:
+                    self.rebalancer.committed_to_end.add((old.cluster_id, old.topic))
+                elif not self.rebalancer.commit_on_revoke:
+                    # the drain timed out and the application commits: what it stored is
+                    # committed as the topic leaves
+                    commit_async(old_entry, None, "at route switch")
+                self.placement.resubscribe([old_entry])
+            if new is None:
+                self._sub.routes.pop(topic, None)
+            else:
+                self._sub.routes[topic] = new
+                self.rebalancer.start_at[(new.cluster_id, new.topic)] = start
+                entry = self.placement.client_for(new)
+                entry.attach(topic, new)
+                self.placement.resubscribe([entry])
+            extra = _events.fields("route_change", topic, old, new, reason="reload")
+            log.info("kbear: topic %r switched from %r to %r", topic, old, new, extra=extra)
         self.guard.switched(self.driver.engine.draining)
         self.repin()
-        extra = _events.fields("route_change", topic, old, new, reason="reload")
-        log.info("kbear: topic %r switched from %r to %r", topic, old, new, extra=extra)
         self.notify(old, new)

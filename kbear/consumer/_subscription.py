@@ -49,7 +49,6 @@ class Subscription:
         kind: see :class:`SubscriptionKind`.
         names: the topic names given (logical).
         patterns: the compiled ``^regex`` subscriptions.
-        callbacks: ``on_assign`` / ``on_revoke`` / ``on_lost`` given to subscribe().
         routes: logical topic -> route in use, for every topic read (names and matches).
         next_refresh: when pattern matches are looked up again (monotonic seconds).
     """
@@ -57,7 +56,6 @@ class Subscription:
     kind: SubscriptionKind = SubscriptionKind.NONE
     names: list[str] = field(default_factory=list)
     patterns: list[re.Pattern[str]] = field(default_factory=list)
-    callbacks: dict[str, RebalanceCallback] = field(default_factory=dict)
     routes: dict[str, Route] = field(default_factory=dict)
     next_refresh: float = 0.0
 
@@ -73,7 +71,6 @@ class Subscription:
         self.kind = kind
         self.names = list(names or [])
         self.patterns = list(patterns or [])
-        self.callbacks = {}
         self.routes = {}
         self.next_refresh = 0.0
 

@@ -41,7 +41,7 @@ from kbear._route import Route
 from kbear._switch import StartPlan
 from kbear.config import Failover, MirrorKind
 from kbear.consumer._cluster import ClusterClient
-from kbear.mirror import StartSource, TranslatedStart, read_mirror, translate_group
+from kbear.mirror import StartSource, TranslatedStart, read_mirror
 from kbear.router import Router
 
 __all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts", "mirrored_to"]
@@ -128,8 +128,7 @@ class MirrorStarts:
         """The start of each partition and what decided it (``committed``: no translation)."""
         committed = [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
         failover = self._failover(source.cluster_id)
-        mirrored = failover is not None and failover.mirror is not MirrorKind.NONE
-        if failover is None or not mirrored or failover.standby != entry.cluster_id:
+        if failover is None or failover.mirror is MirrorKind.NONE or failover.standby != entry.cluster_id:
             log.warning(
                 "kbear: kbear.switch.start=translated: cluster %r is not declared mirrored to %r "
                 "(kbear.mirror, kbear.failover.to in clusters.yaml): %r starts from the committed offsets",
@@ -194,15 +193,9 @@ class MirrorStarts:
             cluster_config(self._native, source.properties) if known else None,
             timeout_s=TRANSLATION_TIMEOUT_S,
         )
-        starts = translate_group(
-            self._group,
-            source.topic,
-            target_topic,
-            [tp.partition for tp in partitions],
-            upstream=known,
-            checkpoints=view.checkpoints,
-            syncs=view.syncs,
-        )
+        # (the topic read is the mirror's copy, failover.remote_topic: checked by _starts)
+        numbers = [tp.partition for tp in partitions]
+        starts = view.translate(self._group, failover, source.topic, numbers, known)
         self.last[(entry.cluster_id, target_topic)] = starts
         ahead = _committed_ahead(self._offsets_client(entry), entry.cluster_id, partitions, starts)
         out = [
