@@ -417,7 +417,7 @@ def make_mock() -> Backend:
                 # the mock refuses a member's commits while the group rebalances (Apache
                 # Kafka accepts them); kbear commits the refused positions in the new
                 # generation and the member taking a partition over reads the group's
-                # offsets again 0.5 s after its assignment (kbear/consumer/_takeover.py):
+                # offsets again 0.5 s after its assignment (kbear/consumer/_guard.py):
                 # 0 duplicates in 10 runs of groups of 2 and 3, 2026-11-25 (0-5.6 %
                 # before, 28.8 % before kbear's move commits): the tests' 1 % holds
             ),

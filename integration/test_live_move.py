@@ -275,7 +275,7 @@ def test_consumer_group_follows_moves_at_least_once(it: Harness, members: int, p
     confluent-kafka too); kbear's commits
     during a move (:mod:`kbear.consumer._guard`), in the next generation
     (:mod:`kbear.consumer._rebalance`) and the take-overs' second look at the
-    group's offsets (:mod:`kbear.consumer._takeover`) keep what is read again
+    group's offsets (:mod:`kbear.consumer._guard`) keep what is read again
     small (issues #11, #25)."""
     group_protocol = it.backend.protocols.get(protocol)
     if group_protocol is None:

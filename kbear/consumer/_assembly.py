@@ -29,7 +29,7 @@ from kbear.consumer._binding import PollBinding, Store
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
 from kbear.consumer._gate import CallGate
-from kbear.consumer._guard import MoveGuard
+from kbear.consumer._guard import MoveGuard, committed_look_up
 from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
@@ -39,7 +39,6 @@ from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._startlater import LaterStarts
 from kbear.consumer._subscribing import SubscriptionCalls
 from kbear.consumer._subscription import ReadState
-from kbear.consumer._takeover import committed_look_up
 from kbear.consumer._translated import TRANSLATION_TIMEOUT_S, MirrorStarts
 from kbear.router import Router
 from kbear.settings import KBearSettings
@@ -101,7 +100,10 @@ def assemble(
     state = ReadState()
     registry = ClusterRegistry(native)
     rebalancer = Rebalancer(owner, native)
-    session_s = _ms_setting(native, "session.timeout.ms", 45_000) / 1000.0
+    try:  # (librdkafka itself reports a value that is not an integer)
+        session_s = int(native.get("session.timeout.ms", 45_000)) / 1000.0
+    except (TypeError, ValueError):
+        session_s = 45.0
     guard = MoveGuard(
         registry,
         enabled=rebalancer.commit_on_revoke,
@@ -240,7 +242,6 @@ def assemble(
             client=client,
             registry=registry,
             routes=lambda: sub.routes,
-            poll=loop.poll,
             consume=loop.consume,
         )
         partitions.acks = acks
@@ -278,12 +279,3 @@ def _engine(s: KBearSettings, native: Mapping[str, Any]) -> SwitchEngine:
         timestamp_margin_ms=s.timestamp_margin_ms,
         reset_to_end=reset in ("latest", "largest", "end"),
     )
-
-
-def _ms_setting(native: Mapping[str, Any], key: str, default: int) -> int:
-    """A librdkafka property in ms from the application's configuration (``default``
-    when absent or not an integer: librdkafka itself reports a bad value)."""
-    try:
-        return int(native.get(key, default))
-    except (TypeError, ValueError):
-        return default

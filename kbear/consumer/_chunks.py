@@ -22,9 +22,7 @@ _CHUNK_HEADERS = frozenset({CHUNK_UUID, CHUNK_INDEX, CHUNK_COUNT, CHUNK_NOKEY})
 
 def chunk_of(headers: list[tuple[str, Any]] | None) -> tuple[str, int, int] | None:
     """(uuid, index, count) of a chunk's headers, or None for a message that is no chunk."""
-    if not headers:
-        return None
-    found: dict[str, bytes] = {k: v for k, v in headers if k in _CHUNK_HEADERS and isinstance(v, bytes)}
+    found: dict[str, bytes] = {k: v for k, v in headers or () if k in _CHUNK_HEADERS and isinstance(v, bytes)}
     if CHUNK_UUID not in found:
         return None
     try:

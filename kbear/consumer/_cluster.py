@@ -191,24 +191,22 @@ class ClusterRegistry:
 
     def activate(self, entry: ClusterClient) -> None:
         """``entry`` is read (subscribed or assigned)."""
-        if entry not in self.active:
-            self.active = [*self.active, entry]
-        if entry in self.leaving:
-            self.leaving = [e for e in self.leaving if e is not entry]
+        self._place(entry, active=True, leaving=False)
 
     def leave(self, entry: ClusterClient) -> None:
         """``entry`` was unsubscribed: polled until its revocation was served."""
-        if entry in self.active:
-            self.active = [e for e in self.active if e is not entry]
-        if entry not in self.leaving:
-            self.leaving = [*self.leaving, entry]
+        self._place(entry, active=False, leaving=True)
 
     def deactivate(self, entry: ClusterClient) -> None:
         """``entry`` is neither read nor leaving (unassigned, or closed)."""
-        if entry in self.active:
-            self.active = [e for e in self.active if e is not entry]
-        if entry in self.leaving:
-            self.leaving = [e for e in self.leaving if e is not entry]
+        self._place(entry, active=False, leaving=False)
+
+    def _place(self, entry: ClusterClient, *, active: bool, leaving: bool) -> None:
+        """``entry`` in ``active`` and ``leaving`` or not, each list replaced when it changes."""
+        if (entry in self.active) != active:
+            self.active = [*self.active, entry] if active else [e for e in self.active if e is not entry]
+        if (entry in self.leaving) != leaving:
+            self.leaving = [*self.leaving, entry] if leaving else [e for e in self.leaving if e is not entry]
 
     def watcher(self, target: Target) -> Any:
         """A client of ``target``'s cluster for broker calls made in the background

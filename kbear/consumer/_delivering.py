@@ -127,15 +127,14 @@ class DeliveryLoop:
         state: the acknowledgement state shared with ``verdicts``.
         verdicts: the acknowledgement layer's outcomes.
         registry: the consumer's per-cluster clients (pauses for held messages).
-        read_one, read_many: the consumer's poll loop (``PollLoop.poll`` / ``consume``),
+        read: the consumer's poll loop's ``consume`` (:meth:`PollLoop.consume`),
             whose tap is :meth:`tap`.
     """
 
     state: AckState
     verdicts: Verdicts
     registry: ClusterRegistry
-    read_one: Callable[[float | None], Any]
-    read_many: Callable[[int, float | None], list[Any]]
+    read: Callable[[int, float | None], list[Any]]
 
     _next_flush: float = field(default=0.0, init=False)
 
@@ -254,26 +253,8 @@ class DeliveryLoop:
 
     def poll(self, timeout: float | None = None) -> Any:
         """``RoutedConsumer.poll`` in individual mode (same arguments, returns, errors)."""
-        deadline = Deadline(timeout)
-        while True:
-            now = self.state.clock()
-            with self.state.lock:
-                self._service(now)
-                d = self._next_ready()
-                if d is not None:
-                    return self._hand_out(d, now)
-                wait = self._wait(deadline, now)
-            msg = self.read_one(wait)
-            if msg is not None:
-                if msg.error() is not None:
-                    return msg
-                with self.state.lock:
-                    self._take(msg)
-                    d = self._next_ready()
-                    if d is not None:
-                        return self._hand_out(d, self.state.clock())
-            if deadline.expired():
-                return None
+        got = self.consume(1, timeout)
+        return got[0] if got else None
 
     def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
         """``RoutedConsumer.consume`` in individual mode (same arguments, returns, errors)."""
@@ -290,7 +271,7 @@ class DeliveryLoop:
                 if len(out) >= num_messages:
                     return out
                 wait = 0.0 if out else self._wait(deadline, now)
-            got = self.read_many(num_messages - len(out), wait)
+            got = self.read(num_messages - len(out), wait)
             with self.state.lock:
                 for msg in got:
                     if msg.error() is not None:

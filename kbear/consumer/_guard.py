@@ -27,7 +27,24 @@ switch rebalances the group again):
   could not commit.
 
 With an eager protocol it also holds the partitions this member takes over from
-another until their committed offsets were read again (:mod:`kbear.consumer._takeover`).
+another until their committed offsets were read again (issue #25 item 4). On
+brokers that refuse the commit a member makes as its partitions leave it while
+the group rebalances (librdkafka's mock cluster with the classic protocol), that
+member commits its positions of the partitions that went to other members in the
+new generation's ``on_assign`` (:mod:`kbear.consumer._rebalance`). Their new owner
+fetches the group's committed offsets at the same moment, as its own assignment
+starts: it wins that race about half the time and reads again what the other
+member had read (a new group's whole backlog, when the first member on a move's
+new cluster read it alone before the others joined). So the partitions this
+member did not hold in the generation before and that start at the group's
+committed offset are paused in ``on_assign``; ``RECHECK_AFTER_S`` later the
+group's committed offsets of those partitions are read again in the background
+(:func:`committed_offsets`, with the cluster's background client), then each is
+sought there and resumed; where no offset is committed, or the look-up failed, it
+is resumed where librdkafka started it. At most ``session.timeout.ms`` after the
+assignment every partition is resumed. Nothing is lost: a committed offset is the
+position of a member that handed every message before it to its application.
+
 Both pauses are holds of :class:`kbear.consumer._holding.Holds`.
 
 Only with ``enable.auto.commit`` on: kbear commits on the application's behalf
@@ -46,8 +63,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
-from kbear.consumer._holding import Hold, Holds
-from kbear.consumer._takeover import RECHECK_AFTER_S, TakeOverLookUp
+from kbear.consumer._holding import Hold, Holds, Key, LookUp, Submit
 
 log = logging.getLogger("kbear.consumer")
 
@@ -58,6 +74,43 @@ COMMIT_EVERY_S = 0.01
 REFUSED_IN_REBALANCE = frozenset(
     {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
 )
+
+#: Seconds between a take-over and the second look at the group's committed
+#: offsets: the time the partitions' former owner has to serve its own
+#: ``on_assign`` of the same generation and commit there (one call of its poll loop).
+RECHECK_AFTER_S = 0.5
+
+#: Timeout of the background look-up of the committed offsets, seconds.
+LOOKUP_TIMEOUT_S = 5.0
+
+#: ``look_up(entry, parts)``: the look-up of ``parts``' committed offsets, to submit
+TakeOverLookUp = Callable[[ClusterClient, list[TopicPartition]], LookUp]
+
+
+def committed_offsets(
+    watcher: Callable[[ClusterClient], Any], entry: ClusterClient, parts: list[TopicPartition]
+) -> dict[Key, int]:
+    """The group's committed offsets of ``parts`` (physical names) on ``entry``'s
+    cluster, asked with its background client ``watcher(entry)`` (built here, in the
+    background thread, if it is not yet; blocking, at most ``LOOKUP_TIMEOUT_S``).
+
+    Raises:
+        KafkaException: the look-up failed.
+    """
+    answer = watcher(entry).committed(parts, timeout=LOOKUP_TIMEOUT_S)
+    return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None}
+
+
+def committed_look_up(submit: Submit, watcher: Callable[[ClusterClient], Any]) -> TakeOverLookUp:
+    """The look-up of taken-over partitions' committed offsets, for
+    :meth:`kbear.consumer._guard.MoveGuard.taken`: ``submit`` runs it in the consumer's
+    background thread (:meth:`kbear.consumer._mover.SwitchDriver.submit`), ``watcher``
+    gives a cluster's background client (:meth:`ClusterRegistry.watcher`)."""
+
+    def look_up(entry: ClusterClient, parts: list[TopicPartition]) -> LookUp:
+        return lambda: submit(entry.cluster_id, committed_offsets, watcher, entry, list(parts))
+
+    return look_up
 
 
 @dataclass(eq=False)
@@ -80,7 +133,7 @@ class MoveGuard:
     client) and from the rebalance callbacks (:meth:`assigned`, :meth:`taken`,
     :meth:`revoked`). ``takeover``: eager protocols, the look-up of the committed
     offsets of partitions taken over from other members during a move
-    (:func:`kbear.consumer._takeover.committed_look_up`); None: not held.
+    (:func:`committed_look_up`); None: not held.
     """
 
     registry: ClusterRegistry
@@ -200,7 +253,7 @@ class MoveGuard:
     def taken(self, entry: ClusterClient, parts: list[TopicPartition]) -> None:
         """``on_assign`` of ``entry``'s client (eager protocols): ``parts`` were held by
         other members and start at the group's committed offsets; during a move they
-        are held until those offsets were read again (:mod:`kbear.consumer._takeover`)."""
+        are held until those offsets were read again (module docstring)."""
         if not self._until or self.takeover is None:
             return
         hold = self.holds.hold(

@@ -1,7 +1,7 @@
 """Partitions held paused until where they start is known (private): the one way a
-consumer holds partitions, used by the take-overs (:mod:`kbear.consumer._takeover`),
-the translated starts read in the background (:mod:`kbear.consumer._startlater`)
-and the move guard's pause after a refused commit (:mod:`kbear.consumer._guard`).
+consumer holds partitions, used by the move guard (:mod:`kbear.consumer._guard`: the
+take-overs and the pause after a refused commit) and the translated starts read in
+the background (:mod:`kbear.consumer._startlater`).
 
 A :class:`Hold` is made in a rebalance callback or between calls of the polling
 thread:
@@ -87,8 +87,16 @@ class Hold:
     tag: Any = None
     lookup: Future[dict[Key, int]] | None = None
     offsets: dict[Key, int] | None = None
-    #: partitions still to seek (librdkafka had not started them)
+    #: partitions still to seek, with their start (librdkafka had not started them)
     left: list[TopicPartition] = field(default_factory=list)
+
+    def starts(self, offsets: dict[Key, int]) -> list[TopicPartition]:
+        """The held partitions that ``offsets`` gives a start (an offset >= 0), with it."""
+        return [
+            TopicPartition(tp.topic, tp.partition, o)
+            for tp in self.parts
+            if (o := offsets.get((tp.topic, tp.partition), -1)) >= 0
+        ]
 
 
 class Holds:
@@ -180,24 +188,23 @@ class Holds:
                 except Exception as exc:  # any failure of the look-up falls back
                     self._end(hold, [], f"not looked up ({exc})", fell_back=True)
                     continue
-                hold.left = [tp for tp in hold.parts if hold.offsets.get((tp.topic, tp.partition), -1) >= 0]
+                hold.left = hold.starts(hold.offsets)
             self._seek(hold, now)
 
     def _seek(self, hold: Hold, now: float) -> None:
-        offsets = hold.offsets or {}
         entry = hold.entry
         left: list[TopicPartition] = []
-        failed: set[Key] = set()
+        failed: list[TopicPartition] = []
         for tp in hold.left:
             resume_quietly(entry, [tp])
             try:
-                entry.consumer.seek(TopicPartition(tp.topic, tp.partition, offsets[(tp.topic, tp.partition)]))
+                entry.consumer.seek(tp)
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError._STATE:  # not started yet (nothing fetched): next call
                     pause_quietly(entry, [tp])
                     left.append(tp)
                 else:
-                    failed.add((tp.topic, tp.partition))
+                    failed.append(tp)
                     log.warning(
                         "kbear: seek of %s [%d] on cluster %r failed (read from where librdkafka "
                         "started it): %s",
@@ -209,12 +216,7 @@ class Holds:
         hold.left = left
         if left and now < hold.give_up_at:
             return
-        unsought = {(tp.topic, tp.partition) for tp in left} | failed
-        sought = [
-            TopicPartition(tp.topic, tp.partition, o)
-            for tp in hold.parts
-            if (o := offsets.get(key := (tp.topic, tp.partition), -1)) >= 0 and key not in unsought
-        ]
+        sought = [tp for tp in hold.starts(hold.offsets or {}) if tp not in left and tp not in failed]
         how = f"at {sought}" if not left else f"at {sought}; {left} not sought in time"
         self._end(hold, sought, how, fell_back=bool(left))
 

@@ -366,7 +366,6 @@ def open_acks(
     client: Client,
     registry: ClusterRegistry,
     routes: Callable[[], Mapping[str, Route]],
-    poll: Callable[[float | None], Any],
     consume: Callable[[int, float | None], list[Any]],
     clock: Callable[[], float] = time.monotonic,
     wall: Callable[[], float] = time.time,
@@ -380,7 +379,7 @@ def open_acks(
         router, client: where letters are routed (the retry and dead-letter topics).
         registry: its per-cluster clients.
         routes: its routes in use (logical topic -> route).
-        poll, consume: its poll loop (the delivering part reads through them).
+        consume: its poll loop's ``consume`` (the delivering part reads through it).
         clock: monotonic seconds; wall: epoch seconds.
     """
     state = AckState(
@@ -395,4 +394,4 @@ def open_acks(
         wall=wall,
     )
     layer = AckLayer(state, registry, routes, settings, group)
-    return layer, DeliveryLoop(state, layer, registry, poll, consume)
+    return layer, DeliveryLoop(state, layer, registry, consume)

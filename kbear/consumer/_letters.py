@@ -47,10 +47,8 @@ def letter_topic(template: str, topic: str, group: str) -> str:
 
 def header(headers: list[tuple[str, Any]] | None, name: str) -> bytes | None:
     """The last value of header ``name`` (bytes), or None."""
-    if not headers:
-        return None
     found: bytes | None = None
-    for key, value in headers:
+    for key, value in headers or ():
         if key == name:
             found = value if isinstance(value, bytes) or value is None else str(value).encode()
     return found

@@ -412,7 +412,7 @@ def _commit_resumed(entry: ClusterClient, resume: dict[tuple[str, int], int]) ->
     """The group refused the commit of this member's positions as its partitions left
     it (it was rebalancing): they are committed now, in the new generation
     (asynchronously: never waits). A partition that went to another member: its new
-    owner starts there (:mod:`kbear.consumer._takeover` reads the group's offsets
+    owner starts there (:mod:`kbear.consumer._guard` reads the group's offsets
     again a moment after its assignment). A partition given back: this member reads
     on from there, and the group's committed offset must not stay behind what it
     read, or the partition's next owner (this member too) reads it again when the

@@ -197,11 +197,7 @@ class LaterStarts:
                         exc,
                     )
                     continue
-            starts = [
-                TopicPartition(tp.topic, tp.partition, o)
-                for tp in hold.parts
-                if (o := (offsets or {}).get((tp.topic, tp.partition), -1)) >= 0
-            ]
+            starts = hold.starts(offsets or {})
             if starts:
                 log.info(
                     "kbear: translated start of %s on cluster %r committed at close: %s",

@@ -99,10 +99,6 @@ class MirrorStarts:
         self._offsets_client = offsets_client or (lambda entry: entry.consumer)
         self.last: dict[tuple[str, str], dict[int, TranslatedStart]] = {}
 
-    def _failover(self, cluster_id: str) -> Failover | None:
-        cluster = self._router.config.clusters.get(cluster_id)
-        return None if cluster is None else cluster.failover
-
     def __call__(
         self, entry: ClusterClient, partitions: list[TopicPartition], plan: StartPlan
     ) -> list[TopicPartition]:
@@ -127,7 +123,8 @@ class MirrorStarts:
     ) -> tuple[list[TopicPartition], list[str]]:
         """The start of each partition and what decided it (``committed``: no translation)."""
         committed = [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
-        failover = self._failover(source.cluster_id)
+        cluster = self._router.config.clusters.get(source.cluster_id)
+        failover = None if cluster is None else cluster.failover
         if failover is None or failover.mirror is MirrorKind.NONE or failover.standby != entry.cluster_id:
             log.warning(
                 "kbear: kbear.switch.start=translated: cluster %r is not declared mirrored to %r "

@@ -1,5 +1,5 @@
 """Partitions held paused until their start is known (kbear.consumer._holding), by
-its two users in the rebalance callbacks: the take-overs (kbear.consumer._takeover)
+its two users in the rebalance callbacks: the take-overs (kbear.consumer._guard)
 and the translated starts read in the background (kbear.consumer._startlater), driven
 without a cluster through the rebalance callbacks and a fake clock, then once on a
 librdkafka mock cluster. (The move guard's pause after a refused commit:
@@ -42,10 +42,9 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from kbear._route import Route
 from kbear._switch import StartPlan
 from kbear.consumer._cluster import ClusterClient
-from kbear.consumer._guard import MoveGuard
+from kbear.consumer._guard import RECHECK_AFTER_S, MoveGuard, committed_look_up
 from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._startlater import LaterStarts
-from kbear.consumer._takeover import RECHECK_AFTER_S, committed_look_up
 from kbear.testing import EmbeddedCluster
 
 GIVE_UP_S = 6.0
