@@ -149,12 +149,10 @@ def write_config(directory: Path, clusters: dict[str, str | None], *, force: boo
         CONSUMER_GROUPS_FILE: _GROUPS,
         ROUTE_RULES_FILE: _rules_file(list(clusters)),
     }
-    written = []
-    for name in FILES:
-        path = directory / name
+    written = [directory / name for name in FILES]
+    for path in written:
         path.unlink(missing_ok=True)  # a link is replaced by a file, never written through
-        path.write_text(texts[name], encoding="utf-8")
-        written.append(path)
+        path.write_text(texts[path.name], encoding="utf-8")
     return written
 
 
