@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import TextIO
 
 from kbear._cli_format import explain_json, explain_lines, no_route_message, route_json, route_line
 from kbear._identity import Client
@@ -45,19 +44,18 @@ EXIT_META_UNAVAILABLE = 4
 EXIT_INTERRUPTED = 130
 
 
-def print_config_error(exc: ConfigError, location: str, out: TextIO | None = None) -> int:
+def print_config_error(exc: ConfigError, location: str) -> int:
     """Print every problem of ``exc`` on stderr; the exit code (unreachable service or
     configuration error)."""
     from kbear._meta_http import ServiceUnreachableError
 
-    out = out or sys.stderr
     unreachable = is_url(location) and isinstance(exc, ServiceUnreachableError)
     if unreachable:
-        print(f"kbear: meta-service unavailable: {location}", file=out)
+        print(f"kbear: meta-service unavailable: {location}", file=sys.stderr)
     else:
-        print(f"kbear: invalid configuration in {location}: {len(exc.problems)} problem(s)", file=out)
+        print(f"kbear: invalid configuration in {location}: {len(exc.problems)} problem(s)", file=sys.stderr)
     for problem in exc.problems:
-        print(f"  {problem}", file=out)
+        print(f"  {problem}", file=sys.stderr)
     return EXIT_META_UNAVAILABLE if unreachable else EXIT_CONFIG_ERROR
 
 

@@ -31,7 +31,6 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import TextIO
 
 from kbear._cli_config import EXIT_CONFIG_ERROR, EXIT_OK, print_config_error
 from kbear._cli_init import DEFAULT_CLUSTERS, placeholder, write_config
@@ -100,7 +99,7 @@ def _write_env_file(path: Path, exports: list[str]) -> None:
     os.replace(tmp, path)  # whole or absent: a shell waiting for it never reads half
 
 
-def _start_serve(directory: Path, port: int, env: dict[str, str], out: TextIO) -> subprocess.Popen[bytes]:
+def _start_serve(directory: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "kbear.cli", "serve", "--config", str(directory), "--port", str(port)]
     child = subprocess.Popen(command, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -111,7 +110,7 @@ def _start_serve(directory: Path, port: int, env: dict[str, str], out: TextIO) -
                 break
         except OSError:
             time.sleep(0.2)
-    print(f"kbear serve: {url} (kbear.config={url}; the console: {url}/)", file=out)
+    print(f"kbear serve: {url} (kbear.config={url}; the console: {url}/)")
     return child
 
 
@@ -121,11 +120,10 @@ def _end(child: subprocess.Popen[bytes]) -> None:
         child.wait(10)
 
 
-def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
+def cmd_dev(args: argparse.Namespace) -> int:
     """``kbear dev``: 0 after Ctrl+C (or SIGTERM), 2 a configuration error."""
     from kbear.testing import EmbeddedCluster  # lazily: loads librdkafka's mock cluster API
 
-    out = out or sys.stdout
     directory = Path(args.config)
     if not (directory / CLUSTERS_FILE).exists() and not directory.is_symlink():
         try:
@@ -133,7 +131,7 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except (ValueError, OSError) as exc:
             print(f"kbear: dev: {exc}", file=sys.stderr)
             return EXIT_CONFIG_ERROR
-        print(f"wrote {directory} (kbear init: clusters {', '.join(DEFAULT_CLUSTERS)})", file=out)
+        print(f"wrote {directory} (kbear init: clusters {', '.join(DEFAULT_CLUSTERS)})")
     try:
         written = load_config(directory, resolve_env=False)  # ${NAME} as written
         wanted = placeholders(written, os.environ)
@@ -165,29 +163,28 @@ def cmd_dev(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 cluster.create_topic(topic, _PARTITIONS)
             env[name] = cluster.bootstrap_servers
             exports.append(f"export {name}={cluster.bootstrap_servers}")
-            print(f"cluster {cluster_id}: {cluster.bootstrap_servers} (embedded)", file=out)
+            print(f"cluster {cluster_id}: {cluster.bootstrap_servers} (embedded)")
         try:
             config = load_config(directory, environ=env)
         except ConfigError as exc:
             return print_config_error(exc, str(directory))
         if args.serve:
-            serve = _start_serve(directory, args.port, env, out)
+            serve = _start_serve(directory, args.port, env)
             stack.callback(_end, serve)
         print(
             f"configuration: {directory} ({len(config.clusters)} clusters, {len(config.rules)} rules)",
-            file=out,
         )
-        print("in the shell of your applications (and of kbear route, kbear move...):", file=out)
+        print("in the shell of your applications (and of kbear route, kbear move...):")
         for line in exports:
-            print(f"  {line}", file=out)
+            print(f"  {line}")
         if env_file is not None:
             _write_env_file(env_file, exports)
             shown = str(env_file) if os.sep in str(env_file) else f".{os.sep}{env_file}"
-            print(f"  (or: source {shown})", file=out)
-        print("running until Ctrl+C", file=out, flush=True)
+            print(f"  (or: source {shown})")
+        print("running until Ctrl+C", flush=True)
         while not stop.wait(1.0):
             if serve is not None and serve.poll() is not None:
                 print(f"kbear: dev: kbear serve ended (exit {serve.returncode})", file=sys.stderr)
                 return EXIT_CONFIG_ERROR
-    print("stopped: the clusters are gone", file=out)
+    print("stopped: the clusters are gone")
     return EXIT_OK
