@@ -14,7 +14,7 @@ cluster whose group coordinator is not ready yet).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ConfigSource, OffsetSpec, ResourceType
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from kbear._clients import cluster_config, current_factory
+from kbear._clients import current_factory
 from kbear.admin._facade import RoutedAdminClient
 from kbear.router import Router
 
@@ -204,13 +204,10 @@ class CommittedOffsets:
 
     Args:
         router: the configuration whose clusters are read (in force at each read).
-        native: librdkafka settings for every consumer (``logger``...), under each
-            cluster's own properties from ``clusters.yaml``.
     """
 
-    def __init__(self, router: Router, native: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, router: Router) -> None:
         self._router = router
-        self._native = dict(native or {})
         self._consumers: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}
         self._lock = threading.Lock()
 
@@ -220,8 +217,7 @@ class CommittedOffsets:
         with self._lock:
             consumer = self._consumers.get(key)
             if consumer is None:
-                conf = cluster_config(self._native, properties)
-                conf.update({"group.id": group, "enable.auto.commit": False})
+                conf = {**properties, "group.id": group, "enable.auto.commit": False}
                 consumer = self._consumers[key] = current_factory()("consumer", cluster, conf)
             return consumer
 
