@@ -114,14 +114,10 @@ def _edit(text: str, rule_id: str, statement: str, priority: int) -> str | None:
     found = pattern.search(text)
     if found is None:
         return None
-    body = found.group("body")
-    body, n_rule = re.subn(
-        r"^( *)rule: .*$", lambda m: f"{m.group(1)}rule: {_q(statement)}", body, count=1, flags=re.M
-    )
-    body, n_prio = re.subn(
-        r"^( *)priority: .*$", lambda m: f"{m.group(1)}priority: {priority}", body, count=1, flags=re.M
-    )
-    if n_rule != 1 or n_prio != 1:
+    values = {"rule": _q(statement), "priority": str(priority)}
+    line = re.compile(r"^( *)(rule|priority): .*$", flags=re.M)
+    body, n = line.subn(lambda m: f"{m.group(1)}{m.group(2)}: {values[m.group(2)]}", found.group("body"))
+    if n != 2:  # one line each
         return None
     return text[: found.start("body")] + body + text[found.end("body") :]
 
