@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import kbear
 
 #: modules ``import kbear`` alone must not import (top-level package names)
@@ -93,3 +95,47 @@ def test_all_the_lazy_table_and_the_type_checking_imports_agree() -> None:
     exports = kbear._EXPORTS
     assert checked == exports
     assert set(kbear.__all__) == {*exports, "__version__"}
+
+
+#: what Spark's Python process planning a query of the ``kbear`` source does not need:
+#: the driver's helpers (``read_stream``, ``run_query``), the other clients, and
+#: MirrorMaker 2's records unless a cluster is mirrored by it
+NOT_PLANNING = (
+    "kbear.spark._stream",
+    "kbear.spark._supervise",
+    "kbear.mirror",
+    "kbear.producer",
+    "kbear.consumer",
+)
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in modules for n in names if m == n or m.startswith(n + ".")}
+
+
+def test_import_kbear_spark_imports_no_pyspark_pydantic_or_client() -> None:
+    loaded = _modules_after("import kbear.spark")
+    heavy = ("pyspark", "pydantic", "confluent_kafka", "yaml", "kbear.config", "kbear.router")
+    assert _loaded(loaded, heavy) == set()
+    assert {m for m in loaded if m.startswith("kbear.spark.")} == set()
+
+
+def test_the_source_module_spark_unpickles_imports_no_configuration_model_or_client() -> None:
+    """Spark's Python worker imports the data source's module to unpickle the class and
+    ask its schema: pyspark's types, not kbear's configuration (pydantic) or a client."""
+    pytest.importorskip("pyspark")
+    loaded = _modules_after("import kbear.spark._source")
+    assert "pyspark.sql.datasource" in loaded
+    heavy = ("pydantic", "confluent_kafka", "yaml", "kbear.config", "kbear.router", "kbear.settings")
+    assert _loaded(loaded, (*heavy, *NOT_PLANNING, "kbear.spark._reader")) == set()
+
+
+def test_the_stream_reader_imports_what_planning_needs_and_no_more() -> None:
+    pytest.importorskip("pyspark")
+    loaded = _modules_after(
+        "from kbear.spark._source import KBearDataSource, spark_schema\n"
+        "source = KBearDataSource({'subscribe': 't', 'kafka.bootstrap.servers': '127.0.0.1:1'})\n"
+        "source.streamReader(spark_schema(False))"
+    )
+    assert {"kbear.spark._reader", "kbear.router", "confluent_kafka"} <= loaded
+    assert _loaded(loaded, NOT_PLANNING) == set()

@@ -9,25 +9,40 @@ With pyspark (>= 4.0, and pyarrow): :func:`read_stream`, :func:`write_stream`,
 :func:`guard`, :func:`register`, the ``kbear`` Python streaming source
 (:class:`KBearDataSource`) and :func:`run_query`, a supervisor that restarts a
 query on Spark's connector at route changes and failovers from translated offsets
-(:class:`QuerySupervisor`); the last three imported on first use.
+(:class:`QuerySupervisor`).
+
+Every name is imported from its module on first use (PEP 562): the Python process
+Spark starts to plan each query of the ``kbear`` source imports the source's
+modules, not the helpers of the driver's program.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from kbear.spark._options import (
-    FORBIDDEN_READ_OPTIONS,
-    FORBIDDEN_WRITE_OPTIONS,
-    TRANSLATION_TABLE,
-    SparkOptionsError,
-    checkpoint_location,
-    describe_options,
-    kafka_options,
-    translate_properties,
-    write_options,
-)
-from kbear.spark._stream import RouteGuard, guard, jvm_kafka_available, read_stream, register, write_stream
+if TYPE_CHECKING:
+    from kbear.spark._options import (
+        FORBIDDEN_READ_OPTIONS,
+        FORBIDDEN_WRITE_OPTIONS,
+        TRANSLATION_TABLE,
+        SparkOptionsError,
+        checkpoint_location,
+        describe_options,
+        kafka_options,
+        translate_properties,
+        write_options,
+    )
+    from kbear.spark._source import KBearDataSource
+    from kbear.spark._stream import (
+        RouteGuard,
+        guard,
+        jvm_kafka_available,
+        read_stream,
+        register,
+        write_stream,
+    )
+    from kbear.spark._supervise import QuerySupervisor, run_query
 
 __all__ = [
     "FORBIDDEN_READ_OPTIONS",
@@ -54,15 +69,41 @@ __all__ = [
 #: The name of kbear's Python streaming source: ``spark.readStream.format("kbear")``.
 SOURCE_NAME = "kbear"
 
+#: public name -> the module it is imported from on first use
+_EXPORTS = {
+    **dict.fromkeys(
+        (
+            "FORBIDDEN_READ_OPTIONS",
+            "FORBIDDEN_WRITE_OPTIONS",
+            "TRANSLATION_TABLE",
+            "SparkOptionsError",
+            "checkpoint_location",
+            "describe_options",
+            "kafka_options",
+            "translate_properties",
+            "write_options",
+        ),
+        "kbear.spark._options",
+    ),
+    **dict.fromkeys(
+        ("RouteGuard", "guard", "jvm_kafka_available", "read_stream", "register", "write_stream"),
+        "kbear.spark._stream",
+    ),
+    "KBearDataSource": "kbear.spark._source",
+    "QuerySupervisor": "kbear.spark._supervise",
+    "run_query": "kbear.spark._supervise",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # KBearDataSource needs pyspark: imported on first use only.
-    if name == "KBearDataSource":
-        from kbear.spark._source import KBearDataSource
+    """A public name, imported from its module at first use (then kept here)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kbear.spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return KBearDataSource
-    if name in ("run_query", "QuerySupervisor"):
-        from kbear.spark import _supervise
 
-        return getattr(_supervise, name)
-    raise AttributeError(f"module 'kbear.spark' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

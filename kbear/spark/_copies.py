@@ -23,11 +23,12 @@ import itertools
 import struct
 import time
 from collections.abc import Callable, Generator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kbear.mirror import OffsetSyncIndex
+if TYPE_CHECKING:
+    from kbear.mirror import OffsetSyncIndex
 
 __all__ = [
     "COPY_SCAN_LIMIT",

@@ -28,16 +28,18 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbear import _events
 from kbear._lost import LostWatch
 from kbear._route import Route
 from kbear._standby import standby_route
 from kbear.config import Failover, KBearConfig, MirrorKind
-from kbear.mirror import OffsetSync, OffsetSyncIndex, StartSource, read_mirror
 from kbear.spark._copies import copied_in_step, copy_after, mark_of
 from kbear.spark._read import READER_CONF
+
+if TYPE_CHECKING:
+    from kbear.mirror import OffsetSync, OffsetSyncIndex
 
 __all__ = [
     "META_TIMEOUT_S",
@@ -238,6 +240,8 @@ def mirror_start(
         for p in marks:
             by[p] = ("identical", known[p]) if p in known else ("none", None)
     else:
+        from kbear.mirror import StartSource, read_mirror  # a cluster mirrored by MirrorMaker 2 only
+
         view = read_mirror(
             failover,
             properties(new.cluster_id),
@@ -346,6 +350,8 @@ def fail_back_start(
     failover = _copied_to(config, new, old, MirrorKind.MM2)
     if failover is None:
         return None
+    from kbear.mirror import read_mirror  # a cluster mirrored by MirrorMaker 2 only
+
     view = read_mirror(failover, properties(old.cluster_id), properties(new.cluster_id))
     starts: dict[str, int] = {}
     parts: dict[str, dict[str, Any]] = {}

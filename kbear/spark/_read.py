@@ -17,7 +17,6 @@ from pyspark.sql.datasource import InputPartition
 
 from kbear._secrets import redact
 from kbear.config import Failover, MirrorKind
-from kbear.mirror import read_mirror
 from kbear.spark._copies import copy_after, fingerprint
 
 log = logging.getLogger("kbear.spark")
@@ -302,6 +301,8 @@ def _standby_rows(
     if failover.mirror is MirrorKind.IDENTICAL:
         start, stop = next_offset, part.end
     else:
+        from kbear.mirror import read_mirror  # a cluster mirrored by MirrorMaker 2 only
+
         view = read_mirror(failover, standby.properties, None)
         last = view.syncs.at_or_after(part.topic, part.partition, part.end - 1)
         if last is None:

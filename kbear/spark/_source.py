@@ -8,7 +8,7 @@ so a job can switch between the two; see :class:`KBearDataSource`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import (
@@ -22,10 +22,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kbear.spark._reader import KBearStreamReader
-from kbear.spark._source_settings import SourceSettings, option_bool
+from kbear.spark._translate import option_bool
 
-__all__ = ["SOURCE_NAME", "KBearDataSource", "KBearStreamReader"]
+if TYPE_CHECKING:
+    from kbear.spark._reader import KBearStreamReader
+
+__all__ = ["SOURCE_NAME", "KBearDataSource"]
 
 #: The name the source is registered under (``format("kbear")``).
 SOURCE_NAME = "kbear"
@@ -131,6 +133,10 @@ class KBearDataSource(DataSource):
             SparkOptionsError: bad or forbidden options.
             ConfigError: ``kbear.config`` is not a valid configuration.
         """
+        # imported here: schema() (Spark's first call, in a Python process of its own) needs neither
+        from kbear.spark._reader import KBearStreamReader
+        from kbear.spark._source_settings import SourceSettings
+
         return KBearStreamReader(SourceSettings(self.options), arrow_schema(schema))
 
 

@@ -13,12 +13,7 @@ from collections.abc import Mapping
 
 from kbear.settings import parse_source_options
 from kbear.spark._options import FORBIDDEN_READ_OPTIONS, SparkOptionsError, check_options
-
-
-def option_bool(value: str | None, default: bool) -> bool:
-    """A Spark boolean option: ``default`` when absent (None), else whether it reads ``true``
-    (any case, surrounding blanks ignored)."""
-    return default if value is None else str(value).strip().lower() == "true"
+from kbear.spark._translate import option_bool
 
 
 class SourceSettings:

@@ -38,6 +38,12 @@ class SparkOptionsError(ValueError):
         return type(self), (self.problems,)
 
 
+def option_bool(value: str | None, default: bool) -> bool:
+    """A Spark boolean option: ``default`` when absent (None), else whether it reads ``true``
+    (any case, surrounding blanks ignored)."""
+    return default if value is None else str(value).strip().lower() == "true"
+
+
 # --------------------------------------------------------------------------- translation
 
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

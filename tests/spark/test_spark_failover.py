@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from conftest import keyed, write_mirror_config
 from kbear import _events
-from kbear.spark._source import KBearStreamReader
+from kbear.spark._reader import KBearStreamReader
 from kbear.spark._source_settings import SourceSettings
 from kbear.testing import EmbeddedCluster
 from tests._mirror_replicator import Replicator

@@ -19,7 +19,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from conftest import Rule, keyed, plain_producer, rewrite_rules, rule
 from kbear.spark import SparkOptionsError
-from kbear.spark._source import KBearDataSource, KBearStreamReader
+from kbear.spark._reader import KBearStreamReader
+from kbear.spark._source import KBearDataSource
 from kbear.spark._source_settings import SourceSettings as _Settings
 from kbear.testing import EmbeddedCluster
 
