@@ -96,32 +96,22 @@ class PollLoop:
             driver.message(entry, msg, self._sub.routes.get(msg.topic()))
         return msg
 
-    def _after_work(self, timeout: float | None) -> float | None:
-        """Do the work due between calls (a reload or a failover applied, a switch)
-        and return what is left of ``timeout`` (seconds; None or negative: infinite):
-        that work counts in the call's timeout."""
-        started = time.monotonic()
-        self.between_calls(None if timeout is None or timeout < 0 else timeout)
-        if timeout is None or timeout <= 0:
-            return timeout
-        return max(0.0, timeout - (time.monotonic() - started))
-
     def _take_turn(self, timeout: float | None) -> tuple[bool, float | None]:
         """Entering the poll loop: note the polling thread, let calls from other
         threads through first (for at most ``timeout`` seconds; None or negative:
         infinite) and bind the fast paths again, then do the work due between calls
-        (:meth:`_after_work`). Returns whether no call waits any more, and what is
-        left of ``timeout``."""
+        (a reload or a failover applied, a switch). Returns whether no call waits any
+        more, and what is left of ``timeout``: both count in the call's timeout."""
+        deadline = Deadline(timeout)
         gate = self.gate
         if gate.poller != threading.get_ident() or gate.waiting or gate.unbound:
-            started = time.monotonic()
-            if not gate.yield_to(None if timeout is None or timeout < 0 else timeout):
+            if not gate.yield_to(deadline.remaining()):
                 return False, 0.0
             gate.unbound = False
             self.repin()
-            if timeout is not None and timeout > 0:
-                timeout = max(0.0, timeout - (time.monotonic() - started))
-        return True, self._after_work(timeout) if self._needs_care() else timeout
+        if self._needs_care():
+            self.between_calls(deadline.remaining())
+        return True, timeout if timeout is None or timeout <= 0 else deadline.remaining()
 
     def _alone(self, active: list[ClusterClient]) -> bool:
         """Whether ``active`` is one client read with nothing for kbear to do between

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -75,9 +74,6 @@ class Schedule(Generic[T]):
     def discard(self, item: T) -> None:
         self._live.pop(id(item), None)
 
-    def __contains__(self, item: T) -> bool:
-        return id(item) in self._live
-
     def __len__(self) -> int:
         return len(self._live)
 
@@ -93,51 +89,44 @@ class Schedule(Generic[T]):
 
     def pop_due(self, now: float) -> list[T]:
         """The items due at ``now`` (earliest first), removed."""
-        out: list[T] = []
+        return [item for item, _ in self._pop_due(now)]
+
+    def _pop_due(self, now: float) -> list[tuple[T, float]]:
+        out: list[tuple[T, float]] = []
         heap = self._heap
         while True:
             self._clean()
             if not heap or heap[0][0] > now:
                 return out
-            _, _, item = heapq.heappop(heap)
+            due, _, item = heapq.heappop(heap)
             del self._live[id(item)]
-            out.append(item)
+            out.append((item, due))
 
 
-class AckTimer(Generic[T]):
+class AckTimer(Schedule[T]):
     """The acknowledgement timeout (``kbear.ack.timeout.ms``): items delivered and
     not stopped within ``timeout_s`` are reported by :meth:`expired`, which looks
-    at most once per ``tick_s`` (``kbear.ack.timeout.tick.ms``).
-
-    Each item's deadline is its delivery time + ``timeout_s``; deliveries come in
-    time order, so the deadlines are kept in a queue (stopped items are skipped
-    lazily)."""
+    at most once per ``tick_s`` (``kbear.ack.timeout.tick.ms``). Each item is
+    scheduled at its delivery time + ``timeout_s``."""
 
     def __init__(self, timeout_s: float, tick_s: float) -> None:
+        super().__init__()
         self.timeout_s = timeout_s
         self.tick_s = tick_s
-        self._queue: deque[tuple[float, int, T]] = deque()
-        self._live: dict[int, int] = {}
-        self._seq = itertools.count()
         self._next_check = 0.0
 
     def start(self, item: T, now: float) -> None:
         """``item`` was delivered at ``now``: its timeout runs."""
-        seq = next(self._seq)
-        self._live[id(item)] = seq
-        self._queue.append((now + self.timeout_s, seq, item))
+        self.add(now + self.timeout_s, item)
 
     def stop(self, item: T) -> None:
         """``item`` was acknowledged (or nacked): its timeout stops."""
-        self._live.pop(id(item), None)
+        self.discard(item)
 
     def next_check(self) -> float | None:
         """When :meth:`expired` may next report something, or None when nothing runs."""
-        while self._queue and self._live.get(id(self._queue[0][2])) != self._queue[0][1]:
-            self._queue.popleft()
-        if not self._queue:
-            return None
-        return max(self._next_check, self._queue[0][0])
+        due = self.next_due()
+        return None if due is None else max(self._next_check, due)
 
     def expired(self, now: float) -> list[tuple[T, float]]:
         """(item, its deadline) of the items whose timeout ran out by ``now``, stopped;
@@ -145,16 +134,4 @@ class AckTimer(Generic[T]):
         if now < self._next_check:
             return []
         self._next_check = now + self.tick_s
-        out: list[tuple[T, float]] = []
-        queue = self._queue
-        while queue:
-            deadline, seq, item = queue[0]
-            if self._live.get(id(item)) != seq:
-                queue.popleft()
-                continue
-            if deadline > now:
-                break
-            queue.popleft()
-            del self._live[id(item)]
-            out.append((item, deadline))
-        return out
+        return self._pop_due(now)
