@@ -355,30 +355,20 @@ def fail_back_start(
     view = read_mirror(failover, properties(old.cluster_id), properties(new.cluster_id))
     starts: dict[str, int] = {}
     parts: dict[str, dict[str, Any]] = {}
+    new_conf = {**properties(new.cluster_id), **READER_CONF}
+    old_conf = {**properties(old.cluster_id), **READER_CONF}
     for p, at in positions.items():
         below = int(read.get(p, 0))
+        mine = int(at)  # this source's own position on new
         sync = _last_sync_below(view.syncs, new.topic, int(p), below)
         by_sync = 0 if sync is None else sync.upstream_offset + 1
         in_step = by_sync
         if sync is not None:  # the records after the sync, copied one by one in order
             in_step = copied_in_step(
-                {**properties(new.cluster_id), **READER_CONF},
-                new.topic,
-                {**properties(old.cluster_id), **READER_CONF},
-                old.topic,
-                int(p),
-                by_sync,
-                sync.downstream_offset + 1,
-                below,
+                new_conf, new.topic, old_conf, old.topic, int(p), by_sync, sync.downstream_offset + 1, below
             )
-        starts[p] = max(int(at), by_sync, in_step)
-        how = (
-            "record"
-            if in_step > max(int(at), by_sync)
-            else "offset-sync"
-            if by_sync > int(at)
-            else "position"
-        )
+        starts[p] = max(mine, by_sync, in_step)
+        how = "record" if in_step > max(mine, by_sync) else ("offset-sync" if by_sync > mine else "position")
         parts[p] = {"from": read.get(p), "to": starts[p], "by": how}
     log.warning(
         "kbear source: %r fails back from %s/%s to %s/%s at %s (after the copies read on %s)",
