@@ -14,9 +14,15 @@ checkpoint (``<checkpoint_root>/<n>``, the routes it was started on beside it in
   committed offsets translated through the mirror (MirrorMaker 2's offset syncs,
   never past the true position; the same offsets for ``kbear.mirror: identical``);
   a partition without a translation starts at the standby's earliest offset;
+- a topic failed back from that standby (the operator's ``kbear failback``): the
+  standby is read up to its end offsets as for a move (below), then each partition of
+  the old cluster starts after the last record whose copy was read on the standby
+  (:func:`~kbear.spark._failover.fail_back_start`: the offset syncs, then record by
+  record; never before what an earlier generation committed there);
 - a topic moved elsewhere (a rule change): generation n reads the old cluster up to
   the end offsets seen when the change was noticed (bounded by ``drain_timeout_s``),
-  then the new cluster is read from its earliest offset.
+  then the new cluster is read from its earliest offset (so is the old cluster after
+  a fail-back without MirrorMaker 2 between the two).
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import KafkaException
+
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
 from kbear.config import ConfigError
 from kbear.router import Router
 from kbear.spark._clusters import EARLIEST, ClusterQuestions
-from kbear.spark._failover import SourceFailover, mirror_start
+from kbear.spark._failover import SourceFailover, fail_back_start, mirror_start
 from kbear.spark._options import (
     FORBIDDEN_READ_OPTIONS,
     _router,
@@ -91,7 +99,9 @@ class QuerySupervisor:
         generation: its number (0 first).
         restarts: one entry per restart: ``{"generation", "reason", "routes",
             "starting"}`` (``starting``: cluster -> topic -> partition -> offset;
-            ``translated``: topic -> :func:`~kbear.spark._failover.mirror_start`'s record).
+            ``translated``: topic -> the record of
+            :func:`~kbear.spark._failover.mirror_start` or, after a fail-back,
+            :func:`~kbear.spark._failover.fail_back_start`).
         exception: what ended the supervision with an error (the query's exception
             when no failover or route change explains it), else None.
     """
@@ -172,13 +182,16 @@ class QuerySupervisor:
         df = jvm_frames(self._spark, self._routes, self._group, self._options, per_cluster)
         return self._build(df, str(self._root / str(self.generation)))
 
-    def _committed(self) -> Positions:
-        """What the current generation committed, by cluster (its sources matched by topic names)."""
+    def _committed(self, generation: int | None = None) -> Positions:
+        """What a generation (default: the current one) committed, by cluster (its sources
+        matched by topic names against the routes recorded beside its checkpoint)."""
+        n = self.generation if generation is None else generation
+        path = self._root / f"{n}.routes.json"
         by_cluster: dict[str, set[str]] = {}
-        for r in self._routes.values():
-            by_cluster.setdefault(r.cluster_id, set()).add(r.topic)
+        for r in json.loads(path.read_text()).values() if path.is_file() else []:
+            by_cluster.setdefault(r["cluster"], set()).add(r["topic"])
         out: Positions = {}
-        for source in committed_offsets(self._root / str(self.generation)):
+        for source in committed_offsets(self._root / str(n)):
             for cluster, names in by_cluster.items():
                 if set(source) and set(source) <= names:
                     out.setdefault(cluster, {}).update(source)
@@ -212,10 +225,32 @@ class QuerySupervisor:
                     "earliest",
                     {"last": self._last},
                 )
+            elif (back := self._fail_back(old, route, upstream, marks)) is not None:
+                start, translated[logical] = back
             else:
                 start = {str(p): EARLIEST for p in marks}
             starting.setdefault(route.cluster_id, {})[route.topic] = start
         return starting, translated
+
+    def _fail_back(
+        self, old: Route, new: Route, read: Mapping[str, int], marks: Mapping[int, tuple[int, int]]
+    ) -> tuple[dict[str, int], dict[str, Any]] | None:
+        """Where ``new`` starts after a fail-back from its MirrorMaker 2 standby ``old``
+        (drained; ``read``: what was committed there), with the record for ``translated``
+        (:func:`~kbear.spark._failover.fail_back_start`, from the offsets the newest
+        earlier generation reading ``new`` committed, else ``new``'s earliest); None:
+        no such fail-back, or its mirror not read."""
+        before: dict[str, int] = {}
+        for n in range(self.generation - 1, -1, -1):
+            before = self._committed(n).get(new.cluster_id, {}).get(new.topic, {})
+            if before:
+                break
+        at = {str(p): max(int(before.get(str(p), low)), low) for p, (low, _high) in marks.items()}
+        try:
+            return fail_back_start(self._router.config, old, new, at, read, self._properties)
+        except KafkaException as exc:
+            log.warning("kbear supervisor: %s fails back from earliest (mirror not read: %s)", new.topic, exc)
+            return None
 
     def _restart(self, new: dict[str, Route], reason: str) -> bool:
         """Stop the current generation (done by the caller when draining) and start the next
