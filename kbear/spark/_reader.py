@@ -249,12 +249,14 @@ class KBearStreamReader(DataSourceStreamReader):
             if found is None:
                 continue  # not answering: no new offsets from it in this batch
             known = positions.setdefault(r["cluster"], {}).setdefault(r["topic"], {})
+            # a position fixed in this batch (a new partition, a move's start on the new
+            # route) is read from the next batch: partitions() reads only from start's
+            read_from = start["positions"].get(r["cluster"], {}).get(r["topic"], {})
             for p, (low, high) in found.items():
                 key = str(p)
                 if key not in known:
-                    # first seen: start here (earliest, as Spark's connector does) and read it next batch
-                    known[key] = low
-                else:
+                    known[key] = low  # first seen: start here (earliest, as Spark's connector does)
+                elif key in read_from:
                     wanted[(r["cluster"], r["topic"], key)] = high
         self._advance(positions, wanted, limit)
         self._q.remember(new, {(c, t) for c, t, _ in wanted})

@@ -244,3 +244,32 @@ def test_a_drain_over_several_batches_and_a_restart_is_reported_once(
     finished = drains[1]
     assert isinstance(finished, _events.DrainFinished) and not finished.timed_out
     assert 0.6 <= finished.duration_s <= ended - moved
+
+
+def test_a_move_whose_old_cluster_has_nothing_left_reads_the_new_one_from_its_start(
+    two_clusters: tuple[EmbeddedCluster, EmbeddedCluster],
+    topics: tuple[str, str],
+    make_config: Callable[[Sequence[Rule]], Path],
+) -> None:
+    # the drain of A ends in the batch that sees the move: B's start positions, fixed in
+    # that batch, are where B is read from (not its end in that batch, which would skip them)
+    a, b = two_clusters
+    t1, _t2 = topics
+    conf = make_config([rule("t1", "use cluster A", topic=t1), rule("g", "use cluster B", isGlobal=True)])
+    produce(a, t1, keyed(30, "a"))
+    r = reader({"kbear.config": str(conf), "subscribe": t1, "startingOffsets": "earliest"})
+    try:
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        rows = read_batch(r, start, end)
+        start = end
+        rewrite_rules(conf, [rule("t1", "use cluster B", topic=t1)])
+        produce(b, t1, keyed(20, "b"))  # A has nothing left to drain
+        for _ in range(3):
+            end = r.latestOffset(start, ReadAllAvailable())
+            rows += read_batch(r, start, end)
+            start = end
+        assert start["routes"][t1] == {"cluster": "B", "topic": t1} and start["draining"] == {}
+        assert sorted(row[0] for row in rows) == sorted(k for k, _ in keyed(30, "a") + keyed(20, "b"))
+    finally:
+        r.stop()
