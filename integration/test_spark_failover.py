@@ -45,7 +45,7 @@ from integration.mirror import MirrorMaker2, OffsetSync, decode_offset_sync
 from integration.test_mirror import records, wait_until
 from integration.test_spark_connector import WAIT_S, wait_for
 from kbear.cli import main as kbear_cli
-from kbear.spark import read_stream, run_query
+from kbear.spark import QuerySupervisor, read_stream, run_query
 
 PARTITIONS = 2
 #: on east, read in part before the kill (all mirrored); on west after the kill; on
@@ -129,6 +129,15 @@ def wait_mirrored(it: Harness, mm2: MirrorMaker2, topics: list[str], count: int)
         return True
 
     wait_until("the topics mirrored, their offset syncs at their ends", mirrored, mm2)
+
+
+def wait_supervised(supervisor: QuerySupervisor, done: Callable[[], bool], what: str) -> None:
+    """Wait (at most ``WAIT_S``) until ``done()``; the supervisor must not have failed."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert supervisor.exception is None, supervisor.exception
+        assert time.monotonic() < deadline, f"the supervised query{what}: {supervisor.restarts}"
+        time.sleep(0.5)
 
 
 def read_twice(got: list[Row]) -> tuple[int, dict[str, int]]:
@@ -250,11 +259,7 @@ def _scenario(
     took[auto] = time.monotonic() - killed_at
     if supervisor is not None:
         conn = topics["connector"]
-        deadline = time.monotonic() + WAIT_S
-        while not {v for _, v, *_ in got[conn]()} >= set(sent[conn]):
-            assert supervisor.exception is None, supervisor.exception
-            assert time.monotonic() < deadline, f"the supervised query: {supervisor.restarts}"
-            time.sleep(0.5)
+        wait_supervised(supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "")
         took[conn] = time.monotonic() - killed_at
         assert [r["reason"].split()[0] for r in supervisor.restarts] == ["failover"]
         assert supervisor.restarts[0]["translated"][conn]["to"]["cluster"] == "west"
@@ -290,11 +295,9 @@ def _scenario(
         wait_for(queries[t], lambda t=t: {v for _, v, *_ in got[t]()} >= set(sent[t]), f"{t}: the fail-back")
     if supervisor is not None:
         conn = topics["connector"]
-        deadline = time.monotonic() + WAIT_S
-        while not {v for _, v, *_ in got[conn]()} >= set(sent[conn]):
-            assert supervisor.exception is None, supervisor.exception
-            assert time.monotonic() < deadline, f"the supervised query's fail-back: {supervisor.restarts}"
-            time.sleep(0.5)
+        wait_supervised(
+            supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "'s fail-back"
+        )
         assert supervisor.query.exception() is None
         supervisor.stop()
     again = {t: read_twice(got[t]())[0] - twice_before[t] for t in names}

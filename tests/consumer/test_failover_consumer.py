@@ -144,6 +144,22 @@ def checkpointed_then_lost(
     return sent, first, more + more_east, rest, time.monotonic() - lost_at, longest
 
 
+def reads_again(
+    counts: Counter[Any], first: list[Any], more: list[Any], rest: list[Any], events: list[_events.Event]
+) -> str:
+    """What a failed re-read bound shows: how many were read again, the mirrored starts,
+    and each value read more than once with each read's (phase, partition, offset)."""
+    reads = [(phase, m) for phase, ms in (("first", first), ("more", more), ("rest", rest)) for m in ms]
+    twice = {
+        v: [(ph, m.partition(), m.offset()) for ph, m in reads if m.value() == v]
+        for v, n in counts.items()
+        if n > 1
+    }
+    starts = [e for e in events if isinstance(e, _events.MirroredStart)]
+    again = sum(n - 1 for n in counts.values())
+    return f"{again} read again, {len(more)} after the checkpoint; starts {starts}; reads of each: {twice}"
+
+
 def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translated_offsets(
     native_clusters: Clusters,
     tmp_path: Path,
@@ -179,16 +195,8 @@ def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translat
     # translated from the checkpoint (kbear.switch.start is committed: there are no
     # commits on west, so auto.offset.reset=earliest would read all 60 again)
     reread = sum(n - 1 for n in counts.values())
-    # each read as (phase, partition, offset), for the values read more than once
-    reads = [(phase, m) for phase, ms in (("first", first), ("more", more), ("rest", rest)) for m in ms]
-    twice = {
-        v: [(ph, m.partition(), m.offset()) for ph, m in reads if m.value() == v]
-        for v, n in counts.items()
-        if n > 1
-    }
-    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), (
-        f"{reread} read again, {len(more)} after the checkpoint; starts "
-        f"{[e for e in kbear_events if isinstance(e, _events.MirroredStart)]}; reads of each: {twice}"
+    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), reads_again(
+        counts, first, more, rest, kbear_events
     )
     failovers = [(e.trigger, e.cluster, e.standby) for e in kbear_events if isinstance(e, _events.FailedOver)]
     assert failovers == [("client", "east", "west")]
@@ -371,16 +379,8 @@ def test_under_mm2_s_default_policy_clients_fail_over_to_the_mirror_s_copy(
     assert set(counts) == set(sent) | set(new)  # nothing skipped, the new writes read
     assert all(counts[v] == 1 for v in new)  # written once, read once
     reread = sum(n - 1 for n in counts.values())
-    # each read as (phase, partition, offset), for the values read more than once
-    reads = [(phase, m) for phase, ms in (("first", first), ("more", more), ("rest", rest)) for m in ms]
-    twice = {
-        v: [(ph, m.partition(), m.offset()) for ph, m in reads if m.value() == v]
-        for v, n in counts.items()
-        if n > 1
-    }
-    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), (
-        f"{reread} read again, {len(more)} after the checkpoint; starts "
-        f"{[e for e in kbear_events if isinstance(e, _events.MirroredStart)]}; reads of each: {twice}"
+    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), reads_again(
+        counts, first, more, rest, kbear_events
     )
     on_west = Consumer({"bootstrap.servers": west.bootstrap_servers, "group.id": group + ".check"})
     try:
