@@ -11,21 +11,18 @@ read during a move is decoded with the old cluster's registry.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka.error import ConsumeError
 
-from kbear._base import NO_CONFIG, weak_method
+from kbear._base import NO_CONFIG
 from kbear._identity import Client
 from kbear.aio._consumer import RoutedAIOConsumer
-from kbear.aio._serdes import asyncinit, open_serdes
-from kbear.config import KBearConfig
-from kbear.consumer import RoutedConsumer, RoutedDeserializingConsumer
+from kbear.aio._serdes import Refreshing, SerdesClient, asyncinit
+from kbear.consumer import RoutedDeserializingConsumer
 from kbear.router import Router
 
 __all__ = ["RoutedAsyncDeserializingConsumer"]
@@ -33,19 +30,9 @@ __all__ = ["RoutedAsyncDeserializingConsumer"]
 Read = tuple[Any, str]  # (message or None, id of the cluster it was read from)
 
 
-class _Engine(RoutedDeserializingConsumer):
+class _Engine(Refreshing, RoutedDeserializingConsumer):
     """The blocking routed consumer a RoutedAsyncDeserializingConsumer drives (given
     no deserializers: it hands out raw messages with their cluster)."""
-
-    def __init__(
-        self, conf: Any, *, router: Router | None, client: Client | None, on_change: Callable[[], None]
-    ) -> None:
-        self._changed = on_change
-        super().__init__(conf, router=router, client=client)
-
-    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        super()._on_config_change(old, new)
-        self._changed()
 
     def poll_from(self, timeout: float | None) -> Read:
         """(the next message or None, the cluster it was read from)."""
@@ -85,7 +72,7 @@ class _Engine(RoutedDeserializingConsumer):
 
 
 @asyncinit
-class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
+class RoutedAsyncDeserializingConsumer(SerdesClient, RoutedAIOConsumer):
     """A routed ``confluent_kafka.aio.AsyncDeserializingConsumer``: each message
     deserialized for the cluster it was read from. Built with ``await``, as
     confluent-kafka's: ``consumer = await RoutedAsyncDeserializingConsumer(conf)``.
@@ -112,6 +99,8 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
     (``consume()`` returns messages carrying an error as they are).
     """
 
+    ENGINE = _Engine
+
     async def _init(
         self,
         conf: Mapping[str, Any] = NO_CONFIG,
@@ -121,25 +110,16 @@ class RoutedAsyncDeserializingConsumer(RoutedAIOConsumer):
         router: Router | None = None,
         client: Client | None = None,
     ) -> None:
-        self._serdes, rest = await open_serdes(conf, "deserializer", self, weak_method(self._kafka_id))
-        try:
-            RoutedAIOConsumer.__init__(self, rest, max_workers, executor, router=router, client=client)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self._serdes.close()
-            raise
+        await self._open_serdes(
+            conf,
+            "deserializer",
+            lambda rest: RoutedAIOConsumer.__init__(
+                self, rest, max_workers, executor, router=router, client=client
+            ),
+        )
 
     # asyncinit awaits __init__: a coroutine function, as confluent-kafka's
     __init__ = _init
-
-    def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedConsumer:
-        self._engine = _Engine(conf, router=router, client=client, on_change=self._serdes.refresh)
-        return self._engine
-
-    async def _kafka_id(self, cluster_id: str) -> str:
-        # In a thread of the loop's default executor, not of this client's: a thread of
-        # this client's may be the one waiting for the loop (a batch serialized again)
-        return await asyncio.to_thread(self._engine.kafka_cluster_id, cluster_id)
 
     async def close(self, *args: Any, **kwargs: Any) -> None:
         """Close the consumer (:meth:`RoutedAIOConsumer.close`), then the deserializers

@@ -99,15 +99,19 @@ class AsyncRouted:
         await self.close()
 
 
-def awaits(method: str, note: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
+def awaits(method: str, note: str = "", *, first: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
     """A coroutine method for an asyncio client's class body that awaits
     :meth:`AsyncRouted._call` of the blocking routed client's method of the same
     name, with the same arguments: ``seek = awaits("AIOConsumer.seek")``, documented
-    "As ``AIOConsumer.seek``." (and `` (note)`` when given). The API pages show it
-    as the class's own ``async`` method (scripts/docs_griffe.py)."""
+    "As ``AIOConsumer.seek``." (and `` (note)`` when given). ``first``: the name of a
+    coroutine method of the asyncio client awaited (without arguments) before
+    (``first="flush"``). The API pages show it as the class's own ``async`` method
+    (scripts/docs_griffe.py)."""
     name = method.rpartition(".")[2]
 
     async def call(self: AsyncRouted, *args: Any, **kwargs: Any) -> Any:
+        if first:
+            await getattr(self, first)()
         return await self._call(getattr(self.routed, name), *args, **kwargs)
 
     call.__name__ = name

@@ -288,22 +288,10 @@ class RoutedAIOProducer(AsyncRouted):
 
     init_transactions = awaits("AIOProducer.init_transactions", "see :class:`kbear.RoutedProducer`")
 
-    async def begin_transaction(self, *args: Any, **kwargs: Any) -> None:
-        """Flush, then begin a transaction, as ``AIOProducer.begin_transaction``."""
-        await self.flush()
-        await self._calls.call(self._producer.begin_transaction, *args, **kwargs)
-
+    begin_transaction = awaits("AIOProducer.begin_transaction", "after :meth:`flush`", first="flush")
     send_offsets_to_transaction = awaits("AIOProducer.send_offsets_to_transaction")
-
-    async def commit_transaction(self, *args: Any, **kwargs: Any) -> None:
-        """Flush the buffer, then commit, as ``AIOProducer.commit_transaction``."""
-        await self.flush()
-        await self._calls.call(self._producer.commit_transaction, *args, **kwargs)
-
-    async def abort_transaction(self, *args: Any, **kwargs: Any) -> None:
-        """Flush the buffer, then abort, as ``AIOProducer.abort_transaction``."""
-        await self.flush()
-        await self._calls.call(self._producer.abort_transaction, *args, **kwargs)
+    commit_transaction = awaits("AIOProducer.commit_transaction", "after :meth:`flush`", first="flush")
+    abort_transaction = awaits("AIOProducer.abort_transaction", "after :meth:`flush`", first="flush")
 
 
 async def _flush_when_idle(send_if_idle: Callable[[], Any], interval: float) -> None:

@@ -25,14 +25,19 @@ Everything here runs on the event loop; the Kafka cluster id comes from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
+from kbear._base import weak_method
+from kbear._identity import Client
 from kbear._serdes import Built, CloseErrors, SerdesCore, client_meta, failed
+from kbear.config import KBearConfig
+from kbear.router import Router
 from kbear.schema_registry import async_registry_client
 
 __all__ = ["AsyncClusterSerdes", "async_close_serdes", "asyncinit", "maybe_await", "open_serdes"]
@@ -201,3 +206,49 @@ class AsyncClusterSerdes(SerdesCore):
         if cluster_id is None:
             raise SerializationError("kbear: no message being handled in this task")
         return str(await self._kafka_id(cluster_id))
+
+
+class Refreshing:
+    """Mixed into the blocking routed client an asyncio serializing client drives
+    (before its class): ``on_change()`` (the serdes' ``refresh``) is called after each
+    reload, in the reloading thread, as a blocking serializing client refreshes its own."""
+
+    def __init__(
+        self, conf: Any, *, router: Router | None, client: Client | None, on_change: Callable[[], None]
+    ) -> None:
+        self._changed = on_change
+        super().__init__(conf, router=router, client=client)  # type: ignore[call-arg]
+
+    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
+        super()._on_config_change(old, new)  # type: ignore[misc]
+        self._changed()
+
+
+class SerdesClient:
+    """Mixed into both asyncio serializing clients (before the asyncio client's
+    class): their serdes (``_serdes``, :class:`AsyncClusterSerdes`) and the blocking
+    routed client they drive (``_engine``, an :attr:`ENGINE`)."""
+
+    #: the blocking routed client's class (a :class:`Refreshing` one)
+    ENGINE: ClassVar[type[Any]]
+
+    async def _open_serdes(self, conf: Any, kind: str, init: Callable[[Any], None]) -> None:
+        """Build the serdes ``conf`` names (``kind`` as :func:`open_serdes`), then
+        ``init(the rest of conf)`` (the asyncio client's constructor); the serdes are
+        closed when it raises."""
+        self._serdes, rest = await open_serdes(conf, kind, self, weak_method(self._kafka_id))
+        try:
+            init(rest)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._serdes.close()
+            raise
+
+    def _open(self, conf: Any, router: Router | None, client: Client | None) -> Any:
+        self._engine = self.ENGINE(conf, router=router, client=client, on_change=self._serdes.refresh)
+        return self._engine
+
+    async def _kafka_id(self, cluster_id: str) -> str:
+        # In a thread of the loop's default executor, not of this client's: a thread of
+        # this client's may be the one waiting for the loop (a batch serialized again)
+        return await asyncio.to_thread(self._engine.kafka_cluster_id, cluster_id)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -31,14 +30,13 @@ from typing import Any
 from confluent_kafka.error import ValueSerializationError
 from confluent_kafka.serialization import SerializationError
 
-from kbear._base import NO_CONFIG, weak_method
+from kbear._base import NO_CONFIG
 from kbear._identity import Client
 from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
 from kbear.aio._calls import blocking_callback
 from kbear.aio._producer import NO_HEADERS, RoutedAIOProducer
-from kbear.aio._serdes import asyncinit, open_serdes
-from kbear.config import KBearConfig
+from kbear.aio._serdes import Refreshing, SerdesClient, asyncinit
 from kbear.producer import RoutedProducer
 from kbear.router import Router
 
@@ -52,18 +50,8 @@ _ORIGIN = "kbear.origin"
 _FAILED = "kbear.failed"
 
 
-class _Engine(RoutedProducer):
+class _Engine(Refreshing, RoutedProducer):
     """The blocking routed producer a RoutedAsyncSerializingProducer drives."""
-
-    def __init__(
-        self, conf: Any, *, router: Router | None, client: Client | None, on_change: Callable[[], None]
-    ) -> None:
-        self._changed = on_change
-        super().__init__(conf, router=router, client=client)
-
-    def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
-        super()._on_config_change(old, new)
-        self._changed()
 
     def cluster_of(self, topic: str) -> str | None:
         """The cluster ``topic`` is sent to now (no I/O, no move applied), None when
@@ -89,7 +77,7 @@ class _Engine(RoutedProducer):
 
 
 @asyncinit
-class RoutedAsyncSerializingProducer(RoutedAIOProducer):
+class RoutedAsyncSerializingProducer(SerdesClient, RoutedAIOProducer):
     """A routed ``confluent_kafka.aio.AsyncSerializingProducer``: each message
     serialized for the cluster it is sent to. Built with ``await``, as
     confluent-kafka's: ``producer = await RoutedAsyncSerializingProducer(conf)``.
@@ -115,6 +103,8 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
     serialized again for that one before it is sent (module docstring).
     """
 
+    ENGINE = _Engine
+
     async def _init(
         self,
         conf: Mapping[str, Any] = NO_CONFIG,
@@ -126,29 +116,18 @@ class RoutedAsyncSerializingProducer(RoutedAIOProducer):
         router: Router | None = None,
         client: Client | None = None,
     ) -> None:
-        self._serdes, rest = await open_serdes(conf, "serializer", self, weak_method(self._kafka_id))
+        await self._open_serdes(
+            conf,
+            "serializer",
+            lambda rest: RoutedAIOProducer.__init__(
+                self, rest, max_workers, executor, batch_size, buffer_timeout, router=router, client=client
+            ),
+        )
         #: the serdes depend on the cluster: a message moved to another is serialized again
         self._per_cluster = self._serdes.varies
-        try:
-            RoutedAIOProducer.__init__(
-                self, rest, max_workers, executor, batch_size, buffer_timeout, router=router, client=client
-            )
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self._serdes.close()
-            raise
 
     # asyncinit awaits __init__: a coroutine function, as confluent-kafka's
     __init__ = _init
-
-    def _open(self, conf: Any, router: Router | None, client: Client | None) -> RoutedProducer:
-        self._engine = _Engine(conf, router=router, client=client, on_change=self._serdes.refresh)
-        return self._engine
-
-    async def _kafka_id(self, cluster_id: str) -> str:
-        # In a thread of the loop's default executor, not of this client's: a thread of
-        # this client's may be the one waiting for the loop (a batch serialized again)
-        return await asyncio.to_thread(self._engine.kafka_cluster_id, cluster_id)
 
     async def close(self) -> None:
         """Close the producer (:meth:`RoutedAIOProducer.close`), then the serializers it

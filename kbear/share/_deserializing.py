@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Messages
-from confluent_kafka.serialization import MessageField, SerializationContext
+from confluent_kafka.error import KeyDeserializationError, ValueDeserializationError
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
@@ -82,42 +82,27 @@ class RoutedDeserializingShareConsumer(RoutedShareConsumer):
         messages = super().poll(timeout)
         for msg in messages:
             if msg.error() is None:  # broker errors carry no payload
-                self._deserialize(msg, self._acks.cluster_of(msg))
+                self._deserialize(msg, self._acks.cluster_of(msg) or "")
         return messages
 
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         super()._on_config_change(old, new)
         self._serdes.refresh()
 
-    def _deserialize(self, msg: Message, cluster_id: str | None = None) -> None:
+    def _deserialize(self, msg: Message, cluster_id: str) -> None:
         """Deserialize ``msg``'s key, then value, in place with the deserializers of
-        ``cluster_id`` (None: as configured); mark it on failure."""
+        ``cluster_id`` (:meth:`~kbear._serdes.ClusterSerdes.apply`; ``""``, a record
+        not acquired by the last poll: those of no cluster, the ``per_cluster``
+        defaults); mark it on failure."""
         topic = msg.topic()
         if topic is None:
             raise TypeError("Message topic is None")
-        key_de, value_de = self._key_deserializer, self._value_deserializer
-        if cluster_id is not None:
-            try:
-                key_de, value_de = self._serdes.get(cluster_id)
-            except Exception as exc:  # the cluster's registry client could not be built
-                msg.set_error(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exc)))
-                return
-            if self._serdes.tracks_cluster:
-                self._serdes.current.cluster = cluster_id
-        ctx = SerializationContext(topic, MessageField.KEY, msg.headers())
         try:
-            key = msg.key()
-            if key_de is not None:
-                key = key_de(key, ctx)
-        except Exception as exc:
-            msg.set_error(KafkaError(KafkaError._KEY_DESERIALIZATION, str(exc)))
+            key, value = self._serdes.apply(cluster_id, topic, msg.headers(), msg.key(), msg.value(), msg)
+        except (KeyDeserializationError, ValueDeserializationError) as exc:
+            msg.set_error(exc.args[0])  # confluent-kafka's KafkaError of the failed field
             return
-        try:
-            value = msg.value()
-            if value_de is not None:
-                ctx.field = MessageField.VALUE
-                value = value_de(value, ctx)
-        except Exception as exc:
+        except Exception as exc:  # the cluster's registry client could not be built
             msg.set_error(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exc)))
             return
         msg.set_key(key)
