@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +37,7 @@ STALE_MIN_S = 10.0
 
 #: (kind, client id, cluster, physical topic) -> logical topic
 Names = Mapping[tuple[str, str, str, str], str]
+_Sums = defaultdict[tuple[str, tuple[str, ...]], float]
 
 
 #: the per-partition counters kept: librdkafka field names
@@ -165,28 +166,12 @@ class _Callback:
             self.user_cb(text)
 
 
-class _Family:
-    """Samples summed by label values (clients of one cluster replaced meanwhile add up)."""
-
-    def __init__(self, family: CounterMetricFamily | GaugeMetricFamily) -> None:
-        self.family = family
-        self.values: dict[tuple[str, ...], float] = {}
-
-    def add(self, labels: tuple[str, ...], value: float) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + value
-
-    def metric(self) -> Metric:
-        for labels, value in self.values.items():
-            self.family.add_metric(list(labels), value)
-        return self.family
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
 
 
-def _counter(name: str, doc: str, labels: list[str]) -> _Family:
-    return _Family(CounterMetricFamily(name, doc, labels=labels))
-
-
-def _gauge(name: str, doc: str, labels: list[str]) -> _Family:
-    return _Family(GaugeMetricFamily(name, doc, labels=labels))
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
 
 
 _CT = ["client", "cluster", "topic", "physical_topic"]
@@ -197,7 +182,7 @@ _CB = ["kind", "client", "cluster", "broker"]
 def families(store: StatsStore, names: Names) -> Iterator[Metric]:
     """The metric families of every client's latest statistics; topic labels are the
     logical names (``names``), ``physical_topic`` the name on the cluster."""
-    f = {
+    f: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
         # producer: partition "msgs" (enqueued) of real partitions, plus what still
         # waits in the unassigned partition (-1) to be partitioned
         "produced": _counter(
@@ -296,48 +281,52 @@ def families(store: StatsStore, names: Names) -> Iterator[Metric]:
             ["kind", "client", "cluster"],
         ),
     }
+    #: (family, label values) -> value: clients of one cluster replaced meanwhile add up
+    sums: _Sums = defaultdict(float)
     now = time.monotonic()
     for slot, stats, fresh in store.latest():
-        kind, cid, cluster = slot.kind, slot.client_id, slot.cluster
-        f["age"].add((kind, cid, cluster), now - slot.at)
+        _samples(sums, slot, stats, fresh, names, now)
+    for (key, labels), value in sums.items():
+        f[key].add_metric(list(labels), value)
+    yield from f.values()
+
+
+def _samples(sums: _Sums, slot: _Slot, stats: dict[str, Any], fresh: bool, names: Names, now: float) -> None:
+    """Add one client's samples to ``sums``; gauges only when its statistics are ``fresh``."""
+    kind, cid, cluster = slot.kind, slot.client_id, slot.cluster
+
+    def topic(physical: str) -> tuple[str, str, str, str]:
+        return (cid, cluster, names.get((kind, cid, cluster, physical), physical), physical)
+
+    sums["age", (kind, cid, cluster)] += now - slot.at
+    if fresh:
+        sums["replyq", (kind, cid, cluster)] += _num(stats.get("replyq"))
+        if kind == "producer":
+            sums["inflight", (cid, cluster)] += _num(stats.get("msg_cnt"))
+            sums["inflight_b", (cid, cluster)] += _num(stats.get("msg_size"))
+        for physical, topic_stats in (stats.get("topics") or {}).items():
+            _gauges(sums, kind, topic(physical), topic_stats)
+    if slot.delivered is not None:
+        for physical, count in slot.delivered.totals().items():
+            sums["rx", topic(physical)] += count
+    for (physical, pid, name), value in slot.totals().items():
+        key = _TOTALS.get((kind, name))
+        if key is not None and pid != "-1":  # -1: counted again once partitioned
+            sums[key, topic(physical)] += value
+    for bname, broker in (stats.get("brokers") or {}).items():
+        if broker.get("source") not in ("learned", "configured"):
+            continue  # the internal and logical (coordinator) brokers
+        blabels = (kind, cid, cluster, str(broker.get("nodename") or broker.get("name")))
+        for error, field_name in (("tx", "txerrs"), ("rx", "rxerrs"), ("timeout", "req_timeouts")):
+            sums["errors", (*blabels, error)] += _num(broker.get(field_name))
+        sums["retries", blabels] += _num(broker.get("txretries"))
         if fresh:
-            f["replyq"].add((kind, cid, cluster), _num(stats.get("replyq")))
-            if kind == "producer":
-                f["inflight"].add((cid, cluster), _num(stats.get("msg_cnt")))
-                f["inflight_b"].add((cid, cluster), _num(stats.get("msg_size")))
-        if slot.delivered is not None:
-            for physical, count in slot.delivered.totals().items():
-                logical = names.get((kind, cid, cluster, physical), physical)
-                f["rx"].add((cid, cluster, logical, physical), count)
-        for (physical, pid, name), value in slot.totals().items():
-            if pid == "-1":
-                continue  # counted again once partitioned
-            key = _TOTALS.get((kind, name))
-            if key is not None:
-                f[key].add(
-                    (cid, cluster, names.get((kind, cid, cluster, physical), physical), physical), value
-                )
-        if fresh:
-            for physical, topic_stats in (stats.get("topics") or {}).items():
-                logical = names.get((kind, cid, cluster, physical), physical)
-                _gauges(f, kind, (cid, cluster, logical, physical), topic_stats)
-        for bname, broker in (stats.get("brokers") or {}).items():
-            if broker.get("source") not in ("learned", "configured"):
-                continue  # the internal and logical (coordinator) brokers
-            blabels = (kind, cid, cluster, str(broker.get("nodename") or broker.get("name")))
-            errors = (("tx", "txerrs"), ("rx", "rxerrs"), ("timeout", "req_timeouts"))
-            for error, key in errors:
-                f["errors"].add((*blabels, error), _num(broker.get(key)))
-            f["retries"].add(blabels, _num(broker.get("txretries")))
-            if fresh:
-                f["outbuf"].add(blabels, _num(broker.get("outbuf_cnt")))
-                f["waitresp"].add(blabels, _num(broker.get("waitresp_cnt")))
-                rtt = slot.rtt.get(bname)
-                if rtt is not None:
-                    f["rtt"].add((*blabels, "avg"), rtt[0] / 1e6)
-                    f["rtt"].add((*blabels, "p99"), rtt[1] / 1e6)
-    for family in f.values():
-        yield family.metric()
+            sums["outbuf", blabels] += _num(broker.get("outbuf_cnt"))
+            sums["waitresp", blabels] += _num(broker.get("waitresp_cnt"))
+            rtt = slot.rtt.get(bname)
+            if rtt is not None:
+                sums["rtt", (*blabels, "avg")] += rtt[0] / 1e6
+                sums["rtt", (*blabels, "p99")] += rtt[1] / 1e6
 
 
 #: (kind, librdkafka partition counter) -> family
@@ -350,22 +339,19 @@ _TOTALS = {
 }
 
 
-def _gauges(f: dict[str, _Family], kind: str, labels: tuple[str, ...], stats: Any) -> None:
+def _gauges(sums: _Sums, kind: str, labels: tuple[str, ...], stats: Any) -> None:
     for pid, part in (stats.get("partitions") or {}).items():
         if kind == "producer":
             waiting = _num(part.get("msgq_cnt")) + _num(part.get("xmit_msgq_cnt"))
-            f["queued"].add(labels, waiting)
+            sums["queued", labels] += waiting
             if pid == "-1":  # not partitioned yet: produced, not counted elsewhere
-                f["produced"].add(labels, waiting)
+                sums["produced", labels] += waiting
             continue
-        if pid == "-1":
-            continue
-        lag = _num(part.get("consumer_lag"))
-        if lag >= 0:
-            f["lag"].add((*labels, pid), lag)
-        committed = _num(part.get("committed_offset"))
-        if committed >= 0:
-            f["committed"].add((*labels, pid), committed)
+        lag, committed = _num(part.get("consumer_lag")), _num(part.get("committed_offset"))
+        if pid != "-1" and lag >= 0:
+            sums["lag", (*labels, pid)] += lag
+        if pid != "-1" and committed >= 0:
+            sums["committed", (*labels, pid)] += committed
 
 
 def _num(value: Any) -> float:
