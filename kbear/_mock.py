@@ -28,7 +28,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 __all__ = [
     "MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS",
-    "MOCK_DEFAULT_PARTITIONS",
     "NATIVE_API",
     "NATIVE_UNAVAILABLE_REASON",
     "NativeApi",
@@ -38,9 +37,6 @@ __all__ = [
     "open_cluster",
 ]
 
-#: Partitions of a topic auto-created by the mock cluster (librdkafka
-#: ``rdkafka_mock.c``: ``defaults.partition_cnt``).
-MOCK_DEFAULT_PARTITIONS: Final = 4
 #: The mock cluster's default ``group.initial.rebalance.delay.ms``.
 MOCK_DEFAULT_GROUP_INITIAL_REBALANCE_DELAY_MS: Final = 3000
 
@@ -184,11 +180,15 @@ class NativeHandles:
 
     def call(self, function: str, *args: Any) -> None:
         """``function(mcluster, *args)`` of the library; raises ``KafkaException`` for an
-        error it returns, ``RuntimeError`` once the cluster is destroyed."""
+        error it returns, ``NotImplementedError`` when the library does not export it
+        (an optional function), ``RuntimeError`` once the cluster is destroyed."""
+        func = getattr(self.api.lib, function, None)
+        if func is None:
+            raise NotImplementedError(f"{function} is not in {self.api.path} (librdkafka {self.api.version})")
         with self.lock:  # destroy() cannot free the cluster during the call
             if self.mcluster is None:
                 raise RuntimeError("EmbeddedCluster is closed")
-            err = getattr(self.api.lib, function)(self.mcluster, *args)
+            err = func(self.mcluster, *args)
         if err:
             raise KafkaException(KafkaError(err))
 

@@ -65,6 +65,8 @@ __all__ = [
 mount_clients = mount
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: ``auto_offset_reset`` of :meth:`EmbeddedCluster.set_share_group` -> the mock's value
+_RESETS = {"latest": 0, "earliest": 1}
 
 
 class EmbeddedCluster:
@@ -242,27 +244,18 @@ class EmbeddedCluster:
             NotImplementedError: the C API (or a setter in it) is unavailable.
             RuntimeError: the cluster is closed.
         """
-        settings: dict[str, int] = {}
-        if auto_offset_reset is not None:
-            resets = {"latest": 0, "earliest": 1}
-            if auto_offset_reset not in resets:
-                raise ValueError(
-                    f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}"
-                )
-            settings["auto_offset_reset"] = resets[auto_offset_reset]
+        if auto_offset_reset not in (None, *_RESETS):
+            raise ValueError(f"auto_offset_reset must be 'earliest' or 'latest', got {auto_offset_reset!r}")
         given = {
+            "auto_offset_reset": None if auto_offset_reset is None else _RESETS[auto_offset_reset],
             "record_lock_duration_ms": record_lock_duration_ms,
             "max_delivery_attempts": max_delivery_attempts,
             "session_timeout_ms": session_timeout_ms,
             "heartbeat_interval_ms": heartbeat_interval_ms,
         }
-        settings.update({k: int(v) for k, v in given.items() if v is not None})
-        api = self._h.api
-        for key, value in settings.items():
-            name = f"rd_kafka_mock_sharegroup_set_{_mock.SHARE_GROUP_SETTERS[key]}"
-            if not hasattr(api.lib, name):
-                raise NotImplementedError(f"{name} is not in {api.path} (librdkafka {api.version})")
-            self._h.call(name, value)
+        for key, value in given.items():
+            if value is not None:
+                self._h.call(f"rd_kafka_mock_sharegroup_set_{_mock.SHARE_GROUP_SETTERS[key]}", int(value))
 
     def set_broker_rtt(self, broker_id: int, rtt_ms: int) -> None:
         """Delay every response of broker ``broker_id`` by ``rtt_ms`` milliseconds
@@ -307,10 +300,6 @@ class EmbeddedCluster:
             raise ValueError(f"api_key must be a Kafka API key (0..32767), got {api_key}")
         if not errors:
             raise ValueError("errors must name at least one error code")
-        if not hasattr(self._h.api.lib, "rd_kafka_mock_push_request_errors_array"):
-            raise NotImplementedError(
-                "this librdkafka does not export rd_kafka_mock_push_request_errors_array"
-            )
         codes = (ctypes.c_int * len(errors))(*errors)
         self._h.call("rd_kafka_mock_push_request_errors_array", api_key, len(errors), codes)
 
