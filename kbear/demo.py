@@ -66,13 +66,6 @@ class _Tally:
     seen_ids: Counter[str] = field(default_factory=Counter)
 
 
-def _write_config(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in os.listdir(_TEMPLATE):
-        if name.endswith(".yaml"):
-            shutil.copyfile(_TEMPLATE / name, directory / name)
-
-
 def _remove_rule(directory: Path, rule_id: str) -> None:
     """Rewrite route-rules.yaml without ``rule_id``, atomically (temp file + rename)."""
     import yaml
@@ -193,7 +186,7 @@ def run_demo(
                 cluster.create_topic(topic, _PARTITIONS)
         os.environ["KBEAR_DEMO_EAST"] = east.bootstrap_servers
         os.environ["KBEAR_DEMO_WEST"] = west.bootstrap_servers
-        _write_config(directory)
+        shutil.copytree(_TEMPLATE, directory, dirs_exist_ok=True)  # the four YAML files
         print(f"kbear demo: clusters east={east.bootstrap_servers} west={west.bootstrap_servers}", file=out)
         print(f"configuration: {directory}", file=out)
         common = {"kbear.config": str(directory), "kbear.reload.interval.ms": _RELOAD_MS}

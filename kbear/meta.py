@@ -144,6 +144,7 @@ class MetaServiceSource(ConfigSource):
         if timeout_s <= 0 or attempts < 1 or max_body_bytes < 1:
             raise ValueError("timeout_s must be > 0, attempts >= 1 and max_body_bytes >= 1")
         self.url = url.rstrip("/")
+        self._where = _events.location(self.url)  # as events and metrics show it
         self.client = client if client is not None else Client.from_environment(environ)
         self._client_message = protocol.client_message(self.client.id, self.client.meta)
         self.cache_file = (
@@ -292,8 +293,7 @@ class MetaServiceSource(ConfigSource):
         since = self._down_since
         if since is not None:
             age = None if self._answer_at is None else max(0.0, time.time() - self._answer_at)
-            where = _events.location(self.url)
-            return MetaServiceUnavailable(client, topic, group, where, since, age, self._down_reason)
+            return MetaServiceUnavailable(client, topic, group, self._where, since, age, self._down_reason)
         refused = self._refused.get((topic, group))
         if refused is not None:
             return refused
@@ -325,8 +325,7 @@ class MetaServiceSource(ConfigSource):
         self._emit_state()
 
     def _emit_state(self) -> None:
-        where = _events.location(self.url)
-        _events.emit(_events.MetaServiceState(where, self._down_since, self._answer_at))
+        _events.emit(_events.MetaServiceState(self._where, self._down_since, self._answer_at))
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -368,8 +367,7 @@ class MetaServiceSource(ConfigSource):
             outcome = "refused"
             raise
         finally:
-            where = _events.location(self.url)
-            _events.emit(_events.MetaRequest(where, path, outcome, time.monotonic() - start))
+            _events.emit(_events.MetaRequest(self._where, path, outcome, time.monotonic() - start))
 
     # ------------------------------------------------------------------ cache
 

@@ -44,7 +44,7 @@ _Sums = defaultdict[tuple[str, tuple[str, ...]], float]
 _COUNTERS = ("msgs", "txmsgs", "txbytes", "rxmsgs", "rxbytes")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)  # no statistics in a logged configuration
 class _Slot:
     """The latest statistics of one cluster client, and its per-partition counters."""
 
@@ -61,6 +61,15 @@ class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: consumer: messages poll()/consume() handed out, by physical topic (None: not counted)
     delivered: Delivered | None = None
+    #: the application's own ``stats_cb``, called after kbear's (None: none, or statistics off)
+    user_cb: Callable[[str], None] | None = None
+
+    def __call__(self, text: str) -> None:
+        """The ``stats_cb`` given to the cluster client: :meth:`update`, then the
+        application's callback."""
+        self.update(text)
+        if self.user_cb is not None:
+            self.user_cb(text)
 
     def update(self, text: str) -> None:
         """Take the statistics JSON ``text``; unparsable text is ignored."""
@@ -119,10 +128,10 @@ class StatsStore:
         interval_s = int(conf["statistics.interval.ms"] or 0) / 1000.0
         if interval_s <= 0:
             return  # statistics turned off by the application
-        slot = _Slot(kind, cluster, client_id(conf), interval_s)
+        slot = _Slot(kind, cluster, client_id(conf), interval_s, user_cb=user_cb if user_on else None)
         with self._lock:
             self._slots.append(slot)
-        conf["stats_cb"] = _Callback(slot, user_cb if user_on else None)
+        conf["stats_cb"] = slot
 
     def build(self, kind: str, cluster: str, conf: dict[str, Any], factory: Callable[..., Any]) -> Any:
         """A consumer cluster client that counts what its poll()/consume() hand out
@@ -131,7 +140,7 @@ class StatsStore:
         ``Consumer``; else None (the caller builds the client)."""
         from confluent_kafka import Consumer
 
-        slot = getattr(conf.get("stats_cb"), "kbear_slot", None)
+        slot = conf.get("stats_cb")
         if kind != "consumer" or factory is not Consumer or not isinstance(slot, _Slot):
             return None
         slot.delivered = Delivered()
@@ -148,22 +157,6 @@ class StatsStore:
             for slot in slots
             if (stats := slot.stats) is not None
         ]
-
-
-class _Callback:
-    """The ``stats_cb`` given to a cluster client: updates ``kbear_slot``, then calls
-    the application's callback (if it had statistics on)."""
-
-    __slots__ = ("kbear_slot", "user_cb")
-
-    def __init__(self, slot: _Slot, user_cb: Callable[[str], None] | None) -> None:
-        self.kbear_slot = slot
-        self.user_cb = user_cb
-
-    def __call__(self, text: str) -> None:
-        self.kbear_slot.update(text)
-        if self.user_cb is not None:
-            self.user_cb(text)
 
 
 def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
