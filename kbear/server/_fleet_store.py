@@ -1,10 +1,22 @@
-"""The fleet's SQLite file: its tables, the one transaction of a flush, and the reads
+"""The fleet's store: its tables, the one transaction of a flush, and the reads
 behind ``GET /fleet`` (private: :class:`kbear.server.fleet.FleetRecorder` owns one).
 
-One file (stdlib ``sqlite3``, WAL journal) shared by every worker process of one
-``kbear serve --workers N``: each opens it and SQLite serialises their writes.
+One SQLite file (stdlib ``sqlite3``, WAL journal) shared by every worker process of
+one ``kbear serve --workers N``: each opens it and SQLite serialises their writes.
 A reader opens a connection per call; the writer keeps its own (used under the
 recorder's flush lock).
+
+Or a PostgreSQL database (``kbear serve --fleet-store postgresql://...``, psycopg 3
+from the ``server`` extra), so that N replicas of ``kbear serve`` over one
+configuration share one fleet, one move progress and one audit log: the same tables
+and the same statements, given to PostgreSQL through :class:`_Dialect`
+(placeholders, ``GREATEST``, the ``id`` column for SQLite's ``rowid``); a move's
+client ranking, which relies on SQLite's bare columns beside ``MAX``, uses
+``DISTINCT ON`` there (:func:`kbear.server._move_counts.move_progress`). The schema is
+versioned in ``kbear_schema``: created when missing, and a fleet of an older version
+is dropped and made anew (the fleet is a cache of the last ``--fleet-ttl`` seconds;
+the audit log is kept), under an advisory lock so that replicas starting together
+do it once.
 """
 
 from __future__ import annotations
@@ -13,21 +25,29 @@ import contextlib
 import functools
 import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kbear.server._move_counts import MoveQuery, StragglerRow, move_progress
 
-__all__ = ["FleetEntry", "FleetStats", "FleetStore"]
+if TYPE_CHECKING:
+    import psycopg
 
-#: How long a writer waits for another process's transaction, milliseconds.
-_BUSY_TIMEOUT_MS = 5000
+__all__ = ["FleetEntry", "FleetStats", "FleetStore", "connect", "is_postgres"]
+
+#: How long a writer waits for another process's transaction (SQLite), or a
+#: connection attempt (PostgreSQL), seconds.
+_TIMEOUT_S = 5
+#: An advisory lock's key: one PostgreSQL replica creates or migrates the schema at a time.
+_LOCK = 0x6B62656172
 
 #: The tables, in types SQLite (by their affinity) and PostgreSQL both read; PostgreSQL's
-#: fleet has an ``id`` column more, for SQLite's ``rowid`` (:mod:`kbear.server._fleet_store_pg`).
+#: fleet has an ``id`` column more, for SQLite's ``rowid`` (:data:`_PG_SCHEMA`).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fleet (
     key TEXT NOT NULL PRIMARY KEY,
@@ -53,6 +73,9 @@ CREATE INDEX IF NOT EXISTS fleet_topic_lookup ON fleet (topic, lookup_hash);
 CREATE INDEX IF NOT EXISTS fleet_lookup ON fleet (lookup_hash, client_hash, seen);
 CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)
 """
+_PG_SCHEMA = _SCHEMA.replace(
+    "key TEXT NOT NULL PRIMARY KEY", "id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE"
+)
 #: The schema's version (in ``kbear_schema``, written by the process that creates or
 #: migrates it): a fleet of an older one has its entries dropped at open (they are a
 #: cache of the last ``--fleet-ttl`` seconds; the audit log is kept).
@@ -92,6 +115,64 @@ _COLUMNS = (
     "f.client_id, f.meta, f.address, f.kind, f.topic, f.grp, f.cluster, "
     "f.route_topic, f.digest, f.first_seen, f.seen"
 )
+
+
+class _Dialect:
+    """A psycopg connection answering the SQLite store's statements (``execute``,
+    ``executemany`` returning the cursor, as ``sqlite3`` does)."""
+
+    _REWRITES = (
+        (re.compile(r"\bBEGIN IMMEDIATE\b"), "BEGIN"),
+        (re.compile(r"\bmax\(seen, \?\)"), "GREATEST(seen, ?)"),
+        (re.compile(r"\browid\b"), "id"),
+        (re.compile(r"\bCROSS JOIN\b"), "JOIN"),
+        (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGSERIAL PRIMARY KEY"),
+        (re.compile(r":([a-z]+)\b"), r"%(\1)s"),
+        (re.compile(r"\?"), "%s"),
+    )
+
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+
+    @classmethod
+    def sql(cls, statement: str) -> str:
+        for pattern, replacement in cls._REWRITES:
+            statement = pattern.sub(replacement, statement)
+        return statement
+
+    def execute(self, statement: str, params: Any = ()) -> Any:
+        return self.connection.execute(self.sql(statement), params or None)
+
+    def executemany(self, statement: str, params: Sequence[Any]) -> Any:
+        cursor = self.connection.cursor()
+        if params:
+            cursor.executemany(self.sql(statement), params)
+        return cursor
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def is_postgres(location: object) -> bool:
+    """Whether a store's location is a PostgreSQL URL (else a SQLite file)."""
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
+def connect(location: str | Path, *, check_same_thread: bool = True) -> Any:
+    """A connection to a store: a PostgreSQL database's (``postgresql://...``: libpq's
+    URL, password included or from ``PGPASSWORD``/``.pgpass``; autocommit, answering the
+    SQLite statements, :class:`_Dialect`), else a SQLite file's (autocommit).
+
+    Raises:
+        sqlite3.Error, psycopg.Error: the store cannot be opened or reached.
+    """
+    if is_postgres(location):
+        import psycopg  # the server extra's: only for a PostgreSQL store
+
+        return _Dialect(psycopg.connect(str(location), autocommit=True, connect_timeout=_TIMEOUT_S))
+    return sqlite3.connect(
+        location, timeout=_TIMEOUT_S, isolation_level=None, check_same_thread=check_same_thread
+    )
 
 
 @contextlib.contextmanager
@@ -214,34 +295,36 @@ def _hashes(row: Sequence[str | float]) -> tuple[int, int]:
 
 
 class FleetStore:
-    """The fleet's tables in one SQLite file.
+    """The fleet's tables in one SQLite file, or in a PostgreSQL database.
 
     Args:
-        path: the database file (created with its tables when missing).
+        location: the database file (created with its tables when missing), or
+            ``postgresql://...`` (its schema created or migrated here).
 
     Raises:
         sqlite3.Error: the file cannot be opened or is not a fleet database.
+        psycopg.Error: the PostgreSQL database cannot be reached or its schema made.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._db: sqlite3.Connection | None = None
+    def __init__(self, location: str | Path) -> None:
+        self.postgres = is_postgres(location)
+        #: the SQLite file, or the PostgreSQL URL
+        self.path: Path | str = str(location) if self.postgres else Path(location)
+        self._db: Any = None
         with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            create_schema(db, _SCHEMA)
+            if self.postgres:
+                create_schema(db, _PG_SCHEMA, f"SELECT pg_advisory_xact_lock({_LOCK})")
+            else:
+                db.execute("PRAGMA journal_mode=WAL")
+                create_schema(db, _SCHEMA)
 
-    def _open(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
-        db = sqlite3.connect(
-            self.path,
-            timeout=_BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=check_same_thread,
-        )
-        db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-        db.execute("PRAGMA synchronous=NORMAL")
+    def _open(self, *, check_same_thread: bool = True) -> Any:
+        db = connect(self.path, check_same_thread=check_same_thread)
+        if not self.postgres:
+            db.execute("PRAGMA synchronous=NORMAL")
         return db
 
-    def _connect(self) -> contextlib.closing[sqlite3.Connection]:
+    def _connect(self) -> contextlib.closing[Any]:
         return contextlib.closing(self._open())
 
     # ------------------------------------------------------------------ writing
@@ -270,7 +353,7 @@ class FleetStore:
         shared counters.
 
         Raises:
-            sqlite3.Error: the write failed (the transaction is rolled back).
+            sqlite3.Error, psycopg.Error: the write failed (the transaction is rolled back).
         """
         with transaction(self._writer()) as db:
             if refreshes:
@@ -306,7 +389,7 @@ class FleetStore:
         if updated < sum(map(len, refreshes)):
             db.executemany(_UPSERT, [(*row, *_hashes(row)) for group in refreshes for row in group])
 
-    def _writer(self) -> sqlite3.Connection:
+    def _writer(self) -> Any:
         """The writer's own connection (kept open; its caller serialises the writes)."""
         if self._db is None:
             self._db = self._open(check_same_thread=False)
@@ -379,8 +462,11 @@ class FleetStore:
 
     def move_progress(self, query: MoveQuery) -> tuple[list[tuple[str, int, int]], list[StragglerRow]]:
         """What :func:`kbear.server._move_counts.move_progress` answers, in one read
-        transaction of this file."""
+        transaction (repeatable read in PostgreSQL): one snapshot for every read."""
         with self._connect() as db:
-            db.execute("PRAGMA temp_store=MEMORY")
-            db.execute("BEGIN")  # one snapshot for every read
+            if self.postgres:
+                db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            else:
+                db.execute("PRAGMA temp_store=MEMORY")
+                db.execute("BEGIN")
             return move_progress(db, query)

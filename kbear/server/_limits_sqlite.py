@@ -26,12 +26,9 @@ from urllib.parse import unquote, urlparse
 
 from limits.storage import MovingWindowSupport, Storage
 
-from kbear.server._fleet_store import transaction
+from kbear.server._fleet_store import connect, transaction
 
 __all__ = ["SQLiteStorage"]
-
-#: How long a call waits for another process's transaction, milliseconds.
-_BUSY_TIMEOUT_MS = 5000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS limits_entries (key TEXT NOT NULL, at REAL NOT NULL, expires REAL NOT NULL);
@@ -76,7 +73,7 @@ class SQLiteStorage(Storage, MovingWindowSupport):
         if path is None:
             raise ValueError(f"a SQLite storage needs a file: kbear+sqlite:///path, got {uri!r}")
         self.path = Path(path)
-        with contextlib.closing(self._open()) as db:
+        with contextlib.closing(connect(self.path)) as db:
             db.execute("PRAGMA journal_mode=WAL")
         with self._transaction() as db:
             for statement in _SCHEMA.split(";"):
@@ -86,21 +83,16 @@ class SQLiteStorage(Storage, MovingWindowSupport):
     def base_exceptions(self) -> type[Exception]:
         return sqlite3.Error
 
-    def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        db.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
-        return db
-
     def _read(self, statement: str, *params: object) -> Any:
         """The first row a read answers (None: none)."""
-        with contextlib.closing(self._open()) as db:
+        with contextlib.closing(connect(self.path)) as db:
             return db.execute(statement, params).fetchone()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE``: one process at a time), committed
         when the block ends, rolled back when it raises."""
-        with contextlib.closing(self._open()) as db, transaction(db):
+        with contextlib.closing(connect(self.path)) as db, transaction(db):
             yield db
 
     # ------------------------------------------------------------------ moving window

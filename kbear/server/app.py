@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection
@@ -145,37 +144,23 @@ class _Endpoints:
                     _check_content_type(request)
                     body = await read_body(request, self.max_body_bytes)
                 parsed = _parse(model, body)
-            except HTTPException:  # answered by _http_error
+                served = self.holder.served  # one configuration for the whole answer
+                response = answer(served, parsed)
+            except Exception as exc:
                 self.metrics.answers.labels(path, proto.Ack.FAIL.value).inc()
-                raise
-            note = None
+                if isinstance(exc, HTTPException):
+                    raise  # answered by _http_error
+                log.exception("kbear serve: answering %s failed", path)
+                return service.fail(500, proto.ErrorCode.SERVICE_EXCEPTION, "service execution failed")
+            self.metrics.answers.labels(path, response.status.ack.value).inc()
+            digest = served.config.digest
             if self.fleet is not None and path in _RECORDED:
                 client = parsed.client  # type: ignore[attr-defined]  # both route requests carry one
-                note = functools.partial(self.fleet.record_answer, client, peer=request.client, request=body)
-            return self.answer(path, lambda served: answer(served, parsed), note)
+                self.fleet.record_answer(client, response, digest, peer=request.client, request=body)
+            answered = response.model_dump_json(by_alias=True, exclude_none=True).encode()
+            return Response(answered, 200, {"X-KBear-Config-Digest": digest}, "application/json")
 
         return endpoint
-
-    def answer(
-        self,
-        path: str,
-        produce: Callable[[Served], proto.StatusResponse],
-        note: Callable[[proto.StatusResponse, str], None] | None = None,
-    ) -> Response:
-        served = self.holder.served  # one configuration for the whole answer
-        try:
-            response = produce(served)
-        except Exception:
-            log.exception("kbear serve: answering %s failed", path)
-            self.metrics.answers.labels(path, proto.Ack.FAIL.value).inc()
-            return service.fail(500, proto.ErrorCode.SERVICE_EXCEPTION, "service execution failed")
-        self.metrics.answers.labels(path, response.status.ack.value).inc()
-        if note is not None:
-            note(response, served.config.digest)
-        body = response.model_dump_json(by_alias=True, exclude_none=True).encode()
-        return Response(
-            body, media_type="application/json", headers={"X-KBear-Config-Digest": served.config.digest}
-        )
 
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbear.config import CONFIG_FILES, KBearConfig
+from kbear.server._fleet_store import connect, is_postgres
 from kbear.server.holder import iso
 
 if TYPE_CHECKING:
@@ -132,18 +133,10 @@ class AuditLog:
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path).removeprefix("sqlite://")
         self._lock = threading.Lock()
-        self._db: Any
-        if self.path.startswith(("postgresql://", "postgres://")):
-            # replicas sharing a PostgreSQL fleet share the log too (the fleet's _Dialect)
-            import psycopg
-
-            from kbear.server._fleet_store_pg import _Dialect
-
-            self._db = _Dialect(psycopg.connect(self.path, autocommit=True, connect_timeout=5))
-        else:
-            self._db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
+        # replicas sharing a PostgreSQL fleet share the log too
+        self._db = connect(self.path, check_same_thread=False)
+        if not is_postgres(self.path) and self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
 
     def add(

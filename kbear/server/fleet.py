@@ -95,7 +95,7 @@ class FleetRecorder:
     Args:
         path: the database file (created with its tables when missing), as a path or
             ``sqlite:///path``; or ``postgresql://...``: a PostgreSQL database shared
-            by replicas (:mod:`kbear.server._fleet_store_pg`, its schema created or
+            by replicas (:mod:`kbear.server._fleet_store`, its schema created or
             migrated here).
         ttl_s: seconds an entry is kept after its last request (> 0).
         max_entries: most entries kept (> 0); past it the least recently seen go.
@@ -155,14 +155,7 @@ class FleetRecorder:
         self._thread: threading.Thread | None = None
         #: whether the last write to the store succeeded (``kbear_serve_fleet_store_up``)
         self.store_up = True
-        self._store: FleetStore
-        location = str(path)
-        if location.startswith(("postgresql://", "postgres://")):
-            from kbear.server._fleet_store_pg import PostgresFleetStore  # psycopg: only then
-
-            self._store = PostgresFleetStore(location)
-        else:
-            self._store = FleetStore(location.removeprefix("sqlite://"))
+        self._store = FleetStore(str(path).removeprefix("sqlite://"))
         #: the SQLite file, or the PostgreSQL URL
         self.path: Path | str = self._store.path
 
@@ -340,6 +333,7 @@ class FleetRecorder:
                     max_entries=self.max_entries if maintain else None,
                 )
             except BaseException:
+                self._store.close()  # a connection that failed is not used again (the next write opens one)
                 self._written.clear()  # what was not written must not be skipped next time
                 # kept for the next write (a store down): the later notes of an entry win
                 self._staged = {**staged, **self._staged}

@@ -38,7 +38,7 @@ the spec is silent):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -146,6 +146,27 @@ class _Answering:
             self.topics[route.topic] = _topic(config, route.topic)
         return True
 
+    def routes(
+        self, items: Iterable[_K], label: Callable[[_K], str], what: str, lookup: Callable[[_K], Route | None]
+    ) -> Iterator[tuple[_K, proto.RouteMessage]]:
+        """Each distinct item of ``items`` this client can use the route of, with it:
+        ``lookup(item)`` (None or :class:`NoRouteError`: the item, by ``label``, noted
+        missing), then :meth:`take` (``what``: the item's kind in a refusal's reason)."""
+        for item in dict.fromkeys(items):
+            try:
+                route = lookup(item)
+            except NoRouteError:
+                route = None
+            if route is None:
+                self.missing.append(label(item))
+            elif self.take(f"{what} '{label(item)}'", route):
+                yield (
+                    item,
+                    proto.RouteMessage.model_construct(
+                        cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
+                    ),
+                )
+
     def status(self, what: str) -> proto.ResponseStatus:
         """``success``, or ``partial_fail`` naming what was left out and why."""
         if self.refused:
@@ -217,23 +238,10 @@ def producer_route(
     """
     if not request.topic_ids:
         return proto.ProducerRouteResponse(status=bad_request("topicIds is empty"))
-    router = served.router
-    client = _client(request.client)
+    router, client = served.router, _client(request.client)
     answering = _answering(served.config, request.client, environ)
-    routes: dict[str, proto.RouteMessage] = {}
-    for topic_id in dict.fromkeys(request.topic_ids):
-        if not topic_id:
-            answering.missing.append("''")
-            continue
-        try:
-            route = router.route_producer(topic_id, client)
-        except NoRouteError:
-            answering.missing.append(topic_id)
-            continue
-        if answering.take(f"topic '{topic_id}'", route):
-            routes[topic_id] = proto.RouteMessage.model_construct(
-                cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
-            )
+    lookup = lambda topic: router.route_producer(topic, client) if topic else None  # noqa: E731
+    routes = dict(answering.routes(request.topic_ids, lambda topic: topic or "''", "topic", lookup))
     return proto.ProducerRouteResponse(
         status=answering.status("topic(s) without a route"),
         topic_id_routes=routes,
@@ -252,33 +260,24 @@ def consumer_route(
     """
     if not request.consumer_group_ids:
         return proto.ConsumerRouteResponse(status=bad_request("consumerGroupIds is empty"))
-    config, router = served.config, served.router
-    client = _client(request.client)
+    config, router, client = served.config, served.router, _client(request.client)
     answering = _answering(config, request.client, environ)
-    answered: list[proto.ConsumerGroupIdRoute] = []
-    groups: list[proto.ConsumerGroupMessage] = []
-    for group_id in dict.fromkeys(request.consumer_group_ids):
+
+    def lookup(group_id: proto.ConsumerGroupIdMessage) -> Route | None:
         if not group_id.group_name or not group_id.topic_id:
-            answering.missing.append(_group_label(group_id))
-            continue
-        try:
-            route = router.route_consumer(group_id.topic_id, group_id.group_name, client)
-        except NoRouteError:
-            answering.missing.append(_group_label(group_id))
-            continue
-        if not answering.take(f"group '{_group_label(group_id)}'", route):
-            continue
-        message = proto.RouteMessage.model_construct(
-            cluster_id=route.cluster_id, topic_id=route.topic, rule_id=route.rule_id
-        )
-        answered.append(proto.ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=message))
-        groups.append(_group(config, group_id))
+            return None
+        return router.route_consumer(group_id.topic_id, group_id.group_name, client)
+
+    answered = list(answering.routes(request.consumer_group_ids, _group_label, "group", lookup))
     return proto.ConsumerRouteResponse(
         status=answering.status("consumer group(s) without a route (group@topic)"),
-        consumer_group_id_routes=answered,
+        consumer_group_id_routes=[
+            proto.ConsumerGroupIdRoute.model_construct(consumer_group_id=group_id, route=route)
+            for group_id, route in answered
+        ],
         clusters=answering.clusters,
         topics=answering.topics,
-        consumer_groups=groups,
+        consumer_groups=[_group(config, group_id) for group_id, _ in answered],
     )
 
 
