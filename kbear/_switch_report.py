@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 
 from kbear import _events
-from kbear._switch import DrainBegun, DrainEnded, NoTimestamps, Outcome, ProbeFailed
+from kbear._switch_types import DrainBegun, DrainEnded, NoTimestamps, Outcome, ProbeFailed
 
 __all__ = ["tell"]
 

@@ -52,7 +52,7 @@ listing every problem, each naming the file, the entry and the reason.
 The package's modules (private; their public names are re-exported here):
 ``_errors`` (:class:`ConfigError`, :class:`ConfigProblem`), ``_models`` (the
 validated models, :class:`KBearConfig`), ``_documents`` (reading the files:
-YAML and JSON readers, the content digest), ``_fastyaml`` (the optional
+YAML and JSON readers, their errors, the lists of entries, the content digests), ``_fastyaml`` (the optional
 rapidyaml reader), ``_failover`` (a cluster's standby and mirror keys),
 ``_librdkafka`` (librdkafka's verdict on cluster
 properties), ``_loading`` (:func:`load_config`, :func:`load_documents`).
@@ -66,6 +66,7 @@ from kbear.config._documents import CONSUMER_GROUPS_FILE as CONSUMER_GROUPS_FILE
 from kbear.config._documents import ROUTE_RULES_FILE as ROUTE_RULES_FILE
 from kbear.config._documents import TOPICS_FILE as TOPICS_FILE
 from kbear.config._documents import config_digest as config_digest
+from kbear.config._documents import documents_digest as documents_digest
 from kbear.config._documents import replace_file as replace_file
 from kbear.config._errors import ConfigError as ConfigError
 from kbear.config._errors import ConfigProblem as ConfigProblem
@@ -77,7 +78,6 @@ from kbear.config._failover import MirrorKind as MirrorKind
 from kbear.config._failover import ReplicationPolicy as ReplicationPolicy
 from kbear.config._librdkafka import property_kind as property_kind
 from kbear.config._loading import UnsetVariableError as UnsetVariableError
-from kbear.config._loading import documents_digest as documents_digest
 from kbear.config._loading import load_config as load_config
 from kbear.config._loading import load_documents as load_documents
 from kbear.config._loading import resolve_placeholders as resolve_placeholders

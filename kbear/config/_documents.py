@@ -3,16 +3,20 @@
 YAML through libyaml's parser with PyYAML's safe semantics, refusing duplicate
 keys and keeping the written text of numbers; files written as JSON through the
 json module; large block-style files through rapidyaml when it provably reads
-them as PyYAML does (:mod:`kbear.config._fastyaml`); the YAML error messages; and the
-digest of a directory's files the watcher compares.
+them as PyYAML does (:mod:`kbear.config._fastyaml`); why a file cannot be read
+(:func:`parse_document`: encoding, YAML syntax with line and column); the list of
+entries a document holds (:func:`entries_of`); and the digests: of a directory's
+files (the watcher compares them) and of documents given already parsed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,15 @@ CONSUMER_GROUPS_FILE = "consumer-groups.yaml"
 ROUTE_RULES_FILE = "route-rules.yaml"
 #: The files of a configuration directory, in load order.
 CONFIG_FILES = (CLUSTERS_FILE, TOPICS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE)
+#: The files a configuration cannot do without.
+REQUIRED_FILES = frozenset({CLUSTERS_FILE, ROUTE_RULES_FILE})
+#: Each file's one top-level key, holding its list of entries.
+_TOP_KEYS = {
+    CLUSTERS_FILE: "clusters",
+    TOPICS_FILE: "topics",
+    CONSUMER_GROUPS_FILE: "consumer-groups",
+    ROUTE_RULES_FILE: "route-rules",
+}
 
 
 class _YamlInt(int):
@@ -223,6 +236,57 @@ def _yaml_problem(text: str, exc: yaml.MarkedYAMLError) -> str:
     return f"YAML syntax error at {where}{what}"
 
 
+def parse_document(data: bytes) -> tuple[Any, str | None]:
+    """(the document a file's bytes hold, None), or (None, why they cannot be read:
+    not UTF-8, a YAML error with its line and column, nested too deeply)."""
+    try:
+        text = data.decode("utf-8-sig")
+        return _load_yaml(text), None
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte {exc.start})"
+    except yaml.MarkedYAMLError as exc:
+        return None, _yaml_problem(text, exc)
+    except yaml.reader.ReaderError as exc:  # a control character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return None, f"YAML error at line {line}, column {column}: character #x{code:04x} is not allowed"
+    except yaml.YAMLError as exc:
+        return None, f"YAML error: {exc}"
+    except RecursionError:
+        return None, "YAML nested too deeply to read"
+
+
+def entries_of(name: str, doc: Any, problem: Callable[[str, str | None, str], None]) -> list[tuple[str, Any]]:
+    """The entries of the list under the document's one top-level key, each with its
+    label (``entry 3``); ``problem(file, entry, message)`` is told what is not a
+    mapping, or a document of another shape."""
+    top = _TOP_KEYS[name]
+    if doc is None:
+        if name in REQUIRED_FILES:
+            problem(name, None, f"empty; expected a top-level key '{top}' holding a list")
+        return []
+    if not isinstance(doc, dict) or top not in doc:
+        problem(name, None, f"expected a top-level key '{top}' holding a list")
+        return []
+    extra = sorted(str(k) for k in doc if k != top)
+    if extra:
+        problem(name, None, f"unexpected top-level key(s) {extra}; only '{top}' is read")
+    items = doc[top]
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        problem(name, None, f"'{top}' must be a list, got {type(items).__name__}")
+        return []
+    out = []
+    for index, item in enumerate(items, 1):
+        if isinstance(item, dict):
+            out.append((f"entry {index}", item))
+        else:
+            problem(name, f"entry {index}", f"must be a mapping, got {type(item).__name__}")
+    return out
+
+
 def config_digest(directory: str | os.PathLike[str]) -> str:
     """SHA-256 (hex) over the names and bytes of the configuration files present.
 
@@ -248,6 +312,35 @@ def _digest_update(h: Any, name: str, data: bytes) -> None:
     h.update(name.encode())
     h.update(len(data).to_bytes(8, "big"))
     h.update(data)
+
+
+def documents_digest(documents: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of parsed documents: their canonical JSON (sorted keys), by file name.
+
+    Any document can be digested: a mapping whose keys are not all strings
+    (``{1: "x", "bootstrap.servers": ...}``, which a YAML file can hold too) is
+    written as its sorted (type, key) pairs, and a value JSON cannot write as its
+    ``str()``; validation then reports what is wrong with such a document.
+    """
+    h = hashlib.sha256()
+    for name in sorted(documents, key=str):
+        data = json.dumps(_canonical(documents[name]), sort_keys=True, separators=(",", ":"), default=str)
+        _digest_update(h, str(name), data.encode())
+    return h.hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with every mapping that has a key other than a string written as a
+    tagged list of its (key type, key, value) triples in a fixed order, so that
+    ``json.dumps(sort_keys=True)`` can write it (it cannot sort mixed key types)."""
+    if isinstance(value, Mapping):
+        if all(isinstance(k, str) for k in value):
+            return {k: _canonical(v) for k, v in value.items()}
+        pairs = [[type(k).__name__, str(k), _canonical(v)] for k, v in value.items()]
+        return {"\u0000mapping": sorted(pairs, key=lambda p: (p[0], p[1]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def replace_file(path: str | os.PathLike[str], text: str) -> None:

@@ -12,7 +12,6 @@ named, CRRL syntax) and raise one ConfigError listing every problem.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -21,18 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from kbear import crrl
 from kbear.config._documents import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
+    REQUIRED_FILES,
     ROUTE_RULES_FILE,
     TOPICS_FILE,
     _digest_update,
-    _load_yaml,
-    _yaml_problem,
+    documents_digest,
+    entries_of,
+    parse_document,
 )
 from kbear.config._errors import ConfigError, ConfigProblem
 from kbear.config._failover import failover_problems
@@ -53,13 +53,6 @@ from kbear.config._models import (
     _TopicTable,
 )
 
-_REQUIRED = frozenset({CLUSTERS_FILE, ROUTE_RULES_FILE})
-_TOP_KEYS = {
-    CLUSTERS_FILE: "clusters",
-    TOPICS_FILE: "topics",
-    CONSUMER_GROUPS_FILE: "consumer-groups",
-    ROUTE_RULES_FILE: "route-rules",
-}
 #: What an unset ``${NAME}`` in ``bootstrap.servers`` (a placeholder of ``kbear init``) asks for.
 _BOOTSTRAP_HINT = (
     " (export {name}=HOST:PORT[,HOST:PORT...] or write the brokers' addresses in clusters.yaml; "
@@ -130,75 +123,31 @@ class _Loader:
     def problem(self, file: str, entry: str | None, message: str) -> None:
         self.problems.append(ConfigProblem(file, entry, message))
 
-    def read_document(self, name: str) -> tuple[bool, Any]:
-        """(True, the parsed document) or (False, None) after reporting why it cannot be read."""
+    def read_entries(self, name: str) -> list[tuple[str, Any]]:
+        """The entries of document ``name`` (:func:`~kbear.config._documents.entries_of`),
+        or [] after reporting why it cannot be read."""
         if self.documents is not None:
             if name not in self.documents:
-                if name in _REQUIRED:
+                if name in REQUIRED_FILES:
                     self.problem(name, None, "missing (required)")
-                return False, None
-            return True, self.documents[name]
+                return []
+            return entries_of(name, self.documents[name], self.problem)
         assert self.directory is not None
-        path = self.directory / name
         try:
-            data = path.read_bytes()
+            data = (self.directory / name).read_bytes()
         except FileNotFoundError:
-            if name in _REQUIRED:
+            if name in REQUIRED_FILES:
                 self.problem(name, None, f"missing (required in {self.directory})")
-            return False, None
+            return []
         except OSError as exc:
             self.problem(name, None, f"cannot read: {exc.strerror or exc}")
-            return False, None
+            return []
         _digest_update(self.hash, name, data)
-        try:
-            text = data.decode("utf-8-sig")
-            return True, _load_yaml(text)
-        except UnicodeDecodeError as exc:
-            why = f"not UTF-8 text (byte {exc.start})"
-        except yaml.MarkedYAMLError as exc:
-            why = _yaml_problem(text, exc)
-        except yaml.reader.ReaderError as exc:  # a control character YAML does not allow
-            line = text.count("\n", 0, exc.position) + 1
-            column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-            code = exc.character if isinstance(exc.character, int) else ord(exc.character)
-            why = f"YAML error at line {line}, column {column}: character #x{code:04x} is not allowed"
-        except yaml.YAMLError as exc:
-            why = f"YAML error: {exc}"
-        except RecursionError:
-            why = "YAML nested too deeply to read"
-        self.problem(name, None, why)
-        return False, None
-
-    def read_entries(self, name: str) -> list[tuple[str, Any]]:
-        """The list under the document's top-level key, each with a label, or []."""
-        ok, doc = self.read_document(name)
-        if not ok:
+        doc, why = parse_document(data)
+        if why is not None:
+            self.problem(name, None, why)
             return []
-        top = _TOP_KEYS[name]
-        if doc is None:
-            if name in _REQUIRED:
-                self.problem(name, None, f"empty; expected a top-level key '{top}' holding a list")
-            return []
-        if not isinstance(doc, dict) or top not in doc:
-            self.problem(name, None, f"expected a top-level key '{top}' holding a list")
-            return []
-        extra = sorted(str(k) for k in doc if k != top)
-        if extra:
-            self.problem(name, None, f"unexpected top-level key(s) {extra}; only '{top}' is read")
-        items = doc[top]
-        if items is None:
-            return []
-        if not isinstance(items, list):
-            self.problem(name, None, f"'{top}' must be a list, got {type(items).__name__}")
-            return []
-        out = []
-        for index, item in enumerate(items):
-            label = f"entry {index + 1}"
-            if not isinstance(item, dict):
-                self.problem(name, label, f"must be a mapping, got {type(item).__name__}")
-                continue
-            out.append((label, item))
-        return out
+        return entries_of(name, doc, self.problem)
 
     def validate(self, file: str, label: str, model: type[_Model], item: Any) -> tuple[Any, set[str]]:
         """The model, or None after reporting every field error; and the names of
@@ -462,35 +411,6 @@ def _finish(loader: _Loader, location: str, origin: str | None, digest: str | No
         origin=origin,
         ignored_rules=tuple(loader.ignored),
     )
-
-
-def documents_digest(documents: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of parsed documents: their canonical JSON (sorted keys), by file name.
-
-    Any document can be digested: a mapping whose keys are not all strings
-    (``{1: "x", "bootstrap.servers": ...}``, which a YAML file can hold too) is
-    written as its sorted (type, key) pairs, and a value JSON cannot write as its
-    ``str()``; validation then reports what is wrong with such a document.
-    """
-    h = hashlib.sha256()
-    for name in sorted(documents, key=str):
-        data = json.dumps(_canonical(documents[name]), sort_keys=True, separators=(",", ":"), default=str)
-        _digest_update(h, str(name), data.encode())
-    return h.hexdigest()
-
-
-def _canonical(value: Any) -> Any:
-    """``value`` with every mapping that has a key other than a string written as a
-    tagged list of its (key type, key, value) triples in a fixed order, so that
-    ``json.dumps(sort_keys=True)`` can write it (it cannot sort mixed key types)."""
-    if isinstance(value, Mapping):
-        if all(isinstance(k, str) for k in value):
-            return {k: _canonical(v) for k, v in value.items()}
-        pairs = [[type(k).__name__, str(k), _canonical(v)] for k, v in value.items()]
-        return {"\u0000mapping": sorted(pairs, key=lambda p: (p[0], p[1]))}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    return value
 
 
 def load_documents(

@@ -23,7 +23,8 @@ from kbear._cluster_id import check_cluster_id
 from kbear._health import reachable_from_error
 from kbear._identity import Client
 from kbear._route import Route
-from kbear._switch import StartPlan, SwitchEngine
+from kbear._switch import SwitchEngine
+from kbear._switch_types import StartPlan
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._binding import PollBinding, Store
 from kbear.consumer._cluster import ClusterRegistry

@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_STORED, TopicPartition
 
 from kbear import _events
 from kbear._route import Route
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._placing import Placement

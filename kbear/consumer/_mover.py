@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kbear._route import Route
-from kbear._switch import Probe, Progress, StartPlan, Switch, SwitchEngine
+from kbear._switch import SwitchEngine
 from kbear._switch_report import tell
+from kbear._switch_types import Probe, Progress, StartPlan, Switch
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient, ClusterRegistry
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._subscription import RebalanceCallback

@@ -45,7 +45,7 @@ from dataclasses import KW_ONLY, dataclass
 
 from confluent_kafka import TopicPartition
 
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._holding import Hold, Holds, Key, Submit
 

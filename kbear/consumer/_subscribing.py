@@ -25,7 +25,8 @@ from kbear import _events
 from kbear._clients import cluster_target
 from kbear._identity import Client
 from kbear._route import NoRouteError, Route
-from kbear._switch import StartPlan, same_route
+from kbear._switch import same_route
+from kbear._switch_types import StartPlan
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._guard import MoveGuard

@@ -38,7 +38,7 @@ from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 from kbear import _events
 from kbear._clients import cluster_config
 from kbear._route import Route
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.config import Failover, MirrorKind
 from kbear.consumer._cluster import ClusterClient
 from kbear.mirror import StartSource, TranslatedStart, read_mirror

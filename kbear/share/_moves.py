@@ -9,14 +9,14 @@ may read (:meth:`~kbear.RoutedShareConsumer.poll`):
   (:meth:`SwitchEngine.message`), so the drain waits until the old cluster
   stays quiet ``kbear.switch.drain.idle.ms``: records still available there
   (released by a member, redelivered after a lock expired) are read first;
-- a :class:`~kbear._switch.Probe`: the acknowledgements of the old cluster are
+- a :class:`~kbear._switch_types.Probe`: the acknowledgements of the old cluster are
   committed (``commit_sync``: in ``implicit`` mode the last batch is accepted,
   in ``explicit`` mode every record was acknowledged before this poll); the
   drain ends once that commit succeeded. A share group has no offsets a member
   can compare with the end of the log (confluent-kafka has no admin call for
   share-group offsets): "caught up" is this member's view, that the old cluster
   gave it nothing for the idle time and holds none of its acknowledgements;
-- a :class:`~kbear._switch.Switch`: the topic leaves the old cluster's
+- a :class:`~kbear._switch_types.Switch`: the topic leaves the old cluster's
   subscription (its acknowledgements committed first) and joins the new
   cluster's, where the share group starts per its own ``share.auto.offset.reset``
   on that cluster (a share consumer cannot seek: ``kbear.switch.start`` does
@@ -32,9 +32,10 @@ from dataclasses import dataclass
 
 from kbear._modes import SwitchStart
 from kbear._route import NoRouteError, Route
-from kbear._switch import Action, Probe, Progress, SwitchEngine
-from kbear._switch import Switch as SwitchAction
+from kbear._switch import SwitchEngine
 from kbear._switch_report import tell
+from kbear._switch_types import Action, Probe, Progress
+from kbear._switch_types import Switch as SwitchAction
 from kbear.settings import KBearSettings
 from kbear.share._clusters import ShareCluster
 

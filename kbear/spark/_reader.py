@@ -16,8 +16,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from kbear._modes import SwitchMode
 from kbear._route import NoRouteError, Route
-from kbear._switch import Progress, Switch, SwitchEngine
+from kbear._switch import SwitchEngine
 from kbear._switch_report import tell
+from kbear._switch_types import Progress, Switch
 from kbear.config import ConfigError
 from kbear.router import Router
 from kbear.spark._clusters import ClusterQuestions, start_positions

@@ -40,7 +40,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kbear._route import Route
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._guard import RECHECK_AFTER_S, MoveGuard, committed_look_up
 from kbear.consumer._rebalance import Rebalancer, commit_async

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, TopicPartition
 
-from kbear._switch import StartPlan
+from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._rebalance import Rebalancer
 

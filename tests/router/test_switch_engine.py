@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
-from kbear._switch import (
+from kbear._switch import SwitchEngine, caught_up
+from kbear._switch_types import (
     DrainBegun,
     DrainEnded,
     NoTimestamps,
@@ -26,8 +27,6 @@ from kbear._switch import (
     Progress,
     StartPlan,
     Switch,
-    SwitchEngine,
-    caught_up,
 )
 from kbear.router import Route
 
