@@ -120,25 +120,20 @@ def write_config(directory: Path, clusters: dict[str, str | None], *, force: boo
 
     Args:
         directory: created (with its parents) when missing.
-        clusters: cluster id -> its ``bootstrap.servers`` (``"host:port,..."``), or
-            None for a placeholder (:func:`placeholder`); in the order written.
-            The rules use the first (and the second, when given).
+        clusters: at least one cluster id (a CRRL identifier: letters, digits,
+            ``.``, ``_``, ``-``; ``--cluster`` checks it) -> its ``bootstrap.servers``
+            (``"host:port,..."``), or None for a placeholder (:func:`placeholder`);
+            in the order written. The rules use the first (and the second, when given).
         force: overwrite files that exist (otherwise refused).
 
     Returns:
         The paths written.
 
     Raises:
-        ValueError: no cluster, an id that is not a CRRL identifier (letters,
-            digits, ``.``, ``_``, ``-``), or ``directory`` already holds one of
-            the files and ``force`` is False (naming them).
+        ValueError: ``directory`` already holds one of the files and ``force`` is
+            False (naming them).
         OSError: ``directory`` cannot be created or written.
     """
-    if not clusters:
-        raise ValueError("at least one cluster is needed")
-    bad = [c for c in clusters if not _ID.match(c)]
-    if bad:
-        raise ValueError(f"cluster id(s) {bad}: use letters, digits, '.', '_' and '-'")
     present = [name for name in FILES if (directory / name).exists() or (directory / name).is_symlink()]
     if present and not force:
         raise ValueError(f"{directory} already holds {', '.join(present)} (--force overwrites)")

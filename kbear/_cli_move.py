@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 
 from confluent_kafka import KafkaException
@@ -111,9 +112,7 @@ def _offsets(offsets: dict[int, int | None]) -> str:
 
 def print_plan(plan: MovePlan, out: TextIO) -> None:
     """The plan as text."""
-
-    def w(line: str = "") -> None:
-        print(line, file=out)
+    w = partial(print, file=out)
 
     w(f"move '{plan.topic}' to {plan.to}")
     w(f"  producers: {_route(plan.now)} -> {_route(plan.after)}")
@@ -204,8 +203,6 @@ def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
             else None
         )
         try:
-            if fleet is not None:
-                fleet.start()
             result = apply_move(
                 admin,
                 plan,
@@ -240,11 +237,9 @@ def _run(args: argparse.Namespace, router: Router, client: Client) -> int:
     except NoRouteError as exc:
         print(f"kbear: {exc}", file=sys.stderr)
         return EXIT_NO_ROUTE
-    except ConfigError as exc:
-        print(f"kbear: the changed route-rules.yaml would be invalid: {exc}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
-    except ValueError as exc:
-        print(f"kbear: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a ConfigError: of the changed route-rules.yaml
+        what = "the changed route-rules.yaml would be invalid: " if isinstance(exc, ConfigError) else ""
+        print(f"kbear: {what}{exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
     except KafkaException as exc:
         print_unanswered(router, _involved(args, router, client), args.request_timeout, exc)

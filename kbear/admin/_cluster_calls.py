@@ -140,11 +140,8 @@ class ClusterCalls:
         answers = [self._clusters.admin(c).list_consumer_groups(**dict(kwargs)) for c in clusters]
 
         def merge(results: list[Any]) -> ListConsumerGroupsResult:
-            valid: list[Any] = []
-            errors: list[Any] = []
-            for cluster_id, result in zip(clusters, results, strict=True):
-                valid += _tagged(list(result.valid or []), cluster_id)
-                errors += list(result.errors or [])
+            valid = _concat_tagged(clusters, [result.valid for result in results])
+            errors = [error for result in results for error in result.errors or []]
             return ListConsumerGroupsResult(valid=valid, errors=errors)
 
         return gather(answers, merge)

@@ -18,6 +18,7 @@ topic of ``topics.yaml`` and of ``consumer-groups.yaml``), else those of
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass, field
 
 from kbear._route import NoRouteError, Route
@@ -94,7 +95,7 @@ def failover_starts(
     out: list[GroupStarts] = []
     admin = RoutedAdminClient({"kbear.reload.interval.ms": 0}, router=router)
     try:
-        with CommittedOffsets(router) as offsets:
+        with closing(CommittedOffsets(router)) as offsets:
             for group, topic, route in routes:
                 out.append(
                     _group_starts(config, admin, offsets, group, topic, route, cluster_answers, timeout_s)

@@ -69,9 +69,9 @@ class GroupCalls:
         ]
 
         def join(results: list[Any]) -> ConsumerGroupTopicPartitions:
-            merged = []
-            for result in results:
-                merged += rename_partitions(result.topic_partitions, to_logical)
+            merged = [
+                tp for result in results for tp in rename_partitions(result.topic_partitions, to_logical)
+            ]
             return ConsumerGroupTopicPartitions(group, merged)
 
         return {group: gather(answers, join)}

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import closing
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +248,7 @@ def plan_move(
                 f"configuration differs: {name}={value_s} on {now.cluster_id}, "
                 f"{value_t} on {to} (--create sets it)"
             )
-    with CommittedOffsets(router) as offsets:
+    with closing(CommittedOffsets(router)) as offsets:
         for group in groups:
             now_g = group_now[group]
             plan.groups.append(
@@ -400,13 +401,13 @@ def apply_move(
             source.partitions,
             request_timeout_s,
         )
-        source = TopicState(source.cluster, source.topic, source.partitions, low, high)
+        source = replace(source, low=low, high=high)
     replace_file(path, plan.change.new_text)
     written_at = time.monotonic()
     groups = [
         Watched(g.group, g.now.cluster_id, g.now.topic) for g in plan.groups if g.now.cluster_id != plan.to
     ]
-    with CommittedOffsets(admin.router) as offsets:
+    with closing(CommittedOffsets(admin.router)) as offsets:
         watch = watch_switch(
             admin,
             source,

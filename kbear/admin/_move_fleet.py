@@ -126,7 +126,8 @@ def read_fleet(clients: Sequence[Any], topic: str, digest: str) -> FleetState:
 
 
 class FleetWatch:
-    """Reads the fleet every :data:`POLL_S` seconds in a thread until it is done.
+    """Reads the fleet every :data:`POLL_S` seconds in a thread (started at once)
+    until it is done.
 
     Args:
         urls: the ``kbear serve`` base URLs; topic: the moved topic;
@@ -142,8 +143,6 @@ class FleetWatch:
         self.done_at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kbear-move-fleet", daemon=True)
-
-    def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:

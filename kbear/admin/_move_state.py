@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -199,8 +198,8 @@ class CommittedOffsets:
     (SIGSEGV) when that request is answered with an error asking for a coordinator
     refresh (``COORDINATOR_LOAD_IN_PROGRESS`` from a cluster that has just started or
     restarted, ``NOT_COORDINATOR``), as it refreshes the admin client's consumer group,
-    which it has none of (integration/BACKENDS.md). A context manager; :meth:`close`
-    closes the consumers.
+    which it has none of (integration/BACKENDS.md). :meth:`close` closes the
+    consumers (``with contextlib.closing(CommittedOffsets(router))``).
 
     Args:
         router: the configuration whose clusters are read (in force at each read).
@@ -246,14 +245,6 @@ class CommittedOffsets:
             consumers, self._consumers = list(self._consumers.values()), {}
         for consumer in consumers:
             consumer.close()
-
-    def __enter__(self) -> CommittedOffsets:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def lag(offsets: dict[int, int | None], state: TopicState) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kbear.admin._facade import RoutedAdminClient
 from kbear.admin._move_state import TopicState, lag, watermarks
@@ -92,11 +92,7 @@ def watch_switch(
         drained = False
         try:
             low, high = watermarks(admin, source.cluster, source.topic, partitions, request_timeout_s)
-            states = {
-                (source.cluster, source.topic): TopicState(
-                    source.cluster, source.topic, partitions, low, high
-                )
-            }
+            states = {(source.cluster, source.topic): replace(source, low=low, high=high)}
             result.lags = {}
             for watched in groups:  # a group may read the topic on another cluster (a rule of its own)
                 where = (watched.cluster, watched.topic)
