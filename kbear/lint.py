@@ -212,14 +212,6 @@ def _contexts(config: KBearConfig) -> list[_Context]:
 # --------------------------------------------------------------------------- checks
 
 
-@dataclass
-class _Seen:
-    """What one rule met across the contexts it takes part in."""
-
-    verdicts: list[bool | None] = field(default_factory=list)
-    shadowers: list[RouteRule | None] = field(default_factory=list)
-
-
 def _target(rule: RouteRule) -> tuple[str, str | None]:
     return (rule.statement.cluster, rule.statement.topic)
 
@@ -230,7 +222,8 @@ def _describe_target(rule: RouteRule) -> str:
 
 
 def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarning]:
-    seen: dict[str, _Seen] = {rule.id: _Seen() for rule in config.rules}
+    #: rule id -> (verdict, the rule always matching before it) in each context it takes part in
+    seen: dict[str, list[tuple[bool | None, RouteRule | None]]] = {rule.id: [] for rule in config.rules}
     order_pairs: dict[tuple[str, str], tuple[RouteRule, RouteRule]] = {}
     for ctx in contexts:
         first_true: RouteRule | None = None
@@ -238,9 +231,7 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
         tiers: dict[tuple[int, int], list[RouteRule]] = {}
         for rule in ctx.chain:
             verdict = _verdict(rule.statement, ctx)
-            record = seen[rule.id]
-            record.verdicts.append(verdict)
-            record.shadowers.append(first_true)
+            seen[rule.id].append((verdict, first_true))
             if verdict is False:
                 continue
             # Earlier rules of the same tier that may still win here: swapping one of
@@ -269,9 +260,9 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
         warnings.append(LintWarning(code, ROUTE_RULES_FILE, subject, message))
 
     for rule in config.rules:
-        record = seen[rule.id]
+        met = seen[rule.id]
         subject = f"rule '{rule.id}'"
-        if all(v is False for v in record.verdicts):
+        if all(verdict is False for verdict, _ in met):
             flagged.add(rule.id)
             warn(
                 "never-matches",
@@ -279,9 +270,9 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
                 f"never matches: its conditions ({' and '.join(map(str, rule.statement.conditions))}) "
                 "are false in every lookup it takes part in",
             )
-        elif all(s is not None for s in record.shadowers):
+        elif all(shadower is not None for _, shadower in met):
             flagged.add(rule.id)
-            shadowers = list(dict.fromkeys(s.id for s in record.shadowers if s is not None))
+            shadowers = list(dict.fromkeys(s.id for _, s in met if s is not None))
             names = " and ".join(f"'{s}'" for s in shadowers)
             which = f"rule {names} comes" if len(shadowers) == 1 else f"rules {names} come"
             warn(
@@ -309,45 +300,37 @@ def _rule_checks(config: KBearConfig, contexts: list[_Context]) -> list[LintWarn
     return warnings
 
 
-def _always_routes(ctx: _Context) -> bool:
-    """Whether every client gets a route: a rule of the chain holds whatever the client."""
-    return any(_verdict(rule.statement, ctx) is True for rule in ctx.chain)
-
-
 def _reach_checks(config: KBearConfig, contexts: Mapping[str, _Context]) -> list[LintWarning]:
-    warnings = []
     lookups = [
-        (TOPICS_FILE, f"topic '{topic}'", f"producer lookups of topic '{topic}'", "producers")
+        (TOPICS_FILE, f"topic '{topic}'", contexts[f"producer lookups of topic '{topic}'"], "producers")
         for topic in config.topics
     ] + [
         (
             CONSUMER_GROUPS_FILE,
             f"consumer group '{g}' on topic '{t}'",
-            f"consumer lookups of topic '{t}' by group '{g}'",
+            contexts[f"consumer lookups of topic '{t}' by group '{g}'"],
             "consumers",
         )
         for g, t in config.consumer_groups
     ]
-    for file, subject, context, who in lookups:
-        chain = contexts[context].chain
-        if not _always_routes(contexts[context]):
-            warnings.append(
-                LintWarning(
-                    "no-route",
-                    file,
-                    subject,
-                    f"some {who} have no route: none of the {len(chain)} rule(s) of its chain "
-                    "always matches (a client without id and meta gets NoRouteError)",
-                )
-            )
     used = {rule.statement.cluster for rule in config.rules}
     used |= {s for c in config.clusters.values() if (s := c.failover.standby) is not None}
-    for cluster in config.clusters:
-        if cluster not in used:
-            warnings.append(
-                LintWarning("unused-cluster", CLUSTERS_FILE, f"cluster '{cluster}'", "no rule routes to it")
-            )
-    return warnings
+    return [
+        LintWarning(
+            "no-route",
+            file,
+            subject,
+            f"some {who} have no route: none of the {len(ctx.chain)} rule(s) of its chain "
+            "always matches (a client without id and meta gets NoRouteError)",
+        )
+        for file, subject, ctx, who in lookups
+        # every client gets a route when a rule of the chain holds whatever the client
+        if not any(_verdict(rule.statement, ctx) is True for rule in ctx.chain)
+    ] + [
+        LintWarning("unused-cluster", CLUSTERS_FILE, f"cluster '{cluster}'", "no rule routes to it")
+        for cluster in config.clusters
+        if cluster not in used
+    ]
 
 
 def lint(config: KBearConfig) -> list[LintWarning]:
@@ -363,19 +346,13 @@ def lint(config: KBearConfig) -> list[LintWarning]:
     """
     contexts = _contexts(config)
     by_name = {ctx.name: ctx for ctx in contexts}
-    return (
-        _ignored_rule_checks(config)
-        + _rule_checks(config, contexts)
-        + _reach_checks(config, by_name)
-        + _meta_only_checks(config)
-    )
-
-
-def _ignored_rule_checks(config: KBearConfig) -> list[LintWarning]:
-    return [
+    ignored = [
         LintWarning("ignored-rule", ROUTE_RULES_FILE, entry, f"takes part in no lookup ({reason}); ignored")
         for entry, reason in config.ignored_rules
     ]
+    return (
+        ignored + _rule_checks(config, contexts) + _reach_checks(config, by_name) + _meta_only_checks(config)
+    )
 
 
 def nearest_key(key: str) -> str:

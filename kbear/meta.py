@@ -177,7 +177,12 @@ class MetaServiceSource(ConfigSource):
         self._answer_at: float | None = None
         # The ConfigError of the answer to each new lookup refused as invalid.
         self._refused: dict[protocol.Interest, ConfigError] = {}
-        self._read_cache_interests()
+        # The lookups the cached answer was asked for: asked again at the first refresh.
+        cached = self._read_cache() or {}
+        self._topics.update((t, None) for t in cached.get("topicIds", []) if isinstance(t, str))
+        for pair in cached.get("consumerGroupIds", []):
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
+                self._groups[(pair[0], pair[1])] = None
 
     # ------------------------------------------------------------------ ConfigSource
 
@@ -351,9 +356,8 @@ class MetaServiceSource(ConfigSource):
         except Unavailable as exc:
             self._reached(str(exc))
             raise unreachable(self.url, exc) from None
-        except protocol.AnswerRefused as exc:
-            if topics or groups:
-                self._reached(None)
+        except protocol.AnswerRefused as exc:  # the service was asked (answered) to get here
+            self._reached(None)
             raise problem(self.url, f"meta-service answer refused: {exc}") from None
 
     def _post(self, path: str, body: Any) -> Any:
@@ -388,17 +392,6 @@ class MetaServiceSource(ConfigSource):
             log.error("kbear: meta-service cache %s is for another client, ignored", self.cache_file)
             return None
         return data
-
-    def _read_cache_interests(self) -> None:
-        data = self._read_cache()
-        if data is None:
-            return
-        for topic in data.get("topicIds", []):
-            if isinstance(topic, str):
-                self._topics[topic] = None
-        for pair in data.get("consumerGroupIds", []):
-            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
-                self._groups[(pair[0], pair[1])] = None
 
     def _cached_answer(self) -> tuple[protocol.Answer, str] | None:
         data = self._read_cache()
