@@ -33,18 +33,13 @@ log = logging.getLogger("kbear.mirror")
 
 #: Default bound of one read of a mirror's topics (seconds).
 READ_TIMEOUT_S = 10.0
-#: librdkafka keys kept from a cluster's client configuration for the readers:
-#: not the group's settings nor the application's callbacks.
+#: librdkafka keys of a cluster's client configuration the readers drop: the group's
+#: settings (the application's callbacks are dropped too, and ``group.id`` and
+#: ``enable.auto.commit`` set, by :func:`_reader`)
 _DROPPED = frozenset(
     {
-        "group.id",
         "group.instance.id",
         "group.protocol",
-        "on_assign",
-        "on_revoke",
-        "on_lost",
-        "on_commit",
-        "enable.auto.commit",
         "enable.auto.offset.store",
         "auto.offset.reset",
         "partition.assignment.strategy",
