@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -48,6 +49,14 @@ _MAX_STRING = 0x7FFF
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
+
+#: the fields of a record part in order: (name, an INT16/32/64 struct, or str for a STRING)
+_Fields = tuple[tuple[str, struct.Struct | type[str]], ...]
+_CHECKPOINT_KEY: _Fields = (("group", str), ("topic", str), ("partition", _INT32))
+#: after the version (INT16)
+_CHECKPOINT_VALUE: _Fields = (("upstream offset", _INT64), ("downstream offset", _INT64), ("metadata", str))
+_SYNC_KEY: _Fields = (("topic", str), ("partition", _INT32))
+_SYNC_VALUE: _Fields = (("upstream offset", _INT64), ("downstream offset", _INT64))
 
 
 class MirrorRecordError(ValueError):
@@ -122,24 +131,35 @@ class _Reader:
         except UnicodeDecodeError as exc:
             raise MirrorRecordError(f"{self.what}: {field} is not UTF-8 ({exc.reason})") from None
 
-    def done(self) -> None:
+    def fields(self, fields: _Fields) -> list[Any]:
+        """The values of ``fields`` in order, the last bytes of the record."""
+        values = [
+            self.number(kind, name) if isinstance(kind, struct.Struct) else self.string(name)
+            for name, kind in fields
+        ]
         if self.at != len(self.data):
             left, total = len(self.data) - self.at, len(self.data)
             raise MirrorRecordError(f"{self.what}: {left} bytes left over after the record ({total} in all)")
+        return values
 
 
-def _string(text: str, field: str) -> bytes:
-    raw = text.encode("utf-8")
-    if len(raw) > _MAX_STRING:
-        raise MirrorRecordError(f"{field}: {len(raw)} bytes of UTF-8, a STRING holds at most {_MAX_STRING}")
-    return _INT16.pack(len(raw)) + raw
-
-
-def _int(fmt: struct.Struct, value: int, field: str) -> bytes:
-    try:
-        return fmt.pack(value)
-    except struct.error:
-        raise MirrorRecordError(f"{field}: {value} does not fit in {fmt.size * 8} bits") from None
+def _encode(what: str, fields: _Fields, *values: Any) -> bytes:
+    """``values`` as ``fields``; errors name the field as ``<what> <field>``."""
+    out = b""
+    for (name, kind), value in zip(fields, values, strict=True):
+        where = f"{what} {name}"
+        if isinstance(kind, struct.Struct):
+            try:
+                out += kind.pack(value)
+            except struct.error:
+                raise MirrorRecordError(f"{where}: {value} does not fit in {kind.size * 8} bits") from None
+        elif len(raw := value.encode("utf-8")) > _MAX_STRING:
+            raise MirrorRecordError(
+                f"{where}: {len(raw)} bytes of UTF-8, a STRING holds at most {_MAX_STRING}"
+            )
+        else:
+            out += _INT16.pack(len(raw)) + raw
+    return out
 
 
 def decode_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
@@ -149,9 +169,7 @@ def decode_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
         MirrorRecordError: a null, short or over-long key or value, a null or
             non-UTF-8 string, or a value version other than :data:`CHECKPOINT_VERSION`.
     """
-    k = _Reader(key, "checkpoint key")
-    group, topic, partition = k.string("group"), k.string("topic"), k.number(_INT32, "partition")
-    k.done()
+    group, topic, partition = _Reader(key, "checkpoint key").fields(_CHECKPOINT_KEY)
     v = _Reader(value, "checkpoint value")
     version = v.number(_INT16, "version")
     if version != CHECKPOINT_VERSION:
@@ -159,10 +177,7 @@ def decode_checkpoint(key: bytes | None, value: bytes | None) -> Checkpoint:
             f"checkpoint value: version {version} is not known (this kbear reads version "
             f"{CHECKPOINT_VERSION}, the one MirrorMaker 2 writes up to Kafka 4.3)"
         )
-    upstream, downstream = v.number(_INT64, "upstream offset"), v.number(_INT64, "downstream offset")
-    metadata = v.string("metadata")
-    v.done()
-    return Checkpoint(group, topic, partition, upstream, downstream, metadata)
+    return Checkpoint(group, topic, partition, *v.fields(_CHECKPOINT_VALUE))
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> tuple[bytes, bytes]:
@@ -171,18 +186,10 @@ def encode_checkpoint(checkpoint: Checkpoint) -> tuple[bytes, bytes]:
     Raises:
         MirrorRecordError: a string over 32767 bytes of UTF-8, a number out of its range.
     """
-    key = (
-        _string(checkpoint.group, "checkpoint group")
-        + _string(checkpoint.topic, "checkpoint topic")
-        + _int(_INT32, checkpoint.partition, "checkpoint partition")
-    )
-    value = (
-        _INT16.pack(CHECKPOINT_VERSION)
-        + _int(_INT64, checkpoint.upstream_offset, "checkpoint upstream offset")
-        + _int(_INT64, checkpoint.downstream_offset, "checkpoint downstream offset")
-        + _string(checkpoint.metadata, "checkpoint metadata")
-    )
-    return key, value
+    c = checkpoint
+    key = _encode("checkpoint", _CHECKPOINT_KEY, c.group, c.topic, c.partition)
+    value = _encode("checkpoint", _CHECKPOINT_VALUE, c.upstream_offset, c.downstream_offset, c.metadata)
+    return key, _INT16.pack(CHECKPOINT_VERSION) + value
 
 
 def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
@@ -191,13 +198,8 @@ def decode_offset_sync(key: bytes | None, value: bytes | None) -> OffsetSync:
     Raises:
         MirrorRecordError: a null, short or over-long key or value, a null or non-UTF-8 topic.
     """
-    k = _Reader(key, "offset sync key")
-    topic, partition = k.string("topic"), k.number(_INT32, "partition")
-    k.done()
-    v = _Reader(value, "offset sync value")
-    upstream, downstream = v.number(_INT64, "upstream offset"), v.number(_INT64, "downstream offset")
-    v.done()
-    return OffsetSync(topic, partition, upstream, downstream)
+    topic, partition = _Reader(key, "offset sync key").fields(_SYNC_KEY)
+    return OffsetSync(topic, partition, *_Reader(value, "offset sync value").fields(_SYNC_VALUE))
 
 
 def encode_offset_sync(sync: OffsetSync) -> tuple[bytes, bytes]:
@@ -206,8 +208,5 @@ def encode_offset_sync(sync: OffsetSync) -> tuple[bytes, bytes]:
     Raises:
         MirrorRecordError: a topic over 32767 bytes of UTF-8, a number out of its range.
     """
-    key = _string(sync.topic, "offset sync topic") + _int(_INT32, sync.partition, "offset sync partition")
-    value = _int(_INT64, sync.upstream_offset, "offset sync upstream offset") + _int(
-        _INT64, sync.downstream_offset, "offset sync downstream offset"
-    )
-    return key, value
+    key = _encode("offset sync", _SYNC_KEY, sync.topic, sync.partition)
+    return key, _encode("offset sync", _SYNC_VALUE, sync.upstream_offset, sync.downstream_offset)
