@@ -32,7 +32,6 @@ from confluent_kafka.serialization import SerializationError
 
 from kbear._base import NO_CONFIG
 from kbear._identity import Client
-from kbear._serdes import kafka_cluster_id
 from kbear.aio._batch import Batch
 from kbear.aio._calls import blocking_callback
 from kbear.aio._producer import NO_HEADERS, RoutedAIOProducer
@@ -72,8 +71,7 @@ class _Engine(Refreshing, RoutedProducer):
         Raises:
             SerializationError: no client of that cluster yet.
         """
-        entry = self._clients.get(cluster_id)
-        return kafka_cluster_id(None if entry is None else entry.producer, cluster_id)
+        return self._kafka_id(cluster_id)
 
 
 @asyncinit

@@ -34,6 +34,7 @@ from kbear._compiled import EXTENSION
 from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
+from kbear._serdes import kafka_cluster_id
 from kbear.config import KBearConfig
 from kbear.producer._chunking import max_message_bytes, prepare
 from kbear.producer._cluster import (
@@ -212,6 +213,16 @@ class RoutedProducer(RoutedClient):
         if isinstance(self._txn, Transactions):  # (built after the registry)
             self._txn.forget(cluster_id)
 
+    def _kafka_id(self, cluster_id: str) -> str:
+        """The Kafka cluster id (KIP-78) of ``cluster_id`` (:func:`~kbear._serdes.kafka_cluster_id`),
+        which a serializing producer's serdes may ask for.
+
+        Raises:
+            SerializationError: no client of that cluster yet.
+        """
+        entry = self._clients.get(cluster_id)
+        return kafka_cluster_id(None if entry is None else entry.producer, cluster_id)
+
     def _on_reachable(self, cluster_id: str, reachable: bool) -> None:
         # A cluster client's error_cb (in poll()/flush(), or at construction: then the
         # failover part may not exist yet).
@@ -314,20 +325,17 @@ class RoutedProducer(RoutedClient):
             NoRouteError: the topic has no route.
             BufferError, KafkaException, TypeError: as confluent-kafka.
         """
-        state = self._state
-        if state.pending or state.txn_open:
-            self._before_produce(topic)
-        route = self.route(topic)
-        return produce_batch(self._clients.client(route).producer, route, messages, args, kwargs)
+        return self._produce_batch_for(topic, lambda _cluster_id: messages, *args, **kwargs)
 
     def _produce_batch_for(
-        self, topic: str, prepare: Callable[[str], list[dict[str, Any]]], partition: int = -1
+        self, topic: str, prepare: Callable[[str], list[dict[str, Any]]], *args: Any, **kwargs: Any
     ) -> int:
-        """``produce_batch`` of the messages ``prepare(cluster_id)`` returns for the
-        cluster of ``topic``'s route, which is read once (after any pending reload or
-        transaction step) and is where the batch goes: what ``prepare`` made for that
-        cluster (messages serialized with its Schema Registry, kbear.aio's serializing
-        producer) is sent there, also while another thread applies a move.
+        """``produce_batch`` (``args``, ``kwargs``: its arguments after the messages) of
+        the messages ``prepare(cluster_id)`` returns for the cluster of ``topic``'s
+        route, which is read once (after any pending reload or transaction step) and is
+        where the batch goes: what ``prepare`` made for that cluster (messages
+        serialized with its Schema Registry, kbear.aio's serializing producer) is sent
+        there, also while another thread applies a move.
 
         Raises:
             NoRouteError, RuntimeError: as :meth:`produce_batch`; what ``prepare`` raises.
@@ -337,11 +345,7 @@ class RoutedProducer(RoutedClient):
             self._before_produce(topic)
         route = self.route(topic)
         messages = prepare(route.cluster_id)
-        if not messages:
-            return 0
-        return produce_batch(
-            self._clients.client(route).producer, route, messages, (), {"partition": partition}
-        )
+        return produce_batch(self._clients.client(route).producer, route, messages, args, kwargs)
 
     def snapshot(self) -> _events.ClientSnapshot | None:
         """What this producer shows kbear's metrics now (:class:`kbear._events.ClientSnapshot`):

@@ -15,7 +15,7 @@ from typing import Any
 
 from kbear._base import NO_CONFIG, weak_method
 from kbear._identity import Client
-from kbear._serdes import kafka_cluster_id, open_serdes
+from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
 from kbear.producer._facade import RoutedProducer
 from kbear.producer._routes import Send
@@ -67,11 +67,6 @@ class RoutedSerializingProducer(RoutedProducer):
         except BaseException:
             self._serdes.close()
             raise
-
-    def _kafka_id(self, cluster_id: str) -> str:
-        """The Kafka cluster id of ``cluster_id`` (:func:`~kbear._serdes.kafka_cluster_id`)."""
-        entry = self._clients.get(cluster_id)
-        return kafka_cluster_id(None if entry is None else entry.producer, cluster_id)
 
     def _cluster_sender(self, topic: str) -> tuple[str, Send]:
         """(cluster id, send function) of ``topic`` read together (one read of the route
