@@ -114,12 +114,6 @@ def _start_serve(directory: Path, port: int, env: dict[str, str]) -> subprocess.
     return child
 
 
-def _end(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        child.terminate()
-        child.wait(10)
-
-
 def cmd_dev(args: argparse.Namespace) -> int:
     """``kbear dev``: 0 after Ctrl+C (or SIGTERM), 2 a configuration error."""
     from kbear.testing import EmbeddedCluster  # lazily: loads librdkafka's mock cluster API
@@ -170,7 +164,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             return print_config_error(exc, str(directory))
         if args.serve:
             serve = _start_serve(directory, args.port, env)
-            stack.callback(_end, serve)
+            stack.callback(serve.wait, 10)  # after terminate() (a callback runs after those added later)
+            stack.callback(serve.terminate)  # nothing once it has ended
         print(
             f"configuration: {directory} ({len(config.clusters)} clusters, {len(config.rules)} rules)",
         )
