@@ -46,11 +46,12 @@ _TIMEOUT_S = 5
 #: An advisory lock's key: one PostgreSQL replica creates or migrates the schema at a time.
 _LOCK = 0x6B62656172
 
-#: The tables, in types SQLite (by their affinity) and PostgreSQL both read; PostgreSQL's
-#: fleet has an ``id`` column more, for SQLite's ``rowid`` (:data:`_PG_SCHEMA`).
+#: The tables, in types SQLite (by their affinity) and PostgreSQL both read; the fleet's
+#: ``id`` is SQLite's ``rowid`` (an alias of it), a ``BIGSERIAL`` in PostgreSQL (:class:`_Dialect`).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fleet (
-    key TEXT NOT NULL PRIMARY KEY,
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
     client_id TEXT NOT NULL,
     meta TEXT NOT NULL,
     host TEXT NOT NULL,
@@ -73,9 +74,6 @@ CREATE INDEX IF NOT EXISTS fleet_topic_lookup ON fleet (topic, lookup_hash);
 CREATE INDEX IF NOT EXISTS fleet_lookup ON fleet (lookup_hash, client_hash, seen);
 CREATE TABLE IF NOT EXISTS fleet_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)
 """
-_PG_SCHEMA = _SCHEMA.replace(
-    "key TEXT NOT NULL PRIMARY KEY", "id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE"
-)
 #: The schema's version (in ``kbear_schema``, written by the process that creates or
 #: migrates it): a fleet of an older one has its entries dropped at open (they are a
 #: cache of the last ``--fleet-ttl`` seconds; the audit log is kept).
@@ -126,7 +124,7 @@ class _Dialect:
         (re.compile(r"\bmax\(seen, \?\)"), "GREATEST(seen, ?)"),
         (re.compile(r"\browid\b"), "id"),
         (re.compile(r"\bCROSS JOIN\b"), "JOIN"),
-        (re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"), "BIGSERIAL PRIMARY KEY"),
+        (re.compile(r"\bINTEGER PRIMARY KEY( AUTOINCREMENT)?\b"), "BIGSERIAL PRIMARY KEY"),
         (re.compile(r":([a-z]+)\b"), r"%(\1)s"),
         (re.compile(r"\?"), "%s"),
     )
@@ -188,18 +186,18 @@ def transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
-def create_schema(db: sqlite3.Connection, schema: str, lock: str = "") -> None:
-    """Create the tables of ``schema`` in one transaction (after the statement ``lock``,
-    when given), the fleet's made anew when ``kbear_schema`` says it is older than
+def create_schema(db: Any) -> None:
+    """Create the tables in one transaction (one PostgreSQL replica at a time: an
+    advisory lock), the fleet's made anew when ``kbear_schema`` says it is older than
     :data:`SCHEMA_VERSION` (``db``: a fleet file's connection or a PostgreSQL one)."""
     with transaction(db):
-        if lock:
-            db.execute(lock)
+        if isinstance(db, _Dialect):
+            db.execute(f"SELECT pg_advisory_xact_lock({_LOCK})")
         db.execute("CREATE TABLE IF NOT EXISTS kbear_schema (name TEXT PRIMARY KEY, version INT NOT NULL)")
         row = db.execute("SELECT version FROM kbear_schema WHERE name = 'fleet'").fetchone()
         if row is None or row[0] < SCHEMA_VERSION:
             db.execute("DROP TABLE IF EXISTS fleet")
-        for statement in schema.split(";"):
+        for statement in _SCHEMA.split(";"):
             db.execute(statement)
         db.execute(
             "INSERT INTO kbear_schema VALUES ('fleet', ?) "
@@ -312,11 +310,9 @@ class FleetStore:
         self.path: Path | str = str(location) if self.postgres else Path(location)
         self._db: Any = None
         with self._connect() as db:
-            if self.postgres:
-                create_schema(db, _PG_SCHEMA, f"SELECT pg_advisory_xact_lock({_LOCK})")
-            else:
+            if not self.postgres:
                 db.execute("PRAGMA journal_mode=WAL")
-                create_schema(db, _SCHEMA)
+            create_schema(db)
 
     def _open(self, *, check_same_thread: bool = True) -> Any:
         db = connect(self.path, check_same_thread=check_same_thread)

@@ -75,9 +75,7 @@ class SQLiteStorage(Storage, MovingWindowSupport):
         self.path = Path(path)
         with contextlib.closing(connect(self.path)) as db:
             db.execute("PRAGMA journal_mode=WAL")
-        with self._transaction() as db:
-            for statement in _SCHEMA.split(";"):
-                db.execute(statement)
+            db.executescript(_SCHEMA)
 
     @property
     def base_exceptions(self) -> type[Exception]:

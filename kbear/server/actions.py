@@ -192,12 +192,11 @@ class Actions:
 
     # ------------------------------------------------------------------ who asks
 
-    def _matches(self, given: str, tokens: Collection[str]) -> str | None:
-        found = None
-        for token in tokens:  # every one compared: the time does not tell which was close
-            if hmac.compare_digest(given.encode(), token.encode()):
-                found = token
-        return found
+    @staticmethod
+    def _matches(given: str, tokens: Collection[str]) -> str | None:
+        # every one compared: the time does not tell which was close
+        found = [token for token in tokens if hmac.compare_digest(given.encode(), token.encode())]
+        return found[0] if found else None
 
     @staticmethod
     def _signed_in(session: str, tokens: Collection[str]) -> str | None:

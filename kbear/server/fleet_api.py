@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -43,14 +44,10 @@ from kbear.server.moves import (
 from kbear.server.protocol import ErrorCode
 from kbear.server.service import fail
 
-__all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "FleetQueryError", "fleet_json"]
+__all__ = ["DEFAULT_LIMIT", "FleetEndpoints", "fleet_json"]
 
 #: Clients listed by ``GET /fleet`` when no ``limit`` is given; the largest ``limit`` accepted.
 DEFAULT_LIMIT, MAX_LIMIT = 1000, 100_000
-
-
-class FleetQueryError(ValueError):
-    """A query parameter of ``/fleet`` is not usable (the message names it)."""
 
 
 def filters(params: Any, prefix: str = "") -> dict[str, str | None]:
@@ -63,13 +60,13 @@ def limit_of(params: Any) -> int:
     """``limit`` of a query string (default :data:`DEFAULT_LIMIT`).
 
     Raises:
-        FleetQueryError: not an integer in 1..100,000.
+        HTTPException: 400, not an integer in 1..100,000 (answered as the protocol's ``fail``).
     """
     text = params.get("limit")
     if not text:
         return DEFAULT_LIMIT
     if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise FleetQueryError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+        raise HTTPException(400, f"limit must be an integer from 1 to {MAX_LIMIT}")
     return int(text)
 
 
@@ -170,13 +167,8 @@ class FleetEndpoints:
     async def fleet(self, request: Request) -> Response:
         if self.recorder is None:
             return self._off()
-        try:
-            limit = limit_of(request.query_params)
-        except FleetQueryError as exc:
-            return fail(400, ErrorCode.BAD_REQUEST, str(exc))
-        body = await run_in_threadpool(
-            fleet_json, self.recorder, self.holder, filters(request.query_params), limit
-        )
+        limit, found = limit_of(request.query_params), filters(request.query_params)
+        body = await run_in_threadpool(fleet_json, self.recorder, self.holder, found, limit)
         return JSONResponse(body, headers=_digest(self.holder))
 
     async def moves(self, request: Request) -> Response:

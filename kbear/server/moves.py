@@ -36,6 +36,7 @@ state in SQL (:meth:`kbear.server.fleet.FleetRecorder.move_progress`).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -96,32 +97,22 @@ class TopicMove:
         return self.states.get(state, 0)
 
 
-class _RouteUnder:
-    """The route of lookups under one served configuration: the lookup's own when it
-    was answered from it, else evaluated once per lookup and client meta (and client
-    id, when a rule tests ``client.id``)."""
-
-    def __init__(self, served: Served) -> None:
-        self.served = served
-        self.metas: dict[str, dict[str, str]] = {}
-
-    def __call__(self, lookup: Lookup) -> _Route:
-        _, client_id, kind, topic, group, meta_json, digest, cluster, route_topic, _ = lookup
-        if digest == self.served.config.digest:
-            return (cluster, route_topic)
-        meta = self.metas.get(meta_json)
-        if meta is None:
-            meta = self.metas[meta_json] = json.loads(meta_json)
-        client = Client(client_id or None, meta)
-        router = self.served.router
-        try:
-            if kind == "consumer":
-                route = router.route_consumer(topic, group, client)
-            else:
-                route = router.route_producer(topic, client)
-        except NoRouteError:
-            return None
-        return (route.cluster_id, route.topic)
+def _route_under(served: Served, lookup: Lookup, meta: Callable[[str], dict[str, str]]) -> _Route:
+    """The route of ``lookup`` under ``served``: the lookup's own when it was answered
+    from it, else evaluated with its client (id, when a rule tests ``client.id``, and
+    meta: ``meta`` reads a meta's JSON, once per meta)."""
+    _, client_id, kind, topic, group, meta_json, digest, cluster, route_topic, _ = lookup
+    if digest == served.config.digest:
+        return (cluster, route_topic)
+    client = Client(client_id or None, meta(meta_json))
+    try:
+        if kind == "consumer":
+            route = served.router.route_consumer(topic, group, client)
+        else:
+            route = served.router.route_producer(topic, client)
+    except NoRouteError:
+        return None
+    return (route.cluster_id, route.topic)
 
 
 def rules_test_client_id(config: KBearConfig) -> bool:
@@ -148,10 +139,10 @@ def classify(
     """
     moving: list[MovingLookup] = []
     routes: dict[str, dict[tuple[_Route, _Route], int]] = {}
-    under_previous, under_current = _RouteUnder(previous), _RouteUnder(current)
+    meta = functools.cache(json.loads)
     digest = current.config.digest
     for lookup in lookups:
-        old, new = under_previous(lookup), under_current(lookup)
+        old, new = _route_under(previous, lookup, meta), _route_under(current, lookup, meta)
         if old == new:
             continue
         lookup_hash, client_id, _, topic, _, _, answered_from, cluster, route_topic, entries = lookup

@@ -137,7 +137,7 @@ class _Answering:
             return False
         elif cluster_id not in self.clusters:
             try:
-                self.clusters[cluster_id] = _resolved_cluster(config, cluster_id, self.environ)
+                self.clusters[cluster_id] = _cluster(config, cluster_id, self.environ)
             except UnsetVariableError as exc:
                 reason = f"{item}: cluster '{cluster_id}': {exc} on the server"
                 self.refused.append((proto.ErrorCode.UNRESOLVED_PLACEHOLDER, reason))
@@ -185,20 +185,19 @@ def _answering(
     return _Answering(config, is_kbear_client(client), os.environ if environ is None else environ)
 
 
-def _resolved_cluster(
-    config: KBearConfig, cluster_id: str, environ: Mapping[str, str]
+def _cluster(
+    config: KBearConfig, cluster_id: str, environ: Mapping[str, str] | None = None
 ) -> proto.ClusterMessage:
-    """The cluster's message with every ``${NAME}`` of its meta resolved from ``environ``.
+    """The cluster's message, meta as written; with ``environ``, every ``${NAME}`` of its
+    meta resolved from it.
 
     Raises:
         UnsetVariableError: a placeholder names a variable ``environ`` lacks.
     """
-    meta = {k: resolve_placeholders(v, environ) for k, v in config.clusters[cluster_id].meta.items()}
-    return proto.ClusterMessage.model_construct(id=cluster_id, meta=meta)
-
-
-def _cluster(config: KBearConfig, cluster_id: str) -> proto.ClusterMessage:
-    return proto.ClusterMessage.model_construct(id=cluster_id, meta=dict(config.clusters[cluster_id].meta))
+    meta = config.clusters[cluster_id].meta
+    if environ is not None:
+        meta = {k: resolve_placeholders(v, environ) for k, v in meta.items()}
+    return proto.ClusterMessage.model_construct(id=cluster_id, meta=dict(meta))
 
 
 def _add_cluster(config: KBearConfig, clusters: dict[str, proto.ClusterMessage], cluster_id: str) -> None:
