@@ -73,22 +73,6 @@ def host_ip() -> str | None:
         return None
 
 
-def identity(environ: Mapping[str, str] | None = None) -> tuple[str | None, dict[str, str]]:
-    """(client id, meta) from ``environ`` (``os.environ`` by default) and the host,
-    as the module docstring lists."""
-    env = os.environ if environ is None else environ
-    meta: dict[str, str] = {}
-    for key, names in ENVIRONMENT_KEYS.items():
-        value = _first(env, names)
-        if value is not None:
-            meta[key] = value
-    meta.setdefault("hostName", socket.gethostname())
-    if "ip" not in meta and (ip := host_ip()) is not None:
-        meta["ip"] = ip
-    client_id = _first(env, ("KBEAR_CLIENT_ID",)) or meta.get("appId")
-    return client_id, meta
-
-
 class Client:
     """The application asking for a route.
 
@@ -148,9 +132,13 @@ class Client:
             and (when the host has one) ``ip``; its id is ``KBEAR_CLIENT_ID``, else
             the app id, else None. See :mod:`kbear._identity` for the table.
         """
-        client_id, found = identity(environ)
-        found.update(meta or {})
-        return cls(client_id, found)
+        env = os.environ if environ is None else environ
+        found = {key: value for key, names in ENVIRONMENT_KEYS.items() if (value := _first(env, names))}
+        found.setdefault("hostName", socket.gethostname())
+        if "ip" not in found and (ip := host_ip()) is not None:
+            found["ip"] = ip
+        client_id = _first(env, ("KBEAR_CLIENT_ID",)) or found.get("appId")
+        return cls(client_id, {**found, **(meta or {})})
 
     def factors(self) -> dict[str, str]:
         """The ``client.*`` factors of this client.

@@ -126,11 +126,6 @@ class LostWatch:
             return self._board.lost()
 
     @property
-    def watching(self) -> bool:
-        """Whether a cluster was seen down and not back yet (:meth:`tick` has work)."""
-        return bool(self._watched)
-
-    @property
     def deciding(self) -> bool:
         """Whether the policy may decide something as time passes: a cluster seen
         down and not lost yet, or lost and reachable again (recovering). A cluster

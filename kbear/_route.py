@@ -75,13 +75,19 @@ class NoRouteError(LookupError):
         self.client = client
         self.topic = topic
         self.group = group
+        #: the constructor's arguments: pickle and copy rebuild the error from them, not
+        #: from the formatted message
+        self._fields: tuple[Any, ...] = (client, topic, group)
         who = f"client id={client.id!r} meta={dict(client.meta)!r}"
-        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
-        super().__init__(f"no route rule matches {what} for {who}")
+        super().__init__(f"no route rule matches {self._lookup()} for {who}")
 
-    def __reduce__(self) -> tuple[type[NoRouteError], tuple[Client, str, str | None]]:
-        # Rebuilt from its fields (pickle, copy), not from the formatted message.
-        return type(self), (self.client, self.topic, self.group)
+    def _lookup(self) -> str:
+        return f"topic '{self.topic}'" + (
+            f", consumer group '{self.group}'" if self.group is not None else ""
+        )
+
+    def __reduce__(self) -> tuple[type[NoRouteError], tuple[Any, ...]]:
+        return type(self), self._fields
 
 
 class MetaServiceUnavailable(NoRouteError):
@@ -112,11 +118,11 @@ class MetaServiceUnavailable(NoRouteError):
         reason: str,
     ) -> None:
         super().__init__(client, topic, group)
+        self._fields = (client, topic, group, url, since, last_answer_age_s, reason)
         self.url = url
         self.since = since
         self.last_answer_age_s = last_answer_age_s
         self.reason = reason
-        what = f"topic '{topic}'" + (f", consumer group '{group}'" if group is not None else "")
         started = datetime.fromtimestamp(since, UTC).isoformat(timespec="seconds")
         age = (
             "no answer received yet"
@@ -124,18 +130,8 @@ class MetaServiceUnavailable(NoRouteError):
             else f"last answer {last_answer_age_s:.0f} s old"
         )
         self.args = (
-            f"meta-service {url} unreachable since {started} ({age}; {reason}): no route known for {what}",
-        )
-
-    def __reduce__(self) -> tuple[type[NoRouteError], tuple[object, ...]]:  # type: ignore[override]
-        return type(self), (
-            self.client,
-            self.topic,
-            self.group,
-            self.url,
-            self.since,
-            self.last_answer_age_s,
-            self.reason,
+            f"meta-service {url} unreachable since {started} ({age}; {reason}): "
+            f"no route known for {self._lookup()}",
         )
 
 

@@ -18,6 +18,21 @@ from kbear._switch_types import DrainBegun, DrainEnded, NoTimestamps, Outcome, P
 
 __all__ = ["tell"]
 
+#: how the end of a drain is logged, by its reason (``reason`` of the record's fields)
+_ENDED = {
+    "dead": (
+        logging.WARNING,
+        "kbear: every broker of cluster %(cluster)r is unreachable: the drain of topic %(topic)r ends "
+        "at once, switching with what was read",
+    ),
+    "timeout": (
+        logging.WARNING,
+        "kbear: kbear.switch.drain.timeout.ms reached for topic %(topic)r on cluster %(cluster)r; "
+        "switching with what was read",
+    ),
+    "complete": (logging.INFO, "kbear: drain of topic %(topic)r on cluster %(cluster)r complete"),
+}
+
 
 def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
     """Log each outcome on ``log`` and emit the drain events of ``kind``.
@@ -43,25 +58,9 @@ def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
             _events.emit(_events.DrainStarted(kind, topic, cluster))
         elif isinstance(outcome, DrainEnded):
             reason = "dead" if outcome.dead else "timeout" if outcome.timed_out else "complete"
+            level, text = _ENDED[reason]
             extra = _events.fields("drain_finished", topic, cluster=cluster, reason=reason)
-            if outcome.dead:
-                log.warning(
-                    "kbear: every broker of cluster %r is unreachable: the drain of topic %r ends "
-                    "at once, switching with what was read",
-                    cluster,
-                    topic,
-                    extra=extra,
-                )
-            elif outcome.timed_out:
-                log.warning(
-                    "kbear: kbear.switch.drain.timeout.ms reached for topic %r on cluster %r; "
-                    "switching with what was read",
-                    topic,
-                    cluster,
-                    extra=extra,
-                )
-            else:
-                log.info("kbear: drain of topic %r on cluster %r complete", topic, cluster, extra=extra)
+            log.log(level, text, {"topic": topic, "cluster": cluster}, extra=extra)
             _events.emit(
                 _events.DrainFinished(
                     kind, topic, cluster, max(0.0, outcome.duration_s), outcome.timed_out, outcome.messages

@@ -133,9 +133,8 @@ class ConfigWatcher:
         if digest == self._router.config.digest:
             # Back to the configuration in force: a later repeat of a refused
             # change is refused (and logged) again.
-            self._refused_digest = None
+            self._refused_digest = self._pending_digest = None
             self._refused = None
-            self._pending_digest = None
             return False
         if digest == self._refused_digest:
             return False
@@ -155,9 +154,8 @@ class ConfigWatcher:
             # anew): wait for them to hold still.
             self._pending_digest = new.digest if source.settle else None
             return False
-        self._refused_digest = None
+        self._refused_digest = self._pending_digest = None
         self._refused = None
-        self._pending_digest = None
         return self._router.apply(new)
 
     def _refuse(self, reason: str, message: str, exc: ConfigError) -> None:

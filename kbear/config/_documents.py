@@ -18,7 +18,7 @@ import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -52,6 +52,16 @@ class _YamlFloat(float):
     """A YAML float that remembers how it was written (``1.10`` is not ``1.1``)."""
 
     source: str
+
+
+_Number = TypeVar("_Number", _YamlInt, _YamlFloat)
+
+
+def _written(kind: type[_Number], value: float, source: str) -> _Number:
+    """``value`` as a ``kind`` remembering the text ``source`` it was read from."""
+    number = kind(value)
+    number.source = source
+    return number
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
@@ -88,14 +98,10 @@ class _Constructor(yaml.constructor.SafeConstructor):
             ) from None
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        value = _YamlInt(super().construct_yaml_int(node))
-        value.source = str(node.value)
-        return value
+        return _written(_YamlInt, super().construct_yaml_int(node), str(node.value))
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        value = _YamlFloat(super().construct_yaml_float(node))
-        value.source = str(node.value)
-        return value
+        return _written(_YamlFloat, super().construct_yaml_float(node), str(node.value))
 
 
 _Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)  # type: ignore[type-var]
@@ -155,19 +161,11 @@ else:
     _fast_loader = _FastUniqueKeyLoader
 
 
-def _written_int(text: str) -> int:
-    value = _YamlInt(int(text))
-    value.source = text
-    return value
-
-
-def _written_float(text: str) -> float:
-    value = _YamlFloat(float(text))
-    value.source = text
-    return value
-
-
-_fast_reader = _fastyaml.Reader(_Resolver.yaml_implicit_resolvers, _written_int, _written_float)
+_fast_reader = _fastyaml.Reader(
+    _Resolver.yaml_implicit_resolvers,
+    lambda text: _written(_YamlInt, int(text), text),
+    lambda text: _written(_YamlFloat, float(text), text),
+)
 # Documents from this size (in characters) are first offered to rapidyaml, when
 # installed: below it PyYAML takes well under a second, and a hand-written file
 # with a syntax error gets no second diagnostic from rapidyaml on stderr.

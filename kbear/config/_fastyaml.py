@@ -54,16 +54,6 @@ import yaml
 # Whether the optional fast-yaml extra is installed; rapidyaml itself (20 ms) is
 # imported with the first large file.
 AVAILABLE = importlib.util.find_spec("ryml") is not None
-_ryml: Any = None
-
-
-def _rapidyaml() -> Any:
-    global _ryml
-    if _ryml is None:
-        import ryml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-        _ryml = ryml
-    return _ryml
 
 
 class Declined(ValueError):
@@ -172,7 +162,8 @@ class Reader:
             text = text[4:]
         if not text.strip() or _declines(text):
             raise Declined("holds text the two parsers may read differently")
-        ryml = _rapidyaml()
+        import ryml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
         try:
             tree = ryml.parse_in_arena(text.encode())
         except Exception as exc:  # ryml raises its own exception types

@@ -165,12 +165,10 @@ class _Loader:
             return None, failed
 
     def interpolate(self, label: str, key: str, value: str) -> str:
-        environ = self.environ
-        if environ is None:
+        if self.environ is None:
             return value
-
         try:
-            return resolve_placeholders(value, environ)
+            return resolve_placeholders(value, self.environ)
         except UnsetVariableError as exc:
             hint = _BOOTSTRAP_HINT.format(name=exc.name) if key == "bootstrap.servers" else ""
             self.problem(CLUSTERS_FILE, label, f"key '{key}': {exc}{hint}")
@@ -319,14 +317,13 @@ class _Loader:
             kinds.append(RuleKind.GLOBAL)
         if "topic.id" in meta:
             kinds.append(RuleKind.TOPIC)
-        group_keys = [k for k in ("consumerGroup.groupName", "consumerGroup.topicId") if k in meta]
-        if len(group_keys) == 2:
+        missing = [k for k in ("consumerGroup.groupName", "consumerGroup.topicId") if k not in meta]
+        if not missing:
             kinds.append(RuleKind.CONSUMER_GROUP)
-        elif group_keys:
-            missing = {"consumerGroup.groupName", "consumerGroup.topicId"} - set(group_keys)
+        elif len(missing) == 1:
             why = (
                 f"a consumer-group rule needs both consumerGroup.groupName and "
-                f"consumerGroup.topicId in meta; missing {missing.pop()}"
+                f"consumerGroup.topicId in meta; missing {missing[0]}"
             )
             if kinds:  # a global or topic rule with half a consumer group: ambiguous
                 self.problem(ROUTE_RULES_FILE, entry, why)
