@@ -193,7 +193,17 @@ class NativeHandles:
             raise KafkaException(KafkaError(err))
 
 
-def _new_owner(api: NativeApi) -> int:
+def open_cluster(num_brokers: int, group_initial_rebalance_delay_ms: int) -> tuple[NativeHandles, str, int]:
+    """A mock cluster made with ``rd_kafka_mock_cluster_new()``: its handles, its
+    bootstrap servers and the ``group.initial.rebalance.delay.ms`` in effect (the
+    mock's default when the library cannot set it).
+
+    Raises:
+        RuntimeError: the C API is unavailable, or librdkafka failed.
+    """
+    api = NATIVE_API
+    if api is None:
+        raise RuntimeError(f"librdkafka mock C API unavailable: {NATIVE_UNAVAILABLE_REASON or 'disabled'}")
     lib = api.lib
     errstr = ctypes.create_string_buffer(_ERRSTR_SIZE)
     conf = lib.rd_kafka_conf_new()
@@ -209,22 +219,6 @@ def _new_owner(api: NativeApi) -> int:
     if not rk:  # on failure the conf is still ours
         lib.rd_kafka_conf_destroy(conf)
         raise RuntimeError(f"rd_kafka_new(): {errstr.value.decode(errors='replace')}")
-    return int(rk)
-
-
-def open_cluster(num_brokers: int, group_initial_rebalance_delay_ms: int) -> tuple[NativeHandles, str, int]:
-    """A mock cluster made with ``rd_kafka_mock_cluster_new()``: its handles, its
-    bootstrap servers and the ``group.initial.rebalance.delay.ms`` in effect (the
-    mock's default when the library cannot set it).
-
-    Raises:
-        RuntimeError: the C API is unavailable, or librdkafka failed.
-    """
-    api = NATIVE_API
-    if api is None:
-        raise RuntimeError(f"librdkafka mock C API unavailable: {NATIVE_UNAVAILABLE_REASON or 'disabled'}")
-    lib = api.lib
-    rk = _new_owner(api)
     mcluster = lib.rd_kafka_mock_cluster_new(rk, num_brokers)
     if not mcluster:
         lib.rd_kafka_destroy(rk)

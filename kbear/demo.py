@@ -207,7 +207,6 @@ def run_demo(
             cleanup.callback(consumer.close)
             consumer.subscribe(list(_TOPICS))
             consumers[env] = consumer
-        for env in _ENVS:
             routes = ", ".join(
                 f"{t} -> {r.cluster_id}/{r.topic}" for t in _TOPICS if (r := producers[env].route(t))
             )
