@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
@@ -50,8 +50,6 @@ class KBearMetrics(Collector):
         #: location -> wall time kbear's metrics first saw a configuration from there
         self._first_seen: dict[str, float] = {}
         self._producer_drains = 0
-        #: meta-service location -> (unreachable since, last good answer at), time.time()
-        self._meta_state: dict[str, tuple[float | None, float | None]] = {}
         counter = partial(Counter, registry=registry)
         self.route_changes = counter(
             "kbear_route_changes",
@@ -154,6 +152,21 @@ class KBearMetrics(Collector):
             buckets=META_BUCKETS,
             registry=registry,
         )
+        # the meta-services asked: whether each was reachable at its last refresh, for how
+        # long it has not been, and the age of its last good answer (read at scrape time)
+        gauge = partial(Gauge, labelnames=["location"], registry=registry)
+        self.meta_up = gauge(
+            "kbear_meta_service_up",
+            "1 when the last refresh reached the meta-service, 0 when it could not be reached",
+        )
+        self.meta_unreachable = gauge(
+            "kbear_meta_service_unreachable_seconds",
+            "Seconds since the meta-service was first found unreachable (0 while reachable)",
+        )
+        self.meta_answer_age = gauge(
+            "kbear_meta_last_answer_age_seconds",
+            "Seconds since the last good answer of the meta-service (a cached one's save time)",
+        )
         registry.register(self)
         _events.subscribe(self.on_event, self.stats.configure, self.stats.build)
 
@@ -233,37 +246,11 @@ class KBearMetrics(Collector):
             self.meta_requests.labels(event.location, event.path, event.outcome).inc()
             self.meta_seconds.labels(event.location, event.path).observe(event.duration_s)
         elif isinstance(event, _events.MetaServiceState):
-            with self._lock:
-                self._meta_state[event.location] = (event.down_since, event.answer_at)
-
-    def _meta_families(self, now: float) -> Iterator[Metric]:
-        """Whether each meta-service asked was reachable at its last refresh, for how
-        long it has not been, and the age of its last good answer."""
-        up = GaugeMetricFamily(
-            "kbear_meta_service_up",
-            "1 when the last refresh reached the meta-service, 0 when it could not be reached",
-            labels=["location"],
-        )
-        down = GaugeMetricFamily(
-            "kbear_meta_service_unreachable_seconds",
-            "Seconds since the meta-service was first found unreachable (0 while reachable)",
-            labels=["location"],
-        )
-        answer_age = GaugeMetricFamily(
-            "kbear_meta_last_answer_age_seconds",
-            "Seconds since the last good answer of the meta-service (a cached one's save time)",
-            labels=["location"],
-        )
-        with self._lock:
-            states = dict(self._meta_state)
-        for location, (down_since, answer_at) in states.items():
-            up.add_metric([location], 0 if down_since is not None else 1)
-            down.add_metric([location], 0.0 if down_since is None else max(0.0, now - down_since))
+            where, down, answer_at = event.location, event.down_since, event.answer_at
+            self.meta_up.labels(where).set(1 if down is None else 0)
+            self.meta_unreachable.labels(where).set_function(lambda: 0.0 if down is None else _since(down))
             if answer_at is not None:
-                answer_age.add_metric([location], max(0.0, now - answer_at))
-        yield up
-        yield down
-        yield answer_age
+                self.meta_answer_age.labels(where).set_function(lambda: _since(answer_at))
 
     def _remember(self, kind: str, client_id: str, route: Route) -> None:
         with self._lock:
@@ -319,8 +306,12 @@ class KBearMetrics(Collector):
         yield draining
         yield config
         yield age
-        yield from self._meta_families(now)
         yield from families(self.stats, names)
+
+
+def _since(at: float) -> float:
+    """Seconds from ``at`` (``time.time()``) to now, never negative."""
+    return max(0.0, time.time() - at)
 
 
 def _snapshots() -> Iterator[_events.ClientSnapshot]:
