@@ -6,7 +6,8 @@ The package's parts (each module's docstring says what it is responsible for):
   each its collaborators (never itself): the shared state
   (``_subscription.ReadState``), the registry, the rebalance state, the switch
   driver, the move guard, the lock, callables; its methods delegate to them;
-- ``_polling``: ``poll`` and ``consume`` over the clusters in turn;
+- ``_polling``: ``poll`` and ``consume`` over the clusters in turn, and the fast
+  paths bound over them;
 - ``_subscribing``: subscribe / unsubscribe, patterns, the work between calls,
   applying a reload and the switches;
 - ``_partitions``: the calls addressed to partitions (commit, seek, assign...),
@@ -16,7 +17,6 @@ The package's parts (each module's docstring says what it is responsible for):
 - ``_assigned``: a manual assignment following route changes;
 - ``_deserializing``: :class:`RoutedDeserializingConsumer`, confluent-kafka's
   ``DeserializingConsumer`` over a RoutedConsumer (deserializers per cluster);
-- ``_clusterwide``: member ids, group metadata, cluster id;
 - ``_cluster``: the per-cluster confluent-kafka clients and the logical/physical
   topic names on each;
 - ``_subscription``: the subscription state (none / topics / pattern / assigned);

@@ -2,8 +2,8 @@
 
 :func:`assemble` builds the parts of one consumer (the shared state, the
 registry, the rebalance state, the move guard, the switch driver, the placement,
-the manual-assignment moves, the partition calls, the subscription, the poll loop,
-its fast-path binding and, with ``kbear.ack.mode=individual``, the
+the manual-assignment moves, the partition calls, the subscription, the poll loop
+(with its fast paths) and, with ``kbear.ack.mode=individual``, the
 acknowledgement layer), each given exactly what it needs: the shared objects, the
 lock, callables. No part is given the consumer; the consumer is only what the
 application's rebalance callbacks receive (``owner``).
@@ -26,7 +26,6 @@ from kbear._route import Route
 from kbear._switch import SwitchEngine
 from kbear._switch_types import StartPlan
 from kbear.consumer._assigned import AssignedMoves
-from kbear.consumer._binding import PollBinding, Store
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
 from kbear.consumer._gate import CallGate
@@ -35,7 +34,7 @@ from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._placing import Placement
-from kbear.consumer._polling import PollLoop
+from kbear.consumer._polling import PollLoop, Store
 from kbear.consumer._rebalance import Rebalancer, commit_async
 from kbear.consumer._startlater import LaterStarts
 from kbear.consumer._subscribing import SubscriptionCalls
@@ -65,7 +64,6 @@ class Parts:
     partitions: PartitionCalls
     subscriber: SubscriptionCalls
     loop: PollLoop
-    binding: PollBinding
     acks: AckLayer | None
     failover: ConsumerFailover
 
@@ -93,7 +91,7 @@ def assemble(
         refresh_s: seconds between two lookups of a pattern subscription's matches.
         notify: ``notify(old, new)`` tells the route-change listeners.
         check_open: raises ``RuntimeError`` when the consumer is closed.
-        store: where the consumer keeps its fast paths (:class:`PollBinding`).
+        store: where the consumer keeps its fast paths (:meth:`PollLoop.refresh`).
         individual: ``kbear.ack.mode=individual``: the acknowledgement layer is
             built, and ``poll``/``consume`` are its delivering part's for good.
     """
@@ -137,7 +135,7 @@ def assemble(
         router,
         state,
         driver.engine,
-        unbind=lambda: binding.unbind(),  # built below, before any client
+        unbind=lambda: loop.unbind(),  # built below, before any client
     )
 
     def cluster_error(cluster_id: str, err: KafkaError) -> None:
@@ -170,10 +168,10 @@ def assemble(
     rebalancer.later = driver.later = later
 
     def repin() -> None:
-        binding.refresh()  # built below, with the poll loop it falls back to
+        loop.refresh()  # built below, before any client
 
     def unbind() -> None:
-        binding.unbind()  # built below, before any client
+        loop.unbind()  # built below, before any client
 
     later.deferred_hook = unbind
     gate = CallGate(unbind)
@@ -229,9 +227,8 @@ def assemble(
         gate,
         between_calls=subscriber.between_calls,
         check_open=check_open,
-        repin=repin,
+        store=store,
     )
-    binding = PollBinding(state, registry, driver, guard, gate, loop.poll, loop.consume, store)
     acks: AckLayer | None = None
     if individual:
         sub = state.sub
@@ -246,10 +243,11 @@ def assemble(
             consume=loop.consume,
         )
         partitions.acks = acks
+        subscriber.retry_topics = acks.with_retry_topics
         loop.tap = delivery.tap
         rebalancer.commit_points = driver.commit_points = acks.commit_points
         rebalancer.revoked_hook = acks.revoked
-        binding.fix(delivery.poll, delivery.consume)
+        loop.fix(delivery.poll, delivery.consume)
     return Parts(
         lock=lock,
         state=state,
@@ -262,7 +260,6 @@ def assemble(
         partitions=partitions,
         subscriber=subscriber,
         loop=loop,
-        binding=binding,
         acks=acks,
         failover=failover,
     )

@@ -113,14 +113,12 @@ class ClusterRegistry:
     Args:
         native: the application's confluent-kafka configuration (no kbear keys);
             each cluster's properties are merged over it (the cluster's win).
-        factory: builds a consumer from a configuration; default: the client factory
-            mounted when the registry is made (:func:`kbear._clients.mount`), else
-            ``confluent_kafka.Consumer``.
+
+    Clients are built by the client factory mounted when the registry is made
+    (:func:`kbear._clients.mount`), else as ``confluent_kafka.Consumer``.
     """
 
-    def __init__(
-        self, native: dict[str, Any], factory: Callable[[dict[str, Any]], Any] | None = None
-    ) -> None:
+    def __init__(self, native: dict[str, Any]) -> None:
         self.native = native
         #: called as ``hook(cluster_id, err, partitions)`` from each member client's
         #: ``on_commit`` (before the application's), when set
@@ -135,7 +133,6 @@ class ClusterRegistry:
         #: statistics say of its brokers (``statistics.interval.ms`` 1000 unless
         #: configured; the application's ``stats_cb`` still called), when set
         self.stats_hook: Callable[[str, bool], None] | None = None
-        self._factory = factory
         self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
         # Both lists are replaced, never changed in place: a poll loop in another
@@ -152,8 +149,6 @@ class ClusterRegistry:
         self._watcher_lock = threading.Lock()  # the polling thread and the background one
 
     def _build(self, cluster_id: str, conf: dict[str, Any]) -> Any:
-        if self._factory is not None:
-            return self._factory(conf)
         if self._mounted is confluent_client:  # kbear's metrics may count what it hands out
             return _events.build("consumer", cluster_id, conf, Consumer)
         return self._mounted("consumer", cluster_id, conf)

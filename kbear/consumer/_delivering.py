@@ -212,7 +212,7 @@ class DeliveryLoop:
         if st.letters.in_flight:
             st.letters.poll()
         if st.redeliver:
-            for d in st.redeliver.pop_due(now):
+            for d, _ in st.redeliver.pop_due(now):
                 st.ready.append(d)
         if st.timer is not None:
             for d, deadline in st.timer.expired(now):

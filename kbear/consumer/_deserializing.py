@@ -4,8 +4,8 @@ A :class:`~kbear.RoutedConsumer` whose ``poll`` deserializes each message's key
 and value with the deserializers of the cluster it was read from
 (:class:`~kbear._serdes.ClusterSerdes`). Which cluster that is: with one cluster
 read and nothing for kbear to do per message, the cluster whose client's own
-``poll`` the binding chose (the fast path, :class:`PollBinding.pinned
-<kbear.consumer._binding.PollBinding>`); otherwise the poll loop's ``tap`` names
+``poll`` the poll loop bound (the fast path, :attr:`PollLoop.pinned
+<kbear.consumer._polling.PollLoop>`); otherwise the poll loop's ``tap`` names
 the cluster client each message came from.
 """
 
@@ -104,7 +104,7 @@ class RoutedDeserializingConsumer(RoutedConsumer):
         """Keep the one cluster's own ``poll`` (and ``consume``) with its cluster id (the fast path);
         several clusters' turn taking is not kept: the poll loop names each
         message's cluster."""
-        pinned = self._binding.pinned
+        pinned = self._loop.pinned
         self._fast = None if poll is None or pinned is None else (poll, pinned.cluster_id)
         self._fast_batch = None if consume is None or pinned is None else (consume, pinned.cluster_id)
 

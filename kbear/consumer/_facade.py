@@ -2,19 +2,20 @@
 
 :func:`~kbear.consumer._assembly.assemble` builds the parts and hands each its
 collaborators explicitly (never the facade): ``_polling.PollLoop`` (poll,
-consume), ``_subscribing.SubscriptionCalls`` (subscribe, unsubscribe, route
-changes, the work between calls), ``_partitions.PartitionCalls`` (commit,
-seek, assign...), ``_assigned.AssignedMoves`` (a manual assignment following
-route changes), ``_placing.Placement`` (routes, cluster clients, splitting
-partitions by cluster), ``_binding.PollBinding`` (the fast paths) and the
-acknowledgement layer; they share the consumer's
+consume, the fast paths), ``_subscribing.SubscriptionCalls`` (subscribe,
+unsubscribe, route changes, the work between calls),
+``_partitions.PartitionCalls`` (commit, seek, assign...),
+``_assigned.AssignedMoves`` (a manual assignment following route changes),
+``_placing.Placement`` (routes, cluster clients, splitting partitions by
+cluster) and the acknowledgement layer; they share the consumer's
 :class:`~kbear.consumer._subscription.ReadState`, registry, rebalance state,
 switch driver and move guard. The facade's methods of the same names delegate
-to them and to ``_clusterwide.ClusterCalls`` and ``_ackcalls.AckCalls``
-(:func:`kbear._delegate.delegate`: same signatures and docstrings); this module
-holds the construction, what every routed client has (router, client,
-route-change listeners, credentials, the metrics snapshot), ``list_topics``
-and ``close``.
+to them (the acknowledgement calls without the layer to
+``_ackcalls.OffsetAcks``, which refuses them) (:func:`kbear._delegate.delegate`:
+same signatures and docstrings); this module holds the construction, what every
+routed client has (router, client, route-change listeners, credentials, the
+metrics snapshot), the calls about the clusters as a whole (``list_topics``,
+member ids, group metadata, cluster id) and ``close``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from kbear._base import (
     ReloadSubscription,
     RouteChangeCallback,
     RoutedClient,
+    not_one_cluster,
     open_client,
     open_core,
     refuse_calls,
@@ -43,10 +45,10 @@ from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
-from kbear.consumer._ackcalls import AckCalls, check_ack_settings, with_retry_topics
+from kbear.consumer._ackcalls import OffsetAcks, check_ack_settings
 from kbear.consumer._assembly import Parts, assemble
 from kbear.consumer._closing import close_consumer, close_consumer_later
-from kbear.consumer._clusterwide import ClusterCalls
+from kbear.consumer._individual import AckLayer
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._polling import PollLoop
 from kbear.consumer._subscribing import SubscriptionCalls
@@ -62,7 +64,6 @@ _PARTS = (
     "_subscriber",
     "_partitions",
     "_ack_calls",
-    "_cluster_calls",
     "_sub",
     "_rebalancer",
     "_core",
@@ -229,12 +230,8 @@ class RoutedConsumer(RoutedClient):
         self._partitions = parts.partitions
         self._subscriber = parts.subscriber
         self._loop = parts.loop
-        self._ack_calls = AckCalls(parts.acks)
-        self._cluster_calls = ClusterCalls(parts.registry, check_open)
+        self._ack_calls = OffsetAcks() if parts.acks is None else parts.acks
         self._acks = parts.acks
-        self._binding = parts.binding
-        if parts.acks is not None and self._settings.retry_enable:
-            self.__dict__["subscribe"] = with_retry_topics(parts.subscriber.subscribe, parts.acks)
         return parts
 
     def _open_home_cluster(self) -> None:
@@ -268,14 +265,10 @@ class RoutedConsumer(RoutedClient):
     unassign = delegate("_partitions", PartitionCalls.unassign)
     incremental_assign = delegate("_partitions", PartitionCalls.incremental_assign)
     incremental_unassign = delegate("_partitions", PartitionCalls.incremental_unassign)
-    ack = delegate("_ack_calls", AckCalls.ack)
-    ack_cumulative = delegate("_ack_calls", AckCalls.ack_cumulative)
-    nack = delegate("_ack_calls", AckCalls.nack)
-    reconsume_later = delegate("_ack_calls", AckCalls.reconsume_later)
-    memberid = delegate("_cluster_calls", ClusterCalls.memberid)
-    memberids = delegate("_cluster_calls", ClusterCalls.memberids)
-    consumer_group_metadata = delegate("_cluster_calls", ClusterCalls.consumer_group_metadata)
-    cluster_id = delegate("_cluster_calls", ClusterCalls.cluster_id)
+    ack = delegate("_ack_calls", AckLayer.ack)
+    ack_cumulative = delegate("_ack_calls", AckLayer.ack_cumulative)
+    nack = delegate("_ack_calls", AckLayer.nack)
+    reconsume_later = delegate("_ack_calls", AckLayer.reconsume_later)
 
     # ------------------------------------------------------------------ routing
 
@@ -309,7 +302,7 @@ class RoutedConsumer(RoutedClient):
             RuntimeError: the route table changed while it was copied (taken from
                 another thread); try again.
         """
-        if self._closed or "_binding" not in self.__dict__:  # closed, or not built
+        if self._closed or "_parts" not in self.__dict__:  # closed, or not built
             return None
         routes, drains = self.routes(), len(self._driver.engine.drains())
         return self._core.snapshot(routes, drains)
@@ -318,10 +311,10 @@ class RoutedConsumer(RoutedClient):
         # Runs in the reloading thread: only flag (and unbind the fast paths, so the
         # next call takes the slow path); the caller's thread applies.
         self._parts.state.pending = True
-        self._binding.unbind()
+        self._loop.unbind()
 
     def _store_fast_paths(self, poll: Callable[..., Any] | None, consume: Callable[..., Any] | None) -> None:
-        """Keep the fast paths :class:`~kbear.consumer._binding.PollBinding` chose for
+        """Keep the fast paths :meth:`~kbear.consumer._polling.PollLoop.refresh` chose for
         ``poll`` and ``consume`` (None, None: the poll loop): in the slots the compiled
         methods read; without the extension, as instance attributes over the methods."""
         if poll is None or consume is None:
@@ -358,6 +351,54 @@ class RoutedConsumer(RoutedClient):
         route = self._placement.route(topic)
         md = self._placement.client_for(route).consumer.list_topics(route.topic, timeout)
         return rename_metadata(md, route, topic)
+
+    def memberid(self) -> str | None:
+        """The group member id on the (first) cluster this consumer is subscribed to,
+        or None before it joined. See :meth:`memberids` for every cluster."""
+        self._check_open()
+        active = self._registry.active
+        return active[0].consumer.memberid() if active else None
+
+    def memberids(self) -> dict[str, str | None]:
+        """Cluster id -> group member id on that cluster (kbear addition)."""
+        self._check_open()
+        return {e.cluster_id: e.consumer.memberid() for e in self._registry.active}
+
+    def consumer_group_metadata(self) -> Any:
+        """The group metadata for ``RoutedProducer.send_offsets_to_transaction``.
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster (group metadata exists per cluster) or from none yet.
+        """
+        return self._one(
+            "consumer_group_metadata", "group metadata exists for one cluster only"
+        ).consumer_group_metadata()
+
+    def cluster_id(self, timeout: float = -1) -> str:
+        """The Kafka cluster id (KIP-78) of the one cluster this consumer reads
+        from, as ``confluent_kafka.Consumer.cluster_id`` (``timeout`` in seconds,
+        -1: infinite).
+
+        Raises:
+            KafkaException: ``_STATE`` when this consumer reads from more than one
+                cluster or from none yet; the cluster's errors (e.g. ``_TIMED_OUT``).
+        """
+        one = self._one("cluster_id", "ask a route's cluster (routes()) or a one-cluster client")
+        return str(one.cluster_id(timeout))
+
+    def _one(self, call: str, hint: str) -> Any:
+        """The client of the one cluster read (else of the one built).
+
+        Raises:
+            KafkaException: ``_STATE`` (:func:`kbear._base.not_one_cluster`, with ``hint``)
+                when there are several or none.
+        """
+        self._check_open()
+        clusters = self._registry.active or list(self._registry)
+        if len(clusters) != 1:
+            raise not_one_cluster(call, "RoutedConsumer reads from", (e.cluster_id for e in clusters), hint)
+        return clusters[0].consumer
 
     def close(self) -> None:
         """Close every cluster's client (committing, as confluent-kafka, when
@@ -411,7 +452,7 @@ def _stop(parts: Parts) -> list[Any]:
     """Stop the parts that work between calls (the fast paths unbound, the move
     guard, the switch driver's background work) and take the cluster clients out of
     the registry: the confluent-kafka consumers to close (under the consumer's lock)."""
-    parts.binding.close()
+    parts.loop.close()
     parts.guard.close()
     parts.driver.close()
     return parts.registry.clear()

@@ -33,7 +33,7 @@ from kbear._route import Route
 from kbear._standby import standby_route
 from kbear._switch import SwitchEngine
 from kbear.consumer._subscription import ReadState
-from kbear.consumer._translated import mirrored_to
+from kbear.consumer._translated import mirror_to, mirrored_to
 from kbear.router import Router
 
 log = logging.getLogger("kbear.consumer")
@@ -117,9 +117,7 @@ class ConsumerFailover:
         (``kbear.failover.active``). Such a move starts as the mirror says
         (``translated``: translated by MirrorMaker 2, the same offsets for an identical
         mirror), whatever ``kbear.switch.start`` says."""
-        if new is None or not mirrored_to(self.router, old, new):
-            return False
-        cluster = self.router.config.clusters.get(old.cluster_id)
-        if cluster is None or new.topic != cluster.failover.remote_topic(old.topic):
-            return False  # not the mirror's copy (MirrorMaker 2's default policy): as configured
-        return old.cluster_id in self._watch.failed or cluster.failover.active
+        failover = None if new is None else mirror_to(self.router, old.cluster_id, new.cluster_id)
+        if failover is None or new is None or new.topic != failover.remote_topic(old.topic):
+            return False  # (not the mirror's copy, MirrorMaker 2's default policy: as configured)
+        return old.cluster_id in self._watch.failed or failover.active

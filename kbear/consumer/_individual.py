@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kbear._identity import Client
 from kbear._route import Route
@@ -100,18 +100,29 @@ class AckLayer:
                     return found
         return None
 
-    def ack(self, msg: Any) -> None:
-        """Acknowledge ``msg`` (unknown or already acknowledged: nothing happens)."""
+    def ack(self, message: Message) -> None:
+        """Acknowledge ``message`` (``kbear.ack.mode=individual``), in any order: its
+        partition's committed offset advances over the contiguous prefix of
+        acknowledged messages, never past an unacknowledged one. A message already
+        acknowledged, or of a partition this member lost, is ignored.
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
         with self.state.lock:
-            d = self._find(msg)
+            d = self._find(message)
             if d is not None and not d.lettering:
                 self.settle(d)
 
-    def ack_cumulative(self, msg: Any) -> None:
-        """Acknowledge ``msg`` and every message read before it on its partition (of
-        its cluster), delivered or not yet (redeliveries and held ones included)."""
+    def ack_cumulative(self, message: Message) -> None:
+        """Acknowledge ``message`` and every message read before it on its partition
+        (of its cluster; including ones waiting for a redelivery or their delivery time).
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
         with self.state.lock:
-            d = self._find(msg)
+            d = self._find(message)
             if d is None:
                 return
             point, done = self.state.tracker.ack_upto(d.key, max(d.offsets))
@@ -124,29 +135,39 @@ class AckLayer:
                 self.state.held[d.key] = deque(x for x in self.state.held[d.key] if id(x) not in gone)
             self._store(d.key, point)
 
-    def nack(self, msg: Any) -> None:
-        """Deliver ``msg`` again after the backoff delay, or send it to the dead-letter
-        topic after ``kbear.max.redeliver.count`` redeliveries."""
+    def nack(self, message: Message) -> None:
+        """Negative acknowledgement: ``message`` is delivered again by ``poll``/``consume``
+        after ``min(kbear.nack.backoff.min.ms * multiplier**n, max.ms)`` (n: its
+        redeliveries so far), or, after ``kbear.max.redeliver.count`` redeliveries,
+        sent to its dead-letter topic and acknowledged once stored there.
+
+        Raises:
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
+        """
         with self.state.lock:
-            d = self._find(msg)
+            d = self._find(message)
             if d is None or d.lettering:
                 return
             self._unschedule(d)
             self.fail(d, self.state.clock(), "nack")
 
     def reconsume_later(
-        self, msg: Any, delay_s: float, properties: Mapping[str, str | bytes] | None = None
+        self, message: Message, delay_s: float, properties: Mapping[str, str | bytes] | None = None
     ) -> None:
-        """Send ``msg`` to its retry topic, delivered again no earlier than ``delay_s``
-        seconds from now, and acknowledge it once the retry topic's cluster stored it;
-        after ``kbear.max.redeliver.count`` retries to the dead-letter topic instead.
+        """Send ``message`` to its retry topic (``kbear.retry.topic``) with
+        ``properties`` and the headers ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID``,
+        ``RECONSUMETIMES``, ``DELAY_TIME`` (ms); it is acknowledged once stored there
+        and delivered again, under its real topic, no earlier than ``delay_s``
+        seconds from now. After ``kbear.max.redeliver.count`` retries it goes to the
+        dead-letter topic instead.
 
         Raises:
-            KafkaException: ``_STATE`` when ``kbear.retry.enable`` is off.
-            ValueError: ``msg`` is not an unacknowledged message of this consumer,
-                or ``delay_s`` < 0.
-            NoRouteError: the retry (or dead-letter) topic has no route.
-            BufferError, KafkaException: the letter producer refused the message.
+            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset`` or
+                ``kbear.retry.enable`` is off; errors of the letter producer.
+            ValueError: ``message`` is not an unacknowledged message of this
+                consumer, or ``delay_s`` < 0.
+            NoRouteError: the retry or dead-letter topic has no route.
+            BufferError: the letter producer's queue is full.
         """
         if not self.settings.retry_enable:
             raise KafkaException(
@@ -155,10 +176,10 @@ class AckLayer:
         if delay_s < 0:
             raise ValueError(f"reconsume_later: delay_s must be >= 0, got {delay_s!r}")
         with self.state.lock:
-            d = self._find(msg)
+            d = self._find(message)
             if d is None or d.lettering:
                 raise ValueError("reconsume_later: not an unacknowledged message of this consumer")
-            times = (int_header(msg.headers(), RECONSUMETIMES) or 0) + 1
+            times = (int_header(d.message.headers(), RECONSUMETIMES) or 0) + 1
             limit = self.settings.max_redeliver_count
             if limit > 0 and times > limit:
                 self._letter(d, self.settings.dlq_topic, times - 1, 0, None, properties)

@@ -108,7 +108,7 @@ class AssignedConsumer(RoutedConsumer):
         self.incremental_unassign([tp])
         if entry is not None and not entry.topics and not entry.consumer.assignment():
             self._registry.deactivate(entry)
-            self._binding.refresh()
+            self._loop.refresh()
 
     def submit(self, call: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``call(*args)`` in the consumer's background thread (it may use the

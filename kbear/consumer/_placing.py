@@ -28,10 +28,6 @@ from kbear.router import Router
 log = logging.getLogger("kbear.consumer")
 
 
-def _as_is(route: Route) -> Route:
-    return route
-
-
 #: partitions of one cluster: (its client, their indexes in the caller's list, physical TopicPartitions)
 Split = list[tuple[ClusterClient, list[int], list[TopicPartition]]]
 
@@ -49,8 +45,8 @@ class Placement:
         router, group, client: what routes are looked up with.
         repin: called when the clients read changed (the consumer re-binds its fast paths).
         standby: turns a looked-up route into the one in force (the consumer's own
-            failovers, :class:`~kbear.consumer._failover.ConsumerFailover`); default: as
-            is. Every lookup of the consumer goes through it.
+            failovers, :meth:`~kbear.consumer._failover.ConsumerFailover.route`).
+            Every lookup of the consumer goes through it.
     """
 
     sub: Subscription
@@ -62,7 +58,7 @@ class Placement:
     group: str
     client: Client
     repin: Callable[[], None]
-    standby: Callable[[Route], Route] = _as_is
+    standby: Callable[[Route], Route]
 
     def route(self, topic: str) -> Route:
         """The route in use of logical ``topic`` (looked up when it is not read).

@@ -6,7 +6,11 @@ timeout by more than a slice), asking for the work due between slices (a
 pending reload, the switch engine's decisions, a pattern refresh: the
 subscription part's ``between_calls``), the logical names of messages read, the
 clients still leaving, and the turns of calls from other threads
-(:mod:`kbear.consumer._gate`).
+(:mod:`kbear.consumer._gate`); and which ``poll()``/``consume()`` the consumer's own
+attributes hold, its fast paths (:meth:`PollLoop.refresh`): with one cluster and
+nothing for kbear to do per message (no remap, drain, pattern, pending reload...),
+that cluster's client's own bound methods; with several such clusters, the turn
+taking of :mod:`kbear.consumer._turns`; otherwise nothing bound (the poll loop).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from confluent_kafka import Message
@@ -25,6 +29,7 @@ from kbear.consumer._gate import CallGate
 from kbear.consumer._guard import MoveGuard
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._subscription import ReadState, SubscriptionKind
+from kbear.consumer._turns import turn_taking
 
 # How long one blocking poll of one cluster's client may take while several are
 # polled in turn (seconds): the worst added latency of a multi-cluster poll.
@@ -33,6 +38,8 @@ _POLL_SLICE_S = 0.01
 
 #: ``fetch(entry, num_messages, timeout)``: messages of ``entry``'s client
 Fetch = Callable[[ClusterClient, int, float], list[Message]]
+#: ``store(poll, consume)``: bind both (None, None: unbind both)
+Store = Callable[[Callable[..., Any] | None, Callable[..., list[Any]] | None], None]
 
 
 def _poll_one(entry: ClusterClient, _num_messages: int, timeout: float) -> list[Message]:
@@ -47,7 +54,8 @@ def _consume(entry: ClusterClient, num_messages: int, timeout: float) -> list[Me
 @dataclass(eq=False)
 class PollLoop:
     """``poll`` and ``consume`` of :class:`~kbear.RoutedConsumer` over its clusters
-    (its methods of the same names delegate here when not bound to a fast path).
+    (its methods of the same names delegate here when not bound to a fast path),
+    and its fast paths (the module docstring).
 
     Args:
         state: the consumer's shared state (subscription, pending reload).
@@ -57,12 +65,13 @@ class PollLoop:
             the longest wait for the consumer's lock, seconds, None: no limit;
             raises ``RuntimeError`` when the consumer is closed).
         check_open: raises ``RuntimeError`` when the consumer is closed.
-        repin: called when the clients read changed.
+        store: where the consumer keeps its fast paths (in its own attributes).
 
     Attributes:
         tap: called with (entry, message) for each message read, before its
             logical name is set (``kbear.ack.mode=individual``:
             :meth:`DeliveryLoop.tap`); None otherwise.
+        pinned: the one cluster's client whose own ``poll``/``consume`` are bound, else None.
     """
 
     state: ReadState
@@ -73,13 +82,59 @@ class PollLoop:
     _: KW_ONLY
     between_calls: Callable[[float | None], None]
     check_open: Callable[[], None]
-    repin: Callable[[], None]
+    store: Store
 
     tap: Callable[[ClusterClient, Any], None] | None = None
+    pinned: ClusterClient | None = field(default=None, init=False)
+    _closed: bool = field(default=False, init=False)
+    _fixed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._sub = self.state.sub
         self._rr = 0
+
+    def refresh(self) -> None:
+        """Bind ``poll`` and ``consume`` to what the consumer's state allows now (call
+        after every change of the clients read or of what needs kbear per message)."""
+        if self._fixed:
+            return
+        active = self.registry.active
+        self.pinned = None
+        if (
+            not active
+            or self._closed
+            or self._needs_care()
+            or self.gate.waiting
+            or self.registry.leaving
+            or self.driver.engine.tracks_timestamps
+            or any(entry.renames for entry in active)
+        ):
+            self.store(None, None)
+            return
+        if len(active) == 1:
+            self.pinned = active[0]
+            self.store(active[0].consumer.poll, active[0].consumer.consume)
+        else:
+            self.store(*turn_taking([entry.consumer for entry in active], self.poll, self.consume))
+        if self.state.pending:  # a reload landed meanwhile (watcher thread)
+            self.unbind()
+
+    def unbind(self) -> None:
+        """Bind nothing: the next call takes the poll loop (a reload is pending; called
+        from the reloading thread)."""
+        if not self._fixed:
+            self.pinned = None
+            self.store(None, None)
+
+    def fix(self, poll: Callable[..., Any], consume: Callable[..., list[Any]]) -> None:
+        """Bind ``poll`` and ``consume`` for good (the acknowledgement layer's)."""
+        self._fixed = True
+        self.store(poll, consume)
+
+    def close(self) -> None:
+        """The consumer closes: nothing is bound any more (but what was fixed)."""
+        self._closed = True
+        self.refresh()
 
     def _out(self, entry: ClusterClient, msg: Any) -> Any:
         if self.tap is not None:
@@ -108,7 +163,7 @@ class PollLoop:
             if not gate.yield_to(deadline.remaining()):
                 return False, 0.0
             gate.unbound = False
-            self.repin()
+            self.refresh()
         if self._needs_care():
             self.between_calls(deadline.remaining())
         return True, timeout if timeout is None or timeout <= 0 else deadline.remaining()
@@ -238,7 +293,7 @@ class PollLoop:
                 return self._out(entry, msg)  # type: ignore[no-any-return]
             if not entry.consumer.assignment():
                 self.registry.deactivate(entry)
-                self.repin()
+                self.refresh()
         return None
 
     def _idle(self, timeout: float | None) -> Message | None:

@@ -250,7 +250,7 @@ class Rebalancer:
                 # an answer to the last revocation's commit arriving from now on is ignored:
                 # what it would remember belongs to the generation that just ended
                 self._revoking.pop(entry.cluster_id, None)
-                started, translated, later = self._start_offsets(entry, partitions)
+                started, later = self._start_offsets(entry, partitions)
                 if resume:
                     started = _resumed(started, resume)
                     self._resumed_at[entry.cluster_id] = {
@@ -273,11 +273,6 @@ class Rebalancer:
                         entry.consumer.assign(started)
                 if resume:
                     _commit_resumed(entry, resume)
-                if translated:
-                    # the group's position on this cluster, not this member's: a member
-                    # starting here later (a restart, a partition handed on before anything
-                    # new was read) starts from it, not from auto.offset.reset
-                    commit_async(entry, translated, "of the translated start offsets")
                 if self.assigned_hook is not None:
                     self.assigned_hook(entry)
                 if taken and self.taken_hook is not None and not self.assigned_in_callback:
@@ -307,45 +302,39 @@ class Rebalancer:
 
     def _start_offsets(
         self, entry: ClusterClient, partitions: list[TopicPartition]
-    ) -> tuple[list[TopicPartition], list[TopicPartition], dict[str, tuple[list[TopicPartition], StartPlan]]]:
+    ) -> tuple[list[TopicPartition], dict[str, tuple[list[TopicPartition], StartPlan]]]:
         """``partitions`` with the start offsets of ``kbear.switch.start`` applied to
         the partitions of topics just moved to this cluster (their first assignment
-        only), the translated starts among them (``translated``: offsets found,
-        to be committed once assigned), and, when ``later`` is set, the partitions
-        whose translation is left to it (physical topic -> partitions, plan), which
-        start from the committed offsets until it answered."""
+        only), and, when ``later`` is set, the partitions whose translation is left
+        to it (physical topic -> partitions, plan), which start from the committed
+        offsets until it answered (it commits the translated starts)."""
         if not self.start_at:
-            return partitions, [], {}
+            return partitions, {}
         plans: dict[str, StartPlan] = {}
         for topic in {tp.topic for tp in partitions}:
             plan = self.start_at.pop((entry.cluster_id, topic), None)
             if plan is not None and (plan.offset is not None or plan.translated):
                 plans[topic] = plan
         if not plans:
-            return partitions, [], {}
+            return partitions, {}
         later: dict[str, tuple[list[TopicPartition], StartPlan]] = {}
         starts: dict[tuple[str, int], TopicPartition] = {}
         for topic, plan in plans.items():
             parts = [tp for tp in partitions if tp.topic == topic]
-            if plan.translated and self.translate is not None and self.later is not None:
+            if plan.translated and self.later is not None:
                 later[topic] = (parts, plan)
             else:
                 starts.update(
                     ((tp.topic, tp.partition), tp) for tp in planned(entry, parts, plan, self.translate)
                 )
         out = [starts.get((tp.topic, tp.partition), tp) for tp in partitions]
-        found_by_mirror = [
-            tp
-            for tp in out
-            if tp.topic in plans and plans[tp.topic].translated and tp.topic not in later and tp.offset >= 0
-        ]
         log.info(
             "kbear: start of moved topics on cluster %r: %s%s",
             entry.cluster_id,
             out,
             f" (translated in the background: {sorted(later)})" if later else "",
         )
-        return out, found_by_mirror, later
+        return out, later
 
 
 def planned(

@@ -87,11 +87,8 @@ class Schedule(Generic[T]):
         self._clean()
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now: float) -> list[T]:
-        """The items due at ``now`` (earliest first), removed."""
-        return [item for item, _ in self._pop_due(now)]
-
-    def _pop_due(self, now: float) -> list[tuple[T, float]]:
+    def pop_due(self, now: float) -> list[tuple[T, float]]:
+        """(item, its due time) of the items due at ``now`` (earliest first), removed."""
         out: list[tuple[T, float]] = []
         heap = self._heap
         while True:
@@ -134,4 +131,4 @@ class AckTimer(Schedule[T]):
         if now < self._next_check:
             return []
         self._next_check = now + self.tick_s
-        return self._pop_due(now)
+        return self.pop_due(now)

@@ -89,6 +89,9 @@ class SubscriptionCalls:
     failover_tick: Callable[[], None] | None = None
     #: ends the consumer's own failovers the operator decided about, before a reload
     failover_release: Callable[[], None] | None = None
+    #: ``kbear.ack.mode=individual``: the topics given to subscribe() with the retry
+    #: topic of each name (``kbear.retry.enable``, :meth:`AckLayer.with_retry_topics`)
+    retry_topics: Callable[[Sequence[str]], list[str]] | None = None
 
     def __post_init__(self) -> None:
         self._sub = self.state.sub
@@ -111,7 +114,8 @@ class SubscriptionCalls:
                 rules; each match is routed (unroutable matches and matches whose
                 routed topic does not exist are left out). Matches are refreshed
                 every ``topic.metadata.refresh.interval.ms`` (default 300000 ms)
-                and after each reload.
+                and after each reload. With ``kbear.retry.enable``, the retry topic
+                of each named topic is subscribed too.
             on_assign, on_revoke, on_lost: ``callback(consumer, partitions)``, as
                 confluent-kafka; ``consumer`` is this RoutedConsumer and the
                 partitions carry logical topic names.
@@ -123,7 +127,7 @@ class SubscriptionCalls:
         """
         with self.lock:
             self.check_open()
-            names, patterns = parse_topics(topics)
+            names, patterns = parse_topics(topics if self.retry_topics is None else self.retry_topics(topics))
             self.rebalancer.callbacks = {
                 name: cb
                 for name, cb in (("on_assign", on_assign), ("on_revoke", on_revoke), ("on_lost", on_lost))

@@ -44,7 +44,7 @@ from kbear.consumer._cluster import ClusterClient
 from kbear.mirror import StartSource, TranslatedStart, read_mirror
 from kbear.router import Router
 
-__all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts", "mirrored_to"]
+__all__ = ["TRANSLATION_TIMEOUT_S", "MirrorStarts", "mirror_to", "mirrored_to"]
 
 log = logging.getLogger("kbear.consumer")
 
@@ -55,17 +55,21 @@ COMMITTED = "committed"
 TRANSLATION_TIMEOUT_S = 10.0
 
 
+def mirror_to(router: Router, cluster_id: str, standby: str) -> Failover | None:
+    """The failover declaration of ``cluster_id`` when it declares a mirror
+    (``kbear.mirror`` not ``none``) to ``standby`` (its ``kbear.failover.to``), else None."""
+    cluster = router.config.clusters.get(cluster_id)
+    failover = None if cluster is None else cluster.failover
+    if failover is None or failover.mirror is MirrorKind.NONE or failover.standby != standby:
+        return None
+    return failover
+
+
 def mirrored_to(router: Router, old: Route, new: Route | None) -> bool:
-    """Whether ``old``'s cluster declares a mirror (``kbear.mirror`` not ``none``) to
-    ``new``'s (its ``kbear.failover.to``): the drain of such a move ends at once when
-    the old cluster is dead, since what it could not read there is on the new one."""
-    if new is None:
-        return False
-    cluster = router.config.clusters.get(old.cluster_id)
-    if cluster is None:
-        return False
-    failover = cluster.failover
-    return failover.mirror is not MirrorKind.NONE and failover.standby == new.cluster_id
+    """Whether ``old``'s cluster declares a mirror to ``new``'s (:func:`mirror_to`):
+    the drain of such a move ends at once when the old cluster is dead, since what it
+    could not read there is on the new one."""
+    return new is not None and mirror_to(router, old.cluster_id, new.cluster_id) is not None
 
 
 class MirrorStarts:
@@ -78,8 +82,7 @@ class MirrorStarts:
             cluster's properties to reach it).
         offsets_client: the client of a cluster asked for the group's committed
             offsets there (the registry's background client,
-            :meth:`~kbear.consumer._cluster.ClusterRegistry.watcher`; default: the
-            member's own client).
+            :meth:`~kbear.consumer._cluster.ClusterRegistry.watcher`).
 
     Attributes:
         last: (cluster id, physical topic) -> partition -> the last translation made
@@ -91,12 +94,12 @@ class MirrorStarts:
         router: Router,
         group: str,
         native: Mapping[str, Any],
-        offsets_client: Callable[[ClusterClient], Any] | None = None,
+        offsets_client: Callable[[ClusterClient], Any],
     ) -> None:
         self._router = router
         self._group = group
         self._native = dict(native)
-        self._offsets_client = offsets_client or (lambda entry: entry.consumer)
+        self._offsets_client = offsets_client
         self.last: dict[tuple[str, str], dict[int, TranslatedStart]] = {}
 
     def __call__(
@@ -123,9 +126,8 @@ class MirrorStarts:
     ) -> tuple[list[TopicPartition], list[str]]:
         """The start of each partition and what decided it (``committed``: no translation)."""
         committed = [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
-        cluster = self._router.config.clusters.get(source.cluster_id)
-        failover = None if cluster is None else cluster.failover
-        if failover is None or failover.mirror is MirrorKind.NONE or failover.standby != entry.cluster_id:
+        failover = mirror_to(self._router, source.cluster_id, entry.cluster_id)
+        if failover is None:
             log.warning(
                 "kbear: kbear.switch.start=translated: cluster %r is not declared mirrored to %r "
                 "(kbear.mirror, kbear.failover.to in clusters.yaml): %r starts from the committed offsets",
