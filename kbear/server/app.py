@@ -270,7 +270,7 @@ def create_app(
     async def clusters_answer(request: Request) -> Response:
         return JSONResponse(board.clusters_json(holder.served.config))
 
-    async def audit_answer(request: Request) -> Response:
+    def audit_answer(request: Request) -> Response:  # reads the log: Starlette runs it in a thread
         try:
             limit = int(request.query_params.get("limit", DEFAULT_PAGE))
             before = request.query_params.get("before")

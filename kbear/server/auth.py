@@ -34,6 +34,9 @@ from starlette.requests import cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kbear.server.protocol import ErrorCode
+from kbear.server.service import fail
+
 __all__ = [
     "OPERATOR_TOKEN_ENV",
     "SESSION_COOKIE",
@@ -56,11 +59,6 @@ TOKEN_ENV = "KBEAR_SERVE_TOKEN"
 #: Environment variable holding the operator token (``POST /actions/...``) when no
 #: ``--operator-token-file`` is given.
 OPERATOR_TOKEN_ENV = "KBEAR_SERVE_OPERATOR_TOKEN"
-
-_UNAUTHORIZED = (
-    b'{"status":{"ack":"fail","error":{"code":"unauthorized",'
-    b'"message":"missing or wrong bearer token (Authorization: Bearer ...)"}}}'
-)
 
 
 def read_tokens(
@@ -166,6 +164,6 @@ class BearerAuth:
         if scope["path"] in self._pages and scope["method"] in ("GET", "HEAD"):
             response: Response = RedirectResponse("/login", 303)
         else:
-            headers = {"WWW-Authenticate": 'Bearer realm="kbear"'}
-            response = Response(_UNAUTHORIZED, 401, headers, media_type="application/json")
+            why = "missing or wrong bearer token (Authorization: Bearer ...)"
+            response = fail(401, ErrorCode.UNAUTHORIZED, why, {"WWW-Authenticate": 'Bearer realm="kbear"'})
         await response(scope, receive, send)

@@ -192,22 +192,21 @@ class Console:
         body = self._templates.get_template(template).render(**context)
         return HTMLResponse(body, status_code=status, headers={**_HEADERS, **(headers or {})})
 
-    async def page(self, request: Request) -> Response:
-        params = request.query_params
-        context = await run_in_threadpool(self._context, params)
+    def page(self, request: Request) -> Response:  # reads the fleet: Starlette runs it in a thread
+        context = self._context(request.query_params)
         session = request.cookies.get(SESSION_COOKIE)
         context["csrf"] = csrf_token(session) if session else ""
         context["operator"] = self.actions.session_is_operator(session)
         context["cluster_ids"] = list(self.holder.served.config.clusters)
         return self._html("console.html", title="console", refresh=True, **context)
 
-    async def history(self, request: Request) -> Response:
-        """The audit log's page (``/history?before=ID``): newest first, 50 a page."""
+    def history(self, request: Request) -> Response:
+        """The audit log's page (``/history?before=ID``): newest first, 50 a page (read
+        in a thread: Starlette runs a handler that is not async in one)."""
         log_, config_audit = self.audit
         before_text = request.query_params.get("before", "")
-        before = int(before_text) if before_text.isdigit() else None
-        await run_in_threadpool(config_audit.sync)
-        entries = await run_in_threadpool(log_.page, DEFAULT_PAGE, before)
+        config_audit.sync()
+        entries = log_.page(DEFAULT_PAGE, int(before_text) if before_text.isdigit() else None)
         older = entries[-1].id if len(entries) == DEFAULT_PAGE else None
         return self._html(
             "history.html",

@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -164,18 +163,17 @@ class FleetEndpoints:
     def _off(self) -> Response:
         return fail(404, ErrorCode.NOT_FOUND, "the fleet is not recorded (kbear serve --fleet off)")
 
-    async def fleet(self, request: Request) -> Response:
+    def fleet(self, request: Request) -> Response:  # reads the database: Starlette runs it in a thread
         if self.recorder is None:
             return self._off()
         limit, found = limit_of(request.query_params), filters(request.query_params)
-        body = await run_in_threadpool(fleet_json, self.recorder, self.holder, found, limit)
+        body = fleet_json(self.recorder, self.holder, found, limit)
         return JSONResponse(body, headers=_digest(self.holder))
 
-    async def moves(self, request: Request) -> Response:
+    def moves(self, request: Request) -> Response:  # reads the database: Starlette runs it in a thread
         if self.recorder is None:
             return self._off()
-        topic = request.query_params.get("topic") or None
-        body = await run_in_threadpool(moves_answer, self.recorder, self.holder, topic)
+        body = moves_answer(self.recorder, self.holder, request.query_params.get("topic") or None)
         return JSONResponse(body, headers=_digest(self.holder))
 
 
