@@ -1,16 +1,21 @@
 """The acknowledgements of a routed share consumer (private).
 
-:class:`ShareAcks` holds the records of the last poll (:class:`LastBatch`) and
-carries out the acknowledgement calls of :class:`~kbear.RoutedShareConsumer`:
+:class:`ShareAcks` holds the records of the last poll and carries out the
+acknowledgement calls of :class:`~kbear.RoutedShareConsumer`:
 each record is acknowledged on the cluster it was acquired from, under its
 physical name; commits go to every cluster's share consumer and their results
 come back under the logical names. The facade delegates its public
 acknowledgement methods here (``kbear._delegate.delegate``) and tells this part
 of each new batch and record from :meth:`~kbear.RoutedShareConsumer.poll`.
+
+In ``explicit`` mode every record of a batch must be acknowledged before the
+next poll, as confluent-kafka requires ("N records from previous poll have not
+been acknowledged").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, IllegalStateException, KafkaException, TopicPartition
@@ -27,7 +32,6 @@ from kbear.share._guard import (
     check_message,
     check_timeout,
 )
-from kbear.share._inflight import LastBatch
 
 
 class NeverOpened(Uninitialized):
@@ -39,6 +43,18 @@ class NeverOpened(Uninitialized):
 
     def __getattr__(self, name: str) -> Any:
         raise IllegalStateException(self.message)
+
+
+@dataclass
+class Acquired:
+    """One record of the last batch: the share consumer ``owner`` (a cluster's)
+    acquired it as ``physical``; ``message`` is the object handed to the
+    application; ``acknowledged``: the application acknowledged it (any type)."""
+
+    owner: ShareCluster
+    physical: str
+    message: Any
+    acknowledged: bool = False
 
 
 class ShareAcks:
@@ -54,7 +70,8 @@ class ShareAcks:
         self._guard = guard
         self._clusters = clusters
         self._explicit = explicit
-        self._batch: LastBatch[ShareCluster] = LastBatch()
+        #: the records of the last poll, by (logical topic, partition, offset)
+        self._records: dict[tuple[str, int, int], list[Acquired]] = {}
 
     # ------------------------------------------------------------------ the last batch
 
@@ -66,24 +83,41 @@ class ShareAcks:
             IllegalStateException: "N records from previous poll have not been acknowledged".
         """
         if self._explicit:
-            left = self._batch.unacknowledged()
+            left = sum(1 for records in self._records.values() for r in records if not r.acknowledged)
             if left:
                 raise IllegalStateException(f"{left} records from previous poll have not been acknowledged")
 
     def new_batch(self) -> None:
         """A new poll: forget the records of the previous one."""
-        self._batch.start()
+        self._records = {}
 
     def add(self, owner: ShareCluster, logical: str, physical: str, message: Any) -> None:
         """Note ``message`` (logical topic ``logical``) acquired by ``owner`` as ``physical``."""
-        self._batch.add(owner, logical, physical, message)
+        key = (logical, message.partition(), message.offset())
+        self._records.setdefault(key, []).append(Acquired(owner, physical, message))
+
+    def _find(self, topic: str, partition: int, offset: int, message: Any = None) -> Acquired | None:
+        """The record of the last batch at these logical coordinates, or None. Two
+        records may share them during a move (the same logical topic read from two
+        clusters): the one whose message object is ``message`` is preferred, else the
+        first not acknowledged."""
+        found = self._records.get((topic, partition, offset))
+        if not found:
+            return None
+        for record in found:
+            if message is not None and record.message is message:
+                return record
+        for record in found:
+            if not record.acknowledged:
+                return record
+        return found[0]
 
     def cluster_of(self, message: Any) -> str | None:
         """The cluster id ``message`` (of the last poll) was acquired from, or None."""
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         if topic is None or partition is None or offset is None:
             return None
-        record = self._batch.find(topic, partition, offset, message)
+        record = self._find(topic, partition, offset, message)
         return None if record is None else record.owner.cluster_id
 
     # ------------------------------------------------------------------ the public calls
@@ -137,7 +171,7 @@ class ShareAcks:
         if not self._explicit:
             raise IllegalStateException(not_in_flight)
         check_ack_type(ack_type)
-        record = self._batch.find(topic, partition, offset, message)
+        record = self._find(topic, partition, offset, message)
         if record is None:
             raise IllegalStateException(not_in_flight)
         record.owner.client.acknowledge_offset(record.physical, partition, offset, ack_type)

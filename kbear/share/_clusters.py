@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import TopicPartition
 
-from kbear._clients import ClientRegistry, ClusterEntry, cluster_config, current_factory, renamed
+from kbear._clients import ClientRegistry, ClusterEntry, Target, cluster_config, current_factory, renamed
 
 V = TypeVar("V")
 
@@ -109,15 +109,17 @@ class ShareCluster(ClusterEntry):
         return renaming
 
 
-class ShareClusters:
-    """The share consumers of one routed share consumer, built on first use.
+class ShareClusters(ClientRegistry[ShareCluster]):
+    """The share consumers of one routed share consumer, built on first use (a
+    :class:`~kbear._clients.ClientRegistry` giving each the acknowledgement commit
+    callback).
 
     Args:
         native: the application's confluent-kafka configuration (kbear keys removed).
     """
 
     def __init__(self, native: dict[str, Any]) -> None:
-        self.registry: ClientRegistry[ShareCluster] = ClientRegistry("share_consumer", native, ShareCluster)
+        super().__init__("share_consumer", native, ShareCluster)
         self.commit_callback: CommitCallback | None = None
         self._kafka_ids: dict[str, str] = {}
 
@@ -133,10 +135,10 @@ class ShareClusters:
         known = self._kafka_ids.get(cluster_id)
         if known is not None:
             return known
-        entry = self.registry.get(cluster_id)
+        entry = self.get(cluster_id)
         if entry is None:
             raise LookupError(f"kbear: cluster {cluster_id!r} has no share consumer yet")
-        conf = cluster_config(self.registry.native, entry.properties)
+        conf = cluster_config(self.native, entry.properties)
         admin = current_factory()(
             "admin", cluster_id, {k: v for k, v in conf.items() if k.startswith(_ADMIN_KEYS)}
         )
@@ -144,25 +146,22 @@ class ShareClusters:
         self._kafka_ids[cluster_id] = answer
         return answer
 
-    def entry(self, target: Any) -> ShareCluster:
-        """The share consumer of ``target``'s cluster (a Route or ClusterTarget), built if needed.
+    def client(self, target: Target) -> ShareCluster:
+        """The share consumer of ``target``'s cluster (a Route or ClusterTarget), built
+        if needed.
 
         Raises:
             KafkaException, ValueError: confluent-kafka refused the configuration.
         """
-        before = self.registry.get(target.cluster_id)
-        entry = self.registry.client(target)
+        before = self.get(target.cluster_id)
+        entry = super().client(target)
         if entry is not before and self.commit_callback is not None:
             entry.client.set_acknowledgement_commit_callback(entry.commit_callback(self.commit_callback))
         return entry
 
-    def all(self) -> list[ShareCluster]:
-        """Every share consumer built and not closed (in use, then retired)."""
-        return self.registry.all()
-
     def reading(self) -> list[ShareCluster]:
         """The share consumers subscribed to at least one topic."""
-        return [e for e in self.registry.all() if e.topics]
+        return [e for e in self.all() if e.topics]
 
     def set_commit_callback(self, callback: CommitCallback | None) -> None:
         """Give ``callback`` (with logical names) to every share consumer, now and later.
@@ -177,7 +176,3 @@ class ShareClusters:
                 None if callback is None else entry.commit_callback(callback)
             )
         self.commit_callback = callback
-
-    def clear(self) -> list[ShareCluster]:
-        """Forget every share consumer (closing); returns them."""
-        return self.registry.clear()

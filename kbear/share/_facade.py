@@ -168,7 +168,7 @@ class RoutedShareConsumer(RoutedClient):
         config = self._core.router.config
         home = single_cluster(config, self._core.client, self._group)
         if home is not None and home in config.clusters:
-            self._clusters.entry(cluster_target(home, config.clusters[home]))
+            self._clusters.client(cluster_target(home, config.clusters[home]))
 
     # ------------------------------------------------------------------ subscription
 
@@ -223,7 +223,7 @@ class RoutedShareConsumer(RoutedClient):
         return self._core.router.route_consumer(topic, self._group, self._core.client)
 
     def _read(self, topic: str, route: Route) -> ShareCluster:
-        entry = self._clusters.entry(route)
+        entry = self._clusters.client(route)
         entry.read(route.topic, topic)
         self._routes[topic] = route
         self._readers[topic] = entry
