@@ -278,10 +278,11 @@ class RoutedProducer(RoutedClient):
             KafkaException: other errors of confluent-kafka.
             ValueError: both ``deliver_after`` and ``deliver_at``, or a negative ``deliver_after``.
         """
-        if self._state.features:
-            self._produce_prepared(topic, args, kwargs)
+        if not self._state.features:
+            self._sender(topic)(*args, **kwargs)
             return
-        self._sender(topic)(*args, **kwargs)
+        for call in self._prepare(args, kwargs):  # kbear.delay.enable / kbear.chunking.enable
+            self._sender(topic)(**call)
 
     def _sender(self, topic: str) -> Send:
         """The send function of ``topic``, after any pending reload or transaction step."""
@@ -292,11 +293,6 @@ class RoutedProducer(RoutedClient):
             return self._table.send[topic]
         except KeyError:
             return self._routing.add_route(topic)
-
-    def _produce_prepared(self, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """produce() with ``kbear.delay.enable`` / ``kbear.chunking.enable``."""
-        for call in self._prepare(args, kwargs):
-            self._sender(topic)(**call)
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """The keyword arguments of each send of one produce() call (its arguments
