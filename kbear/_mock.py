@@ -15,7 +15,6 @@ checked once, at import; :data:`NATIVE_API` is ``None`` (and
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import re
 import tempfile
@@ -24,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
+import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 __all__ = [
@@ -102,19 +102,11 @@ class NativeApi:
 
 
 def _library_candidates() -> list[Path]:
-    spec = importlib.util.find_spec("confluent_kafka")
-    if spec is None or spec.origin is None:
-        return []
-    pkg = Path(spec.origin).parent
-    site = pkg.parent
-    found: list[Path] = []
-    for directory, pattern in (
-        (site / "confluent_kafka.libs", "librdkafka-*.so*"),  # manylinux (auditwheel)
-        (pkg / ".dylibs", "librdkafka*.dylib"),  # macOS (delocate)
-    ):
-        if directory.is_dir():
-            found.extend(sorted(directory.glob(pattern)))
-    return found
+    pkg = Path(confluent_kafka.__file__).parent
+    return [
+        *sorted((pkg.parent / "confluent_kafka.libs").glob("librdkafka-*.so*")),  # manylinux (auditwheel)
+        *sorted((pkg / ".dylibs").glob("librdkafka*.dylib")),  # macOS (delocate)
+    ]
 
 
 def _load_native() -> tuple[NativeApi | None, str | None]:

@@ -266,15 +266,13 @@ class MetaServiceSource(ConfigSource):
                 f"this router asks the meta-service {self.url} for {self.client!r}; "
                 f"a lookup for {client!r} needs a router of its own"
             )
-        known = self._groups if group is not None else self._topics
-        if (topic if group is None else (group, topic)) in known:
+        known: dict[Any, None] = self._topics if group is None else self._groups
+        item = topic if group is None else (group, topic)
+        if item in known:
             return
         key: protocol.Interest = (topic, group)
         with self._lock:
-            if group is None:
-                self._topics[topic] = None
-            else:
-                self._groups[(group, topic)] = None
+            known[item] = None
             try:
                 self.notify_changed()
             except ConfigError as exc:

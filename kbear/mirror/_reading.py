@@ -98,7 +98,7 @@ def read_records(
             return [], False
         if meta is None or meta.error is not None or not meta.partitions:
             return [], meta is not None
-        ends: dict[int, int] = {}
+        pending: dict[int, int] = {}  # partition -> its end offset, until read to it
         starts = []
         for p in sorted(meta.partitions):
             left = deadline - time.monotonic()
@@ -110,12 +110,10 @@ def read_records(
                 log.warning("kbear: mirror topic %r partition %d: no watermarks: %s", topic, p, exc)
                 return [], False
             if high > low:
-                ends[p] = high
+                pending[p] = high
                 starts.append(TopicPartition(topic, p, low))
-        got: dict[int, list[tuple[bytes | None, bytes | None]]] = {p: [] for p in ends}
-        pending = dict(ends)
-        if starts:
-            consumer.assign(starts)
+        got: dict[int, list[tuple[bytes | None, bytes | None]]] = {p: [] for p in pending}
+        consumer.assign(starts)
         while pending and (left := deadline - time.monotonic()) > 0:
             # consume() waits for its count or its timeout: short waits, many rounds
             for msg in consumer.consume(500, min(left, 0.05)):
