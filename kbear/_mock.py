@@ -15,7 +15,6 @@ checked once, at import; :data:`NATIVE_API` is ``None`` (and
 from __future__ import annotations
 
 import ctypes
-import os
 import re
 import tempfile
 import threading
@@ -64,6 +63,7 @@ _REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_broker_set_down": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_up": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_rtt": (_I, [_P, _I32, _I]),
+    "rd_kafka_conf_properties_show": (None, [_P]),  # takes a FILE *
 }
 #: the share-group settings of the mock cluster (EmbeddedCluster.set_share_group):
 #: keyword -> the setter's name suffix (``rd_kafka_mock_sharegroup_set_<suffix>``)
@@ -234,26 +234,15 @@ def librdkafka_properties() -> frozenset[str]:
     empty when it cannot be loaded. ``kbear lint`` suggests among them."""
     if NATIVE_API is None:
         return frozenset()
-    lib = NATIVE_API.lib
     libc = ctypes.CDLL(None)
     libc.fopen.restype = ctypes.c_void_p
     libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     libc.fclose.argtypes = [ctypes.c_void_p]
-    show = lib.rd_kafka_conf_properties_show
-    show.restype = None
-    show.argtypes = [ctypes.c_void_p]
-    fd, path = tempfile.mkstemp(prefix="kbear-props-", suffix=".md")
-    os.close(fd)
-    try:
-        handle = libc.fopen(path.encode(), b"w")
+    with tempfile.NamedTemporaryFile(prefix="kbear-props-", suffix=".md") as tmp:
+        handle = libc.fopen(tmp.name.encode(), b"w")
         if not handle:
             return frozenset()
-        try:
-            show(handle)
-        finally:
-            libc.fclose(handle)
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    finally:
-        os.unlink(path)
+        NATIVE_API.lib.rd_kafka_conf_properties_show(handle)
+        libc.fclose(handle)
+        text = Path(tmp.name).read_text(encoding="utf-8", errors="replace")
     return frozenset(m.group(1) for line in text.splitlines() if (m := _PROPERTY.match(line)))
