@@ -57,6 +57,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -162,9 +163,9 @@ def _contexts(config: KBearConfig) -> list[_Context]:
     globals_, by_topic, by_group = index_rules(config.rules)
     pairs = set(by_group) | set(config.consumer_groups)
     topics = set(config.topics) | set(by_topic) | {t for _, t in pairs}
-    groups_of: dict[str, set[str]] = {}
+    groups_of: defaultdict[str, set[str]] = defaultdict(set)
     for g, t in pairs:
-        groups_of.setdefault(t, set()).add(g)
+        groups_of[t].add(g)
 
     def chain(*parts: Iterable[RouteRule]) -> list[RouteRule]:
         return sorted((r for part in parts for r in part), key=lambda r: r.sort_key)
@@ -198,12 +199,11 @@ def _contexts(config: KBearConfig) -> list[_Context]:
             )
         )
         for group in sorted(named):
-            known = lookup_factors(config, topic, group)
             out.append(
                 _Context(
                     f"consumer lookups of topic '{topic}' by group '{group}'",
                     chain(by_group.get((group, topic), []), topic_rules, globals_),
-                    known,
+                    lookup_factors(config, topic, group),
                 )
             )
     return out
