@@ -443,16 +443,19 @@ class FleetStore:
             ).fetchone()
         return int(count)
 
-    def counts(self) -> tuple[int, int, dict[str, int]]:
-        """Entries held, distinct clients among them, and the shared counters
-        (``evicted``, ``expired``, ``dropped``: every process of the file together)."""
+    def stats(self, dropped: int) -> FleetStats:
+        """Entries held, distinct clients among them, and the shared counters (every
+        process of the file together; ``dropped``: notes this process dropped since
+        its last write, added)."""
         with self._connect() as db:
             (entries,) = db.execute("SELECT COUNT(*) FROM fleet").fetchone()
             (clients,) = db.execute(
                 "SELECT COUNT(*) FROM (SELECT DISTINCT client_id, meta, host FROM fleet) AS d"
             ).fetchone()
             counters = dict(db.execute("SELECT name, value FROM fleet_counters").fetchall())
-        return int(entries), int(clients), counters
+        counted = {name: int(counters.get(name, 0)) for name in ("evicted", "expired", "dropped")}
+        counted["dropped"] += dropped
+        return FleetStats(int(entries), int(clients), **counted)
 
     # ------------------------------------------------------------------ a move's progress
 

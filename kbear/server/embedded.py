@@ -15,7 +15,6 @@ Needs the ``server`` extra.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -32,13 +31,6 @@ from kbear.server.holder import ConfigHolder
 
 #: Longest wait for the server to start or stop, seconds.
 _START_STOP_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class EmbeddedMetaService:
@@ -81,7 +73,6 @@ class EmbeddedMetaService:
                 Path(directory), lambda: holder.served.config, failover_after_ms, interval_s=0.2
             )
             self.failover.start()
-        self.port = _free_port()
         self._tmp = tempfile.TemporaryDirectory(prefix="kbear-embedded-serve-")
         #: The recorded fleet (None when ``fleet=False``).
         self.fleet = FleetRecorder(Path(self._tmp.name) / "fleet.db") if fleet else None
@@ -95,7 +86,7 @@ class EmbeddedMetaService:
             clusters=ClusterBoard(lambda: self.holder.served.config, 0.5),
         )
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
+            app, host="127.0.0.1", port=0, log_config=None, access_log=False, lifespan="on"
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="kbear-embedded-serve", daemon=True)
@@ -104,8 +95,10 @@ class EmbeddedMetaService:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"the embedded meta-service did not start on 127.0.0.1:{self.port}")
+                raise RuntimeError("the embedded meta-service did not start on 127.0.0.1")
             time.sleep(0.01)
+        #: the port it listens on (a free one, chosen by the system)
+        self.port: int = self._server.servers[0].sockets[0].getsockname()[1]
 
     @property
     def url(self) -> str:

@@ -408,11 +408,4 @@ class FleetRecorder:
 
     def stats(self) -> FleetStats:
         """The fleet's size and the bounds' counters (every process of the file together)."""
-        entries, clients, counters = self._store.counts()
-        return FleetStats(
-            entries,
-            clients,
-            counters.get("evicted", 0),
-            counters.get("expired", 0),
-            counters.get("dropped", 0) + self._dropped,
-        )
+        return self._store.stats(self._dropped)

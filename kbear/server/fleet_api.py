@@ -20,7 +20,6 @@ in a worker thread, not in the event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,19 +68,14 @@ def limit_of(params: Any) -> int:
     return int(text)
 
 
-def clients_of(entries: Iterable[FleetEntry]) -> list[list[FleetEntry]]:
-    """Entries grouped by client, in the order of each client's first entry."""
-    grouped: dict[tuple[str, str, str], list[FleetEntry]] = {}
-    for entry in entries:
-        grouped.setdefault(entry.client_key, []).append(entry)
-    return list(grouped.values())
-
-
 def fleet_json(
     recorder: FleetRecorder, holder: ConfigHolder, found: dict[str, str | None], limit: int
 ) -> dict[str, Any]:
     """The ``GET /fleet`` answer (reads the database: call it off the event loop)."""
-    clients = clients_of(recorder.entries(**found, clients=limit))
+    by_client: dict[tuple[str, str, str], list[FleetEntry]] = {}  # in the order of their first entry
+    for entry in recorder.entries(**found, clients=limit):
+        by_client.setdefault(entry.client_key, []).append(entry)
+    clients = list(by_client.values())
     matched = recorder.count_clients(**found)
     stats = recorder.stats()
     return {

@@ -69,18 +69,16 @@ class ServerMetrics:
             ("path", "ack"),
             registry=self.registry,
         )
-        refused_gauge = Gauge(
+        Gauge(
             "kbear_serve_config_refused",
             "1 while the directory holds a refused change (the last good configuration is served).",
             registry=self.registry,
-        )
-        refused_gauge.set_function(lambda: 1.0 if refused() else 0.0)
-        loaded_gauge = Gauge(
+        ).set_function(lambda: 1.0 if refused() else 0.0)
+        Gauge(
             "kbear_serve_config_loaded_timestamp_seconds",
             "When the configuration in force was applied (Unix time).",
             registry=self.registry,
-        )
-        loaded_gauge.set_function(loaded_at)
+        ).set_function(loaded_at)
         self.store_up = Gauge(
             "kbear_serve_fleet_store_up",
             "1 while the fleet's store takes writes, 0 while it is down (routes answered, not recorded).",
