@@ -20,6 +20,7 @@ its own ``async`` methods, with the docstring they have at run time.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -106,22 +107,33 @@ class Delegates(Extension):
 
 
 def _awaiting(cls: Class, attribute: Attribute) -> Function:
-    """The ``async`` method ``name = awaits(...)`` makes, ``(self, *args: Any, **kwargs: Any)
-    -> Any``, with its docstring at run time."""
-    runtime = getattr(importlib.import_module(cls.module.path), cls.name)
+    """The ``async`` method ``name = awaits(...)`` makes, with its signature and docstring
+    at run time (``(self, *args: Any, **kwargs: Any) -> Any``, or the blocking method's
+    when ``awaits`` was given it)."""
+    runtime = getattr(getattr(importlib.import_module(cls.module.path), cls.name), attribute.name)
+    signature = inspect.signature(runtime)  # (follows __wrapped__)
+
+    def text(annotation: Any) -> str | None:
+        return None if annotation is inspect.Signature.empty else str(annotation)
+
+    parameters = [
+        Parameter(
+            p.name,
+            annotation=None if p.name == "self" else text(p.annotation),
+            kind=ParameterKind(p.kind.description),
+            default=None if p.default is inspect.Parameter.empty else repr(p.default),
+        )
+        for p in signature.parameters.values()
+    ]
     function = Function(
         attribute.name,
         lineno=attribute.lineno,
         endlineno=attribute.endlineno,
-        parameters=Parameters(
-            Parameter("self", kind=ParameterKind.positional_or_keyword),
-            Parameter("args", annotation="Any", kind=ParameterKind.var_positional),
-            Parameter("kwargs", annotation="Any", kind=ParameterKind.var_keyword),
-        ),
-        returns="Any",
+        parameters=Parameters(*parameters),
+        returns=text(signature.return_annotation),
     )
     function.labels.add("async")
-    function.docstring = Docstring(rst_to_markdown(getattr(runtime, attribute.name).__doc__), parent=function)
+    function.docstring = Docstring(rst_to_markdown(runtime.__doc__), parent=function)
     return function
 
 

@@ -20,8 +20,8 @@ from typing import Any
 from confluent_kafka import Message
 
 from kbear._base import NO_CONFIG
+from kbear._delegate import delegate
 from kbear._identity import Client
-from kbear._route import Route
 from kbear.aio._calls import Calls, blocking_callback, wrap_config_callbacks
 from kbear.aio._notify import AsyncRouted, awaits
 from kbear.consumer import RoutedConsumer
@@ -91,14 +91,9 @@ class RoutedAIOConsumer(AsyncRouted):
         synchronous inspection; do not call it concurrently with a pending await)."""
         return self._consumer
 
-    def routes(self) -> dict[str, Route]:
-        """Logical topic -> route in use for the current subscription (no I/O)."""
-        return self._consumer.routes()
+    routes = delegate("_consumer", RoutedConsumer.routes)
 
-    async def memberids(self) -> dict[str, str | None]:
-        """Cluster id -> group member id on that cluster (as :meth:`kbear.RoutedConsumer.memberids`)."""
-        result: dict[str, str | None] = await self._call(self._consumer.memberids)
-        return result
+    memberids = awaits(RoutedConsumer.memberids)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -157,42 +152,10 @@ class RoutedAIOConsumer(AsyncRouted):
 
     # ------------------------------------------------------------------ message-level acknowledgement
 
-    async def ack(self, message: Message) -> None:
-        """As :meth:`kbear.RoutedConsumer.ack` (``kbear.ack.mode=individual``).
-
-        Raises:
-            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
-        """
-        await self._call(self._consumer.ack, message)
-
-    async def ack_cumulative(self, message: Message) -> None:
-        """As :meth:`kbear.RoutedConsumer.ack_cumulative`.
-
-        Raises:
-            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
-        """
-        await self._call(self._consumer.ack_cumulative, message)
-
-    async def nack(self, message: Message) -> None:
-        """As :meth:`kbear.RoutedConsumer.nack`: redelivered after the backoff delay
-        (or sent to the dead-letter topic after ``kbear.max.redeliver.count``).
-
-        Raises:
-            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset``.
-        """
-        await self._call(self._consumer.nack, message)
-
-    async def reconsume_later(
-        self, message: Message, delay_s: float, properties: Mapping[str, str | bytes] | None = None
-    ) -> None:
-        """As :meth:`kbear.RoutedConsumer.reconsume_later` (``delay_s`` in seconds):
-        the message goes to its retry topic and comes back no earlier than the delay.
-
-        Raises:
-            KafkaException: ``_STATE`` when ``kbear.ack.mode`` is ``offset`` or
-                ``kbear.retry.enable`` is off; errors of the letter producer.
-        """
-        await self._call(self._consumer.reconsume_later, message, delay_s, properties)
+    ack = awaits(RoutedConsumer.ack)
+    ack_cumulative = awaits(RoutedConsumer.ack_cumulative)
+    nack = awaits(RoutedConsumer.nack)
+    reconsume_later = awaits(RoutedConsumer.reconsume_later)
 
     # ------------------------------------------------------------------ subscription
 

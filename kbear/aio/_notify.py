@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Coroutine
@@ -99,21 +100,27 @@ class AsyncRouted:
         await self.close()
 
 
-def awaits(method: str, note: str = "", *, first: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
+def awaits(
+    method: str | Callable[..., Any], note: str = "", *, first: str = ""
+) -> Callable[..., Coroutine[Any, Any, Any]]:
     """A coroutine method for an asyncio client's class body that awaits
     :meth:`AsyncRouted._call` of the blocking routed client's method of the same
     name, with the same arguments: ``seek = awaits("AIOConsumer.seek")``, documented
-    "As ``AIOConsumer.seek``." (and `` (note)`` when given). ``first``: the name of a
-    coroutine method of the asyncio client awaited (without arguments) before
+    "As ``AIOConsumer.seek``." (and `` (note)`` when given); given the blocking
+    method itself (``ack = awaits(RoutedConsumer.ack)``: a kbear method), its
+    signature and docstring (``functools.update_wrapper``). ``first``: the name of
+    a coroutine method of the asyncio client awaited (without arguments) before
     (``first="flush"``). The API pages show it as the class's own ``async`` method
     (scripts/docs_griffe.py)."""
-    name = method.rpartition(".")[2]
+    name = method.rpartition(".")[2] if isinstance(method, str) else method.__name__
 
     async def call(self: AsyncRouted, *args: Any, **kwargs: Any) -> Any:
         if first:
             await getattr(self, first)()
         return await self._call(getattr(self.routed, name), *args, **kwargs)
 
+    if not isinstance(method, str):
+        return functools.update_wrapper(call, method)
     call.__name__ = name
     call.__qualname__ = f"AsyncRouted.{name}"
     call.__doc__ = f"As ``{method}``" + (f" ({note})." if note else ".")

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbear._base import NO_CONFIG, weak_method
+from kbear._delegate import delegate
 from kbear._identity import Client
-from kbear._route import Route
 from kbear.aio._batch import Batch, MessageBuffer
 from kbear.aio._calls import Calls, keep_task, wrap_config_callbacks
 from kbear.aio._notify import AsyncRouted, awaits
@@ -109,10 +109,7 @@ class RoutedAIOProducer(AsyncRouted):
         """The blocking :class:`kbear.RoutedProducer` this producer drives."""
         return self._producer
 
-    def route(self, topic: str) -> Route:
-        """The route of ``topic`` (as :meth:`kbear.RoutedProducer.route`; no I/O
-        beyond the router's cache). Raises ``NoRouteError``."""
-        return self._producer.route(topic)
+    route = delegate("_producer", RoutedProducer.route)
 
     # ------------------------------------------------------------------ lifecycle
 
