@@ -98,8 +98,7 @@ def _produce_round(
         producer.poll(0)
 
 
-def _drain_consumers(consumers: dict[str, RoutedConsumer], tally: _Tally, budget_s: float) -> int:
-    got = 0
+def _drain_consumers(consumers: dict[str, RoutedConsumer], tally: _Tally, budget_s: float) -> None:
     end = time.monotonic() + budget_s
     for env, consumer in consumers.items():
         while time.monotonic() < end:
@@ -113,8 +112,6 @@ def _drain_consumers(consumers: dict[str, RoutedConsumer], tally: _Tally, budget
                 topic = str(msg.topic())
                 tally.consumed[(env, topic, routes[topic].cluster_id)] += 1
                 tally.seen_ids[bytes(msg.value() or b"").decode()] += 1
-                got += 1
-    return got
 
 
 def _print_table(tally: _Tally, out: TextIO) -> bool:

@@ -35,10 +35,8 @@ class Delivered:
         self._lock = threading.Lock()
 
     def add(self, messages: Any) -> None:
-        """Count the messages of ``messages`` (a list, or one message or None) that
-        carry no error (an error event is no message)."""
-        if messages is None:
-            return
+        """Count the messages of ``messages`` (a list, or one message) that carry no
+        error (an error event is no message)."""
         batch = messages if isinstance(messages, list) else [messages]
         with self._lock:
             counts = self.counts

@@ -83,10 +83,7 @@ class _Slot:
                 for pid, part in (topic.get("partitions") or {}).items():
                     for name in _COUNTERS:
                         value = _num(part.get(name))
-                        kept = counters.get((physical, pid, name))
-                        if kept is None:
-                            counters[(physical, pid, name)] = [0.0, value]
-                            continue
+                        kept = counters.setdefault((physical, pid, name), [0.0, value])
                         if value < kept[1]:  # the partition's counters restarted
                             kept[0] += kept[1]
                         kept[1] = value
