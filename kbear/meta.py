@@ -166,8 +166,8 @@ class MetaServiceSource(ConfigSource):
         # What lookups asked for, in order: producer topics and (group, topic) pairs.
         self._topics: dict[str, None] = {}
         self._groups: dict[tuple[str, str], None] = {}
-        # The last answer fetched: (digest, Answer); load() validates it.
-        self._fetched: tuple[str, protocol.Answer] | None = None
+        # The last answer fetched by digest(); load() validates it.
+        self._fetched: protocol.Answer | None = None
         # The lookups answered in each configuration built (by digest), newest last.
         self._answered: OrderedDict[str, frozenset[protocol.Interest]] = OrderedDict()
         # Since when (time.time()) the service cannot be reached, and why; None: reachable.
@@ -199,10 +199,8 @@ class MetaServiceSource(ConfigSource):
                 cannot be used (the reason is the problem's message).
         """
         with self._lock:
-            answer = self._fetch()
-            digest = documents_digest(answer.documents)
-            self._fetched = (digest, answer)
-            return digest
+            self._fetched = self._fetch()
+            return documents_digest(self._fetched.documents)
 
     def load(self) -> KBearConfig:
         """The configuration of the last answer (asking first if none is pending),
@@ -218,10 +216,7 @@ class MetaServiceSource(ConfigSource):
         """
         with self._lock:
             try:
-                if self._fetched is None:
-                    self.digest()
-                assert self._fetched is not None
-                answer = self._fetched[1]
+                answer = self._fetched or self._fetch()
                 self._fetched = None
                 config = load_documents(answer.documents, origin=self.url, environ=self._environ)
             except ConfigError as exc:
