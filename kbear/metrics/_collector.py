@@ -302,10 +302,7 @@ class KBearMetrics(Collector):
             last = applied.get(location)
             since = last[1] if last is not None and last[0] == digest else first_seen[location]
             age.add_metric([location], max(0.0, now - since))
-        yield info
-        yield draining
-        yield config
-        yield age
+        yield from (info, draining, config, age)
         yield from families(self.stats, names)
 
 
