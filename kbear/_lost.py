@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import InitVar, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +64,7 @@ def watching_stats(
     return watch
 
 
+@dataclass(eq=False)
 class LostWatch:
     """The lost-cluster policy over one client's clusters (see the module).
 
@@ -85,30 +87,22 @@ class LostWatch:
     and tick at once.
     """
 
-    def __init__(
-        self,
-        observer: str,
-        enabled: bool,
-        after_ms: int,
-        config: Callable[[], KBearConfig],
-        log: logging.Logger,
-        clock: Callable[[], float] = time.monotonic,
-        failed: set[str] | None = None,
-        wall: Callable[[], float] = time.time,
-    ) -> None:
-        self.observer = observer
-        self.enabled = enabled
-        self.failed: set[str] = set() if failed is None else failed
+    observer: str
+    enabled: bool
+    after_ms: InitVar[int]
+    config: Callable[[], KBearConfig]
+    log: logging.Logger
+    clock: Callable[[], float] = time.monotonic
+    failed: set[str] = field(default_factory=set)
+    wall: Callable[[], float] = time.time
+    #: cluster -> (its kbear.failover.decided then, the wall time) at this client's failover
+    _since: dict[str, tuple[datetime | None, datetime]] = field(default_factory=dict, init=False)
+    #: clusters observed down and not yet back (nothing to do while empty)
+    _watched: set[str] = field(default_factory=set, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self, after_ms: int) -> None:
         self._board = HealthBoard(after_ms)
-        self._config = config
-        self._log = log
-        self._clock = clock
-        self._wall = wall
-        #: cluster -> (its kbear.failover.decided then, the wall time) at this client's failover
-        self._since: dict[str, tuple[datetime | None, datetime]] = {}
-        #: clusters observed down and not yet back (nothing to do while empty)
-        self._watched: set[str] = set()
-        self._lock = threading.Lock()
 
     def observe(self, cluster_id: str, reachable: bool) -> None:
         """A client of ``cluster_id`` reported every broker down (``reachable`` False:
@@ -118,7 +112,7 @@ class LostWatch:
                 self._watched.add(cluster_id)
             elif cluster_id not in self._watched:
                 return  # up, as nothing said otherwise
-            self._board.observe(cluster_id, reachable, self._clock() * 1000)
+            self._board.observe(cluster_id, reachable, self.clock() * 1000)
 
     def lost(self) -> frozenset[str]:
         """The clusters the policy holds for lost now (declared lost, not recovered)."""
@@ -133,7 +127,7 @@ class LostWatch:
         if not self._watched:
             return False
         with self._lock:
-            now = self._clock() * 1000
+            now = self.clock() * 1000
             return any(
                 self._board.health(c, now) in (ClusterHealth.SUSPECT, ClusterHealth.RECOVERING)
                 or (c not in self._board.lost() and self._board.health(c, now) is ClusterHealth.LOST)
@@ -147,7 +141,7 @@ class LostWatch:
         if not self._watched:
             return []
         with self._lock:
-            now = self._clock() * 1000
+            now = self.clock() * 1000
             if reachable is not None:
                 for cluster_id in list(self._watched):
                     if reachable(cluster_id):
@@ -160,7 +154,7 @@ class LostWatch:
                     if standby is not None:
                         out.append((t.cluster, standby))
                 else:
-                    self._log.info(
+                    self.log.info(
                         "kbear: cluster %r is reachable again (for %.1f s); routes stay where they are",
                         t.cluster,
                         t.for_ms / 1000,
@@ -170,13 +164,13 @@ class LostWatch:
             return out
 
     def _lost(self, cluster_id: str, for_ms: float) -> str | None:
-        cluster = self._config().clusters.get(cluster_id)
+        cluster = self.config().clusters.get(cluster_id)
         standby = None if cluster is None else cluster.failover.standby
         if not self.enabled:
             how = "kbear.failover.enable is off"
         else:
             how = f"failing over to {standby!r}" if standby else "no kbear.failover.to: no standby"
-        self._log.warning(
+        self.log.warning(
             "kbear: cluster %r lost: no broker reachable for %.1f s (kbear.failover.after.ms); %s",
             cluster_id,
             for_ms / 1000,
@@ -187,7 +181,7 @@ class LostWatch:
             return None
         self.failed.add(cluster_id)
         decided = None if cluster is None else cluster.failover.decided
-        self._since[cluster_id] = (decided, datetime.fromtimestamp(self._wall(), UTC))
+        self._since[cluster_id] = (decided, datetime.fromtimestamp(self.wall(), UTC))
         _events.emit(_events.FailedOver("client", cluster_id, standby))
         return standby
 
@@ -233,7 +227,7 @@ class LostWatch:
                 out.append(cluster_id)
                 back = cluster is not None and not cluster.failover.active
                 state = "failed back" if back else "failed over"
-                self._log.warning(
+                self.log.warning(
                     "kbear: cluster %r %s by the operator at %s: this client's own failover of it ends; "
                     "its routes follow the configuration",
                     cluster_id,

@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 #: seconds between two summaries of one outage
 INTERVAL_S = 60.0
@@ -39,6 +40,7 @@ QUIET_S = 30.0
 _TICK_S = 1.0
 
 
+@dataclass(eq=False)
 class OutageLog:
     """The log records of one cluster client's outages.
 
@@ -50,29 +52,22 @@ class OutageLog:
         clock: monotonic seconds (tests give theirs).
     """
 
-    def __init__(
-        self,
-        logger: logging.Logger,
-        prefix: str,
-        *,
-        interval_s: float = INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._log = logger
-        self._prefix = prefix
-        self._interval_s = interval_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: when the open outage began (None: no outage open)
-        self._since: float | None = None
-        self._window_start = 0.0
-        self._last_at = 0.0
-        #: failures since the last record, the level and text of the last one
-        self._unlogged = 0
-        self._level = logging.ERROR
-        self._last_text = ""
-        #: every failure of the open outage
-        self._total = 0
+    logger: logging.Logger
+    prefix: str
+    _: KW_ONLY
+    interval_s: float = INTERVAL_S
+    clock: Callable[[], float] = time.monotonic
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    #: when the open outage began (None: no outage open)
+    _since: float | None = field(default=None, init=False)
+    _window_start: float = field(default=0.0, init=False)
+    _last_at: float = field(default=0.0, init=False)
+    #: failures since the last record, the level and text of the last one
+    _unlogged: int = field(default=0, init=False)
+    _level: int = field(default=logging.ERROR, init=False)
+    _last_text: str = field(default="", init=False)
+    #: every failure of the open outage
+    _total: int = field(default=0, init=False)
 
     @property
     def open(self) -> bool:
@@ -84,7 +79,7 @@ class OutageLog:
         ``level`` (the prefix followed by ``text % args``: ``text`` starts with its
         separator, ``": %s"``) when it opens an outage, else counted for the next
         summary."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             self._total += 1
             self._last_at = now
@@ -92,36 +87,36 @@ class OutageLog:
                 self._unlogged += 1
                 self._level = max(self._level, level)
                 self._last_text = (text % args if args else text).lstrip(": ")
-                if now - self._window_start >= self._interval_s:
+                if now - self._window_start >= self.interval_s:
                     self._summary(now)
                 return
             self._since = self._window_start = now
             self._unlogged = 0
             self._level = level
-        self._log.log(level, f"{self._prefix}{text}", *args, extra=extra)
+        self.logger.log(level, f"{self.prefix}{text}", *args, extra=extra)
         _watch(self)
 
     def tick(self) -> bool:
         """What the thread does every second: a summary when ``interval_s`` passed,
         the end of the outage when :data:`QUIET_S` passed without a failure. Returns
         whether the outage is still open."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             if self._since is None:
                 return False
             if now - self._last_at >= QUIET_S:
                 self._over(now)
                 return False
-            if self._unlogged and now - self._window_start >= self._interval_s:
+            if self._unlogged and now - self._window_start >= self.interval_s:
                 self._summary(now)
             return True
 
     def _summary(self, now: float) -> None:
         """One record for the failures since the last one (under the lock)."""
-        self._log.log(
+        self.logger.log(
             self._level,
             "%s: %d connection failures in the last %.0f s (last: %s)",
-            self._prefix,
+            self.prefix,
             self._unlogged,
             now - self._window_start,
             self._last_text,
@@ -134,9 +129,9 @@ class OutageLog:
     def _over(self, now: float) -> None:
         """The end of the open outage (under the lock): one record at INFO."""
         assert self._since is not None
-        self._log.info(
+        self.logger.info(
             "%s: no failure for %.0f s, outage over: %d failures in %.0f s",
-            self._prefix,
+            self.prefix,
             now - self._last_at,
             self._total,
             self._last_at - self._since,

@@ -48,7 +48,7 @@ there meanwhile).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
@@ -147,6 +147,7 @@ def same_route(a: Route | None, b: Route | None) -> bool:
     return a.cluster_id == b.cluster_id and a.topic == b.topic and dict(a.properties) == dict(b.properties)
 
 
+@dataclass(eq=False)
 class SwitchEngine:
     """The moves of one reader's topics, in either mode (see the module docstring).
 
@@ -161,39 +162,35 @@ class SwitchEngine:
         reset_to_end: the reader's ``auto.offset.reset`` starts at the end (latest).
         first_probe_s: how soon after a move the first probe may be sent (seconds;
             0 for a driver that probes synchronously, like the Spark source).
+        ends_when_dead: which drains (old, new route) a dead old cluster ends at
+            once; None: none.
+        mirror_start: which moves (old, new route) start as the old cluster's
+            mirror says (``translated``) whatever ``start`` says: a failover to a
+            mirrored standby (the consumer's); None: none.
     """
 
-    def __init__(
-        self,
-        mode: SwitchMode | str = SwitchMode.DRAIN,
-        start: SwitchStart | str = SwitchStart.COMMITTED,
-        *,
-        idle_s: float = 2.0,
-        timeout_s: float | None = 30.0,
-        timestamp_margin_ms: int = 0,
-        reset_to_end: bool = True,
-        first_probe_s: float = FIRST_PROBE_S,
-    ) -> None:
-        self.mode = SwitchMode(mode)
-        self.start = SwitchStart(start)
-        self.idle_s = idle_s
-        self.timeout_s = timeout_s
-        self.margin_ms = timestamp_margin_ms
-        self.reset_to_end = reset_to_end
-        self.first_probe_s = first_probe_s
+    mode: SwitchMode = SwitchMode.DRAIN
+    start: SwitchStart = SwitchStart.COMMITTED
+    _: KW_ONLY
+    idle_s: float = 2.0
+    timeout_s: float | None = 30.0
+    timestamp_margin_ms: int = 0
+    reset_to_end: bool = True
+    first_probe_s: float = FIRST_PROBE_S
+    ends_when_dead: Callable[[Route, Route | None], bool] | None = None
+    mirror_start: Callable[[Route, Route | None], bool] | None = None
+    _drains: dict[str, _Drain] = field(default_factory=dict, init=False)
+    #: (cluster, topic) -> partition -> the timestamp (ms) last read there
+    _timestamps: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict, init=False)
+    _seq: int = field(default=0, init=False)
+    _outcomes: list[Outcome] = field(default_factory=list, init=False)
+    _down: set[str] = field(default_factory=set, init=False)  # clusters with every broker unreachable
+
+    def __post_init__(self) -> None:
+        self.mode = SwitchMode(self.mode)  # also given as its text ("drain")
+        self.start = SwitchStart(self.start)
         #: whether :meth:`message` needs timestamps (``kbear.switch.start=timestamp``)
         self.tracks_timestamps = self.start is SwitchStart.TIMESTAMP
-        self._drains: dict[str, _Drain] = {}
-        self._timestamps: dict[tuple[str, str], dict[int, int]] = {}  # (cluster, topic) -> partition -> ms
-        self._seq = 0
-        self._outcomes: list[Outcome] = []
-        self._down: set[str] = set()  # clusters with every broker unreachable
-        #: which drains a dead old cluster ends at once (old, new route); None: none
-        self.ends_when_dead: Callable[[Route, Route | None], bool] | None = None
-        #: which moves (old, new route) start as the old cluster's mirror says
-        #: (``translated``) whatever :attr:`start` says: a failover to a mirrored
-        #: standby (the consumer's); None: none
-        self.mirror_start: Callable[[Route, Route | None], bool] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -401,6 +398,6 @@ class SwitchEngine:
         if self.start is SwitchStart.TIMESTAMP:
             seen = self._timestamps.pop((old.cluster_id, topic), {})
             if seen:
-                return StartPlan(max(0, min(seen.values()) - self.margin_ms), by_time=True)
+                return StartPlan(max(0, min(seen.values()) - self.timestamp_margin_ms), by_time=True)
             self._outcomes.append(NoTimestamps(topic, old))
         return StartPlan()
