@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from kbear.spark._source import arrow_schema, spark_schema
 
     if args.collector_on:
-        read._collector_paused = contextlib.nullcontext  # type: ignore[assignment]
+        read.collector_paused = contextlib.nullcontext  # type: ignore[attr-defined,assignment]
     schema = arrow_schema(spark_schema(include_headers=False))
     workdir = Path(tempfile.mkdtemp(prefix="kbear-bench-spark-read-"))
     cluster = KafkaCluster("bench", workdir)

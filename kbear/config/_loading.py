@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kbear import crrl
+from kbear._gcpause import collector_paused
 from kbear.config._documents import (
     CLUSTERS_FILE,
     CONSUMER_GROUPS_FILE,
@@ -36,7 +37,6 @@ from kbear.config._documents import (
 )
 from kbear.config._errors import ConfigError, ConfigProblem
 from kbear.config._failover import failover_problems
-from kbear.config._gcpause import collector_paused
 from kbear.config._librdkafka import refused_value
 from kbear.config._models import (
     ClusterConfig,

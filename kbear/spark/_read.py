@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
+from kbear._gcpause import collector_paused
 from kbear._secrets import redact
 from kbear.config import Failover, MirrorKind
 from kbear.spark._copies import copy_after, fingerprint
@@ -143,7 +142,7 @@ def read_range(part: RangePart) -> Iterator[Any]:
                 if fallback is not None:
                     break
                 progress_at = now  # not on the standby yet: ask again later
-            with _collector_paused():
+            with collector_paused():
                 got, after, rows, last = _fetch(consumer, part, min(BATCH_ROWS, end - next_offset))
             if not got:
                 # the range's tail may be gone (retention, compaction, control records)
@@ -166,25 +165,6 @@ def read_range(part: RangePart) -> Iterator[Any]:
         consumer.close()
     if fallback is not None:
         yield from fallback
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block (back on after it, if it was).
-
-    A fetch makes thousands of objects (messages, their timestamps) that live until
-    the batch is built: with the collector on, they are promoted to its older
-    generations and set off full collections of the Python worker's whole heap,
-    which doubled the CPU time of a read (``bench/spark_read.py``). They hold no
-    reference cycles: reference counts free them when the batch is built.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _fetch(consumer: Consumer, part: RangePart, most: int) -> tuple[bool, int, Any, Any]:
