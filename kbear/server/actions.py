@@ -107,7 +107,7 @@ def _asked(action: str, fields: dict[str, Any], directory: str) -> Asked:
             raise _Refused(400, "a move needs 'topic' and 'to'")
         groups = fields.get("groups", [])
         if isinstance(groups, str):
-            groups = [g.strip() for g in groups.replace(",", " ").split() if g.strip()]
+            groups = groups.replace(",", " ").split()
         if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
             raise _Refused(400, "'groups' must be a list of consumer group names")
         argv = ["move", "--config", directory, "--topic", topic, "--to", to]

@@ -59,7 +59,7 @@ from kbear.server import protocol as proto
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
 from kbear.server.actions import ACTIONS, Actions, read_body
-from kbear.server.audit import DEFAULT_PAGE, STORE_ERRORS, AuditLog, ConfigAudit
+from kbear.server.audit import DEFAULT_PAGE, MAX_PAGE, STORE_ERRORS, AuditLog, ConfigAudit
 from kbear.server.auth import BearerAuth
 from kbear.server.clusters import ClusterBoard
 from kbear.server.console import PAGE_PATHS, STATIC_PREFIX, Console
@@ -279,37 +279,31 @@ def create_app(
             return service.fail(400, proto.ErrorCode.BAD_REQUEST, "limit and before are whole numbers")
         config_audit.sync()
         entries = audit_log.page(limit, before_id)
-        more = len(entries) == max(1, min(limit, 500)) and entries[-1].id > 1
-        return JSONResponse(
-            {
-                "entries": [e.as_json() for e in entries],
-                "before": entries[-1].id if entries and more else None,
-            }
-        )
+        more = len(entries) == max(1, min(limit, MAX_PAGE)) and entries[-1].id > 1
+        older = entries[-1].id if entries and more else None
+        return JSONResponse({"entries": [e.as_json() for e in entries], "before": older})
 
     routes = [Route(p, endpoints.protocol(model, answer), methods=["POST"]) for p, model, answer in protocol]
-    routes += [
-        Route(f"{p}/all", endpoints.protocol(model, answer), methods=["GET"]) for p, model, answer in with_all
-    ]
-    routes += [
-        Route("/healthz", endpoints.healthz, methods=["GET"]),
-        Route("/readyz", endpoints.readyz, methods=["GET"]),
-        Route("/health", endpoints.health, methods=["GET"]),
-        Route("/metrics", endpoints.metrics_text, methods=["GET"]),
-        Route("/fleet", fleet_endpoints.fleet, methods=["GET"]),
-        Route("/fleet/moves", fleet_endpoints.moves, methods=["GET"]),
-        Route("/clusters", clusters_answer, methods=["GET"]),
-        Route("/audit", audit_answer, methods=["GET"]),
-        Route("/history", console.history, methods=["GET"]),
+    routes += [Route(f"{p}/all", endpoints.protocol(model, answer)) for p, model, answer in with_all]
+    routes += [  # GET unless said (Starlette's default for a function)
+        Route("/healthz", endpoints.healthz),
+        Route("/readyz", endpoints.readyz),
+        Route("/health", endpoints.health),
+        Route("/metrics", endpoints.metrics_text),
+        Route("/fleet", fleet_endpoints.fleet),
+        Route("/fleet/moves", fleet_endpoints.moves),
+        Route("/clusters", clusters_answer),
+        Route("/audit", audit_answer),
+        Route("/history", console.history),
         *(
             Route(f"/actions/{a}", actions.endpoint(a, console.action_page), methods=["POST"])
             for a in ACTIONS
         ),
-        Route("/", console.page, methods=["GET"]),
-        Route("/login", console.login_form, methods=["GET"]),
+        Route("/", console.page),
+        Route("/login", console.login_form),
         Route("/login", console.login, methods=["POST"]),
         Route("/logout", console.logout, methods=["POST"]),
-        Route(STATIC_PREFIX + "{name}", console.static, methods=["GET"]),
+        Route(STATIC_PREFIX + "{name}", console.static),
     ]
 
     metrics.paths = frozenset(route.path for route in routes)  # the label of a path served (static: other)

@@ -28,6 +28,7 @@ from the server's environment, and shown with the time it was read.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import re
@@ -216,13 +217,9 @@ class ClusterBoard(Rounds):
         for key, value in cluster.meta.items():
             if key == "bootstrap.servers" or key.startswith("kbear."):
                 continue
-            if is_secret(key):
-                properties[key] = REDACTED
-                continue
-            try:
-                properties[key] = resolve_placeholders(value, self._environ)
-            except UnsetVariableError:
-                properties[key] = value
+            properties[key] = REDACTED if is_secret(key) else value
+            with contextlib.suppress(UnsetVariableError):  # an unset variable: shown as written
+                properties[key] = resolve_placeholders(properties[key], self._environ)
         try:
             servers = mask_address(resolve_placeholders(cluster.bootstrap_servers, self._environ))
         except UnsetVariableError as exc:

@@ -258,12 +258,10 @@ class Console:
             except ValueError as exc:
                 context["explain_error"] = str(exc)
                 return context
-            router = served.router
-            explanation = (
-                router.explain_producer(topic, client)
-                if group is None
-                else router.explain_consumer(topic, group, client)
-            )
+            if group is None:
+                explanation = served.router.explain_producer(topic, client)
+            else:
+                explanation = served.router.explain_consumer(topic, group, client)
             context["explanation"] = explanation_view(explanation, topic, group)
         return context
 
