@@ -65,16 +65,18 @@ def mirror_to_west(
             mm2.close()
 
 
-def declare_failover(it: Harness, east: Cluster) -> ConfigDir:
+def declare_failover(it: Harness, east: Cluster, mirror: str = "mm2") -> ConfigDir:
     """A configuration routing every topic to east, east failing over to west (the
-    session's ``B``) through MirrorMaker 2 under the identity policy."""
+    session's ``B``) through MirrorMaker 2 under the identity policy (``mirror``:
+    ``kbear.mirror``, ``identical`` for a standby declared a copy offset for offset)."""
     config = it.config([global_rule("east")], {"east": east.bootstrap_servers})
     east_meta = {
         "bootstrap.servers": east.bootstrap_servers,
         "kbear.failover.to": "west",
-        "kbear.mirror": "mm2",
-        "kbear.mirror.replication.policy": "identity",
+        "kbear.mirror": mirror,
     }
+    if mirror == "mm2":
+        east_meta["kbear.mirror.replication.policy"] = "identity"
     clusters = [
         {"id": "east", "meta": east_meta},
         {"id": "west", "meta": {"bootstrap.servers": it.bootstrap("B")}},

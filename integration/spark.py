@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,24 @@ def connector_jars() -> list[Path]:
     jars = classpath("spark-kafka", {"spark.version": pyspark.__version__})
     shipped = {p.name for p in pyspark_jars_dir().glob("*.jar")}
     return [j for j in jars if not _shipped(j, shipped)]
+
+
+def stop_queries(spark: SparkSession, wait_s: float = 180.0) -> None:
+    """Stop every query still running in ``spark`` (a test's end). A query whose stop
+    outlasts ``spark.sql.streaming.stopTimeout`` because it is still ending (Spark's Kafka
+    connector waits for its admin client's calls to a cluster killed by the test) is
+    waited for up to ``wait_s``; the stop's error is raised when it runs on after that
+    or ends with an exception of its own."""
+    for query in spark.streams.active:
+        try:
+            query.stop()
+        except Exception:
+            deadline = time.monotonic() + wait_s
+            # stopped (isActive is False at once), it is active until its thread ends
+            while spark.streams.get(query.id) is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if spark.streams.get(query.id) is not None or query.exception() is not None:
+                raise
 
 
 def java_version() -> str | None:

@@ -28,6 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from integration.backends import Started
 from integration.conftest import Harness
 from integration.helpers import read_topic, topic_rule
+from integration.spark import stop_queries
 
 #: Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
 WAIT_S = 180.0
@@ -41,8 +42,7 @@ def spark(spark_session: tuple[SparkSession, str | None], started: Started) -> I
     if started.backend.name == "mock":
         pytest.skip("librdkafka's mock clusters do not talk to Java clients (integration/BACKENDS.md)")
     yield session
-    for query in session.streams.active:
-        query.stop()
+    stop_queries(session)
 
 
 def produce(producer: Any, topic: str, label: str, n: int) -> list[bytes]:

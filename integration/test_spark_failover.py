@@ -17,7 +17,9 @@ about every 100-150 records). Then east comes back and the operator fails back: 
 queries read east's new messages and at most 100 again (each starts on east after
 the last record whose copy it read on west). The ``kafka``
 backend only (MirrorMaker 2, a broker process to kill). East is this test's own
-cluster (``C``); west is ``B``.
+cluster (``C``); west is ``B``. A second test stops ``run_query``'s supervisor right
+after its failover: when ``stop()`` returns, no query it started runs any more (or
+``stop()`` names the one still ending, which ends once east is back).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from integration.conftest import Harness
 from integration.helpers import read_topic
 from integration.lost_east import declare_failover, mirror_to_west, spare_east
 from integration.mirror import MirrorMaker2, OffsetSync, decode_offset_sync
+from integration.spark import stop_queries
 from integration.test_mirror import records, wait_until
 from integration.test_spark_connector import WAIT_S, wait_for
 from kbear.cli import main as kbear_cli
@@ -57,8 +60,7 @@ BEFORE, AFTER, BACK = 300, 100, 50
 def spark(spark_session: tuple[SparkSession, str | None], started: Started) -> Iterator[SparkSession]:
     session, _missing = spark_session  # the connector's query is left out without its jars
     yield session
-    for query in session.streams.active:
-        query.stop()
+    stop_queries(session)
 
 
 @pytest.fixture
@@ -344,3 +346,72 @@ def _scenario(
         assert q.exception() is None and q.isActive
         q.stop()
     it.note(f"Spark through east killed (kbear.failover.after.ms 3000), then failed back: {'; '.join(notes)}")
+
+
+@pytest.mark.timeout(600)
+def test_a_supervised_query_stopped_right_after_its_failover_has_ended_when_stop_returns(
+    it: Harness,
+    east: Cluster,
+    spark: SparkSession,
+    spark_session: tuple[SparkSession, str | None],
+    tmp_path: Path,
+) -> None:
+    # the generation reading east when it died is stopped at the failover: Spark's
+    # connector closes its admin client, which waits for its calls to east
+    # (default.api.timeout.ms), longer than spark.sql.streaming.stopTimeout (30 s here);
+    # the application stops the supervisor right after the failover
+    if spark_session[1] is not None:
+        pytest.skip(spark_session[1])
+    topic = it.name("spark-stop")
+    east.create_topic(topic, PARTITIONS)
+    it.create_topic(topic, PARTITIONS, "B")
+    config = declare_failover(it, east, "identical")  # no mirror to wait for: the stop is the point
+    produce(east.bootstrap_servers, topic, "east", 200)
+
+    def build(df: DataFrame, checkpoint: str) -> StreamingQuery:
+        return (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="1 second")
+            .start()
+        )
+
+    supervisor = run_query(
+        spark,
+        [topic],
+        build,
+        checkpoint_root=str(tmp_path / "supervised"),
+        config=str(config.path),
+        options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "20"},
+        failover_enable=True,
+        failover_after_ms=2000,
+        poll_s=0.5,
+    )
+    started = [supervisor.query.id]
+    wait_supervised(
+        supervisor, lambda: any(p["numInputRows"] for p in supervisor.query.recentProgress), " on east"
+    )
+    east.kill()
+    wait_supervised(supervisor, lambda: bool(supervisor.restarts), "'s failover")
+    started.append(supervisor.query.id)
+    assert supervisor.restarts[0]["reason"].startswith("failover"), supervisor.restarts
+    began = time.monotonic()
+    try:
+        supervisor.stop()
+        ending = []
+    except TimeoutError as exc:  # still ending: named, with its cluster
+        assert f"generation 0 (query {started[0]}, clusters ['east'])" in str(exc), exc
+        ending = [started[0]]
+    took = time.monotonic() - began
+    running = [q.id for q in spark.streams.active if q.id in started]
+    assert running == ending, f"after stop() ({took:.1f} s): {running} of {started} still running"
+    east.start()  # east answers again: a generation still ending ends
+    deadline = time.monotonic() + WAIT_S
+    while spark.streams.get(started[0]) is not None:
+        assert time.monotonic() < deadline, f"generation 0 still running {WAIT_S} s after east came back"
+        time.sleep(0.5)
+    ended = time.monotonic() - began
+    it.note(
+        f"a supervised query stopped right after its failover: stop() {'raised' if ending else 'returned'} "
+        f"after {took:.1f} s, generation 0 ended after {ended:.1f} s"
+    )

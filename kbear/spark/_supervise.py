@@ -134,6 +134,10 @@ class QuerySupervisor:
         #: MirrorMaker 2 (kbear.spark._copies.remember): a failover starts after its copy
         self._last: dict[str, Any] = {}
         self.restarts: list[dict[str, Any]] = []
+        #: generations whose stop outlasted spark.sql.streaming.stopTimeout (not active
+        #: any more, yet in spark.streams.active until their thread ends):
+        #: (generation, query id, its clusters, time.monotonic() of the stop)
+        self._ending: list[tuple[int, str, list[str], float]] = []
         self.exception: BaseException | None = None
         self._root.mkdir(parents=True, exist_ok=True)
         done = sorted(int(p.name) for p in self._root.iterdir() if p.is_dir() and p.name.isdigit())
@@ -282,14 +286,26 @@ class QuerySupervisor:
         return True
 
     def _stop_query(self) -> None:
-        """Stop the current generation; a query stuck on a cluster that does not answer
-        may outlast ``spark.sql.streaming.stopTimeout``: it is left to end then."""
+        """Stop the current generation. One reading a cluster that does not answer may
+        outlast ``spark.sql.streaming.stopTimeout``: Spark's connector closes its admin
+        client, which waits for its calls to that cluster (up to the
+        ``default.api.timeout.ms`` of the admin client). It is left to end and
+        :meth:`stop` waits for it."""
         if not self.query.isActive:
             return
         try:
             self.query.stop()
         except Exception as exc:
-            log.warning("kbear supervisor: the query did not stop cleanly: %s", exc)
+            clusters = sorted({r.cluster_id for r in self._routes.values()})
+            self._ending.append((self.generation, self.query.id, clusters, time.monotonic()))
+            log.warning(
+                "kbear supervisor: generation %d (clusters %s; not answering: %s) did not stop within "
+                "spark.sql.streaming.stopTimeout, it is left to end: %s",
+                self.generation,
+                clusters,
+                sorted(self._fo.down & set(clusters)),
+                exc,
+            )
 
     def _drain(self, moved: Iterable[str]) -> None:
         """Let the current generation read the old routes of ``moved`` up to their end
@@ -376,11 +392,36 @@ class QuerySupervisor:
     # ------------------------------------------------------------------ API
 
     def stop(self) -> None:
-        """Stop supervising and stop the current query."""
+        """Stop supervising and stop the current query; return once no query the
+        supervisor started runs any more.
+
+        A generation whose stop outlasted ``spark.sql.streaming.stopTimeout`` (one
+        reading a cluster that does not answer, stopped at a failover: its connector
+        closes its admin client, which waits for its calls there) is waited for, up
+        to the admin client's ``default.api.timeout.ms`` (the
+        ``kafka.default.api.timeout.ms`` option, 60 s by default) after that timeout.
+        Kafka's admin client may wait longer, until the cluster answers again.
+
+        Raises:
+            TimeoutError: a generation was still running then (its number, query id
+                and clusters in the message); it ends once its clusters answer.
+        """
         self._stop.set()
         self._thread.join(timeout=60)
         self._stop_query()
         self._q.close()
+        api_timeout_s = int(self._options.get("kafka.default.api.timeout.ms", 60_000)) / 1000
+        deadline = max((since for *_, since in self._ending), default=0.0) + api_timeout_s
+        while (
+            running := [e for e in self._ending if self._spark.streams.get(e[1]) is not None]
+        ) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if running:
+            raise TimeoutError(
+                "kbear supervisor: still running after their stop: "
+                + "; ".join(f"generation {n} (query {q}, clusters {c})" for n, q, c, _ in running)
+                + " (Spark's Kafka connector waits for its admin client's calls to a cluster not answering)"
+            )
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the supervision ends (:meth:`stop`, the query's end, or
@@ -430,7 +471,10 @@ def run_query(
 
     Returns:
         The running :class:`QuerySupervisor` (``query``, ``restarts``, ``stop()``,
-        ``await_termination()``).
+        ``await_termination()``). A generation stopped at a failover may run on past
+        ``spark.sql.streaming.stopTimeout`` while its connector waits for the lost
+        cluster: the next one starts at once, and :meth:`QuerySupervisor.stop`
+        waits for it (or raises ``TimeoutError`` naming it).
 
     Raises:
         SparkOptionsError: forbidden options, an untranslatable cluster property.
