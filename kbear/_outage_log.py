@@ -18,8 +18,10 @@ One :class:`OutageLog` per cluster client turns that into:
 
 Every failure is counted exactly for kbear's metrics all the same
 (:class:`kbear._events.ClusterErrors`, ``kbear_cluster_errors_total``). The
-summaries and the end of an outage are written by one daemon thread
-(``kbear-outage-log``), running only while some outage is open.
+summaries and the end of an outage are written by a daemon timer thread
+(``kbear-outage-log``, :class:`threading.Timer`) set again every second while the
+outage is open, and no more once the application's main thread has ended
+(nothing is written after the application's own last words).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
@@ -36,7 +37,7 @@ INTERVAL_S = 60.0
 #: seconds without a failure after which an outage is over (librdkafka retries a
 #: connection at least every ``reconnect.backoff.max.ms``, 10 s by default)
 QUIET_S = 30.0
-#: how often the thread looks at the open outages (seconds)
+#: how often the timer looks at an open outage (seconds)
 _TICK_S = 1.0
 
 
@@ -94,10 +95,19 @@ class OutageLog:
             self._unlogged = 0
             self._level = level
         self.logger.log(level, f"{self.prefix}{text}", *args, extra=extra)
-        _watch(self)
+        self._set_timer()
+
+    def _set_timer(self) -> None:
+        timer = threading.Timer(_TICK_S, self._timer_ended)
+        timer.name, timer.daemon = "kbear-outage-log", True
+        timer.start()
+
+    def _timer_ended(self) -> None:
+        if threading.main_thread().is_alive() and self.tick():
+            self._set_timer()
 
     def tick(self) -> bool:
-        """What the thread does every second: a summary when ``interval_s`` passed,
+        """What the timer does every second: a summary when ``interval_s`` passed,
         the end of the outage when :data:`QUIET_S` passed without a failure. Returns
         whether the outage is still open."""
         now = self.clock()
@@ -140,44 +150,3 @@ class OutageLog:
         self._since = None
         self._unlogged = 0
         self._total = 0
-
-
-# ---------------------------------------------------------------------- the thread
-
-_open: weakref.WeakSet[OutageLog] = weakref.WeakSet()
-_thread: threading.Thread | None = None
-_thread_lock = threading.Lock()
-
-
-def _watch(outage: OutageLog) -> None:
-    """Have the thread look after ``outage`` (started if not running)."""
-    global _thread
-    with _thread_lock:
-        _open.add(outage)
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_run, name="kbear-outage-log", daemon=True)
-            _thread.start()
-
-
-def _run() -> None:
-    """Tick every open outage each second; end when none is open, or once the
-    interpreter is shutting down (the main thread has ended: nothing is written
-    after the application's own last words)."""
-    global _thread
-    main = threading.main_thread()
-    while True:
-        time.sleep(_TICK_S)
-        with _thread_lock:
-            if not main.is_alive():
-                _open.clear()
-                _thread = None
-                return
-            outages = list(_open)
-        for outage in outages:
-            if not outage.tick():
-                with _thread_lock:
-                    _open.discard(outage)
-        with _thread_lock:
-            if not _open:
-                _thread = None
-                return
