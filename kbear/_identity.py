@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 #: meta key -> environment variables read for it, first set wins.
@@ -73,6 +74,7 @@ def host_ip() -> str | None:
         return None
 
 
+@dataclass(frozen=True, slots=True, repr=False)
 class Client:
     """The application asking for a route.
 
@@ -86,25 +88,16 @@ class Client:
     Clients are immutable and hashable: equal id and meta are the same client.
     """
 
-    __slots__ = ("_hash", "id", "meta")
+    id: str | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    _hash: int = field(init=False, compare=False)
 
-    id: str | None
-    meta: Mapping[str, str]
-    _hash: int
-
-    def __init__(self, id: str | None = None, meta: Mapping[str, str] | None = None) -> None:
-        object.__setattr__(self, "id", id)
-        object.__setattr__(self, "meta", MappingProxyType(dict(meta or {})))
-        object.__setattr__(self, "_hash", hash((id, frozenset(self.meta.items()))))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Client is immutable")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "meta", MappingProxyType(dict(self.meta or {})))
+        object.__setattr__(self, "_hash", hash((self.id, frozenset(self.meta.items()))))
 
     def __hash__(self) -> int:
         return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Client) and self.id == other.id and dict(self.meta) == dict(other.meta)
 
     def __repr__(self) -> str:
         return f"Client(id={self.id!r}, meta={dict(self.meta)!r})"

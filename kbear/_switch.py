@@ -374,10 +374,8 @@ class SwitchEngine:
                     self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
                     self.resume(topic, drain.new, drain.then, now, now)
                 continue
-            if drain.probe_seq is not None or now < drain.next_probe:
-                continue
-            if now - drain.last_activity < self.idle_s:
-                continue
+            if drain.probe_seq is not None or now < max(drain.next_probe, drain.last_activity + self.idle_s):
+                continue  # a probe awaits its answer, or the next one is not due
             self._seq += 1
             drain.probe_seq = self._seq
             drain.probe_sent = now
