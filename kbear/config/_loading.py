@@ -240,8 +240,8 @@ class _Loader:
 
     def consumer_groups(self) -> dict[tuple[str, str], ConsumerGroupConfig]:
         out: dict[tuple[str, str], ConsumerGroupConfig] = {}
-        for index, (_, item) in enumerate(self.read_entries(CONSUMER_GROUPS_FILE)):
-            group, _ = self.validate(CONSUMER_GROUPS_FILE, f"entry {index + 1}", ConsumerGroupConfig, item)
+        for label, item in self.read_entries(CONSUMER_GROUPS_FILE):
+            group, _ = self.validate(CONSUMER_GROUPS_FILE, label, ConsumerGroupConfig, item)
             if group is None:
                 continue
             key = (group.group_name, group.topic_id)

@@ -498,6 +498,17 @@ def test_same_group_on_two_topics_is_not_a_duplicate(tmp_path: Path) -> None:
     assert len(load_config(tmp_path).consumer_groups) == 2
 
 
+def test_a_consumer_group_entry_is_named_by_its_place_in_the_file(tmp_path: Path) -> None:
+    # An entry that is no mapping still counts: the bad group after it is entry 2.
+    full(tmp_path, groups="consumer-groups:\n  - not a mapping\n  - id: {groupName: g}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    assert [(p.file, p.entry) for p in info.value.problems] == [
+        ("consumer-groups.yaml", "entry 1"),
+        ("consumer-groups.yaml", "entry 2"),
+    ]
+
+
 def test_rule_naming_an_unknown_cluster(tmp_path: Path) -> None:
     full(tmp_path, rules=RULES.replace("use cluster fws", "use cluster prod"))
     problem, text = only_problem(tmp_path)
