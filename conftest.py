@@ -55,7 +55,7 @@ def spark_session() -> Iterator[tuple[SparkSession, str | None]]:
     whose classpath the first session fixes (``integration/spark.py``); start-up ~10-15 s."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from integration.spark import JvmUnavailable, connector_jars, java_version, session
+    from integration.spark import JvmUnavailable, connector_jars, java_version, session, stop_queries
 
     if java_version() is None:
         pytest.skip("no Java runtime (java not on PATH nor in JAVA_HOME): Spark needs Java 17+")
@@ -69,6 +69,7 @@ def spark_session() -> Iterator[tuple[SparkSession, str | None]]:
     try:
         yield spark, missing
     finally:
-        for query in spark.streams.active:
-            query.stop()
-        spark.stop()
+        try:
+            stop_queries(spark)
+        finally:
+            spark.stop()

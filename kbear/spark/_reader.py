@@ -236,10 +236,13 @@ class KBearStreamReader(DataSourceStreamReader):
                 "since": engine.drain_started(logical),
             }
         wanted: dict[tuple[str, str, str], int] = {}
+        # a start translated in this batch (a failover to the standby, a fail-back once the
+        # standby is drained: "translated" changed) is read from the next batch on, as
+        # partitions() reads from the positions this batch started with
         fresh = {t for t, record in new["translated"].items() if record != start.get("translated", {}).get(t)}
         for logical in routes:
             if logical in fresh:
-                continue  # started on the standby in this batch: read from the next one
+                continue
             drain = new["draining"].get(logical)
             if drain is not None:
                 for p, (_low, high) in marks.get(logical, {}).items():

@@ -51,11 +51,6 @@ def spark_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-def source_schema(include_headers: bool) -> str:
-    """:func:`spark_schema` as DDL."""
-    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark_schema(include_headers).fields)
-
-
 class KBearDataSource(DataSource):
     """Spark Python data source ``kbear``: Kafka through confluent-kafka, optionally routed.
 
@@ -123,7 +118,8 @@ class KBearDataSource(DataSource):
     def schema(self) -> str:
         """The schema as DDL (see the class docstring)."""
         lowered = {str(k).lower(): str(v) for k, v in self.options.items()}
-        return source_schema(option_bool(lowered.get("includeheaders"), False))
+        fields = spark_schema(option_bool(lowered.get("includeheaders"), False)).fields
+        return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in fields)
 
     def streamReader(self, schema: StructType) -> KBearStreamReader:
         """A :class:`KBearStreamReader` for the options; its tasks hand Spark Arrow

@@ -70,15 +70,6 @@ def jvm_kafka_available(spark: SparkSession) -> bool:
     return True
 
 
-def _client_options(client: Client | None) -> dict[str, str]:
-    if client is None:
-        return {}
-    out = {f"kbear.client.meta.{k}": v for k, v in client.meta.items()}
-    if client.id is not None:
-        out["kbear.client.id"] = client.id
-    return out
-
-
 def _config_dir(router: Router | None, config: str | None) -> str:
     directory = config if config is not None else (router.config.directory if router is not None else None)
     if directory is None:
@@ -146,21 +137,13 @@ def read_stream(
         kbear = {"kbear.config": _config_dir(router, config), "subscribe": ",".join(topic_names(topics))}
         if group is not None:
             kbear["kbear.group"] = group
-        return spark.readStream.format("kbear").options(**kbear, **_client_options(client), **opts).load()
+        if client is not None:
+            kbear.update({f"kbear.client.meta.{k}": v for k, v in client.meta.items()})
+            if client.id is not None:
+                kbear["kbear.client.id"] = client.id
+        return spark.readStream.format("kbear").options(**kbear, **opts).load()
     routes = route_topics(topics, group=group, client=client, router=_router(router, config, client))
     return jvm_frames(spark, routes, group, opts)
-
-
-def _source_names_enabled(spark: SparkSession) -> bool:
-    """Whether this session names streaming sources: Spark >= 4.2 with
-    ``spark.sql.streaming.queryEvolution.enableSourceEvolution=true`` (off by default;
-    a named source then fails when the query is analysed, not when named)."""
-    from pyspark.sql.streaming.readwriter import DataStreamReader
-
-    if not hasattr(DataStreamReader, "name"):
-        return False
-    value = spark.conf.get("spark.sql.streaming.queryEvolution.enableSourceEvolution", "false")
-    return str(value).strip().lower() == "true"
 
 
 def jvm_frames(
@@ -191,7 +174,13 @@ def jvm_frames(
                 "(each cluster's source gets its own groupIdPrefix)"
             ]
         )
-    named = _source_names_enabled(spark)
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    # sources are named where the session names them: Spark >= 4.2 with
+    # spark.sql.streaming.queryEvolution.enableSourceEvolution=true (off by default; a
+    # named source then fails when the query is analysed, not when named)
+    evolution = spark.conf.get("spark.sql.streaming.queryEvolution.enableSourceEvolution", "false")
+    named = hasattr(DataStreamReader, "name") and str(evolution).strip().lower() == "true"
     frames = []
     for cluster, logicals in sorted(by_cluster.items()):
         options = source_options([routes[t] for t in logicals], group, opts)
@@ -242,16 +231,6 @@ def _produce_partition(
         raise RuntimeError(f"kbear sink: {remaining} message(s) undelivered, errors: {errors[:5]}")
 
 
-def _as_bytes_columns(df: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    out = df
-    for name in ("key", "value"):
-        if name in df.columns:
-            out = out.withColumn(name, F.col(name).cast("binary"))
-    return out
-
-
 def write_stream(
     df: DataFrame,
     topic: str | None = None,
@@ -296,9 +275,14 @@ def write_stream(
     :func:`guard`. With a ``topic`` column (JVM) each micro-batch is split by
     cluster, routed when the batch runs. The kbear sink routes every batch.
     """
+    from pyspark.sql import functions as F
+
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     chosen = _choose(df.sparkSession, sink)
-    data = _as_bytes_columns(df)
+    data = df
+    for name in ("key", "value"):
+        if name in df.columns:
+            data = data.withColumn(name, F.col(name).cast("binary"))
     if chosen == "kafka" and topic is not None and "topic" in data.columns:
         data = data.drop("topic")
     writer = data.writeStream.option("checkpointLocation", checkpoint).outputMode(output_mode)
