@@ -279,20 +279,28 @@ class RoutedProducer(RoutedClient):
             ValueError: both ``deliver_after`` and ``deliver_at``, or a negative ``deliver_after``.
         """
         if not self._state.features:
-            self._sender(topic)(*args, **kwargs)
+            self._sender(topic)[1](*args, **kwargs)
             return
         for call in self._prepare(args, kwargs):  # kbear.delay.enable / kbear.chunking.enable
-            self._sender(topic)(**call)
+            self._sender(topic)[1](**call)
 
-    def _sender(self, topic: str) -> Send:
-        """The send function of ``topic``, after any pending reload or transaction step."""
+    def _sender(self, topic: str) -> tuple[str, Send]:
+        """(cluster id, send function) of ``topic`` read together (one read of the route
+        table's ``bound``: a message prepared for that cluster, e.g. serialized with its
+        Schema Registry, goes there), after any pending reload or transaction step.
+
+        Raises:
+            RuntimeError: the producer is closed.
+            NoRouteError: the topic has no route.
+        """
         state = self._state
         if state.pending or state.txn_open:
             self._before_produce(topic)
-        try:
-            return self._table.send[topic]
-        except KeyError:
-            return self._routing.add_route(topic)
+        pair = self._table.bound.get(topic)
+        while pair is None:  # first use, or unbound by a move another thread applies
+            self._routing.add_route(topic)
+            pair = self._table.bound.get(topic)
+        return pair
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """The keyword arguments of each send of one produce() call (its arguments

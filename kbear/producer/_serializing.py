@@ -18,7 +18,6 @@ from kbear._identity import Client
 from kbear._serdes import open_serdes
 from kbear.config import KBearConfig
 from kbear.producer._facade import RoutedProducer
-from kbear.producer._routes import Send
 from kbear.router import Router
 
 __all__ = ["RoutedSerializingProducer"]
@@ -68,23 +67,6 @@ class RoutedSerializingProducer(RoutedProducer):
             self._serdes.close()
             raise
 
-    def _cluster_sender(self, topic: str) -> tuple[str, Send]:
-        """(cluster id, send function) of ``topic`` read together (one read of the route
-        table's ``bound``), after any pending reload or transaction step, as
-        ``RoutedProducer._sender``: a message serialized for that cluster goes there.
-
-        Raises:
-            RuntimeError: the producer is closed.
-            NoRouteError: the topic has no route.
-        """
-        if self._state.pending or self._state.txn_open:
-            self._before_produce(topic)
-        pair = self._table.bound.get(topic)
-        while pair is None:  # first use, or unbound by a move another thread applies
-            self._routing.add_route(topic)
-            pair = self._table.bound.get(topic)
-        return pair
-
     def _on_config_change(self, old: KBearConfig, new: KBearConfig) -> None:
         super()._on_config_change(old, new)
         self._serdes.refresh()
@@ -122,7 +104,7 @@ class RoutedSerializingProducer(RoutedProducer):
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         pair = None if state.pending or state.txn_open else self._table.bound.get(topic)
-        cluster_id, send = pair if pair is not None else self._cluster_sender(topic)
+        cluster_id, send = pair if pair is not None else self._sender(topic)
         key, value = self._serdes.apply(cluster_id, topic, headers, key, value)
         if kwargs or state.features:  # kbear.delay.enable / kbear.chunking.enable
             call = dict(partition=partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers)
