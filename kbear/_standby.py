@@ -25,7 +25,7 @@ from types import MappingProxyType
 from kbear._route import Route
 from kbear.config import ClusterConfig, KBearConfig, MirrorKind
 
-__all__ = ["standby_cluster", "standby_route", "standby_topic", "topics_note"]
+__all__ = ["standby_cluster", "standby_route", "topics_note"]
 
 
 def _walk(config: KBearConfig, cluster_id: str, topic: str, failed: Set[str]) -> tuple[str, str]:
@@ -50,17 +50,10 @@ def standby_cluster(config: KBearConfig, cluster_id: str, failed: Set[str]) -> s
     return None if current == cluster_id else current
 
 
-def standby_topic(config: KBearConfig, cluster_id: str, topic: str, failed: Set[str]) -> str:
-    """The name under which ``topic`` of ``cluster_id`` is read and written on the
-    cluster that takes its routes (:func:`standby_cluster`): each hop's mirror copy
-    (``kbear.mirror.replication.policy``); ``topic`` when not failed over."""
-    return _walk(config, cluster_id, topic, failed)[1]
-
-
 def standby_route(route: Route, config: KBearConfig, failed: Set[str]) -> Route:
     """``route``, or the same route to its cluster's standby when that cluster is in
-    ``failed`` (see :func:`standby_cluster`), its topic the mirror's copy there
-    (:func:`standby_topic`)."""
+    ``failed`` (see :func:`standby_cluster`), its topic the name under which it is read
+    and written there: each hop's mirror copy (``kbear.mirror.replication.policy``)."""
     if not failed or route.cluster_id not in failed:
         return route
     target, topic = _walk(config, route.cluster_id, route.topic, failed)
