@@ -95,15 +95,13 @@ def request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: fl
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_body:
                 raise protocol.AnswerRefused(f"{path}: body of {declared} bytes, more than {max_body}")
-            chunks: list[bytes] = []
-            size = 0
+            answer = bytearray()
             for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > max_body:
+                answer += chunk
+                if len(answer) > max_body:
                     raise protocol.AnswerRefused(f"{path}: body larger than {max_body} bytes")
                 if time.monotonic() > deadline:
                     raise Unavailable(f"{path}: answer not complete within {timeout_s} s")
-                chunks.append(chunk)
     except httpx.TimeoutException as exc:
         raise Unavailable(f"{path}: timed out ({type(exc).__name__})") from None
     except httpx.DecodingError as exc:  # a body its Content-Encoding cannot decode
@@ -111,7 +109,7 @@ def request(http: httpx.Client, method: str, path: str, body: Any, timeout_s: fl
     except httpx.HTTPError as exc:
         raise Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
     try:
-        return json.loads(b"".join(chunks))
+        return json.loads(answer)
     except (ValueError, RecursionError) as exc:
         raise protocol.AnswerRefused(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
 
