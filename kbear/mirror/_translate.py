@@ -188,26 +188,19 @@ def _one(
     syncs: OffsetSyncIndex,
     source_topic: str,
 ) -> TranslatedStart:
+    # the group's offset when known (a later sync than any at or before the
+    # checkpoint's), else the checkpoint's own: translated through the newest sync read
+    through = checkpoint.upstream_offset if upstream is None and checkpoint is not None else upstream
     candidates: list[TranslatedStart] = []
     if checkpoint is not None and (upstream is None or checkpoint.upstream_offset <= upstream):
         # the sync MirrorMaker 2 translated the checkpoint through, when still known
         anchor = syncs.anchor_of(
             source_topic, partition, checkpoint.upstream_offset, checkpoint.downstream_offset
         )
-        candidates.append(
-            TranslatedStart(
-                partition,
-                checkpoint.downstream_offset,
-                StartSource.CHECKPOINT,
-                checkpoint.upstream_offset if upstream is None else upstream,
-                anchor,
-            )
+        start = TranslatedStart(
+            partition, checkpoint.downstream_offset, StartSource.CHECKPOINT, through, anchor
         )
-    # the group's offset when known (a later sync than any at or before the
-    # checkpoint's), else the checkpoint's own, through the newest sync read
-    through = upstream
-    if through is None and checkpoint is not None:
-        through = checkpoint.upstream_offset
+        candidates.append(start)
     if through is not None and (by_sync := syncs.translate(source_topic, partition, through)) is not None:
         down, anchor = by_sync
         candidates.append(TranslatedStart(partition, down, StartSource.OFFSET_SYNC, through, anchor))
