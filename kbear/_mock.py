@@ -63,7 +63,6 @@ _REQUIRED: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_broker_set_down": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_up": (_I, [_P, _I32]),
     "rd_kafka_mock_broker_set_rtt": (_I, [_P, _I32, _I]),
-    "rd_kafka_conf_properties_show": (None, [_P]),  # takes a FILE *
 }
 #: the share-group settings of the mock cluster (EmbeddedCluster.set_share_group):
 #: keyword -> the setter's name suffix (``rd_kafka_mock_sharegroup_set_<suffix>``)
@@ -80,6 +79,7 @@ SHARE_GROUP_SETTERS: Final = {
 # there is no "rd_kafka_mock_set_group_initial_rebalance_delay_ms".
 _OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
     "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [_P, _I32]),
+    "rd_kafka_conf_properties_show": (None, [_P]),  # takes a FILE * (kbear lint's suggestions)
     # share groups (KIP-932), librdkafka >= 2.15; each void (mcluster, int), applying
     # to the share groups of the cluster and to those created later
     **{f"rd_kafka_mock_sharegroup_set_{name}": (None, [_P, _I]) for name in SHARE_GROUP_SETTERS.values()},
