@@ -183,7 +183,8 @@ def run_demo(
                 cluster.create_topic(topic, _PARTITIONS)
         os.environ["KBEAR_DEMO_EAST"] = east.bootstrap_servers
         os.environ["KBEAR_DEMO_WEST"] = west.bootstrap_servers
-        shutil.copytree(_TEMPLATE, directory, dirs_exist_ok=True)  # the four YAML files
+        # the four YAML files, as plain new files (not the package's permissions)
+        shutil.copytree(_TEMPLATE, directory, copy_function=shutil.copyfile, dirs_exist_ok=True)
         print(f"kbear demo: clusters east={east.bootstrap_servers} west={west.bootstrap_servers}", file=out)
         print(f"configuration: {directory}", file=out)
         common = {"kbear.config": str(directory), "kbear.reload.interval.ms": _RELOAD_MS}

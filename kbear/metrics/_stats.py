@@ -120,9 +120,7 @@ class StatsStore:
         statistics on (``statistics.interval.ms`` > 0) itself."""
         user_cb = conf.get("stats_cb")
         user_on = int(conf.get("statistics.interval.ms", 0) or 0) > 0
-        if "statistics.interval.ms" not in conf:
-            conf["statistics.interval.ms"] = self.interval_ms
-        interval_s = int(conf["statistics.interval.ms"] or 0) / 1000.0
+        interval_s = int(conf.setdefault("statistics.interval.ms", self.interval_ms) or 0) / 1000.0
         if interval_s <= 0:
             return  # statistics turned off by the application
         slot = _Slot(kind, cluster, client_id(conf), interval_s, user_cb=user_cb if user_on else None)
