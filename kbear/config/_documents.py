@@ -118,23 +118,9 @@ class _Resolver(yaml.resolver.Resolver):
     }
 
 
-class _UniqueKeyLoader(
-    yaml.reader.Reader,
-    yaml.scanner.Scanner,
-    yaml.parser.Parser,
-    yaml.composer.Composer,
-    _Constructor,
-    _Resolver,
-):
-    """The pure-Python loader: PyYAML's SafeLoader with :class:`_Constructor` and :class:`_Resolver`."""
-
-    def __init__(self, stream: str) -> None:
-        yaml.reader.Reader.__init__(self, stream)
-        yaml.scanner.Scanner.__init__(self)
-        yaml.parser.Parser.__init__(self)
-        yaml.composer.Composer.__init__(self)
-        _Constructor.__init__(self)
-        _Resolver.__init__(self)
+class _UniqueKeyLoader(yaml.SafeLoader, _Constructor, _Resolver):
+    """The pure-Python loader: PyYAML's SafeLoader with :class:`_Constructor` and
+    :class:`_Resolver` (which come before PyYAML's constructor and resolver in its MRO)."""
 
 
 _fast_loader: type[Any] | None
