@@ -45,7 +45,7 @@ from kbear.producer._cluster import (
 )
 from kbear.producer._failover import ClientFailover, failover_lookup
 from kbear.producer._metadata import Metadata
-from kbear.producer._moves import ReloadApplier, Routing
+from kbear.producer._moves import Routing
 from kbear.producer._routes import ProduceBinding, RouteTable, Send
 from kbear.producer._state import ProducerState
 from kbear.producer._transactions import Transactions
@@ -164,19 +164,18 @@ class RoutedProducer(RoutedClient):
             self._binding.unbind,
         )
         lookup = failover_lookup(partial(used.route_producer, client=core.client), config_now, state)
-        moves = ReloadApplier(
+        self._routing = routing = Routing(
+            state,
+            self._lock,
             table,
             clients,
+            self._binding,
             lookup,
             config_now,
             core.client,
             self._settings.drain_timeout_ms / 1000.0,
             core.notify,
-            state.failed,
             self._failover.release,
-        )
-        self._routing = routing = Routing(
-            state, self._lock, table, clients, self._binding, moves, lookup, config_now, core.client
         )
         self._txn = Transactions(
             state, clients, table.routes, self._lock, native, routing.home, routing.route, self._binding.bind

@@ -1,13 +1,13 @@
 """Routing a RoutedProducer's topics and applying configuration reloads to them (private).
 
 :class:`Routing` routes a topic at first use and applies a pending reload, under
-the producer's lock, in the caller's thread. :class:`ReloadApplier` looks every
-topic in use up again, and for a topic that moves, drains its old cluster's
-in-flight messages (``flush``, up to ``kbear.switch.drain.timeout.ms``) before it
-goes to the new one, so nothing is lost and per-partition order holds; a drain
-that times out, or of a client whose brokers are all down (no wait then), ends
-with what the old client still holds taken back and sent along the new routes
-(:mod:`kbear.producer._takeback`); then lets go of clients no longer needed.
+the producer's lock, in the caller's thread: it looks every topic in use up again,
+and for a topic that moves, drains its old cluster's in-flight messages
+(``flush``, up to ``kbear.switch.drain.timeout.ms``) before it goes to the new
+one, so nothing is lost and per-partition order holds; a drain that times out,
+or of a client whose brokers are all down (no wait then), ends with what the old
+client still holds taken back and sent along the new routes
+(:mod:`kbear.producer._takeback`); then it lets go of clients no longer needed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kbear import _events
 from kbear._base import no_route
@@ -33,47 +33,56 @@ log = logging.getLogger("kbear.producer")
 
 
 @dataclass(eq=False)
-class ReloadApplier:
-    """Moves a RoutedProducer's topics to their routes after a reload.
+class Routing:
+    """Routes a RoutedProducer's topics at first use and applies pending reloads, under
+    the producer's lock, in the caller's thread (see the module docstring).
 
     Args:
+        state: the producer's flags (``pending`` set by the reloading thread;
+            ``failed``: its failed-over clusters).
+        lock: the producer's lock.
         table: the route table.
         clients: the client registry.
+        binding: the binding of produce()'s fast path (rebound after a reload).
         lookup: ``lookup(topic)``: the topic's producer route now (raises NoRouteError).
         config: the configuration in force.
         client: the client the routes are looked up for.
         drain_timeout_s: how long a move waits for the old cluster's messages
             (seconds; ``kbear.switch.drain.timeout.ms`` / 1000).
         notify: ``notify(old, new)``: a topic moved (``new`` None: no route any more).
-        failed: the producer's failed-over clusters (``ProducerState.failed``).
         release: called first at each reload applied: ends the producer's own
             failovers the operator decided about since (they leave ``failed``).
     """
 
+    _state: ProducerState
+    _lock: threading.RLock
     _table: RouteTable
     _clients: ClientRegistry[ClusterProducer]
+    _binding: ProduceBinding
     _lookup: Callable[[str], Route]
     _config: Callable[[], KBearConfig]
     _client: Client
     _drain_timeout_s: float
     _notify: Callable[[Route, Route | None], None]
-    _failed: set[str] = field(default_factory=set)
-    _release: Callable[[], None] | None = None
+    _release: Callable[[], None]
 
     def __post_init__(self) -> None:
         self._take_back = TakeBack(self._send_for)
 
-    def apply(self, pinned: str | None) -> None:
+    def _apply(self, pinned: str | None) -> None:
         """Move every topic whose route changed; ``pinned``: the cluster produce() was
         pinned to until now (its topics are not in the table: the whole cluster is
         drained before any topic goes elsewhere)."""
         self._clients.next_generation()
-        if self._release is not None:
-            self._release()  # failovers of this producer the operator decided about
-        moved = pinned is not None and home_cluster(self._config(), self._client, self._failed) != pinned
+        self._release()  # failovers of this producer the operator decided about
+        failed = self._state.failed
         stuck: list[ClusterProducer] = []
-        if pinned is not None and moved and self._clients.get(pinned) is not None:
-            stuck += self.drain(pinned, "")
+        if (
+            pinned is not None
+            and pinned in self._clients
+            and home_cluster(self._config(), self._client, failed) != pinned
+        ):
+            stuck += self._drain(pinned, "")
         table = self._table
         for topic, old in table.items():
             try:
@@ -92,7 +101,7 @@ class ReloadApplier:
             # miss it in the table, take the slow path and wait on the lock for the
             # new route, instead of adding to the old cluster after its flush.
             table.unbind(topic)
-            stuck += self.drain(old.cluster_id, topic)
+            stuck += self._drain(old.cluster_id, topic)
             table.forget(topic)
             if new is not None:
                 table.install(topic, new)
@@ -125,7 +134,7 @@ class ReloadApplier:
             log.error("kbear: a message of topic %r taken back has no route: %s", topic, exc)
             return None
 
-    def drain(self, cluster_id: str, topic: str) -> list[ClusterProducer]:
+    def _drain(self, cluster_id: str, topic: str) -> list[ClusterProducer]:
         """Flush ``cluster_id``'s client (and retired ones) before ``topic`` (``""``:
         every topic of a pinned producer) leaves it; returns the clients that still
         hold messages after ``kbear.switch.drain.timeout.ms`` (to take back)."""
@@ -168,7 +177,7 @@ class ReloadApplier:
         _events.emit(_events.DrainFinished("producer", topic, cluster_id, took, timed_out))
         return stuck
 
-    def retire_unused(self) -> None:
+    def _retire_unused(self) -> None:
         """Drop clients no longer needed, never at the reload that stopped using them.
 
         A thread that read a send function (or the pinned ``produce``) just before a
@@ -181,34 +190,6 @@ class ReloadApplier:
         self._clients.retire_unknown(self._config().clusters)
         self._clients.release_retired(lambda e: len(e.producer) > 0)
 
-
-@dataclass(eq=False)
-class Routing:
-    """Routes a RoutedProducer's topics at first use and applies pending reloads, under
-    the producer's lock, in the caller's thread.
-
-    Args:
-        state: the producer's flags (``pending`` set by the reloading thread).
-        lock: the producer's lock.
-        table: the route table.
-        clients: the client registry.
-        binding: the binding of produce()'s fast path (rebound after a reload).
-        moves: the reload applier.
-        lookup: ``lookup(topic)``: the topic's producer route now (raises NoRouteError).
-        config: the configuration in force.
-        client: the client the routes are looked up for.
-    """
-
-    _state: ProducerState
-    _lock: threading.RLock
-    _table: RouteTable
-    _clients: ClientRegistry[ClusterProducer]
-    _binding: ProduceBinding
-    _moves: ReloadApplier
-    _lookup: Callable[[str], Route]
-    _config: Callable[[], KBearConfig]
-    _client: Client
-
     def apply_changes(self) -> None:
         """Apply a pending reload (a no-op when another thread did meanwhile)."""
         with self._lock:
@@ -216,9 +197,9 @@ class Routing:
             if not state.pending:
                 return
             state.pending = False
-            self._moves.apply(self._binding.take_pinned())
+            self._apply(self._binding.take_pinned())
             self._binding.bind()
-            self._moves.retire_unused()
+            self._retire_unused()
 
     def route(self, topic: str) -> Route:
         """The route used for ``topic``, routing it now if new (raises NoRouteError)."""
