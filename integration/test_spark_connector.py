@@ -3,7 +3,9 @@ backend's clusters, through kbear's routing: ``read_stream(source="kafka")`` ove
 topics on two clusters, ``write_stream(sink="kafka")``, ``spark.readStream.format("kafka")``
 with ``kafka_options()`` as a user writes it, and a route change while a query runs
 (``guard`` stops it; the query restarted on its new ``checkpoint_location`` reads
-the new cluster).
+the new cluster). ``run_query``'s supervisor through a rule change (the old cluster
+drained, every message read once) and through a failover and fail-back without a
+mirror (the old cluster read again from its start, as documented).
 
 One SparkSession for the whole test process (root ``conftest.py``, ``spark_session``):
 its JVM starts with the connector's jars, which Maven resolves at the installed
@@ -27,7 +29,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from integration.backends import Started
 from integration.conftest import Harness
-from integration.helpers import read_topic, topic_rule
+from integration.helpers import read_topic, topic_rule, write_yaml_atomically
 from integration.spark import stop_queries
 
 #: Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
@@ -287,3 +289,144 @@ def test_the_spark_pipeline_example_runs_with_the_connector(
     stdout, counted = run_pipeline_example(child_env(conf, jars=connector_jars()), 300, 240)
     assert "reading with Spark's Kafka connector (source=kafka)" in stdout
     assert counted == {"orders": 300, "payments": 300}
+
+
+Seen = list[tuple[str, bytes]]  # (cluster, key) of each row a supervised query read
+
+
+def collecting(seen: Seen) -> Callable[[Any, str], StreamingQuery]:
+    """``run_query``'s ``build``: each generation appends its micro-batches' rows to ``seen``."""
+
+    def build(df: Any, checkpoint: str) -> StreamingQuery:
+        def keep(batch: Any, _batch_id: int) -> None:
+            seen.extend((r["cluster"], bytes(r["key"])) for r in batch.select("cluster", "key").collect())
+
+        return (
+            df.writeStream.foreachBatch(keep)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+
+    return build
+
+
+def wait_supervised(supervisor: Any, done: Callable[[], bool], what: str) -> None:
+    """Wait (at most ``WAIT_S``) until ``done()``; the supervision must not have failed."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert supervisor.exception is None, supervisor.exception
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {supervisor.restarts}"
+        time.sleep(0.3)
+
+
+def test_run_query_drains_the_old_cluster_then_reads_the_new_one_from_its_start(
+    it: Harness, spark: SparkSession, tmp_path: Any
+) -> None:
+    """A rule moves the topic from A to B while ``run_query``'s query is behind on A:
+    the running generation reads A up to the end offsets seen at the change, then the
+    next one reads B from its earliest offsets (what producers wrote there meanwhile
+    included): every message read once."""
+    from kbear.spark import run_query
+
+    topic = it.name("supervised-move")
+    it.create_topic(topic, 2)
+    conf = it.config([topic_rule(topic, "A")])
+    on_a = produce(it.producer(conf), topic, "a", 400)
+    seen: Seen = []
+    supervisor = run_query(
+        spark,
+        [topic],
+        collecting(seen),
+        checkpoint_root=str(tmp_path / "supervised"),
+        config=str(conf),
+        options={"startingOffsets": "earliest", "maxOffsetsPerTrigger": "20"},  # behind at the change
+        poll_s=0.5,
+        drain_timeout_s=100,
+    )
+    try:
+        wait_supervised(supervisor, lambda: len(seen) >= 20, "a first micro-batch on A")
+        conf.write_rules([topic_rule(topic, "B")])
+        at_change = len(seen)
+        on_b = produce(it.producer(conf), topic, "b", 150)  # written on B during the drain
+        wait_supervised(supervisor, lambda: bool(supervisor.restarts), "the restart on B")
+        read_at_restart = len(seen)
+        wait_supervised(supervisor, lambda: len({k for c, k in seen if c == "B"}) >= 150, "B's messages")
+        time.sleep(1.5)  # a few more micro-batches: nothing may arrive twice
+    finally:
+        supervisor.stop()
+    assert at_change < len(on_a)  # the query was behind on A when the rule changed
+    assert [k for k, n in Counter(seen).items() if n > 1] == []  # 0 read twice
+    assert Counter(k for c, k in seen if c == "A") == Counter(on_a)  # A drained: 0 lost
+    assert Counter(k for c, k in seen if c == "B") == Counter(on_b)
+    assert supervisor.restarts == [
+        {
+            "generation": 1,
+            "reason": f"route change {topic}: A -> B",
+            "routes": {topic: f"B/{topic}"},
+            "starting": {"B": {topic: {"0": -2, "1": -2}}},  # B's earliest offsets
+            "translated": {},
+        }
+    ]
+    it.note(
+        f"run_query through a rule change A -> B: {at_change}/{len(on_a)} read on A at the change, "
+        f"{read_at_restart - at_change} more read by the drain, then {len(on_b)} on B; 0 lost, 0 twice"
+    )
+
+
+def test_run_query_fails_back_without_a_mirror_and_reads_the_old_cluster_again(
+    it: Harness, spark: SparkSession, tmp_path: Any
+) -> None:
+    """A declared with B as its standby and no mirror (``kbear.mirror`` left out:
+    ``none``): ``kbear failover --apply`` moves ``run_query``'s query to B as a rule
+    change would (A drained, B from its earliest offsets), and ``kbear failback
+    --apply`` back to A, from A's earliest offsets, so A's messages read before the
+    failover are read a second time (the documented limit: skipping them needs
+    MirrorMaker 2 between the clusters); nothing is lost."""
+    from kbear.cli import main as kbear_cli
+    from kbear.spark import run_query
+
+    topic = it.name("supervised-back")
+    it.create_topic(topic, 2)
+    conf = it.config([topic_rule(topic, "A")])
+    clusters = [
+        {"id": "A", "meta": {"bootstrap.servers": it.bootstrap("A"), "kbear.failover.to": "B"}},
+        {"id": "B", "meta": {"bootstrap.servers": it.bootstrap("B")}},
+    ]
+    write_yaml_atomically(conf.path / "clusters.yaml", {"clusters": clusters})
+    first = produce(it.producer(conf), topic, "a", 100)
+    seen: Seen = []
+    supervisor = run_query(
+        spark,
+        [topic],
+        collecting(seen),
+        checkpoint_root=str(tmp_path / "supervised"),
+        config=str(conf),
+        options={"startingOffsets": "earliest"},
+        poll_s=0.5,
+    )
+    try:
+        wait_supervised(supervisor, lambda: len(seen) >= len(first), "A's messages")
+        assert kbear_cli(["failover", "--config", str(conf), "--cluster", "A", "--apply"]) == 0
+        wait_supervised(supervisor, lambda: len(supervisor.restarts) == 1, "the restart on B")
+        on_b = produce(it.producer(conf), topic, "b", 50)
+        wait_supervised(supervisor, lambda: len(seen) >= len(first) + len(on_b), "B's messages")
+        assert kbear_cli(["failback", "--config", str(conf), "--cluster", "A", "--apply"]) == 0
+        wait_supervised(supervisor, lambda: len(supervisor.restarts) == 2, "the restart on A")
+        back = produce(it.producer(conf), topic, "back", 30)
+        wait_supervised(supervisor, lambda: set(back) <= {k for c, k in seen if c == "A"}, "A's new messages")
+        time.sleep(1.5)  # a few more micro-batches: nothing more may arrive
+    finally:
+        supervisor.stop()
+    assert Counter(k for c, k in seen if c == "B") == Counter(on_b)
+    assert Counter(k for c, k in seen if c == "A") == Counter(first * 2 + back)  # A read again, once
+    over, again = supervisor.restarts
+    assert (over["reason"], over["routes"]) == (f"route change {topic}: A -> B", {topic: f"B/{topic}"})
+    assert over["starting"] == {"B": {topic: {"0": -2, "1": -2}}}
+    assert (again["reason"], again["routes"]) == (f"route change {topic}: B -> A", {topic: f"A/{topic}"})
+    assert again["starting"] == {"A": {topic: {"0": -2, "1": -2}}}  # A's earliest, not where it stopped
+    assert again["translated"] == {}
+    it.note(
+        f"run_query failed over A -> B and back without a mirror: {len(first)} read on A, "
+        f"{len(on_b)} on B, then A from its start: {len(first)} read again, {len(back)} new; 0 lost"
+    )

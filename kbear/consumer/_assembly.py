@@ -24,6 +24,7 @@ from kbear._health import reachable_from_error
 from kbear._identity import Client
 from kbear._route import Route
 from kbear._switch import SwitchEngine
+from kbear._switch_types import StartPlan
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
@@ -118,16 +119,13 @@ def assemble(
         registry.commit_hook = commit_answered
         rebalancer.assigned_hook = guard.assigned
 
-    def repin() -> None:
-        loop.refresh()  # built below, before any client
-
-    def unbind() -> None:
-        loop.unbind()  # built below, before any client
+    def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
+        subscriber.switch_topic(topic, old, new, start, clean)  # built below, before any switch
 
     driver = SwitchDriver(
         _engine(s, native),
         registry,
-        lambda *switch: subscriber.switch_topic(*switch),  # built below, before any switch
+        switch,
         commit_positions=rebalancer.commit_on_revoke,
         clock=time.monotonic,
     )
@@ -137,7 +135,7 @@ def assemble(
         router,
         state,
         driver.engine,
-        unbind=unbind,
+        unbind=lambda: loop.unbind(),  # built below, before any client
     )
 
     def cluster_error(cluster_id: str, err: KafkaError) -> None:
@@ -168,6 +166,12 @@ def assemble(
         clock=time.monotonic,
     )
     rebalancer.later = driver.later = later
+
+    def repin() -> None:
+        loop.refresh()  # built below, before any client
+
+    def unbind() -> None:
+        loop.unbind()  # built below, before any client
 
     later.deferred_hook = unbind
     gate = CallGate(unbind)

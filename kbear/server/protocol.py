@@ -12,5 +12,62 @@ every field (empty lists and maps included); ``status.error`` is left out on
 success, as the reference prints it.
 """
 
-from kbear._meta_protocol import *  # noqa: F403  (its __all__: the messages, nothing else)
-from kbear._meta_protocol import __all__ as __all__
+from __future__ import annotations
+
+from kbear._meta_protocol import (
+    KBEAR_CLIENT_KEY,
+    Ack,
+    ClientMessage,
+    ClusterMessage,
+    ClustersRequest,
+    ClustersResponse,
+    ConsumerGroupIdMessage,
+    ConsumerGroupIdRoute,
+    ConsumerGroupMessage,
+    ConsumerGroupsRequest,
+    ConsumerGroupsResponse,
+    ConsumerRouteRequest,
+    ConsumerRouteResponse,
+    ErrorCode,
+    ProducerRouteRequest,
+    ProducerRouteResponse,
+    ResponseError,
+    ResponseStatus,
+    RouteMessage,
+    RouteRuleInfo,
+    RouteRulesRequest,
+    RouteRulesResponse,
+    StatusResponse,
+    TopicMessage,
+    TopicsRequest,
+    TopicsResponse,
+)
+
+__all__ = [
+    "KBEAR_CLIENT_KEY",
+    "Ack",
+    "ClientMessage",
+    "ClusterMessage",
+    "ClustersRequest",
+    "ClustersResponse",
+    "ConsumerGroupIdMessage",
+    "ConsumerGroupIdRoute",
+    "ConsumerGroupMessage",
+    "ConsumerGroupsRequest",
+    "ConsumerGroupsResponse",
+    "ConsumerRouteRequest",
+    "ConsumerRouteResponse",
+    "ErrorCode",
+    "ProducerRouteRequest",
+    "ProducerRouteResponse",
+    "ResponseError",
+    "ResponseStatus",
+    "RouteMessage",
+    "RouteRuleInfo",
+    "RouteRulesRequest",
+    "RouteRulesResponse",
+    "StatusResponse",
+    "TopicMessage",
+    "TopicsRequest",
+    "TopicsResponse",
+]
