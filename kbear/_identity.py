@@ -74,7 +74,7 @@ def host_ip() -> str | None:
         return None
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(frozen=True, repr=False)
 class Client:
     """The application asking for a route.
 

@@ -46,6 +46,36 @@ from pydantic.alias_generators import to_camel
 from kbear import crrl
 from kbear.config import CLUSTERS_FILE, CONSUMER_GROUPS_FILE, ROUTE_RULES_FILE, SERVED_RULE_ID, TOPICS_FILE
 
+#: the protocol's messages, also :mod:`kbear.server.protocol`'s names
+__all__ = [
+    "KBEAR_CLIENT_KEY",
+    "Ack",
+    "ClientMessage",
+    "ClusterMessage",
+    "ClustersRequest",
+    "ClustersResponse",
+    "ConsumerGroupIdMessage",
+    "ConsumerGroupIdRoute",
+    "ConsumerGroupMessage",
+    "ConsumerGroupsRequest",
+    "ConsumerGroupsResponse",
+    "ConsumerRouteRequest",
+    "ConsumerRouteResponse",
+    "ErrorCode",
+    "ProducerRouteRequest",
+    "ProducerRouteResponse",
+    "ResponseError",
+    "ResponseStatus",
+    "RouteMessage",
+    "RouteRuleInfo",
+    "RouteRulesRequest",
+    "RouteRulesResponse",
+    "StatusResponse",
+    "TopicMessage",
+    "TopicsRequest",
+    "TopicsResponse",
+]
+
 PRODUCER_PATH = "/route/producer"
 CONSUMER_PATH = "/route/consumer"
 #: every rule a service holds (``GET``; the reference server and ``kbear serve``)
@@ -307,6 +337,12 @@ def consumer_request(client: Mapping[str, Any], groups: Iterable[tuple[str, str]
     }
 
 
+def problems(exc: ValidationError, limit: int) -> str:
+    """The first ``limit`` errors of ``exc`` as ``loc: reason; ...`` (``body``: the whole
+    message); pydantic's input values are not echoed."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:limit])
+
+
 def parse_answer(model: type[_M], data: Any, path: str) -> _M:
     """``data`` (decoded JSON) as ``model``, its status checked.
 
@@ -317,11 +353,8 @@ def parse_answer(model: type[_M], data: Any, path: str) -> _M:
         # lax only where JSON has no type of its own (an enum from its string)
         answer = model.model_validate(data, strict=False)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
-        )
         more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-        raise AnswerRefused(f"{path}: malformed answer: {problems}{more}") from None
+        raise AnswerRefused(f"{path}: malformed answer: {problems(exc, 5)}{more}") from None
     if answer.status.ack == Ack.FAIL:
         error = answer.status.error or ResponseError()
         raise AnswerRefused(f"{path}: the service answered fail: {error.code} {error.message}".rstrip())

@@ -379,12 +379,9 @@ class SerdesCore:
         of the message being handled) when it takes one (:attr:`RESOLVER_SETTER`)."""
         setter = getattr(serde, self.RESOLVER_SETTER, None)
         if callable(setter):
-            setter(self._current_id if cluster_id is None else self._resolver(cluster_id))
+            setter(self._current_id if cluster_id is None else functools.partial(self._kafka_id, cluster_id))
             return True
         return False
-
-    def _resolver(self, cluster_id: str) -> Callable[[], Any]:
-        return functools.partial(self._kafka_id, cluster_id)
 
     def _current_id(self) -> Any:
         raise NotImplementedError

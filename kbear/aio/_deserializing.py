@@ -12,13 +12,13 @@ read during a move is decoded with the old cluster's registry.
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka.error import ConsumeError
 
 from kbear._base import NO_CONFIG
+from kbear._clients import Deadline
 from kbear._identity import Client
 from kbear.aio._consumer import RoutedAIOConsumer
 from kbear.aio._serdes import Refreshing, SerdesClient, asyncinit
@@ -56,18 +56,14 @@ class _Engine(Refreshing, RoutedDeserializingConsumer):
         if fast is not None:  # one cluster: its client's own consume
             cluster_id = fast[1]
             return [(m, cluster_id) for m in fast[0](num_messages, -1 if timeout is None else timeout)]
+        deadline = Deadline(timeout)
         out: list[Read] = []
-        wait = -1.0 if timeout is None or timeout < 0 else float(timeout)
-        deadline = None if wait < 0 else time.monotonic() + wait
         while len(out) < num_messages:
-            msg, cluster_id = self._poll_from(wait)
+            msg, cluster_id = self._poll_from(0.0 if out else deadline.as_arg())
             if msg is not None:
                 out.append((msg, cluster_id))
-                wait = 0.0
-            elif out or deadline is None or time.monotonic() >= deadline:
+            elif out or deadline.end is None or deadline.expired():
                 break  # (an infinite poll that returns None: a wakeup, retried)
-            elif deadline is not None:
-                wait = max(0.0, deadline - time.monotonic())
         return out
 
 

@@ -33,8 +33,8 @@ The package's parts (each module's docstring says what it is responsible for):
   :class:`~kbear.ClientBalancedConsumer` (exported with what it takes and
   gives: :class:`ClusterRegistry`, ``SwitchedHook``; not re-exported by ``kbear``);
 - message-level acknowledgement (``kbear.ack.mode=individual``):
-  ``_ackcalls`` (``ack``, ``ack_cumulative``, ``nack``, ``reconsume_later`` and
-  the settings' check), ``_individual`` (the layer: verdicts, letters, stores) and
+  ``_individual`` (the settings' check; the layer: ``ack``, ``ack_cumulative``,
+  ``nack``, ``reconsume_later``, letters, stores; the refusals without it) and
   ``_delivering`` (its poll/consume: tracking, redelivery, holds; the state both
   share), ``_acks`` (the acknowledged prefix),
   ``_redelivery`` (backoff, schedule, ack timer), ``_letters`` (retry and

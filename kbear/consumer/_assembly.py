@@ -24,7 +24,6 @@ from kbear._health import reachable_from_error
 from kbear._identity import Client
 from kbear._route import Route
 from kbear._switch import SwitchEngine
-from kbear._switch_types import StartPlan
 from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
@@ -119,13 +118,16 @@ def assemble(
         registry.commit_hook = commit_answered
         rebalancer.assigned_hook = guard.assigned
 
-    def switch(topic: str, old: Route, new: Route | None, start: StartPlan, clean: bool) -> None:
-        subscriber.switch_topic(topic, old, new, start, clean)  # built below, before any switch
+    def repin() -> None:
+        loop.refresh()  # built below, before any client
+
+    def unbind() -> None:
+        loop.unbind()  # built below, before any client
 
     driver = SwitchDriver(
         _engine(s, native),
         registry,
-        switch,
+        lambda *switch: subscriber.switch_topic(*switch),  # built below, before any switch
         commit_positions=rebalancer.commit_on_revoke,
         clock=time.monotonic,
     )
@@ -135,7 +137,7 @@ def assemble(
         router,
         state,
         driver.engine,
-        unbind=lambda: loop.unbind(),  # built below, before any client
+        unbind=unbind,
     )
 
     def cluster_error(cluster_id: str, err: KafkaError) -> None:
@@ -166,12 +168,6 @@ def assemble(
         clock=time.monotonic,
     )
     rebalancer.later = driver.later = later
-
-    def repin() -> None:
-        loop.refresh()  # built below, before any client
-
-    def unbind() -> None:
-        loop.unbind()  # built below, before any client
 
     later.deferred_hook = unbind
     gate = CallGate(unbind)

@@ -11,7 +11,7 @@ cluster) and the acknowledgement layer; they share the consumer's
 :class:`~kbear.consumer._subscription.ReadState`, registry, rebalance state,
 switch driver and move guard. The facade's methods of the same names delegate
 to them (the acknowledgement calls without the layer to
-``_ackcalls.OffsetAcks``, which refuses them) (:func:`kbear._delegate.delegate`:
+``_individual.OffsetAcks``, which refuses them) (:func:`kbear._delegate.delegate`:
 same signatures and docstrings); this module holds the construction, what every
 routed client has (router, client, route-change listeners, credentials, the
 metrics snapshot), the calls about the clusters as a whole (``list_topics``,
@@ -45,10 +45,9 @@ from kbear._delegate import delegate
 from kbear._identity import Client
 from kbear._route import Route
 from kbear.config import KBearConfig
-from kbear.consumer._ackcalls import OffsetAcks, check_ack_settings
 from kbear.consumer._assembly import Parts, assemble
 from kbear.consumer._closing import close_consumer, close_consumer_later
-from kbear.consumer._individual import AckLayer
+from kbear.consumer._individual import AckLayer, OffsetAcks, check_ack_settings
 from kbear.consumer._partitions import PartitionCalls
 from kbear.consumer._polling import PollLoop
 from kbear.consumer._subscribing import SubscriptionCalls
@@ -225,8 +224,6 @@ class RoutedConsumer(RoutedClient):
         self._registry = parts.registry
         self._rebalancer = parts.rebalancer
         self._driver = parts.driver
-        self._placement = parts.placement
-        self._assigned = parts.assigned
         self._partitions = parts.partitions
         self._subscriber = parts.subscriber
         self._loop = parts.loop
@@ -243,7 +240,7 @@ class RoutedConsumer(RoutedClient):
         config = self._core.router.config
         home = single_cluster(config, self._core.client, self._group)
         if home is not None and home in config.clusters:
-            self._placement.client_for(cluster_target(home, config.clusters[home]))
+            self._parts.placement.client_for(cluster_target(home, config.clusters[home]))
 
     # ------------------------------------------------------------------ the parts' calls
 
@@ -348,8 +345,8 @@ class RoutedConsumer(RoutedClient):
             if not entries:
                 raise ValueError("list_topics: no cluster in use yet; subscribe or name a topic")
             return entries[0].consumer.list_topics(None, timeout)
-        route = self._placement.route(topic)
-        md = self._placement.client_for(route).consumer.list_topics(route.topic, timeout)
+        route = self._parts.placement.route(topic)
+        md = self._parts.placement.client_for(route).consumer.list_topics(route.topic, timeout)
         return rename_metadata(md, route, topic)
 
     def memberid(self) -> str | None:

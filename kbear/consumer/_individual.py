@@ -20,6 +20,10 @@ acknowledged, and its acknowledgement is committed on that cluster.
 Messages are kept in memory from their reading to their acknowledgement (for
 redelivery without a fetch); the backoff and the ack timeout use the monotonic
 clock, delivery times (``kbear-deliver-at``) the wall clock; both are injectable.
+
+With ``kbear.ack.mode=offset`` (the default, :func:`check_ack_settings`) nothing of
+the layer exists: ``poll``/``consume`` keep their fast paths, and the consumer's
+acknowledgement calls go to :class:`OffsetAcks`, which refuses them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from kbear._identity import Client
+from kbear._modes import AckMode
 from kbear._route import Route
 from kbear.consumer._acks import PartitionKey
 from kbear.consumer._chunks import ChunkAssembler
@@ -53,6 +58,47 @@ from kbear.router import Router
 from kbear.settings import KBearSettings
 
 log = logging.getLogger("kbear.consumer")
+
+
+#: settings that act only with kbear.ack.mode=individual (key -> the field)
+_INDIVIDUAL_ONLY = {
+    "kbear.retry.enable": "retry_enable",
+    "kbear.chunking.enable": "chunking_enable",
+    "kbear.ack.timeout.ms": "ack_timeout_ms",
+    "kbear.max.redeliver.count": "max_redeliver_count",
+}
+
+
+def check_ack_settings(settings: KBearSettings, native: dict[str, Any]) -> bool:
+    """Whether the consumer acknowledges message by message; with
+    ``individual``, ``enable.auto.offset.store`` is forced off in ``native``
+    (kbear stores the acknowledged prefix).
+
+    Raises:
+        ValueError: a setting of :data:`_INDIVIDUAL_ONLY` is set with ``offset``.
+    """
+    if settings.ack_mode is AckMode.INDIVIDUAL:
+        if str(native.get("enable.auto.offset.store", "false")).lower() in ("true", "1"):
+            log.info("kbear: enable.auto.offset.store is off with kbear.ack.mode=individual")
+        native["enable.auto.offset.store"] = False
+        return True
+    wrong = [key for key, name in _INDIVIDUAL_ONLY.items() if getattr(settings, name)]
+    if wrong:
+        raise ValueError(f"RoutedConsumer: {', '.join(wrong)} need(s) kbear.ack.mode=individual")
+    return False
+
+
+class OffsetAcks:
+    """The acknowledgement calls of a consumer with ``kbear.ack.mode=offset``
+    (RoutedConsumer's ``ack``, ``nack``... go here when no
+    :class:`~kbear.consumer._individual.AckLayer` was built): each raises
+    ``KafkaException`` ``_STATE`` naming the call."""
+
+    def __getattr__(self, call: str) -> Callable[..., None]:
+        def refuse(*_args: Any, **_kwargs: Any) -> None:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"{call}: needs kbear.ack.mode=individual"))
+
+        return refuse
 
 
 @dataclass(eq=False)
@@ -388,8 +434,6 @@ def open_acks(
     registry: ClusterRegistry,
     routes: Callable[[], Mapping[str, Route]],
     consume: Callable[[int, float | None], list[Any]],
-    clock: Callable[[], float] = time.monotonic,
-    wall: Callable[[], float] = time.time,
 ) -> tuple[AckLayer, DeliveryLoop]:
     """The acknowledgement layer of a consumer (``kbear.ack.mode=individual``): its
     verdicts and its delivering part, on one state.
@@ -401,18 +445,17 @@ def open_acks(
         registry: its per-cluster clients.
         routes: its routes in use (logical topic -> route).
         consume: its poll loop's ``consume`` (the delivering part reads through it).
-        clock: monotonic seconds; wall: epoch seconds.
     """
     state = AckState(
         LetterSender(router, client, producer_config(native)),
         timer=AckTimer(settings.ack_timeout_ms / 1000.0, settings.ack_timeout_tick_ms / 1000.0)
         if settings.ack_timeout_ms > 0
         else None,
-        chunks=ChunkAssembler(settings.chunking_expire_ms / 1000.0, settings.chunking_max_pending, clock)
+        chunks=ChunkAssembler(
+            settings.chunking_expire_ms / 1000.0, settings.chunking_max_pending, time.monotonic
+        )
         if settings.chunking_enable
         else None,
-        clock=clock,
-        wall=wall,
     )
     layer = AckLayer(state, registry, routes, settings, group)
     return layer, DeliveryLoop(state, layer, registry, consume)

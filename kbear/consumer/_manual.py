@@ -37,11 +37,11 @@ class AssignedConsumer(RoutedConsumer):
     def switched_hook(self) -> SwitchedHook | None:
         """``hook(topic, old, new, partitions)`` called after an assigned topic's
         partitions moved to another cluster, or None."""
-        return self._assigned.switched_hook
+        return self._parts.assigned.switched_hook
 
     @switched_hook.setter
     def switched_hook(self, hook: SwitchedHook | None) -> None:
-        self._assigned.switched_hook = hook
+        self._parts.assigned.switched_hook = hook
 
     @property
     def lock(self) -> threading.RLock:
@@ -70,7 +70,7 @@ class AssignedConsumer(RoutedConsumer):
         Raises:
             NoRouteError: ``topic`` has no route.
         """
-        return self._placement.route(topic)
+        return self._parts.placement.route(topic)
 
     def route_topics(self, topics: Sequence[str]) -> dict[str, Route]:
         """The routes of ``topics`` (logical topic -> route, looked up now).
@@ -101,7 +101,7 @@ class AssignedConsumer(RoutedConsumer):
         waiting, before the partition is unassigned), so the next node starts there."""
         entry = self._registry.get(cluster_id)
         if entry is not None and self._rebalancer.commit_on_revoke:
-            ((_, _, parts),) = self._placement.split([tp])
+            ((_, _, parts),) = self._parts.placement.split([tp])
             positions = [p for p in entry.consumer.position(parts) if p.offset >= 0]
             if positions:
                 commit_async(entry, positions, "as the partition is unregistered")

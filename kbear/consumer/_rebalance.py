@@ -130,15 +130,12 @@ class Rebalancer:
         #: are assigned paused and sought once it answered (:mod:`kbear.consumer._startlater`)
         self.later: LaterStarts | None = None
 
-    @property
-    def owner(self) -> object:
-        """The consumer the application's callbacks receive (None once it is gone)."""
-        return self._owner()
-
-    @property
-    def owner_gone(self) -> bool:
-        """Whether the consumer was collected: the application's callbacks are not called."""
-        return isinstance(self._owner, weakref.ref) and self._owner() is None
+    def _tell(self, name: str, entry: ClusterClient, partitions: list[TopicPartition]) -> None:
+        """Call the application's ``name`` callback, if any, with the consumer and
+        ``partitions`` under their logical names; not once the consumer was collected."""
+        callback, owner = self.callbacks.get(name), self._owner()
+        if callback is not None and (owner is not None or not isinstance(self._owner, weakref.ref)):
+            callback(owner, entry.to_logical(partitions))
 
     @property
     def current(self) -> ClusterClient | None:
@@ -180,9 +177,7 @@ class Rebalancer:
                     self.revoking_hook(entry)
                 self._start_again(entry, partitions)
                 positions = [] if lost else self._positions_to_commit(entry, partitions)
-                user_cb = self.callbacks.get("on_lost" if lost else "on_revoke")
-                if user_cb is not None and not self.owner_gone:
-                    user_cb(self.owner, entry.to_logical(partitions))
+                self._tell("on_lost" if lost else "on_revoke", entry, partitions)
                 if positions:
                     if not self.incremental:
                         self._revoking[entry.cluster_id] = positions
@@ -261,9 +256,7 @@ class Rebalancer:
                     later = _still_unstarted(later, started)
                 waiting = {(tp.topic, tp.partition) for parts, _ in later.values() for tp in parts}
                 taken = self._taken(entry, started, waiting)
-                user_cb = self.callbacks.get("on_assign")
-                if user_cb is not None and not self.owner_gone:
-                    user_cb(self.owner, entry.to_logical(started))
+                self._tell("on_assign", entry, started)
                 if (started is not partitions or taken) and not self.assigned_in_callback:
                     # assigned here (not by librdkafka after the callback): taken-over
                     # partitions are paused below, on the assignment itself

@@ -177,16 +177,6 @@ def match_patterns(
     for rule in config.rules:
         if rule.topic_id is not None and (rule.kind is RuleKind.TOPIC or rule.group_name == group):
             candidates.add(rule.topic_id)
-    matched = []
-    for name in sorted(candidates):
-        if name in sub.names or not any(p.search(name) for p in sub.patterns):
-            continue
-        try:
-            route = router.route_consumer(name, group, client)
-        except NoRouteError:
-            continue
-        if standby is not None:
-            route = standby(route)
-        if route.topic in listings.get(route.cluster_id, ()):
-            matched.append(name)
-    return matched
+    names = [n for n in sorted(candidates) if n not in sub.names and any(p.search(n) for p in sub.patterns)]
+    routes = route_topics(router, names, group, client, strict=False, standby=standby)
+    return [name for name, route in routes.items() if route.topic in listings.get(route.cluster_id, ())]

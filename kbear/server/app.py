@@ -55,6 +55,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kbear._meta_protocol import problems
 from kbear.server import protocol as proto
 from kbear.server import service
 from kbear.server._limits_sqlite import SQLiteStorage
@@ -102,11 +103,7 @@ def _parse(model: type[_Req], body: bytes) -> _Req:
     try:
         return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
-        # Locations and reasons only: pydantic's input values are not echoed.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in exc.errors()[:10]
-        )
-        raise HTTPException(400, f"request is not a valid {model.__name__}: {problems}") from None
+        raise HTTPException(400, f"request is not a valid {model.__name__}: {problems(exc, 10)}") from None
 
 
 def _check_content_type(request: Request) -> None:

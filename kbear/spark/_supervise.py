@@ -63,6 +63,9 @@ log = logging.getLogger("kbear.spark")
 #: ``build(df, checkpoint)``: the application's query over ``df``, started with
 #: ``checkpointLocation`` ``checkpoint``.
 BuildQuery = Callable[["DataFrame", str], "StreamingQuery"]
+#: Longest wait for a generation's stop before the next one starts (seconds), whatever
+#: ``spark.sql.streaming.stopTimeout`` says (Spark's default, 0, waits as long as it takes).
+STOP_WAIT_S = 30.0
 Positions = dict[str, dict[str, dict[str, int]]]  # cluster -> physical topic -> partition -> offset
 
 
@@ -134,7 +137,7 @@ class QuerySupervisor:
         #: MirrorMaker 2 (kbear.spark._copies.remember): a failover starts after its copy
         self._last: dict[str, Any] = {}
         self.restarts: list[dict[str, Any]] = []
-        #: generations whose stop outlasted spark.sql.streaming.stopTimeout (not active
+        #: generations whose stop outlasted STOP_WAIT_S (not active
         #: any more, yet in spark.streams.active until their thread ends):
         #: (generation, query id, its clusters, time.monotonic() of the stop)
         self._ending: list[tuple[int, str, list[str], float]] = []
@@ -286,25 +289,37 @@ class QuerySupervisor:
         return True
 
     def _stop_query(self) -> None:
-        """Stop the current generation. One reading a cluster that does not answer may
-        outlast ``spark.sql.streaming.stopTimeout``: Spark's connector closes its admin
-        client, which waits for its calls to that cluster (up to the
-        ``default.api.timeout.ms`` of the admin client). It is left to end and
-        :meth:`stop` waits for it."""
-        if not self.query.isActive:
+        """Stop the current generation, waiting at most :data:`STOP_WAIT_S`. One reading a
+        cluster that does not answer may take longer: Spark's connector closes its admin
+        client, which waits for its calls to that cluster (up to the admin client's
+        ``default.api.timeout.ms``, sometimes until the cluster answers again), and
+        Spark's default ``spark.sql.streaming.stopTimeout`` (0) waits as long as it
+        takes. It is left to end and :meth:`stop` waits for it."""
+        query = self.query
+        if not query.isActive:
             return
-        try:
-            self.query.stop()
-        except Exception as exc:
+        errors: list[Exception] = []
+
+        def stop() -> None:
+            try:
+                query.stop()
+            except Exception as exc:
+                errors.append(exc)
+
+        stopper = threading.Thread(target=stop, name="kbear-spark-stop", daemon=True)
+        stopper.start()
+        stopper.join(STOP_WAIT_S)
+        if stopper.is_alive() or errors:
             clusters = sorted({r.cluster_id for r in self._routes.values()})
-            self._ending.append((self.generation, self.query.id, clusters, time.monotonic()))
+            self._ending.append((self.generation, query.id, clusters, time.monotonic()))
             log.warning(
                 "kbear supervisor: generation %d (clusters %s; not answering: %s) did not stop within "
-                "spark.sql.streaming.stopTimeout, it is left to end: %s",
+                "%.0f s, it is left to end: %s",
                 self.generation,
                 clusters,
                 sorted(self._fo.down & set(clusters)),
-                exc,
+                STOP_WAIT_S,
+                errors[0] if errors else "its stop() still waits",
             )
 
     def _drain(self, moved: Iterable[str]) -> None:
@@ -395,12 +410,12 @@ class QuerySupervisor:
         """Stop supervising and stop the current query; return once no query the
         supervisor started runs any more.
 
-        A generation whose stop outlasted ``spark.sql.streaming.stopTimeout`` (one
-        reading a cluster that does not answer, stopped at a failover: its connector
-        closes its admin client, which waits for its calls there) is waited for, up
-        to the admin client's ``default.api.timeout.ms`` (the
-        ``kafka.default.api.timeout.ms`` option, 60 s by default) after that timeout.
-        Kafka's admin client may wait longer, until the cluster answers again.
+        A generation whose stop outlasted :data:`STOP_WAIT_S` (one reading a cluster
+        that does not answer, stopped at a failover: its connector closes its admin
+        client, which waits for its calls there) is waited for, up to the admin
+        client's ``default.api.timeout.ms`` (the ``kafka.default.api.timeout.ms``
+        option, 60 s by default) more. Kafka's admin client may wait longer, until
+        the cluster answers again.
 
         Raises:
             TimeoutError: a generation was still running then (its number, query id
@@ -471,10 +486,10 @@ def run_query(
 
     Returns:
         The running :class:`QuerySupervisor` (``query``, ``restarts``, ``stop()``,
-        ``await_termination()``). A generation stopped at a failover may run on past
-        ``spark.sql.streaming.stopTimeout`` while its connector waits for the lost
-        cluster: the next one starts at once, and :meth:`QuerySupervisor.stop`
-        waits for it (or raises ``TimeoutError`` naming it).
+        ``await_termination()``). A generation stopped at a failover may run on
+        while its connector waits for the lost cluster: the next one starts after
+        at most 30 s (``STOP_WAIT_S``), and :meth:`QuerySupervisor.stop` waits for
+        it (or raises ``TimeoutError`` naming it).
 
     Raises:
         SparkOptionsError: forbidden options, an untranslatable cluster property.
