@@ -21,8 +21,9 @@ checkpoint (``<checkpoint_root>/<n>``, the routes it was started on beside it in
   record; never before what an earlier generation committed there);
 - a topic moved elsewhere (a rule change): generation n reads the old cluster up to
   the end offsets seen when the change was noticed (bounded by ``drain_timeout_s``),
-  then the new cluster is read from its earliest offset (so is the old cluster after
-  a fail-back without MirrorMaker 2 between the two).
+  then the new cluster is read from where an earlier generation committed there
+  (a topic moved back, or failed back from a standby without MirrorMaker 2), else
+  from its earliest offset.
 """
 
 from __future__ import annotations
@@ -235,9 +236,22 @@ class QuerySupervisor:
             elif (back := self._fail_back(old, route, upstream, marks)) is not None:
                 start, translated[logical] = back
             else:
-                start = {str(p): EARLIEST for p in marks}
+                before = {p: int(o) for p, o in self._read_before(route).items()}
+                # within the partition's offsets, else it was emptied or made again: all of it
+                start = {
+                    str(p): before[str(p)] if low <= before.get(str(p), -1) <= high else EARLIEST
+                    for p, (low, high) in marks.items()
+                }
             starting.setdefault(route.cluster_id, {})[route.topic] = start
         return starting, translated
+
+    def _read_before(self, route: Route) -> dict[str, int]:
+        """The offsets (partition -> next offset) the newest earlier generation that read
+        ``route`` committed there; empty when none did."""
+        for n in range(self.generation - 1, -1, -1):
+            if before := self._committed(n).get(route.cluster_id, {}).get(route.topic, {}):
+                return before
+        return {}
 
     def _fail_back(
         self, old: Route, new: Route, read: Mapping[str, int], marks: Mapping[int, tuple[int, int]]
@@ -247,11 +261,7 @@ class QuerySupervisor:
         (:func:`~kbear.spark._failover.fail_back_start`, from the offsets the newest
         earlier generation reading ``new`` committed, else ``new``'s earliest); None:
         no such fail-back, or its mirror not read."""
-        before: dict[str, int] = {}
-        for n in range(self.generation - 1, -1, -1):
-            before = self._committed(n).get(new.cluster_id, {}).get(new.topic, {})
-            if before:
-                break
+        before = self._read_before(new)
         at = {str(p): max(int(before.get(str(p), low)), low) for p, (low, _high) in marks.items()}
         try:
             return fail_back_start(self._router.config, old, new, at, read, self._properties)
