@@ -362,11 +362,7 @@ class ClientCore:
         _events.emit(
             _events.RouteChanged(self.kind, _events.client_id(self.native), old.requested_topic, old, new)
         )
-        for callback in list(self.listeners):
-            try:
-                callback(old, new)
-            except Exception:
-                self.log.exception("kbear: on_route_change hook %r failed", callback)
+        _events.call_each(self.log, "kbear: on_route_change hook %r failed", self.listeners, old, new)
 
     def set_credentials(self, clients: Iterable[Any], username: str, password: str) -> None:
         """Set SASL/PLAIN or SCRAM credentials on each of ``clients`` (confluent-kafka

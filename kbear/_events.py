@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -334,15 +334,22 @@ def open_clients() -> list[Observed]:
     return list(_clients)
 
 
+def call_each(logger: logging.Logger, message: str, hooks: Iterable[Callable[..., Any]], *args: Any) -> None:
+    """Call each of ``hooks`` (a copy of it: one may remove itself) with ``args``
+    in the calling thread; one that raises is logged on ``logger`` (``message`` with
+    the hook for its ``%r``, and the traceback) and the next is called."""
+    for hook in list(hooks):
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception(message, hook)
+
+
 def emit(event: Event) -> None:
     """Hand ``event`` to every listener (in the calling thread)."""
     if isinstance(event, ClientOpened):
         _clients.add(event.client)
-    for listener in list(_listeners):
-        try:
-            listener(event)
-        except Exception:
-            log.exception("kbear: event listener %r failed", listener)
+    call_each(log, "kbear: event listener %r failed", _listeners, event)
 
 
 def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -357,11 +364,7 @@ def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> Mut
             emit(ClusterError(kind, cluster_id, err.name()))
 
     name_cluster_errors(kind, cluster_id, conf, counted)
-    for configurer in list(_configurers):
-        try:
-            configurer(kind, cluster_id, conf)
-        except Exception:
-            log.exception("kbear: client configurer %r failed", configurer)
+    call_each(log, "kbear: client configurer %r failed", _configurers, kind, cluster_id, conf)
     return conf
 
 

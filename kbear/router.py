@@ -297,11 +297,7 @@ class Router:
         log.info("kbear configuration reloaded from %s", new.directory or new.location)
         _events.emit(_events.ReloadApplied(_events.location(new.directory or new.location), new.digest))
         _emit_failovers(old, new)
-        for listener in listeners:
-            try:
-                listener(old, new)
-            except Exception:
-                log.exception("kbear route change listener %r failed", listener)
+        _events.call_each(log, "kbear route change listener %r failed", listeners, old, new)
         return True
 
     def watch(self, interval_s: float = 10.0) -> ConfigWatcher:
