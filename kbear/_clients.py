@@ -289,6 +289,9 @@ class ClientRegistry(Generic[E]):
         observed: hand each configuration to the process's configurers
             (``kbear.metrics`` adds its statistics callback there); False for
             admin clients, which send and read no messages.
+        stats_interval_ms: ``statistics.interval.ms`` kbear itself needs from each
+            client (ms; the failover watch), combined with the configurers' by
+            :func:`kbear._events.configure`; None: none.
     """
 
     def __init__(
@@ -299,9 +302,11 @@ class ClientRegistry(Generic[E]):
         prepare: Callable[[str, dict[str, Any]], Any] | None = None,
         factory: ClientFactory | None = None,
         observed: bool = True,
+        stats_interval_ms: int | None = None,
     ) -> None:
         self.kind: ClientKind = kind
         self._observed = observed
+        self._stats_interval_ms = stats_interval_ms
         self.native = native
         self._entry = entry
         self._prepare = prepare
@@ -343,7 +348,7 @@ class ClientRegistry(Generic[E]):
             self._retire(current)
         conf = cluster_config(self.native, target.properties)
         if self._observed:
-            _events.configure(self.kind, target.cluster_id, conf)
+            _events.configure(self.kind, target.cluster_id, conf, self._stats_interval_ms)
         prepared = self._prepare(target.cluster_id, conf) if self._prepare is not None else None
         built = self.factory(self.kind, target.cluster_id, conf)
         entry = self._entry(target.cluster_id, target.properties, built, prepared)

@@ -352,12 +352,27 @@ def emit(event: Event) -> None:
     call_each(log, "kbear: event listener %r failed", _listeners, event)
 
 
-def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def configure(
+    kind: str, cluster_id: str, conf: MutableMapping[str, Any], stats_interval_ms: int | None = None
+) -> MutableMapping[str, Any]:
     """``conf``, the configuration of the confluent-kafka client of ``kind``
     (``"producer"``, ``"consumer"``) for cluster ``cluster_id``, as every configurer
     leaves it, its ``error_cb`` first made to name the cluster in authentication and
     TLS errors (:mod:`kbear._cluster_errors`; every error it sees emitted as a
-    :class:`ClusterError` while a listener is subscribed); returned for chaining."""
+    :class:`ClusterError` while a listener is subscribed); returned for chaining.
+
+    Statistics (librdkafka's ``statistics.interval.ms``, off at 0, its default): the
+    application's ``stats_cb`` is called as confluent-kafka calls it, only when the
+    application set ``statistics.interval.ms`` > 0 (in its configuration or the
+    cluster's properties), at that interval; else it is left out of ``conf`` before
+    the configurers see it, so no statistics kbear turns on for itself reach it.
+    When the application set ``statistics.interval.ms`` (0 included), its value
+    stands, whatever kbear's parts need. Otherwise the client gets the shortest
+    interval kbear's parts need: the configurers' (:mod:`kbear.metrics`) and
+    ``stats_interval_ms`` (ms; the failover watch's, :data:`kbear._lost.STATS_INTERVAL_MS`)."""
+    app_interval = conf.get("statistics.interval.ms")
+    if not _interval_ms(app_interval, 1):
+        conf.pop("stats_cb", None)  # never called by confluent-kafka
 
     def counted(err: Any) -> None:
         if _listeners:
@@ -365,7 +380,19 @@ def configure(kind: str, cluster_id: str, conf: MutableMapping[str, Any]) -> Mut
 
     name_cluster_errors(kind, cluster_id, conf, counted)
     call_each(log, "kbear: client configurer %r failed", _configurers, kind, cluster_id, conf)
+    if stats_interval_ms and app_interval is None:
+        others = _interval_ms(conf.get("statistics.interval.ms"), 0)
+        conf["statistics.interval.ms"] = min(others, stats_interval_ms) if others > 0 else stats_interval_ms
     return conf
+
+
+def _interval_ms(value: Any, unreadable: int) -> int:
+    """``statistics.interval.ms`` as an integer (unset: 0); ``unreadable`` when it is
+    not one (confluent-kafka refuses the configuration)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return unreadable
 
 
 def fields(

@@ -41,7 +41,8 @@ from kbear.config import KBearConfig
 __all__ = ["STATS_INTERVAL_MS", "LostWatch", "watching_stats"]
 
 #: ``statistics.interval.ms`` of a client watching its brokers (``kbear.failover.enable``)
-#: unless the application configured one
+#: unless the application configured one, or :mod:`kbear.metrics` needs a shorter one
+#: (:func:`kbear._events.configure`)
 STATS_INTERVAL_MS = 1000
 
 
@@ -50,7 +51,11 @@ def watching_stats(
 ) -> Callable[[str], Any]:
     """A ``stats_cb`` that gives ``on_reachable(cluster_id, reachable)`` what
     librdkafka's statistics say of the brokers (:func:`kbear._health.reachable_from_stats`),
-    then calls the application's ``stats_cb`` (if any) with the same JSON text."""
+    then calls ``stats_cb`` (if any) with the same JSON text: the application's
+    (or :mod:`kbear.metrics`'), present only if the application turned statistics
+    on itself (:func:`kbear._events.configure`), so it is called as confluent-kafka
+    calls it. The watch reads statistics at the interval the application set, if
+    it set one (0: none; a lost cluster is then seen back by a delivery only)."""
 
     def watch(stats: str) -> Any:
         try:

@@ -130,8 +130,8 @@ class ClusterRegistry:
         #: (the ``kbear.cluster.id`` check); what it raises refuses the client
         self.built_hook: Callable[[str, Any], None] | None = None
         #: called as ``hook(cluster_id, reachable)`` with what each member client's
-        #: statistics say of its brokers (``statistics.interval.ms`` 1000 unless
-        #: configured; the application's ``stats_cb`` still called), when set
+        #: statistics say of its brokers (``statistics.interval.ms`` as
+        #: :func:`kbear._events.configure` combines it), when set
         self.stats_hook: Callable[[str, bool], None] | None = None
         self._mounted = current_factory()
         self.clients: dict[str, ClusterClient] = {}
@@ -168,12 +168,12 @@ class ClusterRegistry:
         if current is not None and current.properties == dict(target.properties):
             return current, None
         conf = cluster_config(self.native, target.properties)
-        _events.configure("consumer", target.cluster_id, conf)
+        watching = STATS_INTERVAL_MS if self.stats_hook is not None else None
+        _events.configure("consumer", target.cluster_id, conf, watching)
         # (an oauth_cb's client without an error_cb is left as built: see kbear._cluster_errors)
         if self.error_hook is not None and not ("oauth_cb" in conf and conf.get("error_cb") is None):
             conf["error_cb"] = _chained(self.error_hook, target.cluster_id, conf.get("error_cb"))
         if self.stats_hook is not None:
-            conf.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
             conf["stats_cb"] = watching_stats(target.cluster_id, conf.get("stats_cb"), self.stats_hook)
         if self.commit_hook is not None:
             conf["on_commit"] = _chained(self.commit_hook, target.cluster_id, conf.get("on_commit"))

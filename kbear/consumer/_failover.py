@@ -3,7 +3,7 @@
 :class:`ConsumerFailover` feeds the lost-cluster policy (:class:`kbear._lost.LostWatch`)
 with what the consumer's member clients see (librdkafka's ``_ALL_BROKERS_DOWN`` in
 their ``error_cb``; the broker states of their statistics, ``statistics.interval.ms``
-1000 unless configured, the application's ``stats_cb`` still called) and lets time
+as :func:`kbear._events.configure` combines it) and lets time
 pass at each ``poll()``/``consume()`` while a cluster is seen down (the fast paths
 are unbound meanwhile). With ``kbear.failover.enable``, a cluster declared lost joins
 the consumer's failed-over clusters: its lookups send that cluster's routes to its

@@ -71,8 +71,11 @@ def instrument(
             the one :func:`serve` and most frameworks expose).
         stats_interval_ms: librdkafka's ``statistics.interval.ms`` (ms, > 0) for
             the cluster clients built from now on whose configuration does not
-            set it; an application's own ``statistics.interval.ms`` is kept (0:
-            no statistics from that client), and its ``stats_cb`` still called.
+            set it (a client with ``kbear.failover.enable`` gets the shorter of
+            this and its failover watch's 1000); an application's own
+            ``statistics.interval.ms`` is kept (0: no statistics from that
+            client), and its ``stats_cb`` called as confluent-kafka calls it
+            (only if the application set ``statistics.interval.ms`` itself).
 
     Returns:
         The :class:`KBearMetrics` of ``registry``; calling again with the same

@@ -116,14 +116,14 @@ class StatsStore:
     def configure(self, kind: str, cluster: str, conf: MutableMapping[str, Any]) -> None:
         """Add ``statistics.interval.ms`` (unless set) and a ``stats_cb`` to ``conf``,
         the configuration of a cluster client of ``kind`` for ``cluster``. The
-        application's ``stats_cb`` keeps being called, only if the application had
-        statistics on (``statistics.interval.ms`` > 0) itself."""
+        ``stats_cb`` in ``conf`` (the application's, left there by
+        :func:`kbear._events.configure` only if the application had statistics on
+        itself) keeps being called."""
         user_cb = conf.get("stats_cb")
-        user_on = int(conf.get("statistics.interval.ms", 0) or 0) > 0
         interval_s = int(conf.setdefault("statistics.interval.ms", self.interval_ms) or 0) / 1000.0
         if interval_s <= 0:
             return  # statistics turned off by the application
-        slot = _Slot(kind, cluster, client_id(conf), interval_s, user_cb=user_cb if user_on else None)
+        slot = _Slot(kind, cluster, client_id(conf), interval_s, user_cb=user_cb)
         with self._lock:
             self._slots.append(slot)
         conf["stats_cb"] = slot

@@ -128,11 +128,13 @@ def producer_registry(
             broker of its cluster down (librdkafka's ``_ALL_BROKERS_DOWN``, seen by
             its ``error_cb``); the client then records every message (suspect).
         watch_brokers: also give ``on_reachable`` what librdkafka's statistics say of
-            the brokers (``statistics.interval.ms`` 1000 unless configured, the
-            application's ``stats_cb`` still called): a client that saw all brokers
+            the brokers (``statistics.interval.ms`` as :func:`kbear._events.configure`
+            combines it): a client that saw all brokers
             down and reconnected while idle is reachable again, not lost
             (``kbear.failover.enable``).
     """
+
+    watching = watch_brokers and on_reachable is not None
 
     def prepare(cluster_id: str, conf: dict[str, Any]) -> tuple[dict[str, str], Rescue]:
         logical: dict[str, str] = {}
@@ -142,8 +144,7 @@ def producer_registry(
         app_error_cb = conf.get("error_cb")
         if callable(app_error_cb):  # (none: an oauth_cb's client is left as built, see _cluster_errors)
             conf["error_cb"] = _watching_errors(cluster_id, app_error_cb, rescue, on_reachable)
-        if watch_brokers and on_reachable is not None:
-            conf.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
+        if watching and on_reachable is not None:
             conf["stats_cb"] = watching_stats(cluster_id, conf.get("stats_cb"), on_reachable)
         return logical, rescue
 
@@ -152,7 +153,9 @@ def producer_registry(
         logical, rescue = prepared
         return ClusterProducer(cluster_id, properties, client, logical, rescue)
 
-    return ClientRegistry("producer", native, entry, prepare, factory)
+    return ClientRegistry(
+        "producer", native, entry, prepare, factory, stats_interval_ms=STATS_INTERVAL_MS if watching else None
+    )
 
 
 def _watching_errors(
