@@ -115,20 +115,27 @@ class RouteChanged:
 class DrainStarted:
     """A drain of ``topic`` on cluster ``cluster`` began (``kind``: ``"producer"``, a
     flush before the topic moves; ``"consumer"``, a RoutedConsumer (or the asyncio
-    consumer over it) reading the old cluster to its end; ``"spark"``, the Spark
-    source reading the old cluster to its end over micro-batches)."""
+    consumer over it) reading the old cluster to its end; ``"share consumer"``;
+    ``"spark"``, the Spark source reading the old cluster to its end over
+    micro-batches) at ``started`` (seconds on the reporter's clock: monotonic, the
+    Spark source's wall clock); ``next_move``: the topic moved again during a drain
+    and this drains the route it had meanwhile. The switch engine
+    (:mod:`kbear._switch`) reports it to its driver, which emits it."""
 
     kind: str
     topic: str
     cluster: str
+    started: float = 0.0
+    next_move: bool = False
 
 
 @dataclass(frozen=True)
 class DrainFinished:
     """The drain of :class:`DrainStarted` ended after ``duration_s`` seconds;
-    ``timed_out``: by ``kbear.switch.drain.timeout.ms``, not complete;
-    ``messages``: read from the old cluster during the drain (consumer; 0 for a
-    producer's flush and for the Spark source)."""
+    ``timed_out``: by ``kbear.switch.drain.timeout.ms`` or a dead cluster, not
+    complete; ``messages``: read from the old cluster during the drain (0 for a
+    producer's flush and for the Spark source); ``dead``: ended at once because every broker of the old
+    cluster was unreachable (:meth:`kbear._switch.SwitchEngine.cluster_down`)."""
 
     kind: str
     topic: str
@@ -136,6 +143,7 @@ class DrainFinished:
     duration_s: float
     timed_out: bool
     messages: int = 0
+    dead: bool = False
 
 
 @dataclass(frozen=True)

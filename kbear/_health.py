@@ -62,12 +62,13 @@ class ClusterHealth(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A cluster was declared lost (``lost=True``) or recovered (``lost=False``) at
-    ``at_ms``, after being unreachable (or reachable again) for ``for_ms``."""
+    """A cluster was declared lost (``lost=True``) or recovered (``lost=False``), after
+    being unreachable (or reachable again) for ``for_ms``: what each observer emits as
+    :class:`~kbear._events.ClusterHealthChanged` (under its own ``observer`` label, in
+    seconds; this policy, below the events, keeps no label and counts milliseconds)."""
 
     cluster: str
     lost: bool
-    at_ms: float
     for_ms: float
 
 
@@ -152,12 +153,12 @@ class HealthBoard:
         if not c.lost:
             if c.down_since is not None and now_ms - c.down_since >= self.after_ms:
                 c.lost, c.up_since = True, None
-                return Transition(cluster, True, now_ms, now_ms - c.down_since)
+                return Transition(cluster, True, now_ms - c.down_since)
             return None
         if c.up_since is not None and now_ms - c.up_since >= self.recover_ms:
             took = now_ms - c.up_since
             c.lost, c.up_since, c.down_since = False, None, None
-            return Transition(cluster, False, now_ms, took)
+            return Transition(cluster, False, took)
         return None
 
     def health(self, cluster: str, now_ms: float) -> ClusterHealth:

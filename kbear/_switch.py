@@ -19,10 +19,10 @@ actions
     :meth:`SwitchEngine.step` again at the latest).
 outcomes
     what happened, for the driver to tell (:meth:`SwitchEngine.outcomes`):
-    :class:`DrainBegun`, :class:`DrainEnded` (complete or timed out, with its
-    duration and the messages read), :class:`ProbeFailed`,
-    :class:`NoTimestamps`. The engine neither logs nor emits events: each
-    driver tells under its own labels (:mod:`kbear._switch_report`).
+    :class:`~kbear._events.DrainStarted`, :class:`~kbear._events.DrainFinished`
+    (complete or timed out, with its duration and the messages read), of the
+    engine's ``kind``, :class:`ProbeFailed`, :class:`NoTimestamps`. The engine
+    neither logs nor emits events: its driver does (:mod:`kbear._switch_report`).
 
 Modes (``kbear.switch.mode``, one class each): ``immediate`` switches at once;
 ``drain`` keeps reading the old cluster until it has stayed idle
@@ -52,12 +52,11 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
+from kbear._events import DrainFinished, DrainStarted
 from kbear._modes import SwitchMode, SwitchStart
 from kbear._route import Route
 from kbear._switch_types import (
     Action,
-    DrainBegun,
-    DrainEnded,
     NoTimestamps,
     Outcome,
     Probe,
@@ -167,6 +166,8 @@ class SwitchEngine:
         mirror_start: which moves (old, new route) start as the old cluster's
             mirror says (``translated``) whatever ``start`` says: a failover to a
             mirrored standby (the consumer's); None: none.
+        kind: the ``kind`` of the drain events it reports (``"consumer"``,
+            ``"share consumer"``, ``"spark"``: the label of the drain metrics).
     """
 
     mode: SwitchMode = SwitchMode.DRAIN
@@ -179,6 +180,7 @@ class SwitchEngine:
     first_probe_s: float = FIRST_PROBE_S
     ends_when_dead: Callable[[Route, Route | None], bool] | None = None
     mirror_start: Callable[[Route, Route | None], bool] | None = None
+    kind: str = "consumer"
     _drains: dict[str, _Drain] = field(default_factory=dict, init=False)
     #: (cluster, topic) -> partition -> the timestamp (ms) last read there
     _timestamps: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict, init=False)
@@ -266,7 +268,7 @@ class SwitchEngine:
             return []
         if self.mode is SwitchMode.IMMEDIATE:
             return [Switch(topic, old, new, self._plan_start(topic, old, new, {}))]
-        self._outcomes.append(DrainBegun(topic, old, now))
+        self._outcomes.append(DrainStarted(self.kind, topic, old.cluster_id, now))
         self._drains[topic] = _Drain(old, new, now, now, next_probe=now + self.first_probe_s)
         return []
 
@@ -277,7 +279,7 @@ class SwitchEngine:
         drains in its offsets and rebuilds its engine each micro-batch): ``topic``
         drains on ``old`` since ``started`` (the engine's clock), then goes to
         ``routes`` in order (the last: its route now), as :meth:`route_changed`
-        would have left it. No :class:`DrainBegun`: that was reported when the
+        would have left it. No :class:`~kbear._events.DrainStarted`: that was reported when the
         drain began.
         """
         for new in routes:
@@ -364,14 +366,16 @@ class SwitchEngine:
             timed_out = dead or (self.timeout_s is not None and now - drain.started >= self.timeout_s)
             if drain.done or timed_out:
                 cut = timed_out and not drain.done
+                took = max(0.0, now - drain.started)
+                cluster = drain.old.cluster_id
                 self._outcomes.append(
-                    DrainEnded(topic, drain.old, now - drain.started, cut, drain.messages, dead=dead)
+                    DrainFinished(self.kind, topic, cluster, took, cut, drain.messages, dead)
                 )
                 del self._drains[topic]
                 start = self._plan_start(topic, drain.old, drain.new, drain.committed)
                 actions.append(Switch(topic, drain.old, drain.new, start, cut))
                 if drain.then and drain.new is not None:
-                    self._outcomes.append(DrainBegun(topic, drain.new, now, next_move=True))
+                    self._outcomes.append(DrainStarted(self.kind, topic, drain.new.cluster_id, now, True))
                     self.resume(topic, drain.new, drain.then, now, now)
                 continue
             if drain.probe_seq is not None or now < max(drain.next_probe, drain.last_activity + self.idle_s):

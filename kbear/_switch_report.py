@@ -2,10 +2,11 @@
 
 Responsible for: turning the engine's outcomes (:meth:`kbear._switch.SwitchEngine.outcomes`)
 into log records (with :mod:`kbear._events`' structured fields) on the driver's
-logger and into process-wide events (:class:`~kbear._events.DrainStarted`,
-:class:`~kbear._events.DrainFinished`) of the driver's kind. The engine does
+logger, and emitting its drain events (:class:`~kbear._events.DrainStarted`,
+:class:`~kbear._events.DrainFinished`, of the engine's ``kind``). The engine does
 neither itself: the blocking consumer (``kind="consumer"``; the asyncio
-consumer drives it) and the Spark source (``kind="spark"``) call :func:`tell`.
+consumer drives it), the share consumer and the Spark source (``kind="spark"``)
+call :func:`tell`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import logging
 from collections.abc import Iterable
 
 from kbear import _events
-from kbear._switch_types import DrainBegun, DrainEnded, NoTimestamps, Outcome, ProbeFailed
+from kbear._events import DrainFinished, DrainStarted
+from kbear._switch_types import NoTimestamps, Outcome, ProbeFailed
 
 __all__ = ["tell"]
 
@@ -34,20 +36,21 @@ _ENDED = {
 }
 
 
-def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
-    """Log each outcome on ``log`` and emit the drain events of ``kind``.
+def tell(outcomes: Iterable[Outcome], log: logging.Logger) -> None:
+    """Log each outcome on ``log`` and emit the drain events (of the engine's ``kind``:
+    ``"consumer"``, ``"spark"``, the ``kind`` label of the drain metrics
+    ``kbear_drains_started``, ``kbear_drain_duration_seconds``, ...).
 
     Args:
         outcomes: what the engine reported, oldest first.
-        kind: the events' ``kind`` (``"consumer"``, ``"spark"``): the ``kind``
-            label of the drain metrics (``kbear_drains_started``,
-            ``kbear_drain_duration_seconds``, ...).
         log: the driver's logger (``kbear.consumer``, ``kbear.spark``).
     """
     for outcome in outcomes:
-        cluster = outcome.old.cluster_id
         topic = outcome.topic
-        if isinstance(outcome, DrainBegun):
+        cluster = (
+            outcome.cluster if isinstance(outcome, DrainStarted | DrainFinished) else outcome.old.cluster_id
+        )
+        if isinstance(outcome, DrainStarted):
             log.info(
                 "kbear: draining topic %r on cluster %r before the %s",
                 topic,
@@ -55,17 +58,13 @@ def tell(outcomes: Iterable[Outcome], kind: str, log: logging.Logger) -> None:
                 "next move" if outcome.next_move else "move",
                 extra=_events.fields("drain_started", topic, cluster=cluster),
             )
-            _events.emit(_events.DrainStarted(kind, topic, cluster))
-        elif isinstance(outcome, DrainEnded):
+            _events.emit(outcome)
+        elif isinstance(outcome, DrainFinished):
             reason = "dead" if outcome.dead else "timeout" if outcome.timed_out else "complete"
             level, text = _ENDED[reason]
             extra = _events.fields("drain_finished", topic, cluster=cluster, reason=reason)
             log.log(level, text, {"topic": topic, "cluster": cluster}, extra=extra)
-            _events.emit(
-                _events.DrainFinished(
-                    kind, topic, cluster, max(0.0, outcome.duration_s), outcome.timed_out, outcome.messages
-                )
-            )
+            _events.emit(outcome)
         elif isinstance(outcome, ProbeFailed):
             log.warning("kbear: drain of topic %r on cluster %r: %s; retrying", topic, cluster, outcome.error)
         elif isinstance(outcome, NoTimestamps):

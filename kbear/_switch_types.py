@@ -3,9 +3,10 @@
 Actions the engine answers (:class:`Probe`, :class:`Switch`, with the
 :class:`StartPlan` of a moved topic), the observation a driver feeds back
 (:class:`Progress`, the answer to a probe), and the outcomes the engine reports
-for its driver to tell under its own labels (:class:`DrainBegun`,
-:class:`DrainEnded`, :class:`ProbeFailed`, :class:`NoTimestamps`;
-:mod:`kbear._switch_report`). Times are on the engine's clock (monotonic seconds).
+for its driver to tell (:class:`~kbear._events.DrainStarted`,
+:class:`~kbear._events.DrainFinished`: the events themselves, of the engine's
+``kind``; :class:`ProbeFailed`, :class:`NoTimestamps`; :mod:`kbear._switch_report`).
+Times are on the engine's clock (monotonic seconds).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kbear._events import DrainFinished, DrainStarted
 from kbear._route import Route
 
 
@@ -96,34 +98,6 @@ Action = Probe | Switch
 
 
 @dataclass(frozen=True)
-class DrainBegun:
-    """Outcome: a drain of ``topic`` on ``old``'s cluster began at ``started`` (the
-    engine's clock, seconds); ``next_move``: the topic moved again during a drain
-    and this drains the route it had meanwhile."""
-
-    topic: str
-    old: Route
-    started: float
-    next_move: bool = False
-
-
-@dataclass(frozen=True)
-class DrainEnded:
-    """Outcome: the drain of ``topic`` on ``old``'s cluster ended after ``duration_s``
-    seconds (the engine's clock); ``timed_out``: by ``kbear.switch.drain.timeout.ms``
-    or a dead cluster, not complete; ``dead``: ended at once because every broker of
-    the old cluster was unreachable (:meth:`kbear._switch.SwitchEngine.cluster_down`);
-    ``messages``: read from the old cluster during the drain."""
-
-    topic: str
-    old: Route
-    duration_s: float
-    timed_out: bool
-    messages: int
-    dead: bool = False
-
-
-@dataclass(frozen=True)
 class ProbeFailed:
     """Outcome: a probe of the drain of ``topic`` on ``old``'s cluster could not be
     completed (``error``); a later probe retries."""
@@ -142,4 +116,4 @@ class NoTimestamps:
     old: Route
 
 
-Outcome = DrainBegun | DrainEnded | ProbeFailed | NoTimestamps
+Outcome = DrainStarted | DrainFinished | ProbeFailed | NoTimestamps

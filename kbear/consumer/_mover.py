@@ -257,7 +257,7 @@ class SwitchDriver:
 
     def _tell(self) -> None:
         # The engine reports, the driver tells: logs on kbear.consumer, events of kind "consumer".
-        tell(self.engine.outcomes(), "consumer", log)
+        tell(self.engine.outcomes(), log)
 
     def submit(self, cluster_id: str | None, call: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``call(*args)`` in the background thread; it uses the client of

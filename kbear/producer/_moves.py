@@ -149,7 +149,7 @@ class Routing:
             what,
             extra=_events.fields("drain_started", topic, cluster=cluster_id),
         )
-        _events.emit(_events.DrainStarted("producer", topic, cluster_id))
+        _events.emit(_events.DrainStarted("producer", topic, cluster_id, started))
         for e in candidates:
             # a client whose brokers are all down (suspect) cannot drain: no wait
             left = e.producer.flush(0 if e.rescue.suspected else self._drain_timeout_s)

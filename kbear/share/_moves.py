@@ -53,6 +53,7 @@ def share_engine(settings: KBearSettings) -> SwitchEngine:
         SwitchStart.COMMITTED,
         idle_s=settings.drain_idle_ms / 1000.0,
         timeout_s=settings.drain_timeout_ms / 1000.0,
+        kind="share consumer",
     )
 
 
@@ -90,7 +91,7 @@ class ShareMoves:
                 actions.extend(self.engine.route_changed(topic, old, new, now))
         actions.extend(self.engine.step(now))
         self._carry_out(actions)
-        tell(self.engine.outcomes(), "share consumer", log)
+        tell(self.engine.outcomes(), log)
 
     def acquired(self, topic: str, cluster_id: str, partition: int) -> None:
         """A record of ``topic`` was acquired on ``cluster_id`` (activity of a drain)."""

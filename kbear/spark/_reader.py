@@ -307,7 +307,7 @@ class KBearStreamReader(DataSourceStreamReader):
         is the truth: a restarted query goes on with the same drains, since the
         time recorded there; they were reported when they began)."""
         engine = SwitchEngine(
-            SwitchMode.DRAIN, idle_s=0.0, timeout_s=None, reset_to_end=False, first_probe_s=0.0
+            SwitchMode.DRAIN, idle_s=0.0, timeout_s=None, reset_to_end=False, first_probe_s=0.0, kind="spark"
         )
         drains: Mapping[str, Mapping[str, Any]] = offsets["draining"]
         for logical, d in drains.items():
@@ -326,10 +326,10 @@ class KBearStreamReader(DataSourceStreamReader):
         are its "committed" offsets) and carry out the switches the engine decides.
         Returns logical topic -> the old cluster's watermarks, for drains still running."""
         marks: dict[str, dict[int, tuple[int, int]]] = {}
-        tell(engine.outcomes(), "spark", log)  # the drains begun by this batch's route changes
+        tell(engine.outcomes(), log)  # the drains begun by this batch's route changes
         for _ in range(16):  # a chain of moves is drained one route per round; bounded
             actions = engine.step(now)
-            tell(engine.outcomes(), "spark", log)
+            tell(engine.outcomes(), log)
             if not actions:
                 break
             for action in actions:

@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
+from kbear._events import DrainFinished, DrainStarted
 from kbear._switch import SwitchEngine, caught_up
 from kbear._switch_types import (
-    DrainBegun,
-    DrainEnded,
     NoTimestamps,
     Probe,
     ProbeFailed,
@@ -291,7 +290,7 @@ def test_forget_drops_drains() -> None:
 
 
 def test_a_finished_drain_reports_the_messages_read_on_the_old_cluster() -> None:
-    """``DrainEnded.messages`` (the ``kbear_drain_messages`` metric): messages of the
+    """``DrainFinished.messages`` (the ``kbear_drain_messages`` metric): messages of the
     old cluster read during the drain; the new cluster's are not counted."""
     engine = SwitchEngine("drain", "committed", idle_s=1.0, timeout_s=30.0)
     run(
@@ -307,8 +306,8 @@ def test_a_finished_drain_reports_the_messages_read_on_the_old_cluster() -> None
             (1.6, ("step", ["switch A->B"])),
         ],
     )
-    ended = [o for o in engine.outcomes() if isinstance(o, DrainEnded)]
-    assert [(o.old.cluster_id, o.messages, o.timed_out) for o in ended] == [("A", 3, False)]
+    ended = [o for o in engine.outcomes() if isinstance(o, DrainFinished)]
+    assert [(o.cluster, o.messages, o.timed_out) for o in ended] == [("A", 3, False)]
 
 
 def test_the_engine_reports_what_happened_and_neither_logs_nor_emits(
@@ -342,12 +341,12 @@ def test_the_engine_reports_what_happened_and_neither_logs_nor_emits(
     assert seen == [] and caplog.records == []
     outcomes = engine.outcomes()
     assert outcomes == [
-        DrainBegun(T, route("A"), 100.0),  # type: ignore[arg-type]
+        DrainStarted("consumer", T, "A", 100.0),
         ProbeFailed(T, route("A"), "broker down"),  # type: ignore[arg-type]
-        DrainEnded(T, route("A"), pytest.approx(2.6), False, 0),  # type: ignore[arg-type]
+        DrainFinished("consumer", T, "A", pytest.approx(2.6), False, 0),
         NoTimestamps(T, route("A")),  # type: ignore[arg-type]
-        DrainBegun(T, route("B"), 102.6, next_move=True),  # type: ignore[arg-type]
-        DrainEnded(T, route("B"), pytest.approx(10.0), True, 0),  # type: ignore[arg-type]
+        DrainStarted("consumer", T, "B", 102.6, next_move=True),
+        DrainFinished("consumer", T, "B", pytest.approx(10.0), True, 0),
         NoTimestamps(T, route("B")),  # type: ignore[arg-type]
     ]
     assert engine.outcomes() == []
@@ -366,7 +365,7 @@ def test_a_resumed_drain_keeps_its_start_and_is_not_reported_as_begun() -> None:
     engine.progress(T, Progress(probe.seq, **DONE), 100.0)  # type: ignore[union-attr,arg-type]
     assert [describe(a) for a in engine.step(100.0)] == ["switch A->B"]
     (ended,) = engine.outcomes()
-    assert ended == DrainEnded(T, route("A"), 60.0, False, 0)  # type: ignore[arg-type]
+    assert ended == DrainFinished("consumer", T, "A", 60.0, False, 0)
 
 
 def _landing_rows(new_ends_later: int, last_answer_at: float) -> list[tuple[float, tuple[Any, ...]]]:
