@@ -210,21 +210,18 @@ class ClusterRegistry:
         call there would hold up ``poll()``. It has the group's ``group.id`` but never
         subscribes (it is no group member) and commits nothing. Thread-safe: the
         polling thread and the background thread ask for them."""
-        with self._watcher_lock:
-            return self._watcher(target)
-
-    def _watcher(self, target: Target) -> Any:
         props = dict(target.properties)
-        current = self._watchers.get(target.cluster_id)
-        if current is not None and current[0] == props:
-            return current[1]
-        if current is not None:
-            self._old_watchers.append(current[1])
-        conf = {k: v for k, v in cluster_config(self.native, props).items() if k not in _NOT_FOR_WATCHERS}
-        conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
-        client = self._build(target.cluster_id, conf)
-        self._watchers[target.cluster_id] = (props, client)
-        return client
+        with self._watcher_lock:
+            current = self._watchers.get(target.cluster_id)
+            if current is not None and current[0] == props:
+                return current[1]
+            if current is not None:
+                self._old_watchers.append(current[1])
+            conf = {k: v for k, v in cluster_config(self.native, props).items() if k not in _NOT_FOR_WATCHERS}
+            conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False})
+            client = self._build(target.cluster_id, conf)
+            self._watchers[target.cluster_id] = (props, client)
+            return client
 
     def clear(self) -> list[tuple[str | None, Any]]:
         """Forget every client (closing): returns the confluent-kafka clients to close

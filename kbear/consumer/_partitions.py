@@ -67,17 +67,6 @@ def next_offset(message: Any) -> TopicPartition:
     )
 
 
-def _individual_refusal(call: str) -> KafkaException:
-    """The error of an explicit offset given to ``call`` with ``kbear.ack.mode=individual``."""
-    return KafkaException(
-        KafkaError(
-            KafkaError._INVALID_ARG,
-            f"{call}: kbear.ack.mode=individual commits the acknowledged prefix only; "
-            "use ack()/ack_cumulative(), and commit() without message or offsets",
-        )
-    )
-
-
 @dataclass(eq=False)
 class PartitionCalls:
     """The partition-addressed calls of :class:`~kbear.RoutedConsumer` (its methods of
@@ -175,7 +164,13 @@ class PartitionCalls:
         if message is not None and offsets is not None:
             raise ValueError("message and offsets are mutually exclusive")
         if self.acks is not None:
-            raise _individual_refusal(call)
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._INVALID_ARG,
+                    f"{call}: kbear.ack.mode=individual commits the acknowledged prefix only; "
+                    "use ack()/ack_cumulative(), and commit() without message or offsets",
+                )
+            )
         if offsets is not None:
             return offsets
         assert message is not None

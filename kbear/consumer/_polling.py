@@ -168,13 +168,6 @@ class PollLoop:
             self.between_calls(deadline.remaining())
         return True, timeout if timeout is None or timeout <= 0 else deadline.remaining()
 
-    def _alone(self, active: list[ClusterClient]) -> bool:
-        """Whether ``active`` is one client read with nothing for kbear to do between
-        its messages (only, maybe, per message: :meth:`_looks_at`)."""
-        return len(active) == 1 and not (
-            self.driver.busy or self.guard.active or self.registry.leaving or self.gate.waiting
-        )
-
     def _looks_at(self, entry: ClusterClient) -> bool:
         """Whether kbear looks at each message of ``entry`` (:meth:`_out`)."""
         return entry.renames or self.driver.engine.tracks_timestamps or self.tap is not None
@@ -234,7 +227,11 @@ class PollLoop:
                 return [leftover]
         active = self.registry.active
         tmo = -1 if timeout is None else timeout
-        if self._alone(active):
+        # one client read with nothing for kbear to do between its messages (only,
+        # maybe, per message: _looks_at): that client's own call
+        if len(active) == 1 and not (
+            self.driver.busy or self.guard.active or self.registry.leaving or self.gate.waiting
+        ):
             entry = active[0]
             msgs = fetch(entry, num_messages, tmo)
             return [self._out(entry, m) for m in msgs] if self._looks_at(entry) else msgs

@@ -175,7 +175,12 @@ class Rebalancer:
                     then.callback(self.revoked_hook, entry, partitions)
                 if self.revoking_hook is not None and not lost:
                     self.revoking_hook(entry)
-                self._start_again(entry, partitions)
+                if self.later is not None:
+                    # those still waiting for their translated start are resumed, and their
+                    # topic's plan applies to the cluster's next assignment (unless a newer
+                    # switch planned another start)
+                    for topic, plan in self.later.revoked(entry, partitions):
+                        self.start_at.setdefault((entry.cluster_id, topic), plan)
                 positions = [] if lost else self._positions_to_commit(entry, partitions)
                 self._tell("on_lost" if lost else "on_revoke", entry, partitions)
                 if positions:
@@ -184,14 +189,6 @@ class Rebalancer:
                     commit_async(entry, positions, "before its partitions leave this member")
 
         return callback
-
-    def _start_again(self, entry: ClusterClient, partitions: list[TopicPartition]) -> None:
-        """``partitions`` leave ``entry``'s client: those still waiting for their
-        translated start are resumed, and their topic's plan applies to the
-        cluster's next assignment (unless a newer switch planned another start)."""
-        if self.later is not None:
-            for topic, plan in self.later.revoked(entry, partitions):
-                self.start_at.setdefault((entry.cluster_id, topic), plan)
 
     def commit_answered(self, cluster_id: str, err: Any, partitions: list[TopicPartition]) -> None:
         """``on_commit`` of ``cluster_id``'s client. When it answers the commit of the
