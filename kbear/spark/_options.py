@@ -129,7 +129,16 @@ def route_topics(
 
 
 def same_route(a: Route, b: Route) -> bool:
-    """Whether two routes read the same place: cluster and physical topic."""
+    """Whether two routes read the same place: cluster and physical topic.
+
+    Unlike the switch engine's :func:`kbear._switch.same_route`, the cluster's client
+    properties do not count: a change of them (``bootstrap.servers``, a rotated
+    credential in ``clusters.yaml``) reaches the same messages, so it is no move
+    (nothing drained, no offsets translated). The kbear source reads each
+    micro-batch with the properties then in force; :func:`~kbear.spark.run_query`'s
+    supervisor starts its next generation where the last one committed, Spark's
+    connector keeping the properties its query started with.
+    """
     return (a.cluster_id, a.topic) == (b.cluster_id, b.topic)
 
 

@@ -8,7 +8,10 @@ another cluster. The supervisor runs one query per *generation*, each on its own
 checkpoint (``<checkpoint_root>/<n>``, the routes it was started on beside it in
 ``<n>.routes.json``), and starts generation n+1 with ``startingOffsets`` per cluster:
 
-- a topic whose route did not change: the offsets generation n committed;
+- a topic whose route did not change: the offsets generation n committed (a
+  change of its cluster's client properties in ``clusters.yaml``, such as
+  ``bootstrap.servers`` or a rotated credential, starts the next generation too,
+  since the connector keeps the properties it was started with);
 - a topic failed over to the standby its cluster is mirrored to (the operator's
   ``kbear failover``, or the supervisor's own with ``failover_enable``): the
   committed offsets translated through the mirror (MirrorMaker 2's offset syncs,
@@ -398,6 +401,14 @@ class QuerySupervisor:
                 self._drain(moved)
             reason = ", ".join(f"{t}: {self._routes[t].cluster_id} -> {now[t].cluster_id}" for t in moved)
             self._restart(now, ("failover " if failover else "route change ") + reason)
+            return
+        # Spark's connector fixed the clusters' properties when the query started: a change
+        # in clusters.yaml (bootstrap.servers, a rotated credential) needs the next generation.
+        changed = {
+            r.cluster_id for t, r in now.items() if dict(r.properties) != dict(self._routes[t].properties)
+        }
+        if changed:
+            self._restart(now, "client properties changed: " + ", ".join(sorted(changed)))
             return
         if not self.query.isActive and not self._stop.is_set():
             error = self.query.exception()
