@@ -33,19 +33,17 @@ class ClusterTarget:
 
     Attributes:
         cluster_id: the cluster id (clusters.yaml).
-        bootstrap_servers: the cluster's ``bootstrap.servers``.
         properties: the cluster's librdkafka client properties (clusters.yaml
             ``meta``, including ``bootstrap.servers``).
     """
 
     cluster_id: str
-    bootstrap_servers: str
     properties: Mapping[str, str] = field(repr=False)
 
 
 def cluster_target(cluster_id: str, cluster: ClusterConfig) -> ClusterTarget:
     """The :class:`ClusterTarget` of ``cluster`` (clusters.yaml entry ``cluster_id``)."""
-    return ClusterTarget(cluster_id, cluster.bootstrap_servers, cluster.client_properties)
+    return ClusterTarget(cluster_id, cluster.client_properties)
 
 
 def cluster_config(native: Mapping[str, Any], properties: Mapping[str, str]) -> dict[str, Any]:

@@ -153,11 +153,11 @@ class FleetWatch:
                 return
             self._stop.wait(POLL_S)
 
-    def wait(self, deadline: float, on_tick: Callable[[FleetState], None] | None = None) -> bool:
-        """Wait until done or ``deadline`` (time.monotonic()); True when done."""
+    def wait(self, deadline: float, on_tick: Callable[[FleetState], None]) -> bool:
+        """Wait until done or ``deadline`` (time.monotonic()), calling ``on_tick`` with the
+        fleet's state about once a second; True when done."""
         while self.done_at is None and time.monotonic() < deadline and self._thread.is_alive():
-            if on_tick is not None:
-                on_tick(self.state)
+            on_tick(self.state)
             self._thread.join(min(1.0, max(0.0, deadline - time.monotonic())))
         return self.done_at is not None
 
