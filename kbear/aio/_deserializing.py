@@ -45,7 +45,10 @@ class _Engine(Refreshing, RoutedDeserializingConsumer):
     def consume_from(self, num_messages: int = 1, timeout: float | None = -1) -> list[Read]:
         """Up to ``num_messages`` (message, cluster) pairs: reading one cluster, its
         client's own ``consume``; else waits up to ``timeout`` seconds (None or -1:
-        infinite) for the first message, then takes what is ready.
+        infinite) for the first message, then takes what is ready. An infinite wait
+        returns a message, as confluent-kafka's ``Consumer.consume`` (it polls again
+        until one comes): a routed poll that came back empty (nothing subscribed yet:
+        after about a second) is repeated.
 
         Raises:
             ValueError: ``num_messages`` out of range (confluent-kafka's words).
@@ -62,8 +65,8 @@ class _Engine(Refreshing, RoutedDeserializingConsumer):
             msg, cluster_id = self._poll_from(0.0 if out else deadline.as_arg())
             if msg is not None:
                 out.append((msg, cluster_id))
-            elif out or deadline.end is None or deadline.expired():
-                break  # (an infinite poll that returns None: a wakeup, retried)
+            elif out or deadline.expired():  # an infinite poll that returned None: again
+                break
         return out
 
 
@@ -163,6 +166,8 @@ class RoutedAsyncDeserializingConsumer(SerdesClient, RoutedAIOConsumer):
         returned as they are. Reading one cluster, its client's own ``consume`` (waits
         up to ``timeout`` seconds, -1: infinite); over several, waits up to ``timeout``
         for the first message, then takes those ready (as ``RoutedConsumer.consume``).
+        With ``timeout=-1`` it returns once it has a message, as confluent-kafka's,
+        also while nothing is subscribed yet.
 
         Raises:
             KeyDeserializationError, ValueDeserializationError: a deserializer failed.

@@ -431,3 +431,33 @@ async def test_serdes_asking_for_the_kafka_cluster_id_are_told_the_messages_clus
     assert await asyncio.wait_for(producer.flush(), 30) == 0
     assert [m.value() for m in read_all(a, topic)] == [f"{ids[0]}/one".encode()]
     assert [m.value() for m in read_all(b, topic)] == [f"{ids[1]}/two".encode()]
+
+
+async def test_an_infinite_consume_returns_with_a_message_as_confluent_kafkas(
+    conf_dir: Path,
+    two_clusters: Clusters,
+    topic: str,
+    opened: Callable[[Any], Any],
+    unique: Callable[[str], str],
+) -> None:
+    """``consume(1, -1)`` returns once it has a message, as confluent-kafka's (its
+    ``Consumer.consume`` polls again until one comes): started over two clusters before
+    ``subscribe()``, it is still waiting when the routed poll came back empty (after
+    about a second while nothing is subscribed), then returns the message produced
+    after the subscription."""
+    other = unique("aserde-b")
+    two_clusters[1].create_topic(other, 1)
+    rewrite_rules(conf_dir, on("B", other))  # topic on A, other on B: no one-cluster path
+    conf = {**NO_WATCH, **FAST_GROUP, "kbear.config": str(conf_dir), "group.id": unique("g")}
+    consumer = opened(
+        await RoutedAsyncDeserializingConsumer({**conf, "value.deserializer": StringDeserializer()})
+    )
+    waiting = asyncio.ensure_future(consumer.consume(1, -1))
+    await asyncio.sleep(2.5)
+    assert not waiting.done(), waiting.result()
+    await consumer.subscribe([topic, other])
+    with plain_producer(two_clusters[1]) as producer:
+        producer.produce(other, b"sent", b"k")
+        assert producer.flush(10) == 0
+    (msg,) = await asyncio.wait_for(waiting, 60)
+    assert (msg.topic(), msg.key(), msg.value()) == (other, b"k", "sent")
