@@ -3,6 +3,7 @@ and helpers to read back what reached each cluster with plain confluent-kafka cl
 
 from __future__ import annotations
 
+import gc
 import inspect
 import itertools
 import os
@@ -46,7 +47,8 @@ Rule = Mapping[str, Any]
 @pytest.fixture
 def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
     """Clusters ``A`` and ``B``, closed after every client of the test (see ``closing``),
-    and after the closes kbear left running in the background (:func:`background_closes_end`)."""
+    after the clients only garbage still held (:func:`destroy_unreachable_clients`), and
+    after the closes kbear left running in the background (:func:`background_closes_end`)."""
     a = EmbeddedCluster()
     b = EmbeddedCluster()
     earlier = set(background_closes())
@@ -54,10 +56,20 @@ def two_clusters() -> Iterator[tuple[EmbeddedCluster, EmbeddedCluster]]:
         yield a, b
     finally:
         try:
+            destroy_unreachable_clients()
             background_closes_end([t for t in background_closes() if t not in earlier], a, b)
         finally:
             b.close()
             a.close()
+
+
+def destroy_unreachable_clients() -> None:
+    """Collect the garbage the test left (``gc.collect()``), so that a confluent-kafka
+    client it dropped but a reference cycle still held (its frame kept by an exception's
+    traceback: a ``pytest.raises`` block, a retried call) is destroyed while its cluster
+    still answers, not at some later test's collection: in between, its librdkafka
+    threads print "Connection refused" lines into that test's stderr."""
+    gc.collect()
 
 
 #: Longest wait for kbear's background closes at a test's teardown, seconds.
@@ -341,8 +353,8 @@ def plain_producer(cluster: EmbeddedCluster) -> Producer:
 
 def partitions_of(cluster: EmbeddedCluster, topic: str) -> list[int]:
     """Partition ids of ``topic`` on ``cluster`` (empty when it does not exist)."""
-    p = Producer({"bootstrap.servers": cluster.bootstrap_servers, "allow.auto.create.topics": False})
-    md = p.list_topics(topic, timeout=5).topics.get(topic)
+    with Producer({"bootstrap.servers": cluster.bootstrap_servers, "allow.auto.create.topics": False}) as p:
+        md = p.list_topics(topic, timeout=5).topics.get(topic)
     if md is None or md.error is not None:
         return []
     return sorted(md.partitions)

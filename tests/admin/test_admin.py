@@ -55,10 +55,10 @@ def topics(two_clusters: Clusters, unique: Callable[[str], str]) -> Topics:
     b.create_topic(t.on_b, 3)
     b.create_topic(t.physical, 4)
     for cluster, topic, n in ((a, t.on_a, 5), (b, t.on_b, 7), (b, t.physical, 9)):
-        p = plain_producer(cluster)
-        for key, value in keyed(n):
-            p.produce(topic, value, key, partition=0)
-        assert p.flush(10) == 0
+        with plain_producer(cluster) as p:
+            for key, value in keyed(n):
+                p.produce(topic, value, key, partition=0)
+            assert p.flush(10) == 0
     return t
 
 
@@ -207,8 +207,8 @@ def test_requests_the_mock_cannot_serve_fail_per_topic_as_plain(
 def test_bad_input_raises_like_confluent_kafka(
     admin: RoutedAdminClient, two_clusters: Clusters, call: Callable[[Any], Any]
 ) -> None:
-    with pytest.raises(Exception) as native:
-        call(plain(two_clusters[0]))
+    with plain(two_clusters[0]) as native_client, pytest.raises(Exception) as native:
+        call(native_client)
     with pytest.raises(Exception) as routed:
         call(admin)
     assert (type(routed.value), str(routed.value)) == (type(native.value), str(native.value))

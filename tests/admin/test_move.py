@@ -187,10 +187,10 @@ def test_plan_reads_each_groups_committed_offsets_and_lag(
     topic, group = unique("orders"), unique("group")
     a.create_topic(topic, 2)
     b.create_topic(topic, 2)
-    producer = Producer({"bootstrap.servers": a.bootstrap_servers})
-    for i in range(10):
-        producer.produce(topic, b"x", partition=i % 2)
-    assert producer.flush(10) == 0
+    with Producer({"bootstrap.servers": a.bootstrap_servers}) as producer:
+        for i in range(10):
+            producer.produce(topic, b"x", partition=i % 2)
+        assert producer.flush(10) == 0
     committer = Consumer({"bootstrap.servers": a.bootstrap_servers, "group.id": group})
     try:
         committer.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)

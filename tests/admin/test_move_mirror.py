@@ -39,10 +39,10 @@ def test_the_plan_prints_translated_starts_and_the_mirrors_lag(
     ]
     (conf / "clusters.yaml").write_text(yaml.safe_dump({"clusters": clusters}))
     rewrite_rules(conf, [rule("all", "use cluster east", isGlobal=True)])
-    producer = Producer({"bootstrap.servers": east.bootstrap_servers})
-    for i in range(20):
-        producer.produce(topic, b"x", partition=i % 2)
-    assert producer.flush(10) == 0
+    with Producer({"bootstrap.servers": east.bootstrap_servers}) as producer:
+        for i in range(20):
+            producer.produce(topic, b"x", partition=i % 2)
+        assert producer.flush(10) == 0
     replicator = Replicator(east, west, topic, 2, remote=topic, skip=0.0, sync_every=4, rng=random.Random(3))
     committer = Consumer({"bootstrap.servers": east.bootstrap_servers, "group.id": group})
     try:

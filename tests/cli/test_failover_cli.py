@@ -164,10 +164,10 @@ def test_the_failover_plan_prints_where_each_group_starts_on_the_standby(
     replicator.create_topics()
     group = topic + ".group"
     try:
-        producer = Producer({"bootstrap.servers": east.bootstrap_servers})
-        for i in range(40):
-            producer.produce(topic, f"m{i}".encode(), partition=i % 2)
-        assert producer.flush(10) == 0
+        with Producer({"bootstrap.servers": east.bootstrap_servers}) as producer:
+            for i in range(40):
+                producer.produce(topic, f"m{i}".encode(), partition=i % 2)
+            assert producer.flush(10) == 0
         committer = Consumer({"bootstrap.servers": east.bootstrap_servers, "group.id": group})
         committed = [TopicPartition(topic, 0, 12), TopicPartition(topic, 1, 7)]
         committer.commit(offsets=committed, asynchronous=False)
@@ -223,10 +223,10 @@ def test_the_failover_plan_under_mm2_s_default_policy_names_the_mirror_s_copies(
     replicator.create_topics()
     group = topic + ".group"
     try:
-        producer = Producer({"bootstrap.servers": east.bootstrap_servers})
-        for i in range(20):
-            producer.produce(topic, f"m{i}".encode(), partition=i % 2)
-        assert producer.flush(10) == 0
+        with Producer({"bootstrap.servers": east.bootstrap_servers}) as producer:
+            for i in range(20):
+                producer.produce(topic, f"m{i}".encode(), partition=i % 2)
+            assert producer.flush(10) == 0
         committer = Consumer({"bootstrap.servers": east.bootstrap_servers, "group.id": group})
         committer.commit(
             offsets=[TopicPartition(topic, 0, 6), TopicPartition(topic, 1, 4)], asynchronous=False
