@@ -94,7 +94,9 @@ class AssignedMoves:
         """Carry out a switch of the engine for an assigned topic: its partitions on
         ``old``'s cluster are released there (after a ``clean`` drain they are
         committed at their end already; otherwise what was read is committed without
-        waiting: the old cluster may be down) and assigned on ``new``'s from ``start``."""
+        waiting, the old cluster may be down: with ``kbear.ack.mode=individual`` the
+        acknowledged prefix only, as a subscription's revocation) and assigned on
+        ``new``'s from ``start``."""
         moved: list[int] = []
         old_entry = self.registry.get(old.cluster_id)
         if old_entry is not None:
@@ -102,7 +104,8 @@ class AssignedMoves:
             moved = sorted(tp.partition for tp in mine)
             if mine:
                 if not clean:
-                    positions = [tp for tp in old_entry.consumer.position(mine) if tp.offset >= 0]
+                    reached = [tp for tp in old_entry.consumer.position(mine) if tp.offset >= 0]
+                    positions = self.rebalancer.lowered(old_entry, reached)
                     if self.rebalancer.commit_on_revoke:
                         if positions:
                             commit_async(old_entry, positions, "as the topic moves")

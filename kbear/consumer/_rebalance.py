@@ -230,7 +230,12 @@ class Rebalancer:
             ]
         except KafkaException:
             return []
-        positions = [tp for tp in positions if tp.offset >= 0]
+        return self.lowered(entry, [tp for tp in positions if tp.offset >= 0])
+
+    def lowered(self, entry: ClusterClient, positions: list[TopicPartition]) -> list[TopicPartition]:
+        """``positions`` (physical names) of ``entry``'s cluster as committed when their
+        partitions leave it: with ``kbear.ack.mode=individual``, lowered to the
+        acknowledged prefix (:attr:`commit_points`); else as they are."""
         return positions if self.commit_points is None else self.commit_points(entry, positions)
 
     def _assign(self, entry: ClusterClient) -> Callable[[Any, list[Any]], None]:

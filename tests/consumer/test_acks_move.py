@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+import pytest
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -39,12 +48,31 @@ def on(cluster: str) -> list[dict[str, Any]]:
     return [rule("all", f"use cluster {cluster}", isGlobal=True)]
 
 
-def test_unacked_message_of_the_old_cluster_is_redelivered_after_the_move(
+@dataclass
+class FiveRead:
+    """A consumer (individual acks, drains cut after 1 s) that read a0..a4 on A."""
+
+    c: RoutedConsumer
+    got: dict[bytes, Any]  # value -> message
+    conf_dir: Path
+    router: Router
+    topic: str
+    group: str
+
+    def move_to_b(self) -> None:
+        rewrite_rules(self.conf_dir, on("B"))
+        assert self.router.reload() is True
+
+
+@pytest.fixture(params=["subscribe", "assign"])
+def five_read(
+    request: pytest.FixtureRequest,
     two_clusters: Clusters,
     make_config: Callable[..., Path],
     closing: Callable[[Any], Any],
     unique: Callable[[str], str],
-) -> None:
+) -> FiveRead:
+    """:class:`FiveRead`, the topic subscribed to or assigned manually (both ways in move)."""
     a, b = two_clusters
     topic, group = unique("t"), unique("g")
     a.create_topic(topic, 1)
@@ -57,7 +85,10 @@ def test_unacked_message_of_the_old_cluster_is_redelivered_after_the_move(
             {"group.id": group, **INDIVIDUAL, "kbear.switch.drain.timeout.ms": 1000}, router=router
         )
     )
-    c.subscribe([topic])
+    if request.param == "subscribe":
+        c.subscribe([topic])
+    else:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     fill(a, topic, [f"a{i}".encode() for i in range(5)])
     got: dict[bytes, Any] = {}
     deadline = time.monotonic() + 10
@@ -65,13 +96,23 @@ def test_unacked_message_of_the_old_cluster_is_redelivered_after_the_move(
         m = c.poll(0.1)
         if m is not None and m.error() is None:
             got[m.value()] = m
+    assert len(got) == 5
+    return FiveRead(c, got, conf_dir, router, topic, group)
+
+
+def test_unacked_message_of_the_old_cluster_is_redelivered_after_the_move(
+    two_clusters: Clusters, five_read: FiveRead
+) -> None:
+    """a1 nacked, a3 held beyond the drain timeout: a1 comes again during the move, A's
+    committed offset stays before a3, and a3 is redelivered from memory after it."""
+    a, b = two_clusters
+    c, got, topic, group = five_read.c, five_read.got, five_read.topic, five_read.group
     for value, m in got.items():
         if value == b"a1":
             c.nack(m)  # redelivered from memory during the move
         elif value != b"a3":  # a3: held unacknowledged beyond the drain timeout
             c.ack(m)
-    rewrite_rules(conf_dir, on("B"))
-    assert router.reload() is True
+    five_read.move_to_b()
     fill(b, topic, [b"b0", b"b1"])
     seen: list[bytes] = []
     deadline = time.monotonic() + 20
@@ -97,6 +138,25 @@ def test_unacked_message_of_the_old_cluster_is_redelivered_after_the_move(
     # the commit of the prefix on the old cluster after the move is best effort: the
     # mock refuses it (UNKNOWN_MEMBER_ID) while the group lingers there
     assert committed_offsets(a, group, topic)[0] in (3, 5)
+
+
+def test_messages_never_acknowledged_before_a_cut_drain_are_read_again_after_a_restart(
+    two_clusters: Clusters, five_read: FiveRead
+) -> None:
+    """Five messages read on A, none acknowledged, and the topic moves to B (the drain
+    cut by its timeout): the group's committed offset on A stays before them, so that
+    a consumer of the group on A after a restart reads them again."""
+    a, _ = two_clusters
+    c, topic = five_read.c, five_read.topic
+    five_read.move_to_b()
+    deadline = time.monotonic() + 10
+    while c.routes()[topic].cluster_id != "B" and time.monotonic() < deadline:
+        c.poll(0.1)
+    assert c.routes()[topic].cluster_id == "B"
+    for _ in range(5):  # the commits sent as the topic left A are answered
+        c.poll(0.1)
+    c.close()  # the restart
+    assert committed_offsets(a, five_read.group, topic)[0] in (0, OFFSET_INVALID)
 
 
 @given(st.lists(st.sampled_from(["ack", "ack", "nack", "skip", "commit", "crash"]), min_size=4, max_size=16))
