@@ -97,12 +97,14 @@ class AssignedConsumer(RoutedConsumer):
 
     def release(self, tp: TopicPartition, cluster_id: str) -> None:
         """Stop reading ``tp`` (logical name) registered on ``cluster_id``; with
-        ``enable.auto.commit`` on, its position is committed first (sent without
-        waiting, before the partition is unassigned), so the next node starts there."""
+        ``enable.auto.commit`` on, its position is committed first (with
+        ``kbear.ack.mode=individual`` the acknowledged prefix; sent without waiting,
+        before the partition is unassigned), so the next node starts there."""
         entry = self._registry.get(cluster_id)
         if entry is not None and self._rebalancer.commit_on_revoke:
             ((_, _, parts),) = self._parts.placement.split([tp])
-            positions = [p for p in entry.consumer.position(parts) if p.offset >= 0]
+            reached = [p for p in entry.consumer.position(parts) if p.offset >= 0]
+            positions = self._rebalancer.lowered(entry, reached)
             if positions:
                 commit_async(entry, positions, "as the partition is unregistered")
         self.incremental_unassign([tp])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import OFFSET_INVALID, KafkaException
 
 from conftest import committed_offsets, keyed, plain_producer, rewrite_rules, rule
 from kbear import ClientBalancedConsumer, Router
@@ -278,3 +278,21 @@ def test_keys_and_messages_of_a_remapped_topic_carry_the_logical_name(
     consumer.commit(asynchronous=False)
     # committed on B under the physical name: partition 1 as it left, partition 0 by commit()
     assert sum(committed_offsets(b, group, physical).values()) == 20
+
+
+def test_unregister_commits_the_acknowledged_prefix_with_individual_acks(spread, closing, unique) -> None:
+    """kbear.ack.mode=individual: a partition unregistered after five messages read and
+    none acknowledged is committed before them, so that its next node reads them again."""
+    group = unique("g")
+    a, t1 = spread["a"], spread["t1"]
+    p = plain_producer(a)
+    for i in range(5):
+        p.produce(t1, value=b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    consumer = node(spread, closing, group, -1, 0, **{"kbear.ack.mode": "individual"})
+    key = f"A:{t1}:0"
+    consumer.register(key, bootstrap_offset=0)
+    assert [m.offset() for m in read([consumer], 5)[0]] == [0, 1, 2, 3, 4]
+    assert consumer.unregister(key) is True
+    consumer.close()
+    assert committed_offsets(a, group, t1)[0] in (0, OFFSET_INVALID)
