@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,12 @@ from integration.jvm import JvmUnavailable, classpath
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from kbear.spark import QuerySupervisor
+
+#: Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
+WAIT_S = 180.0
 
 
 def pyspark_jars_dir() -> Path:
@@ -158,7 +165,31 @@ def run_pipeline_example(env: dict[str, str], messages: int, timeout_s: int) -> 
     return done.stdout, ast.literal_eval(line[len(prefix) :].rsplit("; ", 1)[0])
 
 
+def wait_for(query: StreamingQuery, done: Callable[[], bool], what: str) -> None:
+    """Wait (at most :data:`WAIT_S`) until ``done()``; ``query`` must not have failed."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if query.exception() is not None:
+            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}; last {query.lastProgress}")
+        time.sleep(0.3)
+
+
+def wait_supervised(supervisor: QuerySupervisor, done: Callable[[], bool], what: str) -> None:
+    """Wait (at most :data:`WAIT_S`) until ``done()``; the supervision (``run_query``)
+    must not have failed. ``what``: what is awaited, for the message on a timeout."""
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        assert supervisor.exception is None, supervisor.exception
+        assert time.monotonic() < deadline, (
+            f"timed out after {WAIT_S} s waiting for {what}: restarts {supervisor.restarts}"
+        )
+        time.sleep(0.5)
+
+
 __all__ = [
+    "WAIT_S",
     "JvmUnavailable",
     "child_env",
     "connector_jars",
@@ -166,4 +197,7 @@ __all__ = [
     "pyspark_jars_dir",
     "run_pipeline_example",
     "session",
+    "stop_queries",
+    "wait_for",
+    "wait_supervised",
 ]

@@ -30,10 +30,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from integration.backends import Started
 from integration.conftest import Harness
 from integration.helpers import read_topic, topic_rule, write_yaml_atomically
-from integration.spark import stop_queries
-
-#: Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
-WAIT_S = 180.0
+from integration.spark import stop_queries, wait_for, wait_supervised
 
 
 @pytest.fixture
@@ -55,16 +52,6 @@ def produce(producer: Any, topic: str, label: str, n: int) -> list[bytes]:
         producer.poll(0)
     assert producer.flush(30) == 0
     return keys
-
-
-def wait_for(query: StreamingQuery, done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        if query.exception() is not None:
-            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}; last {query.lastProgress}")
-        time.sleep(0.3)
 
 
 def table_rows(spark: SparkSession, table: str) -> list[tuple[Any, ...]]:
@@ -309,15 +296,6 @@ def collecting(seen: Seen) -> Callable[[Any, str], StreamingQuery]:
         )
 
     return build
-
-
-def wait_supervised(supervisor: Any, done: Callable[[], bool], what: str) -> None:
-    """Wait (at most ``WAIT_S``) until ``done()``; the supervision must not have failed."""
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        assert supervisor.exception is None, supervisor.exception
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: {supervisor.restarts}"
-        time.sleep(0.3)
 
 
 def test_run_query_drains_the_old_cluster_then_reads_the_new_one_from_its_start(

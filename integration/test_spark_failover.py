@@ -44,11 +44,10 @@ from integration.conftest import Harness
 from integration.helpers import read_topic
 from integration.lost_east import declare_failover, mirror_to_west, spare_east
 from integration.mirror import MirrorMaker2, OffsetSync, decode_offset_sync
-from integration.spark import stop_queries
+from integration.spark import WAIT_S, stop_queries, wait_for, wait_supervised
 from integration.test_mirror import records, wait_until
-from integration.test_spark_connector import WAIT_S, wait_for
 from kbear.cli import main as kbear_cli
-from kbear.spark import QuerySupervisor, read_stream, run_query
+from kbear.spark import read_stream, run_query
 
 PARTITIONS = 2
 #: on east, read in part before the kill (all mirrored); on west after the kill; on
@@ -131,15 +130,6 @@ def wait_mirrored(it: Harness, mm2: MirrorMaker2, topics: list[str], count: int)
         return True
 
     wait_until("the topics mirrored, their offset syncs at their ends", mirrored, mm2)
-
-
-def wait_supervised(supervisor: QuerySupervisor, done: Callable[[], bool], what: str) -> None:
-    """Wait (at most ``WAIT_S``) until ``done()``; the supervisor must not have failed."""
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        assert supervisor.exception is None, supervisor.exception
-        assert time.monotonic() < deadline, f"the supervised query{what}: {supervisor.restarts}"
-        time.sleep(0.5)
 
 
 def read_twice(got: list[Row]) -> tuple[int, dict[str, int]]:
@@ -261,7 +251,9 @@ def _scenario(
     took[auto] = time.monotonic() - killed_at
     if supervisor is not None:
         conn = topics["connector"]
-        wait_supervised(supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "")
+        wait_supervised(
+            supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "the failover"
+        )
         took[conn] = time.monotonic() - killed_at
         assert [r["reason"].split()[0] for r in supervisor.restarts] == ["failover"]
         assert supervisor.restarts[0]["translated"][conn]["to"]["cluster"] == "west"
@@ -298,7 +290,7 @@ def _scenario(
     if supervisor is not None:
         conn = topics["connector"]
         wait_supervised(
-            supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "'s fail-back"
+            supervisor, lambda: {v for _, v, *_ in got[conn]()} >= set(sent[conn]), "the fail-back"
         )
         assert supervisor.query.exception() is None
         supervisor.stop()
@@ -399,11 +391,11 @@ def _stop_after_failover(it: Harness, east: Cluster, spark: SparkSession, tmp_pa
     )
     started = [supervisor.query.id]
     wait_supervised(
-        supervisor, lambda: any(p["numInputRows"] for p in supervisor.query.recentProgress), " on east"
+        supervisor, lambda: any(p["numInputRows"] for p in supervisor.query.recentProgress), "a batch on east"
     )
     east.kill()
     killed = time.monotonic()
-    wait_supervised(supervisor, lambda: bool(supervisor.restarts), "'s failover")
+    wait_supervised(supervisor, lambda: bool(supervisor.restarts), "the failover")
     restarted = time.monotonic() - killed
     started.append(supervisor.query.id)
     assert supervisor.restarts[0]["reason"].startswith("failover"), supervisor.restarts
