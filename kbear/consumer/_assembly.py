@@ -28,7 +28,7 @@ from kbear.consumer._assigned import AssignedMoves
 from kbear.consumer._cluster import ClusterRegistry
 from kbear.consumer._failover import ConsumerFailover
 from kbear.consumer._gate import CallGate
-from kbear.consumer._guard import MoveGuard, committed_look_up
+from kbear.consumer._guard import MoveGuard, committed_look_up, committed_offsets
 from kbear.consumer._individual import AckLayer, open_acks
 from kbear.consumer._mover import SwitchDriver
 from kbear.consumer._partitions import PartitionCalls
@@ -166,6 +166,7 @@ def assemble(
         commit_async,
         give_up_s=GIVE_UP_FACTOR * TRANSLATION_TIMEOUT_S,
         clock=time.monotonic,
+        committed=lambda entry, parts: committed_offsets(registry.watcher, entry, parts),
     )
     rebalancer.later = driver.later = later
 

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 from kbear.consumer._cluster import ClusterClient
 
@@ -76,6 +76,11 @@ class Hold:
     resumed: ``sought`` the partitions with the offsets they were sought to,
     ``how`` says what happened (for a log line), ``fell_back`` whether the look-up
     failed or some partition was not sought in time. ``tag``: the owner's data.
+    ``parked``: the partitions were assigned at an absolute offset that is no
+    start (so that librdkafka starts no offset query of its own: a seek while its
+    query waits for the reply is undone by that reply, librdkafka 2.x); each is
+    sought, an ``OFFSET_INVALID`` start too (``auto.offset.reset``), and one left
+    without a start is sought to ``OFFSET_INVALID`` when the hold ends.
     """
 
     entry: ClusterClient
@@ -85,17 +90,20 @@ class Hold:
     look_up_at: float = 0.0
     ended: Callable[[Hold, list[TopicPartition], str, bool], None] | None = None
     tag: Any = None
+    parked: bool = False
     lookup: Future[dict[Key, int]] | None = None
     offsets: dict[Key, int] | None = None
     #: partitions still to seek, with their start (librdkafka had not started them)
     left: list[TopicPartition] = field(default_factory=list)
 
     def starts(self, offsets: dict[Key, int]) -> list[TopicPartition]:
-        """The held partitions that ``offsets`` gives a start (an offset >= 0), with it."""
+        """The held partitions that ``offsets`` gives a start (an offset >= 0; parked:
+        ``OFFSET_INVALID`` too), with it."""
+        least = OFFSET_INVALID if self.parked else 0
         return [
             TopicPartition(tp.topic, tp.partition, o)
             for tp in self.parts
-            if (o := offsets.get((tp.topic, tp.partition), -1)) >= 0
+            if (o := offsets.get((tp.topic, tp.partition), -2)) >= 0 or o == least
         ]
 
 
@@ -128,15 +136,17 @@ class Holds:
         after_s: float = 0.0,
         ended: Callable[[Hold, list[TopicPartition], str, bool], None] | None = None,
         tag: Any = None,
+        parked: bool = False,
     ) -> Hold | None:
         """Pause ``parts`` (physical names) of ``entry``'s client until their start
         offsets, asked with ``look_up`` ``after_s`` seconds from now, were applied,
-        or ``give_up_s`` passed. Returns None (nothing held) when there is nothing
-        to hold or the pause failed (logged at debug level)."""
+        or ``give_up_s`` passed (``parked``: see :class:`Hold`). Returns None
+        (nothing held) when there is nothing to hold or the pause failed (logged at
+        debug level)."""
         if not parts or not pause_quietly(entry, parts):
             return None
         now = self._clock()
-        hold = Hold(entry, list(parts), now + give_up_s, look_up, now + after_s, ended, tag)
+        hold = Hold(entry, list(parts), now + give_up_s, look_up, now + after_s, ended, tag, parked)
         if look_up is not None and after_s <= 0:
             hold.lookup = look_up()
         self._holds.append(hold)
@@ -224,6 +234,20 @@ class Holds:
         if hold in self._holds:
             self._holds.remove(hold)
         resume_quietly(hold.entry, hold.parts)
+        if hold.parked:  # not sought: from the reset policy, not from where they were parked
+            done = {(tp.topic, tp.partition) for tp in sought}
+            for tp in hold.parts:
+                if (tp.topic, tp.partition) not in done:
+                    try:
+                        hold.entry.consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_INVALID))
+                    except KafkaException as exc:
+                        log.warning(
+                            "kbear: seek of %s [%d] on cluster %r to auto.offset.reset failed: %s",
+                            tp.topic,
+                            tp.partition,
+                            hold.entry.cluster_id,
+                            exc,
+                        )
         if hold.ended is not None:
             hold.ended(hold, sought, how, fell_back)
 

@@ -39,6 +39,7 @@ from confluent_kafka import OFFSET_END, OFFSET_INVALID, KafkaError, KafkaExcepti
 from kbear._switch_types import StartPlan
 from kbear.consumer._acks import CommitPoints
 from kbear.consumer._cluster import ClusterClient
+from kbear.consumer._startlater import PARKED_AT
 from kbear.consumer._subscription import RebalanceCallback
 
 if TYPE_CHECKING:
@@ -259,6 +260,13 @@ class Rebalancer:
                 waiting = {(tp.topic, tp.partition) for parts, _ in later.values() for tp in parts}
                 taken = self._taken(entry, started, waiting)
                 self._tell("on_assign", entry, started)
+                if waiting:  # parked: librdkafka starts no offset query (kbear.consumer._startlater)
+                    started = [
+                        TopicPartition(tp.topic, tp.partition, PARKED_AT)
+                        if (tp.topic, tp.partition) in waiting
+                        else tp
+                        for tp in started
+                    ]
                 if (started is not partitions or taken) and not self.assigned_in_callback:
                     # assigned here (not by librdkafka after the callback): taken-over
                     # partitions are paused below, on the assignment itself

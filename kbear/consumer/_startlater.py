@@ -11,19 +11,23 @@ each read bounded by 10 s; on Apache Kafka that took 180-340 ms, inside the
 that work out of the polling thread, holding the partitions as the take-overs do
 (:class:`kbear.consumer._holding.Holds`):
 
-- in ``on_assign`` (after the assignment and kbear's other hooks), the moved
-  topic's partitions are paused (librdkafka's start, the committed offset else
-  ``auto.offset.reset``, is kept but nothing is fetched) and their translation is
-  submitted to the consumer's background thread;
+- in ``on_assign``, the moved topic's partitions are assigned at an absolute
+  offset (``PARKED_AT``) and paused at once (after kbear's other hooks): nothing is
+  fetched, and librdkafka starts no offset query of its own (with the logical
+  default, the ``ListOffsets`` of ``auto.offset.reset`` on a standby where the group
+  committed nothing: a seek while it waits for its reply is undone by that reply,
+  500 ms later the partition restarts from ``auto.offset.reset``, librdkafka 2.x);
+  their translation is submitted to the consumer's background thread, with the
+  group's committed offsets of the partitions it leaves without a start;
 - in the polling thread, between calls, once the translation answered: each
-  partition with a translated start is resumed and sought there at once (paused
+  partition is resumed and sought at once to its translated start, else its
+  committed offset, else ``OFFSET_INVALID`` (``auto.offset.reset``) (paused
   again and retried at the next calls while librdkafka has not started it yet:
-  ``_STATE``), the others resumed where librdkafka started them, and the
-  translated starts committed (asynchronously: the group's position on the new
-  cluster, for a member starting there later);
-- a failed translation, or one that has not answered ``give_up_s`` after the
-  assignment, leaves the committed offsets (a warning, as a failed read did in the
-  callback before);
+  ``_STATE``), and the translated starts committed (asynchronously: the group's
+  position on the new cluster, for a member starting there later);
+- a failed translation of a topic leaves its committed offsets (a warning); a
+  look-up that failed or has not answered ``give_up_s`` after the assignment
+  seeks the partitions to ``auto.offset.reset`` (a warning);
 - a revocation before the translation was applied resumes the revoked partitions
   (still assigned while ``on_revoke`` runs: one assigned again later must not stay
   paused), forgets them, and hands the topic's plan back for the next assignment
@@ -39,11 +43,12 @@ and the no-loss guarantees of the synchronous start hold.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
 from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterClient
@@ -57,15 +62,39 @@ Commit = Callable[[ClusterClient, list[TopicPartition], str], None]
 Translate = Callable[[ClusterClient, list[TopicPartition], StartPlan], list[TopicPartition]]
 #: physical topic -> its partitions and the plan they start from
 Plans = dict[str, tuple[list[TopicPartition], StartPlan]]
+#: ``committed(entry, partitions)``: the group's committed offsets there (blocking;
+#: :func:`kbear.consumer._guard.committed_offsets`)
+Committed = Callable[[ClusterClient, list[TopicPartition]], dict[Key, int]]
+#: the absolute offset the partitions waiting for their translated start are
+#: assigned at (paused: nothing is read from it; see :class:`LaterStarts`)
+PARKED_AT = 0
 
 
 def _translate_all(
-    translate: Translate, entry: ClusterClient, plans: list[tuple[list[TopicPartition], StartPlan]]
+    translate: Translate,
+    committed: Committed | None,
+    entry: ClusterClient,
+    plans: list[tuple[list[TopicPartition], StartPlan]],
 ) -> dict[Key, int]:
-    """The translated starts of each topic's partitions (run in the background thread)."""
+    """The translated starts of each topic's partitions, the others' committed
+    offsets, else ``OFFSET_INVALID`` (``auto.offset.reset``) (run in the background
+    thread)."""
     out: dict[Key, int] = {}
     for parts, plan in plans:
-        out.update({(tp.topic, tp.partition): tp.offset for tp in translate(entry, parts, plan)})
+        try:
+            out.update({(tp.topic, tp.partition): tp.offset for tp in translate(entry, parts, plan)})
+        except Exception as exc:  # any failure: from the committed offsets
+            log.warning(
+                "kbear: translated start of %r on cluster %r failed (%r): from the committed offsets",
+                parts[0].topic if parts else "",
+                entry.cluster_id,
+                exc,
+            )
+    rest = [tp for parts, _ in plans for tp in parts if out.get((tp.topic, tp.partition), -1) < 0]
+    found = committed(entry, rest) if rest and committed is not None else {}
+    for tp in rest:
+        key = (tp.topic, tp.partition)
+        out[key] = o if (o := found.get(key, -1)) >= 0 else OFFSET_INVALID
     return out
 
 
@@ -96,6 +125,9 @@ class LaterStarts:
     _: KW_ONLY
     give_up_s: float
     clock: Callable[[], float]
+    #: the group's committed offsets, the start of a partition left without a
+    #: translation (None: ``auto.offset.reset``)
+    committed: Committed | None = None
 
     #: called when a start is deferred: the consumer's next calls must take the
     #: poll loop, whose work between calls applies it (unbinds the fast paths)
@@ -120,16 +152,22 @@ class LaterStarts:
             entry,
             parts,
             give_up_s=self.give_up_s,
-            look_up=lambda: self.submit(entry.cluster_id, _translate_all, self.translate, entry, asked),
+            look_up=lambda: self.submit(
+                entry.cluster_id, _translate_all, self.translate, self.committed, entry, asked
+            ),
             ended=self._ended,
             tag=dict(plans),
+            parked=True,
         )
         if hold is None:
             log.warning(
                 "kbear: translated start on cluster %r not applied (pause failed): "
-                "the partitions start from the group's committed offsets",
+                "the partitions start from auto.offset.reset",
                 entry.cluster_id,
             )
+            for tp in parts:  # not from where they were parked
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    entry.consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_INVALID))
             return
         log.info(
             "kbear: %d partitions on cluster %r paused until their translated start is read",
@@ -168,6 +206,7 @@ class LaterStarts:
         (log.warning if fell_back else log.info)(
             "kbear: translated start of %s on cluster %r %s", sorted(hold.tag), hold.entry.cluster_id, how
         )
+        sought = [tp for tp in sought if tp.offset >= 0]
         if sought:
             # the group's position on this cluster, not this member's: a member starting
             # here later (a restart, a partition handed on before anything new was
@@ -197,7 +236,7 @@ class LaterStarts:
                         exc,
                     )
                     continue
-            starts = hold.starts(offsets or {})
+            starts = [tp for tp in hold.starts(offsets or {}) if tp.offset >= 0]
             if starts:
                 log.info(
                     "kbear: translated start of %s on cluster %r committed at close: %s",

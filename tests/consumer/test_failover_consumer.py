@@ -9,7 +9,9 @@ nothing."""
 
 from __future__ import annotations
 
+import ctypes
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,11 +25,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from conftest import FAST_GROUP, consume_until, write_mirror_config
 from kbear import RoutedConsumer, RoutedProducer, _events
 from kbear.cli import main
+from kbear.consumer import _translated
 from kbear.testing import EmbeddedCluster
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 PARTITIONS = 2
 AFTER_MS = 800
+LIST_OFFSETS = 2  # the Kafka protocol's API key
 
 
 def produce(cluster: EmbeddedCluster, topic: str, values: list[bytes]) -> None:
@@ -210,6 +214,86 @@ def test_a_consumer_fails_over_a_lost_cluster_to_its_mm2_standby_at_the_translat
     assert [(e.cluster, e.source, e.decided_by, e.partitions, e.translated) for e in starts] == [
         ("west", "east", "checkpoint", PARTITIONS, True)
     ]
+
+
+def test_a_slow_offset_look_up_on_the_standby_does_not_undo_the_translated_start(
+    native_clusters: Clusters,
+    tmp_path: Path,
+    unique: Callable[[str], str],
+    closing: Callable[[Any], Any],
+    kbear_events: list[_events.Event],
+    east_down: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group has no commit on the standby: for a partition assigned at the logical
+    default (paused or not) librdkafka looks up ``auto.offset.reset`` (ListOffsets),
+    and a seek made while that look-up waits for its reply is undone by the reply
+    (500 ms later the partition restarts at the beginning, librdkafka 2.x): the
+    translated start's seek then read the whole mirror again. Here the standby
+    answers the first ListOffsets after 3 s and the translation is applied within
+    them; the partitions waiting for it are assigned at an absolute offset (no
+    look-up), so the group starts at the translation."""
+    east, west = native_clusters
+    topic = unique("orders")
+    east.create_topic(topic, PARTITIONS)
+    directory = write_mirror_config(tmp_path / "conf", east, west, "mm2")
+    replicator = Replicator(
+        east, west, topic, PARTITIONS, remote=topic, skip=0.0, sync_every=5, rng=random.Random(27)
+    )
+    replicator.create_topics()
+    entered, release = threading.Event(), threading.Event()
+    real = _translated.read_mirror
+
+    def slow_read_mirror(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_translated, "read_mirror", slow_read_mirror)
+    try:
+        group = topic + ".group"
+        consumer = consumer_of(directory, closing, group)
+        sent = [f"e-{i}".encode() for i in range(60)]
+        produce(east, topic, sent)
+        consumer.subscribe([topic])
+        first = read_some(consumer, 20, spread=True)
+        replicator.copy()
+        assert replicator.checkpoint(group)
+        more = read_some(consumer, 10)
+        # the standby's next ListOffsets answered after 3 s (rd_kafka_mock.h)
+        # (variadic: every argument typed here)
+        west._h.api.lib.rd_kafka_mock_broker_push_request_error_rtts(
+            ctypes.c_void_p(west._h.mcluster),
+            ctypes.c_int32(1),
+            ctypes.c_int16(LIST_OFFSETS),
+            ctypes.c_size_t(1),
+            ctypes.c_int(0),
+            ctypes.c_int(3000),
+        )
+        east_down()
+        # east's, fetched before it went down (west's wait for the translation)
+        deadline = time.monotonic() + 20
+        while not entered.is_set() and time.monotonic() < deadline:
+            more += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        assert entered.is_set(), "the translated start was never read"
+        until = time.monotonic() + 0.5  # the member's own offset look-up (if any) is sent
+        while time.monotonic() < until:
+            more += [m for m in consumer.consume(10, 0.1) if m.error() is None]
+        release.set()
+        rest = consume_until(consumer, len(sent), timeout=5, batch=10)
+        until = time.monotonic() + 4  # a restart at the beginning would come by then
+        while time.monotonic() < until:
+            rest += [m for m in consumer.consume(100, 0.2) if m.error() is None]
+    finally:
+        release.set()
+        replicator.close()
+
+    counts = Counter(m.value() for m in first + more + rest)
+    assert set(counts) == set(sent)  # nothing skipped
+    reread = sum(n - 1 for n in counts.values())
+    assert reread <= len(more) + sum(replicator.max_sync_gap(p) for p in range(PARTITIONS)), reads_again(
+        counts, first, more, rest, kbear_events
+    )
 
 
 def test_a_consumer_fails_over_to_an_identical_mirror_at_the_group_s_offsets_there(

@@ -44,7 +44,7 @@ from kbear._switch_types import StartPlan
 from kbear.consumer._cluster import ClusterClient
 from kbear.consumer._guard import RECHECK_AFTER_S, MoveGuard, committed_look_up
 from kbear.consumer._rebalance import Rebalancer, commit_async
-from kbear.consumer._startlater import LaterStarts
+from kbear.consumer._startlater import PARKED_AT, LaterStarts
 from kbear.testing import EmbeddedCluster
 
 GIVE_UP_S = 6.0
@@ -363,7 +363,7 @@ def translate(starts: dict[int, int]) -> Any:
 
 
 def translating_member(
-    starts: dict[int, int],
+    starts: dict[int, int], committed: dict[int, int] | None = None
 ) -> tuple[Rebalancer, ClusterClient, FakeConsumer, LaterStarts, Translations, Clock]:
     consumer = FakeConsumer()
     entry = ClusterClient("west", {}, consumer)
@@ -372,7 +372,14 @@ def translating_member(
     rebalancer = Rebalancer(owner=None, native={"enable.auto.commit": False})
     rebalancer.translate = translate(starts)
     later = LaterStarts(
-        background.submit, rebalancer.translate, commit_async, give_up_s=TRANSLATION_GIVE_UP_S, clock=clock
+        background.submit,
+        rebalancer.translate,
+        commit_async,
+        give_up_s=TRANSLATION_GIVE_UP_S,
+        clock=clock,
+        committed=lambda _entry, parts: {
+            (tp.topic, tp.partition): (committed or {}).get(tp.partition, OFFSET_INVALID) for tp in parts
+        },
     )
     rebalancer.later = later
     moved(rebalancer)
@@ -391,25 +398,31 @@ def given_moved(partitions: list[int]) -> list[TopicPartition]:
 
 
 def test_the_assignment_returns_at_once_and_the_partitions_start_at_their_translation() -> None:
-    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7, 1: 12})
-    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0, 1, 2]))
-    # assigned where librdkafka would start them, and paused: nothing read meanwhile
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7, 1: 12}, {2: 5})
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0, 1, 2, 3]))
+    # assigned at an absolute offset (librdkafka starts no offset query, whose late
+    # answer would undo the seek below), and paused: nothing read meanwhile
     assert consumer.calls == [
-        ("assign", [(0, OFFSET_INVALID), (1, OFFSET_INVALID), (2, OFFSET_INVALID)]),
-        ("pause", [0, 1, 2]),
+        ("assign", [(0, PARKED_AT), (1, PARKED_AT), (2, PARKED_AT), (3, PARKED_AT)]),
+        ("pause", [0, 1, 2, 3]),
     ]
     later.tick()
     assert consumer.calls[2:] == []  # the mirror is still being read
     background.answer()
     later.tick()
-    # partition 2 has no translation: it starts from the committed offset (resumed only)
+    # partition 2 has no translation: it starts from the committed offset; partition 3
+    # has none either: from auto.offset.reset (a logical seek)
     assert consumer.calls[2:] == [
         ("resume", [0]),
         ("seek", (0, 7)),
         ("resume", [1]),
         ("seek", (1, 12)),
-        ("resume", [0, 1, 2]),
-        ("commit", [(0, 7), (1, 12)]),
+        ("resume", [2]),
+        ("seek", (2, 5)),
+        ("resume", [3]),
+        ("seek", (3, OFFSET_INVALID)),
+        ("resume", [0, 1, 2, 3]),
+        ("commit", [(0, 7), (1, 12), (2, 5)]),
     ]
     assert not later.pending
 
@@ -436,18 +449,34 @@ def test_a_revocation_before_the_translation_answered_resumes_and_translates_aga
     assert background.futures[0].cancelled()
     # the next assignment of the topic on west translates again
     callbacks["on_assign"](consumer, given_moved([1]))
-    assert consumer.calls[3:] == [("assign", [(1, OFFSET_INVALID)]), ("pause", [1])]
+    assert consumer.calls[3:] == [("assign", [(1, PARKED_AT)]), ("pause", [1])]
     background.answer()
     later.tick()
     assert consumer.calls[5:] == [("resume", [1]), ("seek", (1, 12)), ("resume", [1]), ("commit", [(1, 12)])]
 
 
-def test_a_failed_translation_starts_from_the_committed_offsets_and_commits_nothing() -> None:
+def test_a_failed_look_up_starts_from_auto_offset_reset_and_commits_nothing() -> None:
     rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7})
     rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0]))
     background.fail()
     later.tick()
-    assert consumer.calls[2:] == [("resume", [0])]
+    assert consumer.calls[2:] == [("resume", [0]), ("seek", (0, OFFSET_INVALID))]
+    assert not later.pending
+
+
+def test_a_failed_translation_starts_from_the_committed_offsets() -> None:
+    rebalancer, entry, consumer, later, background, _clock = translating_member({0: 7}, {0: 3})
+
+    def failing(
+        _entry: ClusterClient, _parts: list[TopicPartition], _plan: StartPlan
+    ) -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    later.translate = failing
+    rebalancer.callbacks_for(entry)["on_assign"](consumer, given_moved([0]))
+    background.answer()
+    later.tick()
+    assert consumer.calls[2:] == [("resume", [0]), ("seek", (0, 3)), ("resume", [0]), ("commit", [(0, 3)])]
     assert not later.pending
 
 
@@ -459,5 +488,5 @@ def test_a_translation_that_does_not_answer_is_given_up() -> None:
     assert later.pending
     clock.now += 1
     later.tick()
-    assert consumer.calls[2:] == [("resume", [0])]
+    assert consumer.calls[2:] == [("resume", [0]), ("seek", (0, OFFSET_INVALID))]
     assert not later.pending
