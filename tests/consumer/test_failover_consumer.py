@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import random
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,8 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from conftest import FAST_GROUP, consume_until, write_mirror_config
 from kbear import RoutedConsumer, RoutedProducer, _events
 from kbear.cli import main
-from kbear.consumer import _translated
 from kbear.testing import EmbeddedCluster
+from tests.consumer.test_translated_start import slow_mirror
 
 Clusters = tuple[EmbeddedCluster, EmbeddedCluster]
 PARTITIONS = 2
@@ -241,15 +240,7 @@ def test_a_slow_offset_look_up_on_the_standby_does_not_undo_the_translated_start
         east, west, topic, PARTITIONS, remote=topic, skip=0.0, sync_every=5, rng=random.Random(27)
     )
     replicator.create_topics()
-    entered, release = threading.Event(), threading.Event()
-    real = _translated.read_mirror
-
-    def slow_read_mirror(*args: Any, **kwargs: Any) -> Any:
-        entered.set()
-        release.wait(20)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_translated, "read_mirror", slow_read_mirror)
+    entered, release = slow_mirror(monkeypatch)
     try:
         group = topic + ".group"
         consumer = consumer_of(directory, closing, group)
