@@ -88,6 +88,12 @@ _OPTIONAL: Final[dict[str, tuple[Any, list[Any]]]] = {
         None,
         [_P, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(_I)],
     ),
+    # rd_kafka_resp_err_t (mcluster, int32_t broker_id, int16_t ApiKey, size_t cnt, ...):
+    # cnt pairs (rd_kafka_resp_err_t err, int rtt_ms) follow, variadic
+    "rd_kafka_mock_broker_push_request_error_rtts": (
+        _I,
+        [_P, _I32, ctypes.c_int16, ctypes.c_size_t],
+    ),
 }
 
 

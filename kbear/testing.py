@@ -303,6 +303,36 @@ class EmbeddedCluster:
         codes = (ctypes.c_int * len(errors))(*errors)
         self._h.call("rd_kafka_mock_push_request_errors_array", api_key, len(errors), codes)
 
+    def push_request_rtts(self, broker_id: int, api_key: int, rtts_ms: Sequence[int]) -> None:
+        """Answer broker ``broker_id``'s next requests of kind ``api_key`` late, one
+        request each, in order, each after its ``rtts_ms`` milliseconds (then as usual):
+        e.g. an offset look-up (ListOffsets) whose answer comes after the client moved on.
+
+        Uses ``rd_kafka_mock_broker_push_request_error_rtts()`` (librdkafka
+        ``rdkafka_mock.h``), with no error.
+
+        Args:
+            broker_id: ``int``, ``1..num_brokers``.
+            api_key: ``int``, the Kafka protocol API key (0: Produce, 2: ListOffsets, ...).
+            rtts_ms: ``int`` >= 0 per request, milliseconds; at least one.
+
+        Raises:
+            ValueError: ``broker_id`` is not in ``1..num_brokers``, ``api_key`` is not an
+                API key, or ``rtts_ms`` is empty or holds a negative value.
+            NotImplementedError: the library does not export
+                ``rd_kafka_mock_broker_push_request_error_rtts``.
+            confluent_kafka.KafkaException: librdkafka returned an error.
+            RuntimeError: the cluster is closed.
+        """
+        if not 1 <= broker_id <= self._num_brokers:
+            raise ValueError(f"broker_id must be 1..{self._num_brokers}, got {broker_id}")
+        if not 0 <= api_key <= 0x7FFF:
+            raise ValueError(f"api_key must be a Kafka API key (0..32767), got {api_key}")
+        if not rtts_ms or min(rtts_ms) < 0:
+            raise ValueError(f"rtts_ms must hold at least one value, each >= 0, got {list(rtts_ms)}")
+        pairs = [ctypes.c_int(v) for rtt in rtts_ms for v in (0, rtt)]  # (no error, rtt)
+        self._h.call("rd_kafka_mock_broker_push_request_error_rtts", broker_id, api_key, len(rtts_ms), *pairs)
+
     def close(self) -> None:
         """Stop the brokers and free the cluster. Idempotent and thread-safe.
 

@@ -9,7 +9,6 @@ nothing."""
 
 from __future__ import annotations
 
-import ctypes
 import random
 import time
 from collections import Counter
@@ -251,16 +250,7 @@ def test_a_slow_offset_look_up_on_the_standby_does_not_undo_the_translated_start
         replicator.copy()
         assert replicator.checkpoint(group)
         more = read_some(consumer, 10)
-        # the standby's next ListOffsets answered after 3 s (rd_kafka_mock.h)
-        # (variadic: every argument typed here)
-        west._h.api.lib.rd_kafka_mock_broker_push_request_error_rtts(
-            ctypes.c_void_p(west._h.mcluster),
-            ctypes.c_int32(1),
-            ctypes.c_int16(LIST_OFFSETS),
-            ctypes.c_size_t(1),
-            ctypes.c_int(0),
-            ctypes.c_int(3000),
-        )
+        west.push_request_rtts(1, LIST_OFFSETS, [3000])  # the standby's next ListOffsets, 3 s late
         east_down()
         # east's, fetched before it went down (west's wait for the translation)
         deadline = time.monotonic() + 20
