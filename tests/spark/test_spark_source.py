@@ -18,15 +18,12 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from conftest import Rule, keyed, plain_producer, read_all, rewrite_rules, rule
+from integration.spark import wait_for
 from kbear import Router
 from kbear.spark import SparkOptionsError, guard, jvm_kafka_available, read_stream, write_stream
 from kbear.testing import EmbeddedCluster
-
-# Longest wait for a query to reach an expected state (seconds): generous for 2 cores.
-WAIT_S = 180.0
 
 
 @pytest.fixture
@@ -42,18 +39,6 @@ def produce(cluster: EmbeddedCluster, topic: str, pairs: Sequence[tuple[bytes, b
     for k, v in pairs:
         p.produce(topic, key=k, value=v)
     assert p.flush(10) == 0
-
-
-def wait_for(query: StreamingQuery, done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        if query.exception() is not None:
-            raise AssertionError(f"query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {WAIT_S} s waiting for {what}; last progress {query.lastProgress}"
-            )
-        time.sleep(0.2)
 
 
 def rows_of(spark: SparkSession, table: str) -> list[Any]:
